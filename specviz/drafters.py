@@ -1,0 +1,180 @@
+"""Drafters propose up to k tokens per row; the engine verifies them with the target.
+
+- `ModelDrafter`: a small model from the same family (or the target itself with layers skipped —
+  `make_layerskip_model`). It keeps its own `RaggedCache`. Each row's cache holds a prefix of the
+  row's sequence (`fed[i]` tokens); the first draft pass of a step feeds whatever the row has not yet
+  fed (usually the last emitted token, two after an all-accepted step, more after steps without
+  speculation), so the draft always catches up in one pass.
+- `NgramDrafter`: prompt lookup (vLLM's `ngram`, transformers' `prompt_lookup_num_tokens`): find the
+  latest earlier occurrence of the row's last n tokens and propose what followed. No model, no cache.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+
+import torch
+
+from specviz.kvcache import RaggedCache, left_padded, prefill, timed_forward
+from specviz.roofline import ZERO_COST, ModelSpec, PassCost, pass_cost
+from specviz.sampling import probabilities, sample
+
+
+@dataclass
+class Proposal:
+    tokens: torch.Tensor          # [B, K] draft ids; entries past a row's length are padding
+    lengths: torch.Tensor         # [B] tokens drafted per row
+    q: torch.Tensor | None        # [B, K, V] draft probabilities (sampling with a model), else None
+    passes: int = 0               # draft forward passes
+    seconds: float = 0.0          # time inside draft forwards
+    cost: PassCost = ZERO_COST    # FLOPs and bytes of those passes (rejected work included)
+
+
+class ModelDrafter:
+    kind = "model"
+
+    def __init__(self, model, spec: ModelSpec, device, dtype, vocab: int,
+                 layer_map: dict[int, int] | None = None, n_layers: int | None = None, label: str = ""):
+        self.model, self.spec, self.device, self.dtype = model, spec, device, dtype
+        self.vocab = vocab            # logits are cut to the vocabulary shared with the target
+        self.layer_map, self.n_layers = layer_map, n_layers
+        self.label = label
+        self.cache = RaggedCache(0, device, dtype, layer_map)
+        self.fed: list[int] = []      # per row: tokens of its sequence already in the draft cache
+        self._spec_slots: torch.Tensor | None = None   # [B, K] slot of fed draft token j (or -1)
+        self._fed_before: list[int] = []
+
+    # --- rows joining and leaving -------------------------------------------------------------
+    def admit(self, prompts: list[list[int]]):
+        cache, secs, width = prefill(self.model, prompts, self.device, self.dtype, self.layer_map)
+        cost = pass_cost(self.spec, len(prompts), width, 0, logits=1, n_layers=self.n_layers)
+        self.cache.merge(cache)
+        self.fed += [len(p) - 1 for p in prompts]
+        return secs, cost
+
+    def retire(self, keep: list[int]) -> None:
+        self.cache.select(torch.tensor(keep, dtype=torch.long, device=self.device))
+        self.fed = [self.fed[i] for i in keep]
+
+    # --- one step -------------------------------------------------------------------------------
+    def propose(self, seqs: list[list[int]], depths: list[int], confidence: float | None,
+                temperature: float, gen: torch.Generator | None) -> Proposal:
+        B, K = len(seqs), max(depths, default=0)
+        lengths = torch.zeros(B, dtype=torch.long, device=self.device)
+        tokens = torch.zeros(B, max(K, 1), dtype=torch.long, device=self.device)
+        if K == 0:
+            return Proposal(tokens[:, :0], lengths, None)
+        want = torch.tensor(depths, device=self.device)
+        self._fed_before = [len(s) for s in seqs]
+        self._spec_slots = torch.full((B, K), -1, dtype=torch.long, device=self.device)
+        q_all = torch.zeros(B, K, self.vocab, device=self.device) if temperature > 0 else None
+        feed, feed_valid = left_padded([s[f:] for s, f in zip(seqs, self.fed)], self.device)
+        ctx, seconds, cost, passes = self.cache.length, 0.0, ZERO_COST, 0
+        alive = want > 0
+        for j in range(K):
+            logits, secs = timed_forward(self.cache, self.model, feed, feed_valid, logits_to_keep=1)
+            seconds += secs
+            passes += 1
+            cost = cost + pass_cost(self.spec, B, feed.shape[1], ctx, logits=1, n_layers=self.n_layers)
+            ctx = self.cache.length
+            logits = logits[:, -1, : self.vocab]
+            d, probs = self._pick(logits, temperature, gen)
+            if confidence is not None:
+                top = probs if probs is not None else torch.softmax(logits.float(), dim=-1)
+                alive = alive & (top.max(dim=-1).values >= confidence)
+            tokens[:, j] = torch.where(alive, d, 0)
+            if q_all is not None:
+                q_all[:, j] = probs
+            lengths = lengths + alive.long()
+            alive = alive & (want > j + 1)
+            if j == K - 1 or not bool(alive.any()):
+                break
+            # feed d_j to the rows that keep drafting; the others get a hole
+            self._spec_slots[:, j] = torch.where(alive, self.cache.length, -1)
+            feed, feed_valid = tokens[:, j:j + 1].clone(), alive[:, None].clone()
+        Kused = int(lengths.max())
+        return Proposal(tokens[:, :Kused], lengths,
+                        None if q_all is None else q_all[:, :Kused], passes, seconds, cost)
+
+    def _pick(self, logits: torch.Tensor, temperature: float, gen):
+        if temperature > 0:
+            probs = probabilities(logits, temperature)
+            return sample(probs, gen), probs
+        return logits.argmax(dim=-1), None
+
+    def commit(self, accepted: torch.Tensor, lengths: torch.Tensor) -> None:
+        """After verification: keep fed draft tokens 1..n (n accepted), turn the rest into holes."""
+        if self._spec_slots is None:
+            return
+        slots = self._spec_slots
+        j = torch.arange(slots.shape[1], device=self.device)[None, :]
+        reject = (slots >= 0) & (j >= accepted[:, None])       # fed token j+1 kept iff j+1 ≤ n
+        rows, cols = reject.nonzero(as_tuple=True)
+        self.cache.invalidate(rows, slots[rows, cols])
+        # a row fed d_1..d_m (m = its fed slots); of those, the first n are now part of its sequence
+        kept = torch.minimum(accepted, (slots >= 0).sum(dim=1)).tolist()
+        self.fed = [f + k for f, k in zip(self._fed_before, kept)]
+        self._spec_slots = None
+        self.cache.compact()
+
+
+class NgramDrafter:
+    """Prompt-lookup drafting from the row's own context (no model, so draft cost is only CPU time)."""
+
+    kind = "ngram"
+    label = "ngram (prompt lookup)"
+
+    def __init__(self, device, max_ngram: int = 3):
+        self.device, self.max_ngram = device, max_ngram
+
+    def admit(self, prompts):
+        return 0.0, ZERO_COST
+
+    def retire(self, keep):
+        pass
+
+    def commit(self, accepted, lengths):
+        pass
+
+    def lookup(self, seq: list[int], k: int) -> list[int]:
+        """The k tokens that followed the latest earlier occurrence of seq's last n tokens (n = 3..1)."""
+        for n in range(min(self.max_ngram, len(seq) - 1), 0, -1):
+            tail = seq[-n:]
+            for start in range(len(seq) - n - 1, -1, -1):
+                if seq[start:start + n] == tail:
+                    return seq[start + n:start + n + k]
+        return []
+
+    def propose(self, seqs, depths, confidence, temperature, gen) -> Proposal:
+        t0 = time.perf_counter()
+        drafts = [self.lookup(s, k) if k > 0 else [] for s, k in zip(seqs, depths)]
+        K = max([len(d) for d in drafts] + [0])
+        tokens = torch.zeros(len(seqs), K, dtype=torch.long)
+        for i, d in enumerate(drafts):
+            tokens[i, :len(d)] = torch.tensor(d, dtype=torch.long)
+        lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)
+        return Proposal(tokens.to(self.device), lengths.to(self.device), None, 0,
+                        time.perf_counter() - t0)
+
+
+def make_layerskip_model(model, first: int, last: int):
+    """The target with decoder layers first..last (inclusive) skipped, sharing every weight.
+
+    Returns (model_view, layer_map, kept_layers). The view is a shallow copy whose layer list omits the
+    skipped blocks; `layer_map` maps each kept block's original index to its slot in the draft's cache.
+    """
+    inner = model.model
+    n = len(inner.layers)
+    if not (0 <= first <= last < n):
+        raise ValueError(f"layerskip range {first}-{last} is outside this model's layers 0-{n - 1}")
+    kept = [i for i in range(n) if not first <= i <= last]
+    if not kept:
+        raise ValueError("layerskip would skip every layer; keep at least one")
+    view_inner = copy.copy(inner)
+    view_inner._modules = dict(inner._modules)
+    view_inner.layers = torch.nn.ModuleList([inner.layers[i] for i in kept])
+    view = copy.copy(model)
+    view._modules = dict(model._modules)
+    view.model = view_inner
+    return view, {orig: dense for dense, orig in enumerate(kept)}, len(kept)

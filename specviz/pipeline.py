@@ -1,0 +1,86 @@
+"""Assemble a ready-to-run speculative setup from two references: load the models (`specviz.models`),
+build the drafter (`specviz.drafters`) and the engine (`specviz.engine`). The CLI and the UI both
+start here, so a pair is built the same way everywhere."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specviz.drafters import ModelDrafter, NgramDrafter, make_layerskip_model
+from specviz.engine import SpeculativeEngine
+from specviz.models import (LoadedModel, ModelError, check_same_vocabulary, load_model, parse_draft_ref)
+from specviz.roofline import ModelSpec, spec_from_config
+
+
+@dataclass
+class Pair:
+    target: LoadedModel
+    draft: LoadedModel | None      # None for ngram / layerskip (no separate model)
+    draft_ref: str
+    drafter: object
+    target_spec: ModelSpec
+    draft_spec: ModelSpec | None
+    vocab: int
+
+    def engine(self) -> SpeculativeEngine:
+        t = self.target
+        return SpeculativeEngine(t.model, self.target_spec, self.drafter, t.eos_ids, self.vocab,
+                                 t.device, t.dtype, self.draft_spec)
+
+    @property
+    def label(self) -> str:
+        return f"{self.draft_ref} → {self.target.ref}"
+
+    @property
+    def tokenizer(self):
+        return self.target.tokenizer
+
+
+def _spec(loaded: LoadedModel, name: str) -> ModelSpec:
+    bpp = 2.0 if loaded.dtype is not None and "16" in str(loaded.dtype) else 4.0
+    return spec_from_config(loaded.config_dict, name=name, bytes_per_param=bpp)
+
+
+def _logit_width(loaded: LoadedModel) -> int:
+    return int(loaded.model.get_output_embeddings().weight.shape[0])
+
+
+def load_pair(target_ref: str, draft_ref: str, device: str | None = None,
+              target: LoadedModel | None = None, draft: LoadedModel | None = None) -> Pair:
+    """Load target and draft (reusing already loaded models when given) and build the drafter."""
+    dref = parse_draft_ref(draft_ref)
+    target = target or load_model(target_ref, device)
+    tspec = _spec(target, target_ref)
+    width = _logit_width(target)
+    if dref.kind == "ngram":
+        return Pair(target, None, draft_ref, NgramDrafter(target.device), tspec, None, width)
+    if dref.kind == "layerskip":
+        a, b = dref.skip
+        try:
+            view, layer_map, kept = make_layerskip_model(target.model, a, b)
+        except ValueError as exc:
+            raise ModelError(str(exc)) from exc
+        drafter = ModelDrafter(view, tspec, target.device, target.dtype, width, layer_map, kept,
+                               label=f"{target_ref} without layers {a}-{b}")
+        return Pair(target, None, draft_ref, drafter, tspec, tspec, width)
+    draft = draft or load_model(dref.ref, device)
+    check_same_vocabulary(target, draft)
+    dspec = _spec(draft, dref.ref)
+    vocab = min(width, _logit_width(draft))   # Qwen2.5 sizes pad embeddings differently
+    drafter = ModelDrafter(draft.model, dspec, target.device, target.dtype, vocab, label=dref.ref)
+    return Pair(target, draft, draft_ref, drafter, tspec, dspec, vocab)
+
+
+def encode_prompt(tokenizer, text: str, raw: bool = False) -> list[int]:
+    """Token ids fed to the target: the chat template for instruct models, else the plain text."""
+    if text is None or not text.strip():
+        raise ModelError("the prompt is empty")
+    if not raw and getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                            tokenize=True)
+        if hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return [int(i) for i in ids]
+    ids = tokenizer(text, add_special_tokens=True)["input_ids"]
+    if not ids:
+        raise ModelError("the prompt encodes to no tokens")
+    return [int(i) for i in ids]

@@ -1,0 +1,213 @@
+"""How deep to speculate each step.
+
+A policy sees the live batch size and the depth the user asked for, and returns a `StepPlan`: the depth
+to draft this step and, optionally, a confidence threshold under which a row stops drafting early (so
+rows may end up with different depths in one step). After each step the engine reports what happened
+(`StepObservation`), which the adaptive policy learns from.
+
+- `fixed`: always the requested depth.
+- `disable-by-batch-size`: vLLM's `--speculative-disable-by-batch-size`: depth 0 while more than
+  `threshold` rows are active (under load the spare compute is gone, drafts only add work).
+- `batch-table`: a depth per batch size (the largest table key ≤ B applies), e.g. profiled offline.
+- `adaptive`: choose k each step to maximise expected tokens/s from the measured acceptance rate and
+  the measured draft and verify times (SmartSpec's goodput, DSpark's load-aware depth).
+- `confidence`: draft up to the requested depth, but a row stops when the draft's top probability
+  falls below a threshold (DISCO / SpecDec++ / AdaEDL in spirit).
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from specviz.roofline import expected_tokens_per_pass
+
+POLICY_NAMES = ("fixed", "disable-by-batch-size", "batch-table", "adaptive", "confidence")
+MAX_DEPTH = 16
+
+
+class PolicyError(ValueError):
+    """Bad policy name or parameters; the message is meant for a human."""
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    batch_size: int   # rows active this step
+    depth: int        # depth the user asked for (the slider / --depth)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    depth: int                         # max draft tokens per row this step
+    confidence: float | None = None    # stop a row's drafting below this top probability
+
+
+@dataclass(frozen=True)
+class StepObservation:
+    batch_size: int
+    depth: int              # planned depth
+    drafted: int            # draft tokens proposed over all rows
+    accepted: int           # of which accepted
+    draft_s: float          # time in draft forwards
+    draft_passes: int       # draft forward passes run
+    verify_s: float         # time in the target's verify forward
+    tokens_per_pass: int    # slots the verify pass processed (batch × (k+1))
+
+
+class FixedPolicy:
+    name = "fixed"
+
+    def plan(self, ctx: PlanContext) -> StepPlan:
+        return StepPlan(ctx.depth)
+
+    def observe(self, obs: StepObservation) -> None:
+        pass
+
+    def describe(self) -> str:
+        return "fixed depth"
+
+
+@dataclass
+class DisableByBatchSize:
+    threshold: int = 8
+    name: str = "disable-by-batch-size"
+
+    def plan(self, ctx: PlanContext) -> StepPlan:
+        return StepPlan(0 if ctx.batch_size > self.threshold else ctx.depth)
+
+    def observe(self, obs: StepObservation) -> None:
+        pass
+
+    def describe(self) -> str:
+        return f"no speculation above {self.threshold} rows"
+
+
+@dataclass
+class BatchTable:
+    table: dict[int, int] = field(default_factory=lambda: {1: 6, 4: 4, 8: 2, 16: 1, 32: 0})
+    name: str = "batch-table"
+
+    def plan(self, ctx: PlanContext) -> StepPlan:
+        keys = sorted(self.table)
+        i = bisect.bisect_right(keys, ctx.batch_size) - 1
+        return StepPlan(self.table[keys[max(i, 0)]])
+
+    def observe(self, obs: StepObservation) -> None:
+        pass
+
+    def describe(self) -> str:
+        return "depth by batch size " + ", ".join(f"B≥{b}: k={k}" for b, k in sorted(self.table.items()))
+
+
+@dataclass
+class ConfidencePolicy:
+    threshold: float = 0.5
+    name: str = "confidence"
+
+    def plan(self, ctx: PlanContext) -> StepPlan:
+        return StepPlan(ctx.depth, self.threshold)
+
+    def observe(self, obs: StepObservation) -> None:
+        pass
+
+    def describe(self) -> str:
+        return f"rows stop drafting below {self.threshold:.2f} draft confidence"
+
+
+@dataclass
+class AdaptiveGoodput:
+    """Pick k ∈ [0, max_depth] maximising B·E[tokens/pass](α, k) ÷ (k·t_draft + t_verify(B·(k+1))).
+
+    α is an exponential moving average of the measured per-token acceptance; t_draft the measured time
+    of one draft pass; t_verify(n) the measured verify time at n tokens per pass, interpolated between
+    the points seen so far. An unmeasured n is assumed to cost what its nearest measured neighbour
+    costs — optimism that makes the policy try it, after which the measurement corrects it.
+    """
+
+    max_depth: int = 8
+    smoothing: float = 0.2
+    probe_every: int = 24     # steps at k=0 before trying speculation again (α may have changed)
+    name: str = "adaptive"
+    alpha: float = 0.6        # prior acceptance until measured
+    draft_pass_s: float | None = None
+    verify_s: dict[int, float] = field(default_factory=dict)
+    _since_draft: int = 0
+
+    def plan(self, ctx: PlanContext) -> StepPlan:
+        if not self.verify_s or self.draft_pass_s is None:
+            return StepPlan(min(self.max_depth, max(ctx.depth, 1)))
+        best = max(range(self.max_depth + 1), key=lambda k: self.goodput(ctx.batch_size, k))
+        if best == 0 and self._since_draft >= self.probe_every:
+            best = 1
+        return StepPlan(best)
+
+    def goodput(self, batch: int, k: int) -> float:
+        """Expected tokens per second at batch `batch` and depth `k` under the current estimates."""
+        t = k * (self.draft_pass_s or 0.0) + self._verify_time(batch * (k + 1))
+        return batch * expected_tokens_per_pass(self.alpha, k) / max(t, 1e-9)
+
+    def _verify_time(self, n: int) -> float:
+        xs = sorted(self.verify_s)
+        i = bisect.bisect_left(xs, n)
+        if i < len(xs) and xs[i] == n:
+            return self.verify_s[n]
+        if i == 0 or i == len(xs):
+            return self.verify_s[xs[0] if i == 0 else xs[-1]]
+        lo, hi = xs[i - 1], xs[i]
+        w = (n - lo) / (hi - lo)
+        return self.verify_s[lo] * (1 - w) + self.verify_s[hi] * w
+
+    def observe(self, obs: StepObservation) -> None:
+        s = self.smoothing
+        if obs.drafted:
+            self.alpha = (1 - s) * self.alpha + s * (obs.accepted / obs.drafted)
+            self._since_draft = 0
+        else:
+            self._since_draft += 1
+        if obs.draft_passes:
+            per = obs.draft_s / obs.draft_passes
+            self.draft_pass_s = per if self.draft_pass_s is None else (1 - s) * self.draft_pass_s + s * per
+        old = self.verify_s.get(obs.tokens_per_pass)
+        self.verify_s[obs.tokens_per_pass] = obs.verify_s if old is None else (1 - s) * old + s * obs.verify_s
+
+    def describe(self) -> str:
+        return f"adaptive goodput (α≈{self.alpha:.2f}, k ≤ {self.max_depth})"
+
+
+def make_policy(name: str, threshold: float | None = None, table: dict[int, int] | None = None,
+                max_depth: int | None = None):
+    """Build a policy by its CLI/UI name; `threshold` is a batch size for disable-by-batch-size and a
+    probability for confidence."""
+    name = (name or "fixed").strip()
+    if name == "fixed":
+        return FixedPolicy()
+    if name == "disable-by-batch-size":
+        t = 8 if threshold is None else threshold
+        if t < 0 or int(t) != t:
+            raise PolicyError(f"disable-by-batch-size needs a whole-number batch threshold ≥ 0, got {t}")
+        return DisableByBatchSize(int(t))
+    if name == "batch-table":
+        if table is not None:
+            if not table or any(b < 1 or not 0 <= k <= MAX_DEPTH for b, k in table.items()):
+                raise PolicyError(f"batch table needs batch sizes ≥ 1 and depths 0..{MAX_DEPTH}")
+            return BatchTable(dict(table))
+        return BatchTable()
+    if name == "adaptive":
+        m = 8 if max_depth is None else max_depth
+        if not 0 <= m <= MAX_DEPTH:
+            raise PolicyError(f"adaptive max depth must be 0..{MAX_DEPTH}, got {m}")
+        return AdaptiveGoodput(max_depth=m)
+    if name == "confidence":
+        t = 0.5 if threshold is None else threshold
+        if not 0.0 <= t <= 1.0:
+            raise PolicyError(f"confidence threshold must be between 0 and 1, got {t}")
+        return ConfidencePolicy(float(t))
+    raise PolicyError(f"unknown policy '{name}'; choose one of: {', '.join(POLICY_NAMES)}")
+
+
+def parse_table(text: str) -> dict[int, int]:
+    """Parse "1:6,8:2,32:0" into {1: 6, 8: 2, 32: 0}."""
+    try:
+        pairs = [p.split(":") for p in text.split(",") if p.strip()]
+        return {int(b): int(k) for b, k in pairs}
+    except ValueError as exc:
+        raise PolicyError(f"bad batch table '{text}': write B:K pairs like 1:6,8:2,32:0") from exc

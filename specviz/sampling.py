@@ -1,0 +1,77 @@
+"""Accept/reject maths for a batch of draft proposals. Pure torch, no models.
+
+Shapes used throughout (B rows, K = the step's max depth, V vocabulary):
+- draft:   [B, K]      draft token ids (entries past a row's length are ignored)
+- lengths: [B]         how many tokens each row drafted (0..K)
+- p:       [B, K+1, V] target probabilities at each draft position plus the bonus position
+- q:       [B, K, V]   draft probabilities the draft tokens were sampled from (None: point masses)
+"""
+from __future__ import annotations
+
+import torch
+
+
+def probabilities(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Softmax at a temperature, in fp32 so that small probabilities survive the ratio test."""
+    return torch.softmax(logits.float() / temperature, dim=-1)
+
+
+def sample(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """One draw per leading index from the last dimension. probs: [..., V] → [...]."""
+    flat = probs.reshape(-1, probs.shape[-1])
+    return torch.multinomial(flat, 1, generator=gen).reshape(probs.shape[:-1])
+
+
+def _first_rejection(ok: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Accepted prefix length per row: positions before the first failure, capped at the row's length."""
+    K = ok.shape[1]
+    in_range = torch.arange(K, device=ok.device)[None, :] < lengths[:, None]
+    return torch.cumprod((ok & in_range).long(), dim=1).sum(dim=1)
+
+
+def greedy_accept(target_ids: torch.Tensor, draft: torch.Tensor, lengths: torch.Tensor):
+    """Greedy verification. target_ids: [B, K+1] argmax of the target at each position.
+
+    A draft token is kept while it equals the target's own argmax; the target's argmax at the first
+    mismatch (the correction) or after the last draft (the bonus) follows. Returns (n_accepted [B],
+    next_token [B]).
+    """
+    n = _first_rejection(draft == target_ids[:, :-1], lengths)
+    nxt = target_ids.gather(1, n[:, None]).squeeze(1)
+    return n, nxt
+
+
+def speculative_accept(p: torch.Tensor, q: torch.Tensor | None, draft: torch.Tensor,
+                       lengths: torch.Tensor, gen: torch.Generator):
+    """Leviathan et al. 2023 / Chen et al. 2023 speculative sampling for a batch.
+
+    Rule: keep draft token x with probability min(1, p(x)/q(x)); at the first rejection draw from
+    norm(max(0, p − q)); if all are kept draw a bonus token from p at the next position. The output is
+    distributed exactly as sampling from p. A point-mass draft (q = None, e.g. n-gram lookup) has
+    q(x) = 1, so x is kept with probability p(x) and the residual is p with x removed.
+    Returns (n_accepted [B], next_token [B]).
+    """
+    B, K1, V = p.shape
+    K = K1 - 1
+    if K == 0:
+        return torch.zeros(B, dtype=torch.long, device=p.device), sample(p[:, 0], gen)
+    p_x = p[:, :K].gather(2, draft[:, :, None]).squeeze(2)                       # [B, K]
+    q_x = torch.ones_like(p_x) if q is None else q.gather(2, draft[:, :, None]).squeeze(2)
+    u = torch.rand(B, K, generator=gen, device=p.device)
+    ok = u * q_x < p_x                                                            # u < p/q without dividing by 0
+    n = _first_rejection(ok, lengths)
+    p_n = p.gather(1, n[:, None, None].expand(B, 1, V)).squeeze(1)               # [B, V]
+    rejected = n < lengths
+    if q is None:
+        q_n = torch.zeros_like(p_n)
+        x_n = draft.gather(1, n.clamp(max=K - 1)[:, None]).squeeze(1)
+        q_n.scatter_(1, x_n[:, None], 1.0)
+    else:
+        q_n = q.gather(1, n.clamp(max=K - 1)[:, None, None].expand(B, 1, V)).squeeze(1)
+    residual = torch.clamp(p_n - q_n, min=0.0)
+    mass = residual.sum(dim=1, keepdim=True)
+    # p == q exactly leaves no residual mass; then a rejection is impossible, but guard against
+    # rounding by falling back to p
+    residual = torch.where(mass > 0, residual / mass.clamp(min=1e-30), p_n)
+    dist = torch.where(rejected[:, None], residual, p_n)
+    return n, sample(dist, gen)
