@@ -119,8 +119,8 @@ class AdaptiveGoodput:
 
     α is an exponential moving average of the measured per-token acceptance; t_draft the measured time
     of one draft pass; t_verify(n) the measured verify time at n tokens per pass, interpolated between
-    the points seen so far. An unmeasured n is assumed to cost what its nearest measured neighbour
-    costs — optimism that makes the policy try it, after which the measurement corrects it.
+    the points seen so far. Outside the measured range it is optimistic — flat above, proportional to n
+    below — so the policy tries unmeasured depths, and the measurement then corrects the guess.
     """
 
     max_depth: int = 8
@@ -150,8 +150,10 @@ class AdaptiveGoodput:
         i = bisect.bisect_left(xs, n)
         if i < len(xs) and xs[i] == n:
             return self.verify_s[n]
-        if i == 0 or i == len(xs):
-            return self.verify_s[xs[0] if i == 0 else xs[-1]]
+        if i == 0:       # below every measurement: assume cost shrinks with tokens (optimistic)
+            return self.verify_s[xs[0]] * n / xs[0]
+        if i == len(xs):  # above every measurement: assume it stays flat (optimistic)
+            return self.verify_s[xs[-1]]
         lo, hi = xs[i - 1], xs[i]
         w = (n - lo) / (hi - lo)
         return self.verify_s[lo] * (1 - w) + self.verify_s[hi] * w

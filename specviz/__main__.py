@@ -1,0 +1,64 @@
+"""Command line: `python -m specviz generate | bench-hf | calibrate | roofline | sweep`.
+
+Every user error ends as one line on stderr and a non-zero exit, never a traceback
+(set SPECVIZ_DEBUG=1 to see tracebacks while developing)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not argparse's usage block
+        raise UsageError(message)
+
+
+def _quiet_libraries() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from specviz.cli import bench, generate, tiny
+
+    p = _Parser(prog="python -m specviz", description="SpecViz: speculative decoding, measured.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    generate.add_parser(sub)
+    bench.add_parser(sub)
+    tiny.add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from specviz.engine import EngineError
+    from specviz.models import ModelError
+    from specviz.policies import PolicyError
+
+    try:
+        args = build_parser().parse_args(argv)
+        _quiet_libraries()
+        return int(args.func(args) or 0)
+    except (UsageError, ModelError, EngineError, PolicyError) as exc:
+        print(f"specviz: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("specviz: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # an unexpected failure still gets one readable line
+        if os.environ.get("SPECVIZ_DEBUG"):
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(f"specviz: error: {type(exc).__name__}: {first}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""`python -m specviz bench-hf`: our engine against transformers' own decoding, same pair, same prompt.
+
+At B = 1 it times, after a warm-up and interleaved so that machine noise hits all alike:
+- ours at depth k, ours at depth 0,
+- transformers' assisted generation (`assistant_model=draft`, constant k, no confidence cut-off; for
+  `--draft ngram`, `prompt_lookup_num_tokens=k`; none exists for layerskip),
+- transformers' plain greedy `generate()`,
+checks that every greedy output is identical, and prints a final JSON line with the ratios of our
+tokens/s to theirs (medians). With --batch-size B > 1 it compares against plain batched `generate()`
+(transformers' assisted generation supports batch size 1 only).
+Tokens/s here is end to end (prefill included) for both sides, so the comparison is like for like.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+from specviz.cli.common import DEFAULT_PROMPTS, add_pair_args
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("bench-hf", help="time our engine against transformers generate()")
+    add_pair_args(p)
+    p.add_argument("--depth", type=int, default=4)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--prompt", default=DEFAULT_PROMPTS[0])
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per variant (median reported)")
+    p.add_argument("--raw", action="store_true")
+    p.set_defaults(func=run)
+
+
+def _ours(pair, prompts, depth, max_new, batch):
+    from specviz.engine import Knobs
+
+    engine = pair.engine()
+    t0 = time.perf_counter()
+    for _ in engine.generate(prompts, Knobs(depth=depth, batch_size=batch), max_new):
+        pass
+    secs = time.perf_counter() - t0
+    outs = list(engine.outputs().values())
+    return sum(map(len, outs)), secs, outs, engine.totals
+
+
+def _hf(pair, prompts, max_new, **extra):
+    import torch
+
+    tok, model = pair.tokenizer, pair.target.model
+    width = max(map(len, prompts))
+    pad = tok.pad_token_id if tok.pad_token_id is not None else pair.target.eos_ids[0]
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=pair.target.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=ids.device)
+    eos = pair.target.eos_ids
+    t0 = time.perf_counter()
+    out = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new, pad_token_id=pad,
+                         eos_token_id=eos, temperature=None, top_p=None, top_k=None, **extra)
+    if pair.target.device.type == "cuda":
+        torch.cuda.synchronize()
+    secs = time.perf_counter() - t0
+    outs = []
+    for row in out[:, width:].tolist():
+        cut = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
+        outs.append(row[:cut])
+    return sum(map(len, outs)), secs, outs
+
+
+def _assisted_kwargs(pair, depth):
+    if pair.draft is not None:
+        return {"assistant_model": pair.draft.model, "num_assistant_tokens": depth,
+                "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}
+    if pair.draft_ref == "ngram":
+        return {"prompt_lookup_num_tokens": depth}
+    return None  # layerskip: transformers has no equivalent for a model without its own weights
+
+
+def run(args) -> int:
+    from specviz.engine import check_batch, check_depth
+    from specviz.pipeline import encode_prompt, load_pair
+
+    check_batch(args.batch_size)
+    check_depth(args.depth)
+    pair = load_pair(args.target, args.draft, args.device)
+    prompt = encode_prompt(pair.tokenizer, args.prompt, raw=args.raw)
+    B, k, N = args.batch_size, args.depth, args.max_new_tokens
+    prompts = [prompt] * B
+    variants = {"ours_k": lambda: _ours(pair, prompts, k, N, B)[:3],
+                "ours_k0": lambda: _ours(pair, prompts, 0, N, B)[:3],
+                "plain": lambda: _hf(pair, prompts, N)}
+    kw = _assisted_kwargs(pair, k) if B == 1 else None
+    if kw is not None:
+        variants["assisted"] = lambda: _hf(pair, prompts, N, **kw)
+    rates = {name: [] for name in variants}
+    outputs = {}
+    for rep in range(args.repeats + 1):          # repetition 0 is the warm-up
+        for name, fn in variants.items():
+            n, secs, outs = fn()
+            outputs[name] = outs
+            if rep:
+                rates[name].append(n / secs)
+    med = {name: statistics.median(v) for name, v in rates.items()}
+    identical = all(o == outputs["plain"] for o in outputs.values())
+    _, _, _, totals = _ours(pair, prompts, k, N, B)
+    result = {
+        "target": args.target, "draft": args.draft, "batch_size": B, "depth": k, "max_new_tokens": N,
+        "tokens_per_s": med, "vs_plain": med["ours_k0"] / med["plain"],
+        "spec_vs_plain": med["ours_k"] / med["plain"],
+        "vs_assisted": med["ours_k"] / med["assisted"] if "assisted" in med else None,
+        "identical": identical, "acceptance_rate": totals.acceptance_rate,
+        "overhead_share": totals.overhead_share, "repeats": args.repeats,
+        "tokens": len(outputs["plain"][0]),
+    }
+    for name, v in med.items():
+        print(f"{name:>9}: {v:8.2f} tok/s (median of {args.repeats})")
+    print(json.dumps(result))
+    return 0

@@ -1,0 +1,81 @@
+"""`python -m specviz generate`: run the speculative engine and show which tokens were accepted.
+
+Without --json the terminal view colours row 1 as it streams, like llama.cpp's --color:
+green = accepted draft, red struck-through = rejected draft, blue = the target's own token
+(correction or bonus), default colour = plain decoding. All rows are printed at the end."""
+from __future__ import annotations
+
+import json
+import sys
+
+from specviz.cli.common import (DEFAULT_PROMPTS, add_pair_args, add_run_args, check_run_args,
+                                knobs_from_args, policy_from_args)
+
+GREEN, RED, BLUE, DIM, RESET = "\x1b[32m", "\x1b[9;31m", "\x1b[34m", "\x1b[2m", "\x1b[0m"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("generate", help="generate with speculative decoding")
+    add_pair_args(p)
+    add_run_args(p)
+    p.add_argument("--json", action="store_true", help="one JSON object per step, then a final one")
+    p.set_defaults(func=run)
+
+
+def step_json(ev, decode) -> dict:
+    return {"step": ev.step, "batch_size": ev.batch_size, "depth": ev.depth, "policy": ev.policy,
+            "draft_s": ev.draft_s, "verify_s": ev.verify_s, "overhead_s": ev.overhead_s,
+            "wall_s": ev.wall_s, "prefill_s": ev.prefill_s, "tokens_per_pass": ev.tokens_per_pass,
+            "context": ev.context, "draft_flops": ev.draft_flops, "draft_bytes": ev.draft_bytes,
+            "target_flops": ev.target_flops, "target_bytes": ev.target_bytes, "plain_flops": ev.plain_flops,
+            "changes": ev.changes, "retired": ev.retired,
+            "rows": [{"row": r.row, "drafted": r.drafted, "accepted": r.accepted, "emitted": r.emitted,
+                      "last_kind": r.last_kind, "done": r.done, "finish": r.finish,
+                      "text": decode(r.emitted)} for r in ev.rows]}
+
+
+def colour_row(r, decode) -> str:
+    acc = decode(r.drafted[: r.accepted])
+    rej = decode(r.drafted[r.accepted:])
+    last = decode(r.emitted[len(r.drafted[: r.accepted]):])
+    own = BLUE if r.last_kind != "plain" else ""
+    return (f"{GREEN}{acc}{RESET}" if acc else "") + (f"{RED}{rej}{RESET}" if rej else "") + \
+        (f"{own}{last}{RESET if own else ''}")
+
+
+def run(args) -> int:
+    check_run_args(args)
+    policy_from_args(args)  # validate the policy before loading models
+    from specviz.pipeline import encode_prompt, load_pair
+
+    pair = load_pair(args.target, args.draft, args.device)
+    tok = pair.tokenizer
+    texts = args.prompt or DEFAULT_PROMPTS
+    prompts = [encode_prompt(tok, t, raw=args.raw) for t in texts]
+    engine = pair.engine()
+    knobs = knobs_from_args(args)
+    decode = lambda ids: tok.decode(ids, skip_special_tokens=False)  # noqa: E731
+    tty = sys.stdout.isatty() and not args.json
+    for ev in engine.generate(prompts, knobs, args.max_new_tokens, args.temperature, args.seed):
+        if args.json:
+            print(json.dumps(step_json(ev, decode)), flush=True)
+        elif tty:
+            first = next((r for r in ev.rows if r.row == 0), None)
+            if first is not None:
+                print(colour_row(first, decode), end="", flush=True)
+    outs = engine.outputs()
+    t = engine.totals
+    final = {"done": True, "target": args.target, "draft": args.draft,
+             "prompt_ids": [engine.prompt_of(i) for i in outs], "outputs": list(outs.values()),
+             "texts": [tok.decode(o, skip_special_tokens=True) for o in outs.values()], **t.as_dict()}
+    if args.json:
+        print(json.dumps(final), flush=True)
+        return 0
+    if tty:
+        print(f"\n{DIM}green = accepted draft, red = rejected draft, blue = target's own token{RESET}")
+    for i, text in enumerate(final["texts"]):
+        print(f"--- row {i + 1} ---\n{text}")
+    acc = "n/a" if t.acceptance_rate is None else f"{t.acceptance_rate:.1%}"
+    print(f"--- {t.tokens} tokens in {t.wall_s:.2f} s = {t.tokens_per_s:.1f} tok/s; acceptance {acc}; "
+          f"{t.mean_accepted_length:.2f} tokens per target pass; FLOPs ×{t.flops_ratio:.2f} of plain decoding")
+    return 0

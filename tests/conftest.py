@@ -1,0 +1,72 @@
+"""Shared fixtures: tiny random Llama pairs written to disk and loaded through specviz.models."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+# Never let a stray hub call hang a test: fail fast instead.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).parent))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from tiny import build_pair  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_paths(tmp_path_factory) -> dict[str, str]:
+    return build_pair(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def loaded(tiny_paths):
+    """Loaded models by name, shared across tests (loading is the slow part)."""
+    from specviz.models import load_model
+
+    return {name: load_model(path, "cpu") for name, path in tiny_paths.items()}
+
+
+@pytest.fixture(scope="session")
+def make_pair(tiny_paths, loaded):
+    from specviz.pipeline import load_pair
+
+    def make(draft: str):
+        if draft in ("draft", "target"):
+            return load_pair(tiny_paths["target"], tiny_paths[draft], target=loaded["target"],
+                             draft=loaded[draft])
+        return load_pair(tiny_paths["target"], draft, target=loaded["target"])
+    return make
+
+
+PROMPTS = ["the quick brown", "a small draft model guesses and the", "memory", "speculative decoding spends"]
+
+
+@pytest.fixture(scope="session")
+def prompts(loaded):
+    from specviz.pipeline import encode_prompt
+
+    return [encode_prompt(loaded["target"].tokenizer, t, raw=True) for t in PROMPTS]
+
+
+def greedy_reference(model, prompt: list[int], max_new: int, eos: int | None = None) -> list[int]:
+    """The target's own greedy output for one row, no padding: the ground truth for exactness."""
+    kw = {} if eos is None else {"eos_token_id": eos}
+    out = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=max_new,
+                         pad_token_id=0, temperature=None, top_p=None, top_k=None, **kw)
+    return out[0, len(prompt):].tolist()
+
+
+@pytest.fixture(scope="session")
+def reference(loaded, prompts):
+    """Greedy outputs per prompt index, cached."""
+    cache: dict[tuple, list[int]] = {}
+
+    def ref(i: int, max_new: int, eos: int | None = None) -> list[int]:
+        key = (i % len(prompts), max_new, eos)
+        if key not in cache:
+            cache[key] = greedy_reference(loaded["target"].model, prompts[key[0]], max_new, eos)
+        return cache[key]
+    return ref

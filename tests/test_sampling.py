@@ -1,0 +1,70 @@
+"""The accept/reject rule on toy distributions: the output must be distributed as the target's p."""
+import pytest
+import torch
+
+from specviz.sampling import greedy_accept, speculative_accept
+
+P = torch.tensor([0.5, 0.2, 0.15, 0.1, 0.05])
+Q = torch.tensor([0.1, 0.1, 0.2, 0.3, 0.3])     # a poor draft: mass where p has little
+
+
+def _run(q_dist, k, n=40000, seed=0, point_mass_token=None):
+    gen = torch.Generator().manual_seed(seed)
+    p = P.expand(n, k + 1, 5).clone()
+    if point_mass_token is None:
+        draft = torch.multinomial(q_dist.expand(n * k, 5), 1, replacement=True, generator=gen).view(n, k)
+        q = q_dist.expand(n, k, 5).clone()
+    else:
+        draft = torch.full((n, k), point_mass_token)
+        q = None
+    lengths = torch.full((n,), k)
+    acc, nxt = speculative_accept(p, q, draft, lengths, gen)
+    # the first emitted token: the first draft if accepted, else the resampled token
+    first = torch.where(acc > 0, draft[:, 0], nxt)
+    return acc, first
+
+
+def _tv(samples):
+    freq = torch.bincount(samples, minlength=5).float() / samples.numel()
+    return 0.5 * (freq - P).abs().sum().item()
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_first_token_follows_target(k):
+    acc, first = _run(Q, k)
+    assert _tv(first) < 0.01          # sampling noise at n = 40000 is ~0.003
+    # acceptance probability of one token is Σ min(p, q) = 0.1+0.1+0.15+0.1+0.05 = 0.5
+    assert (acc > 0).float().mean().item() == pytest.approx(0.5, abs=0.01)
+
+
+def test_point_mass_draft_is_lossless():
+    acc, first = _run(None, 2, point_mass_token=3)
+    assert _tv(first) < 0.01
+    assert (acc > 0).float().mean().item() == pytest.approx(P[3].item(), abs=0.01)
+
+
+def test_a_broken_rule_would_fail():
+    """Sanity check of the test itself: always accepting the draft gives q, which the bound rejects."""
+    gen = torch.Generator().manual_seed(1)
+    draft = torch.multinomial(Q.expand(40000, 5), 1, replacement=True, generator=gen).view(-1)
+    assert _tv(draft) > 0.1
+
+
+def test_bonus_token_when_all_accepted_comes_from_p():
+    # identical p and q: everything is accepted, the bonus is drawn from p at position k
+    n, k = 40000, 2
+    gen = torch.Generator().manual_seed(3)
+    p = P.expand(n, k + 1, 5).clone()
+    draft = torch.multinomial(P.expand(n * k, 5), 1, replacement=True, generator=gen).view(n, k)
+    acc, nxt = speculative_accept(p, p[:, :k].clone(), draft, torch.full((n,), k), gen)
+    assert bool((acc == k).all())
+    assert _tv(nxt) < 0.01
+
+
+def test_greedy_accept_prefix_and_correction():
+    target = torch.tensor([[5, 6, 7, 8], [5, 6, 7, 8], [1, 2, 3, 4]])
+    draft = torch.tensor([[5, 6, 9], [5, 6, 7], [9, 9, 9]])
+    lengths = torch.tensor([3, 2, 3])
+    n, nxt = greedy_accept(target, draft, lengths)
+    assert n.tolist() == [2, 2, 0]
+    assert nxt.tolist() == [7, 7, 1]   # correction, bonus after its 2 drafts, correction
