@@ -1,0 +1,112 @@
+"""Model references, bad input and the CLI contract."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from specviz.kvcache import RaggedCache
+from specviz.models import ModelError, load_model, parse_draft_ref
+from specviz.pipeline import encode_prompt, load_pair
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args, timeout=300):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "specviz", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT)
+
+
+@pytest.mark.parametrize("ref", ["no/such-model", "/nonexistent/dir", "missing.gguf", "", "bad ref!"])
+def test_unknown_model_is_a_clear_error(ref):
+    with pytest.raises(ModelError):
+        load_model(ref, "cpu")
+
+
+def test_mismatched_vocabulary_is_refused(tiny_paths, loaded):
+    with pytest.raises(ModelError, match="different tokenizers"):
+        load_pair(tiny_paths["target"], tiny_paths["foreign"], target=loaded["target"], draft=loaded["foreign"])
+
+
+@pytest.mark.parametrize("ref", ["layerskip:3-1", "layerskip:abc", "layerskip:0-99"])
+def test_bad_layerskip(tiny_paths, loaded, ref):
+    with pytest.raises(ModelError):
+        load_pair(tiny_paths["target"], ref, target=loaded["target"])
+
+
+def test_draft_refs_parse():
+    assert parse_draft_ref("ngram").kind == "ngram"
+    assert parse_draft_ref("layerskip:12-17").skip == (12, 17)
+    assert parse_draft_ref("org/model").kind == "model"
+
+
+def test_empty_prompt_refused(loaded):
+    with pytest.raises(ModelError):
+        encode_prompt(loaded["target"].tokenizer, "   ")
+
+
+def test_holes_do_not_change_logits(loaded, prompts):
+    """A row with holes mid-cache and a left-padded neighbour gives the clean sequence's logits."""
+    model = loaded["target"].model
+    a, b = prompts[1], prompts[2]
+    clean = model(torch.tensor([a])).logits[0, -1]
+    c = RaggedCache(2, torch.device("cpu"), torch.float32)
+    # row 0: a[:3], then two junk tokens that become holes, then the rest of a
+    c.forward(model, torch.tensor([a[:3], [0, 0, b[0]]]), torch.tensor([[1, 1, 1], [0, 0, 1]]).bool())
+    c.forward(model, torch.tensor([[7, 9], [b[1], b[2]]]), torch.tensor([[1, 1], [1, 1]]).bool())
+    c.invalidate(torch.tensor([0, 0]), torch.tensor([3, 4]))
+    rest = a[3:]
+    tail_b = (b[3:] + [0] * len(rest))[: len(rest)]
+    valid_b = [1] * len(b[3:]) + [0] * (len(rest) - len(b[3:]))
+    out = c.forward(model, torch.tensor([rest, tail_b]), torch.tensor([[1] * len(rest), valid_b[: len(rest)]]).bool())
+    assert torch.allclose(out[0, -1], clean, atol=1e-4)
+    assert torch.isfinite(out).all()
+    before = out[0, -1].clone()
+    assert c.compact(min_waste=0.0, min_holes=1)
+    assert c.length == int(c.n_valid.max())      # only left padding of the shorter row remains
+    again = c.forward(model, torch.tensor([[5], [5]]), torch.tensor([[1], [1]]).bool())
+    ref = model(torch.tensor([a + [5]])).logits[0, -1]
+    assert torch.allclose(again[0, -1], ref, atol=1e-4)
+    assert not torch.allclose(before, ref)
+
+
+def test_cli_generate_json(tiny_paths):
+    r = cli("generate", "--target", tiny_paths["target"], "--draft", "layerskip:1-2", "--prompt", "the quick",
+            "--prompt", "memory bound", "--batch-size", "3", "--depth", "3", "--max-new-tokens", "12", "--raw",
+            "--json")
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    final = lines[-1]
+    assert final["done"] is True
+    assert len(final["outputs"]) == 3 and all(len(o) == 12 for o in final["outputs"])
+    assert final["prompt_ids"][0] == final["prompt_ids"][2]        # prompts reused in order
+    for key in ("texts", "tokens_per_s", "acceptance_rate", "flops_ratio"):
+        assert key in final
+    steps = lines[:-1]
+    assert steps and all("rows" in s and "verify_s" in s for s in steps)
+    emitted = [sum((row["emitted"] for s in steps for row in s["rows"] if row["row"] == i), []) for i in range(3)]
+    assert emitted == final["outputs"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--batch-size", "0"], "batch-size"), (["--batch-size", "65"], "batch-size"),
+    (["--depth", "17"], "depth"), (["--depth", "-1"], "depth"), (["--prompt", "  "], "prompt"),
+    (["--policy", "bogus"], "policy"), (["--draft", "layerskip:5-1"], "layerskip"),
+    (["--target", "no/such-model-here"], "could not load"), (["--batch-size", "two"], "invalid int"),
+])
+def test_cli_bad_input_one_line(tiny_paths, args, needle):
+    base = ["generate", "--target", tiny_paths["target"], "--draft", "ngram", "--max-new-tokens", "2"]
+    r = cli(*base, *args)
+    assert r.returncode != 0
+    lines = [x for x in r.stderr.strip().splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert needle in lines[0]
+
+
+def test_cli_mismatched_vocab(tiny_paths):
+    r = cli("generate", "--target", tiny_paths["target"], "--draft", tiny_paths["foreign"], "--max-new-tokens", "2")
+    assert r.returncode != 0 and "different tokenizers" in r.stderr
