@@ -67,16 +67,24 @@ class RaggedCache:
         all_valid = torch.cat([self.valid, tok_valid], dim=1)                       # [B, L+T]
         # positions count valid tokens only; padding gets a harmless in-range position
         pos = self.n_valid[:, None] + torch.cumsum(tok_valid.long(), dim=1) - tok_valid.long()
-        slot = torch.arange(L + T, device=self.device)
-        causal = slot[None, :] <= (L + torch.arange(T, device=self.device))[:, None]  # [T, L+T]
-        allowed = causal[None, :, :] & all_valid[:, None, :]                          # [B, T, L+T]
-        mask = torch.zeros(B, 1, T, L + T, dtype=self.dtype, device=self.device)
-        mask.masked_fill_(~allowed[:, None], torch.finfo(self.dtype).min)
+        mask = None if bool(all_valid.all()) else self._mask(all_valid, L, T)
         out = model(input_ids=tokens, attention_mask=mask, position_ids=pos,
                     past_key_values=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
         self.valid = all_valid
         self.n_valid = self.n_valid + tok_valid.long().sum(dim=1)
         return out.logits
+
+    def _mask(self, all_valid: torch.Tensor, L: int, T: int) -> torch.Tensor:
+        """Additive 4-D mask [B, 1, T, L+T]: causal in slot order, holes hidden.
+
+        Only built when some slot is a hole; without holes the model's own causal path (mask None)
+        computes the same thing and lets SDPA use its faster causal kernels."""
+        B = all_valid.shape[0]
+        slot = torch.arange(L + T, device=self.device)
+        causal = slot[None, :] <= (L + torch.arange(T, device=self.device))[:, None]  # [T, L+T]
+        allowed = causal[None, :, :] & all_valid[:, None, :]                          # [B, T, L+T]
+        mask = torch.zeros(B, 1, T, L + T, dtype=self.dtype, device=self.device)
+        return mask.masked_fill_(~allowed[:, None], torch.finfo(self.dtype).min)
 
     def invalidate(self, rows: torch.Tensor, slots: torch.Tensor) -> None:
         """Turn (row, slot) pairs into holes, e.g. rejected draft tokens. rows, slots: [N]."""

@@ -67,6 +67,11 @@ def _hf(pair, prompts, max_new, **extra):
 
 def _assisted_kwargs(pair, depth):
     if pair.draft is not None:
+        # transformers reads these from the *assistant's* generation config, not from generate()'s
+        # arguments: left unset, the assistant would stop drafting below 0.4 confidence (its default)
+        gc = pair.draft.model.generation_config
+        gc.num_assistant_tokens, gc.num_assistant_tokens_schedule = depth, "constant"
+        gc.assistant_confidence_threshold = 0.0
         return {"assistant_model": pair.draft.model, "num_assistant_tokens": depth,
                 "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}
     if pair.draft_ref == "ngram":

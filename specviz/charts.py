@@ -1,0 +1,71 @@
+"""Plotly figures from plain data (lists and small dataclasses). No gradio, no torch."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import plotly.graph_objects as go
+
+ACCEPT, REJECT, BONUS, PLAIN = "#1a9850", "#d73027", "#2c7bb6", "#7f7f7f"
+LAYOUT = dict(margin=dict(l=48, r=16, t=40, b=40), height=300, template="plotly_white",
+              legend=dict(orientation="h", y=-0.25), font=dict(size=14))
+
+
+@dataclass
+class Series:
+    """A rolling time series for the live charts: x in seconds since the run started."""
+
+    x: list[float] = field(default_factory=list)
+    y: list[float | None] = field(default_factory=list)
+
+    def add(self, x: float, y: float | None, keep: int = 400) -> None:
+        self.x.append(x)
+        self.y.append(y)
+        if len(self.x) > keep:
+            del self.x[0], self.y[0]
+
+
+def _markers(fig, markers: list[tuple[float, str]]) -> None:
+    for x, label in markers[-12:]:
+        fig.add_vline(x=x, line_dash="dot", line_color="#999")
+        fig.add_annotation(x=x, y=1, yref="paper", text=label, showarrow=False, textangle=-90,
+                           xanchor="right", yanchor="top", font=dict(size=11, color="#666"))
+
+
+def throughput_figure(total: Series, per_row: dict[int, Series] | None = None,
+                      markers: list[tuple[float, str]] | None = None, title: str = "Tokens per second") -> go.Figure:
+    fig = go.Figure()
+    for row, s in sorted((per_row or {}).items())[:8]:
+        fig.add_trace(go.Scatter(x=s.x, y=s.y, mode="lines", name=f"row {row + 1}", line=dict(width=1),
+                                 opacity=0.5))
+    fig.add_trace(go.Scatter(x=total.x, y=total.y, mode="lines", name="all rows", line=dict(width=3,
+                                                                                         color=BONUS)))
+    _markers(fig, markers or [])
+    fig.update_layout(title=title, xaxis_title="seconds", yaxis_title="tokens/s", **LAYOUT)
+    return fig
+
+
+def hardware_figure(util: Series, mbu: Series, mfu: Series, util_label: str) -> go.Figure:
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=util.x, y=util.y, mode="lines", name=util_label, line=dict(color=PLAIN)))
+    fig.add_trace(go.Scatter(x=mbu.x, y=mbu.y, mode="lines+markers", name="MBU (bandwidth used)",
+                             line=dict(color=BONUS)))
+    fig.add_trace(go.Scatter(x=mfu.x, y=mfu.y, mode="lines+markers", name="MFU (compute used)",
+                             line=dict(color=REJECT)))
+    fig.update_layout(title="Hardware: busy ≠ used", xaxis_title="seconds", yaxis_title="%",
+                      yaxis_range=[0, 105], **LAYOUT)
+    return fig
+
+
+def acceptance_histogram(counts: list[int]) -> go.Figure:
+    """counts[n] = row-steps that kept n draft tokens."""
+    fig = go.Figure(go.Bar(x=list(range(len(counts))), y=counts, marker_color=ACCEPT))
+    fig.update_layout(title="Accepted drafts per row-step", xaxis_title="accepted tokens",
+                      yaxis_title="row-steps", **LAYOUT)
+    return fig
+
+
+def empty_figure(title: str, note: str) -> go.Figure:
+    fig = go.Figure()
+    fig.add_annotation(text=note, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False)
+    fig.update_layout(title=title, xaxis_visible=False, yaxis_visible=False, **LAYOUT)
+    return fig

@@ -1,0 +1,191 @@
+"""What the hardware is doing: calibrated peaks, a live utilisation sampler, and per-step derived metrics.
+
+- `calibrate()` measures this device's copy bandwidth and matmul FLOP/s in a given dtype (a second or
+  two), so MBU and MFU are fractions of what *this* machine reaches, not of a datasheet.
+- `Sampler` is a daemon thread sampling GPU utilisation/memory/power via NVML, or CPU utilisation and
+  RSS via psutil when there is no GPU. A reading that cannot be had (no NVML, a MIG slice, ZeroGPU's
+  main process) is `None` — shown as "unavailable", never as 0.
+- `step_metrics()` turns a step's bytes, FLOPs and time into achieved bandwidth / FLOP/s, MBU, MFU and
+  a regime label.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Peaks:
+    device: str
+    bandwidth: float     # bytes/s, measured with a large device-to-device copy
+    flops: float         # FLOP/s, measured with a large square matmul in `dtype`
+    dtype: str
+
+    @property
+    def ridge(self) -> float:
+        """FLOPs per byte at which compute time equals streaming time."""
+        return self.flops / self.bandwidth
+
+
+def _timed(fn, device, repeats: int) -> float:
+    import torch
+
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
+def calibrate(device=None, dtype=None, size_mb: int = 256, matmul_n: int = 1024, repeats: int = 5) -> Peaks:
+    """Measure copy bandwidth and matmul throughput on `device` (median of `repeats`)."""
+    import torch
+
+    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    n = size_mb * 2**20 // 4
+    src = torch.empty(n, dtype=torch.float32, device=device).fill_(1.0)
+    dst = torch.empty_like(src)
+    t_copy = _timed(lambda: dst.copy_(src), device, repeats)
+    bandwidth = 2 * src.numel() * 4 / t_copy           # a copy reads and writes every byte
+    if device.type == "cuda":
+        matmul_n = max(matmul_n, 8192)
+    a = torch.randn(matmul_n, matmul_n, dtype=dtype, device=device)
+    b = torch.randn(matmul_n, matmul_n, dtype=dtype, device=device)
+    t_mm = _timed(lambda: a @ b, device, repeats)
+    return Peaks(device.type, bandwidth, 2 * matmul_n**3 / t_mm, str(dtype).replace("torch.", ""))
+
+
+@dataclass
+class Sample:
+    t: float
+    util: float | None          # % busy (GPU: share of time a kernel ran; CPU: all cores)
+    memory: float | None        # bytes in use (GPU memory, or this process's RSS)
+    power: float | None         # watts (GPU only)
+    source: str                 # "nvml", "psutil" or "none"
+
+
+def _nvml_reader():
+    """A function returning (util %, memory bytes, power W) from NVML, or None when NVML is unusable."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        pynvml.nvmlDeviceGetUtilizationRates(handle)   # fails on MIG slices and some containers
+    except Exception:
+        return None
+
+    def read():
+        util = mem = power = None
+        try:
+            util = float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+        except Exception:
+            pass
+        try:
+            mem = float(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+        except Exception:
+            pass
+        try:
+            power = pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
+        except Exception:
+            pass
+        return util, mem, power
+    return read
+
+
+def _psutil_reader():
+    try:
+        import psutil
+    except Exception:
+        return None
+    proc = psutil.Process()
+    psutil.cpu_percent(None)   # prime: the first call has no interval to average over
+
+    def read():
+        return float(psutil.cpu_percent(None)), float(proc.memory_info().rss), None
+    return read
+
+
+@dataclass
+class Sampler:
+    """Samples hardware at `hz` in a daemon thread; `start()`/`stop()`; `recent()` for the charts."""
+
+    hz: float = 5.0
+    keep: int = 600
+    prefer_gpu: bool = True
+    samples: deque = field(default_factory=lambda: deque(maxlen=600))
+
+    def __post_init__(self):
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._read, self.source = None, "none"
+        if self.prefer_gpu:
+            self._read = _nvml_reader()
+            self.source = "nvml" if self._read else "none"
+        if self._read is None:
+            self._read = _psutil_reader()
+            self.source = "psutil" if self._read else "none"
+
+    def start(self) -> "Sampler":
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name="specviz-sampler", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(self.read_once())
+            self._stop.wait(1.0 / self.hz)
+
+    def read_once(self) -> Sample:
+        if self._read is None:
+            return Sample(time.time(), None, None, None, "none")
+        try:
+            util, mem, power = self._read()
+        except Exception:
+            util = mem = power = None
+        return Sample(time.time(), util, mem, power, self.source)
+
+    def recent(self, seconds: float = 30.0) -> list[Sample]:
+        cut = time.time() - seconds
+        return [s for s in list(self.samples) if s.t >= cut]
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    bandwidth: float        # achieved bytes/s
+    flops: float            # achieved FLOP/s
+    mbu: float | None       # bandwidth ÷ calibrated peak
+    mfu: float | None       # FLOP/s ÷ calibrated peak
+    regime: str             # "overhead-bound", "memory-bound" or "compute-bound"
+
+
+def step_metrics(flops: float, nbytes: float, seconds: float, peaks: Peaks | None) -> StepMetrics:
+    """Derived metrics for one forward pass (or a sum of them) that took `seconds`.
+
+    Regime rule: the roofline time is max(bytes/BW, FLOPs/peak). If the measured time is more than
+    twice that, neither memory nor compute explains it — launch/Python overhead does
+    ("overhead-bound"). Otherwise the larger of the two roofline terms names the regime.
+    """
+    seconds = max(seconds, 1e-9)
+    bw, fl = nbytes / seconds, flops / seconds
+    if peaks is None:
+        return StepMetrics(bw, fl, None, None, "unknown (not calibrated)")
+    t_mem, t_comp = nbytes / peaks.bandwidth, flops / peaks.flops
+    if seconds > 2 * max(t_mem, t_comp):
+        regime = "overhead-bound"
+    else:
+        regime = "memory-bound" if t_mem >= t_comp else "compute-bound"
+    return StepMetrics(bw, fl, bw / peaks.bandwidth, fl / peaks.flops, regime)
