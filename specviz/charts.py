@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 import plotly.graph_objects as go
 
 ACCEPT, REJECT, BONUS, PLAIN = "#1a9850", "#d73027", "#2c7bb6", "#7f7f7f"
-LAYOUT = dict(margin=dict(l=48, r=16, t=40, b=40), height=300, template="plotly_white",
-              legend=dict(orientation="h", y=-0.25), font=dict(size=14))
+LAYOUT = dict(margin=dict(l=48, r=16, t=40, b=90), height=330, template="plotly_white",
+              legend=dict(orientation="h", y=-0.32), font=dict(size=14))
 
 
 @dataclass
@@ -17,7 +17,7 @@ class Series:
     x: list[float] = field(default_factory=list)
     y: list[float | None] = field(default_factory=list)
 
-    def add(self, x: float, y: float | None, keep: int = 400) -> None:
+    def add(self, x: float, y: float | None, keep: int = 300) -> None:
         self.x.append(x)
         self.y.append(y)
         if len(self.x) > keep:

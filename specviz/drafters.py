@@ -4,7 +4,7 @@
   `make_layerskip_model`). It keeps its own `RaggedCache`. Each row's cache holds a prefix of the
   row's sequence (`fed[i]` tokens); the first draft pass of a step feeds whatever the row has not yet
   fed (usually the last emitted token, two after an all-accepted step, more after steps without
-  speculation), so the draft always catches up in one pass.
+  speculation, the whole prompt for a new row), so the draft always catches up in one pass.
 - `NgramDrafter`: prompt lookup (vLLM's `ngram`, transformers' `prompt_lookup_num_tokens`): find the
   latest earlier occurrence of the row's last n tokens and propose what followed. No model, no cache.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specviz.kvcache import RaggedCache, left_padded, prefill, timed_forward
+from specviz.kvcache import RaggedCache, left_padded, timed_forward
 from specviz.roofline import ZERO_COST, ModelSpec, PassCost, pass_cost
 from specviz.sampling import probabilities, sample
 
@@ -47,11 +47,11 @@ class ModelDrafter:
 
     # --- rows joining and leaving -------------------------------------------------------------
     def admit(self, prompts: list[list[int]]):
-        cache, secs, width = prefill(self.model, prompts, self.device, self.dtype, self.layer_map)
-        cost = pass_cost(self.spec, len(prompts), width, 0, logits=1, n_layers=self.n_layers)
-        self.cache.merge(cache)
-        self.fed += [len(p) - 1 for p in prompts]
-        return secs, cost
+        """New rows join with an empty draft cache: the first step that drafts feeds their whole
+        prompt (catch-up), so a run at depth 0 never pays for a draft prefill."""
+        self.cache.add_rows(len(prompts))
+        self.fed += [0] * len(prompts)
+        return 0.0, ZERO_COST
 
     def retire(self, keep: list[int]) -> None:
         self.cache.select(torch.tensor(keep, dtype=torch.long, device=self.device))

@@ -95,8 +95,9 @@ class RaggedCache:
         self.n_valid.index_add_(0, rows, -was.long())
 
     def _layers(self):
+        # initialised layers hold [B, heads, L, dim] tensors (B may be 0 after every row left)
         return [layer for layer in self.cache.layers if getattr(layer, "keys", None) is not None
-                and layer.keys.numel() > 0]
+                and layer.keys.dim() == 4]
 
     def compact(self, min_waste: float = 0.25, min_holes: int = 32) -> bool:
         """Drop holes when they make up more than `min_waste` of the cache (and at least `min_holes`
@@ -137,6 +138,17 @@ class RaggedCache:
             layer.keys = layer.keys[:, :, first:]
             layer.values = layer.values[:, :, first:]
         self.valid = self.valid[:, first:]
+
+    def add_rows(self, n: int) -> None:
+        """Append n rows that hold nothing yet (every slot a hole); their tokens arrive later."""
+        L = self.length
+        for layer in self._layers():
+            shape = list(layer.keys.shape)
+            shape[0] = n
+            layer.keys = torch.cat([layer.keys, layer.keys.new_zeros(shape)], dim=0)
+            layer.values = torch.cat([layer.values, layer.values.new_zeros(shape)], dim=0)
+        self.valid = torch.cat([self.valid, torch.zeros(n, L, dtype=torch.bool, device=self.device)])
+        self.n_valid = torch.cat([self.n_valid, torch.zeros(n, dtype=torch.long, device=self.device)])
 
     def merge(self, other: "RaggedCache") -> None:
         """Append the rows of `other` after ours; the shorter cache is left-padded with holes."""

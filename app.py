@@ -1,0 +1,36 @@
+"""SpecViz web app: `python app.py [--target REF] [--draft REF] [--host H] [--port P]`.
+
+Env: SPECVIZ_TARGET, SPECVIZ_DRAFT, SPECVIZ_HOST, SPECVIZ_PORT. Serves on 127.0.0.1:7860 by default
+(on Hugging Face Spaces, where SPACE_ID is set, on 0.0.0.0 as Spaces expects)."""
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def parse_args(argv=None):
+    on_space = bool(os.environ.get("SPACE_ID"))
+    p = argparse.ArgumentParser(description="SpecViz: speculative decoding, measured")
+    p.add_argument("--target", default=os.environ.get("SPECVIZ_TARGET"))
+    p.add_argument("--draft", default=os.environ.get("SPECVIZ_DRAFT"))
+    p.add_argument("--host", default=os.environ.get("SPECVIZ_HOST", "0.0.0.0" if on_space else "127.0.0.1"))
+    p.add_argument("--port", type=int, default=int(os.environ.get("SPECVIZ_PORT", "7860")))
+    args = p.parse_args(argv)
+    if bool(args.target) != bool(args.draft):
+        p.error("give both --target and --draft (or neither, for the presets)")
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    from specviz.ui import SpecVizApp, build_blocks
+    from specviz.ui.server import launch_kwargs
+
+    app = SpecVizApp(args.target, args.draft)
+    blocks = build_blocks(app)
+    blocks.queue(default_concurrency_limit=4)
+    blocks.launch(server_name=args.host, server_port=args.port, show_error=False, **launch_kwargs())
+
+
+if __name__ == "__main__":
+    main()

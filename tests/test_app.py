@@ -1,0 +1,130 @@
+"""The live playground, driven through its API (gradio_client) and in a real browser (Playwright +
+Debian's chromium)."""
+import shutil
+
+import pytest
+
+from apphelp import start_app, stop_app
+from specviz.ui.render import RowView, tokens_html
+from specviz.engine import RowStep
+
+
+@pytest.fixture(scope="module")
+def app_url(tiny_paths, tmp_path_factory):
+    log = tmp_path_factory.mktemp("app") / "app.log"
+    proc, url = start_app(tiny_paths["target"], "layerskip:1-2", log)
+    yield url
+    stop_app(proc)
+
+
+def _client(url):
+    from gradio_client import Client
+
+    return Client(url, verbose=False)
+
+
+def _pair_label(client):
+    params = client.view_api(return_format="dict", print_info=False)["named_endpoints"]["/generate"]["parameters"]
+    return next(p for p in params if p["parameter_name"] == "pair_label")["parameter_default"]
+
+
+def test_generate_endpoint_streams_exact_tokens(app_url, reference, prompts, tiny_paths):
+    c = _client(app_url)
+    job = c.submit("the quick brown", _pair_label(c), 3, 4, "fixed", 8, 0, 24, api_name="/generate")
+    updates = list(job)
+    assert len(updates) > 3                       # it streamed, step by step
+    outputs = job.outputs()
+    final = outputs[-1][-1]
+    assert final["done"] and not final["stopped"]
+    html_all = " ".join(str(o[0]) for o in outputs if isinstance(o[0], str))
+    for cls in ("tok-accepted", "tok-rejected", "tok-bonus"):
+        assert f'class="{cls}"' in html_all
+    # greedy output equals the target's own, for every row (the app applies no chat template to this
+    # tokenizer, which has none)
+    assert final["prompt_ids"] == prompts[0]
+    for row, out in enumerate(final["outputs"]):
+        assert out == reference(0, 24)
+
+
+def test_bad_input_is_a_message_not_a_crash(app_url):
+    from gradio_client.exceptions import AppError
+
+    c = _client(app_url)
+    with pytest.raises(AppError, match="prompt"):
+        c.predict("   ", _pair_label(c), 1, 4, "fixed", 8, 0, 16, api_name="/generate")
+    with pytest.raises(AppError, match="Out of range|greater than maximum"):
+        c.predict("hi", _pair_label(c), 99, 4, "fixed", 8, 0, 16, api_name="/generate")
+    with pytest.raises(AppError, match="Unknown model pair|not in the list of choices"):
+        c.predict("hi", "no such pair", 1, 4, "fixed", 8, 0, 16, api_name="/generate")
+    # the app still works afterwards
+    out = c.predict("the quick", _pair_label(c), 1, 2, "fixed", 8, 0, 8, api_name="/generate")
+    assert out[-1]["done"]
+
+
+def test_stop_cancels_a_running_generation(app_url):
+    c = _client(app_url)
+    job = c.submit("the quick brown", _pair_label(c), 2, 2, "fixed", 8, 0, 512, api_name="/generate")
+    seen = 0
+    for _ in job:
+        seen += 1
+        if seen == 3:
+            c.predict(api_name="/stop")
+    final = job.outputs()[-1][-1]
+    assert final["stopped"] is True
+    assert all(len(o) < 512 for o in final["outputs"])
+
+
+def test_markup_in_tokens_is_escaped():
+    view = RowView()
+    texts = {1: "<script>alert(1)</script>", 2: '<img src=x onerror="alert(2)">', 3: "&amp;"}
+    decode = lambda ids: "".join(texts.get(i, "") for i in ids)  # noqa: E731
+    view.add_step(0, RowStep(0, [1, 2], 1, [1, 3], "correction"), decode)
+    html = tokens_html(view)
+    assert "<script>" not in html and "<img" not in html
+    assert "&lt;script&gt;" in html and "&lt;img" in html and "&amp;amp;" in html
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_browser_run_slide_and_stop(app_url, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1300})
+        dialogs = []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.goto(app_url)
+        page.locator("#prompt textarea").fill('<script>alert("x")</script> the quick brown')
+        page.locator("#max-new-tokens input[type=number]").fill("512")
+        page.locator("#max-new-tokens input[type=number]").press("Enter")
+        page.locator("#batch-size input[type=number]").fill("8")     # a longer run, several rows
+        page.locator("#batch-size input[type=number]").press("Enter")
+        page.locator("#depth input[type=number]").fill("8")         # deep drafts: slow steps
+        page.locator("#depth input[type=number]").press("Enter")
+        page.locator("#run").click()
+        page.wait_for_selector("#tokens span.tok-bonus", timeout=60000)
+        page.wait_for_selector("#chart-throughput .js-plotly-plot", timeout=60000)
+        # slide depth to 0 mid-run: the following steps are plain decoding
+        depth = page.locator("#depth input[type=number]")
+        depth.fill("0", timeout=60000)
+        depth.press("Enter", timeout=60000)
+        page.wait_for_selector("#tokens span.tok-plain", timeout=30000)
+        page.locator("#stop").click()
+        try:
+            page.wait_for_function("document.querySelector('#status').innerText.includes('Stopped')",
+                                   timeout=30000)
+        finally:
+            page.screenshot(path=str(tmp_path / "stopped.png"), full_page=True)
+            shutil.copy(tmp_path / "stopped.png", "/tmp/specviz-stopped.png")
+        spans = page.eval_on_selector_all(
+            "#tokens span", "els => els.map(e => e.className)")
+        kinds = {"tok-accepted", "tok-rejected", "tok-bonus", "tok-plain"}
+        assert spans and all(c in kinds for c in spans)     # exactly one token class per span
+        assert {"tok-bonus", "tok-plain"} <= set(spans)
+        assert page.locator("#tokens script").count() == 0 and not dialogs
+        assert page.locator("#rows .row-line").count() == 8
+        browser.close()
