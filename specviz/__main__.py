@@ -27,13 +27,14 @@ def _quiet_libraries() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from specviz.cli import bench, generate, tiny
+    from specviz.cli import bench, download, generate, tiny
 
     p = _Parser(prog="python -m specviz", description="SpecViz: speculative decoding, measured.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     generate.add_parser(sub)
     bench.add_parser(sub)
     tiny.add_parser(sub)
+    download.add_parser(sub)
     return p
 
 
