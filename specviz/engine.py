@@ -222,7 +222,8 @@ class SpeculativeEngine:
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
         self.cache = RaggedCache(0, self.device, self.dtype)
         self.rows, self.finished, self.totals = [], {}, RunTotals()
-        self.drafter.retire([])
+        with torch.inference_mode():
+            self.drafter.retire([])
         self._next_id, self._spent = 0, 0
         last = None
         step = 0
@@ -230,11 +231,14 @@ class SpeculativeEngine:
             ks = knobs.snapshot()
             changes = _describe_changes(last, ks)
             last = ks
-            retired = self._fit_batch(ks.batch_size)
-            prefill_s = self._admit(ks.batch_size)
-            if not self.rows:
-                break
-            ev = self._step(step, ks, prefill_s, changes, retired)
+            # inference mode is thread-local: the UI runs each step in whichever worker thread
+            # pulls the generator, so it is entered here, per step, not once at load time
+            with torch.inference_mode():
+                retired = self._fit_batch(ks.batch_size)
+                prefill_s = self._admit(ks.batch_size)
+                if not self.rows:
+                    break
+                ev = self._step(step, ks, prefill_s, changes, retired)
             self.totals.add(ev)
             ks.policy.observe(StepObservation(ev.batch_size, ev.depth, ev.drafted, ev.accepted, ev.draft_s,
                                               self._last_draft_passes, ev.verify_s, ev.tokens_per_pass))

@@ -105,21 +105,25 @@ def test_browser_run_slide_and_stop(app_url, tmp_path):
         page.locator("#batch-size input[type=number]").press("Enter")
         page.locator("#depth input[type=number]").fill("8")         # deep drafts: slow steps
         page.locator("#depth input[type=number]").press("Enter")
+        # run 1: Stop while deep drafts make every step slow; the status says so within a step
         page.locator("#run").click()
         page.wait_for_selector("#tokens span.tok-bonus", timeout=60000)
+        page.locator("#stop").click()
+        page.wait_for_function("document.querySelector('#status').innerText.includes('Stopped')",
+                               timeout=30000)
+        # run 2 starts clean; slide depth to 0 mid-run: the following steps are plain decoding
+        page.locator("#run").click()
+        page.wait_for_function("document.querySelector('#status').innerText.includes('Running')",
+                               timeout=30000)
         page.wait_for_selector("#chart-throughput .js-plotly-plot", timeout=60000)
-        # slide depth to 0 mid-run: the following steps are plain decoding
         depth = page.locator("#depth input[type=number]")
         depth.fill("0", timeout=60000)
         depth.press("Enter", timeout=60000)
-        page.wait_for_selector("#tokens span.tok-plain", timeout=30000)
-        page.locator("#stop").click()
         try:
-            page.wait_for_function("document.querySelector('#status').innerText.includes('Stopped')",
-                                   timeout=30000)
+            page.wait_for_selector("#tokens span.tok-plain", timeout=60000)
         finally:
-            page.screenshot(path=str(tmp_path / "stopped.png"), full_page=True)
-            shutil.copy(tmp_path / "stopped.png", "/tmp/specviz-stopped.png")
+            page.screenshot(path=str(tmp_path / "playground.png"), full_page=True)
+            shutil.copy(tmp_path / "playground.png", "/tmp/specviz-playground.png")
         spans = page.eval_on_selector_all(
             "#tokens span", "els => els.map(e => e.className)")
         kinds = {"tok-accepted", "tok-rejected", "tok-bonus", "tok-plain"}
