@@ -84,6 +84,15 @@ def test_markup_in_tokens_is_escaped():
     assert "&lt;script&gt;" in html and "&lt;img" in html and "&amp;amp;" in html
 
 
+def _wait_status(page, text: str, timeout_ms: int = 60000) -> None:
+    try:
+        page.wait_for_function(f"document.querySelector('#status').innerText.includes('{text}')",
+                               timeout=timeout_ms)
+    except Exception as exc:
+        raise AssertionError(f"status never said {text!r}; it says "
+                             f"{page.locator('#status').inner_text()!r}") from exc
+
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -109,12 +118,10 @@ def test_browser_run_slide_and_stop(app_url, tmp_path):
         page.locator("#run").click()
         page.wait_for_selector("#tokens span.tok-bonus", timeout=60000)
         page.locator("#stop").click()
-        page.wait_for_function("document.querySelector('#status').innerText.includes('Stopped')",
-                               timeout=30000)
+        _wait_status(page, "Stopped")
         # run 2 starts clean; slide depth to 0 mid-run: the following steps are plain decoding
         page.locator("#run").click()
-        page.wait_for_function("document.querySelector('#status').innerText.includes('Running')",
-                               timeout=30000)
+        _wait_status(page, "Running")
         page.wait_for_selector("#chart-throughput .js-plotly-plot", timeout=60000)
         depth = page.locator("#depth input[type=number]")
         depth.fill("0", timeout=60000)
