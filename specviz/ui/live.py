@@ -30,12 +30,17 @@ class LiveRun:
     hist: list = field(default_factory=lambda: [0] * 17)
     recent: deque = field(default_factory=lambda: deque(maxlen=6))
     regime: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock)   # record() and figures() race
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
 
     def record(self, ev: StepEvent) -> None:
-        """Fold one step into the chart series."""
+        """Fold one step into the chart series (called by the generating thread)."""
+        with self.lock:
+            self._record(ev)
+
+    def _record(self, ev: StepEvent) -> None:
         now = self.elapsed()
         self.recent.append(ev)
         secs = sum(e.wall_s for e in self.recent)
@@ -53,11 +58,17 @@ class LiveRun:
         self.regime = m.regime
         self.mbu.add(now, None if m.mbu is None else 100 * m.mbu)
         self.mfu.add(now, None if m.mfu is None else 100 * m.mfu)
-        if self.sampler is not None:
-            for s in self.sampler.recent(2.0)[-3:]:
-                self.util.add(now, s.util)
 
     def figures(self):
+        """The three live figures (called by the chart timer's thread, ~4 times a second)."""
+        with self.lock:
+            if self.sampler is not None:
+                latest = self.sampler.recent(1.0)
+                if latest:
+                    self.util.add(self.elapsed(), latest[-1].util)
+            return self._figures()
+
+    def _figures(self):
         util_label = {"nvml": "GPU busy (NVML)", "psutil": "CPU busy (psutil)"}.get(
             self.sampler.source if self.sampler else "none", "utilisation unavailable")
         return (charts.throughput_figure(self.tps, self.per_row, self.markers),

@@ -101,6 +101,10 @@ class SpecVizApp:
         except (EngineError, PolicyError, TypeError, ValueError) as exc:
             gr.Warning(str(exc))
 
+    def figures(self, session: str):
+        live = self.runs.get(session)
+        return live.figures() if live is not None else (gr.skip(),) * 3
+
     def stop(self, session: str) -> None:
         live = self.runs.get(session)
         if live is not None:
