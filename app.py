@@ -1,6 +1,7 @@
 """SpecViz web app: `python app.py [--target REF] [--draft REF] [--host H] [--port P]`.
 
-Env: SPECVIZ_TARGET, SPECVIZ_DRAFT, SPECVIZ_HOST, SPECVIZ_PORT. Serves on 127.0.0.1:7860 by default
+Env: SPECVIZ_TARGET, SPECVIZ_DRAFT, SPECVIZ_HOST, SPECVIZ_PORT, and SPECVIZ_ALLOW_CUSTOM=1 to let
+visitors type their own "draft → target" pair (off by default: on a shared Space any hub id would load). Serves on 127.0.0.1:7860 by default
 (on Hugging Face Spaces, where SPACE_ID is set, on 0.0.0.0 as Spaces expects)."""
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def main(argv=None) -> None:
     from specviz.ui import SpecVizApp, build_blocks
     from specviz.ui.server import launch_kwargs
 
-    app = SpecVizApp(args.target, args.draft)
+    allow_custom = os.environ.get("SPECVIZ_ALLOW_CUSTOM", "0").lower() in ("1", "true", "yes")
+    app = SpecVizApp(args.target, args.draft, allow_custom=allow_custom)
     blocks = build_blocks(app)
     blocks.queue(default_concurrency_limit=4)
     blocks.launch(server_name=args.host, server_port=args.port, show_error=False, **launch_kwargs())

@@ -139,3 +139,21 @@ def test_browser_run_slide_and_stop(app_url, tmp_path):
         assert page.locator("#tokens script").count() == 0 and not dialogs
         assert page.locator("#rows .row-line").count() == 8
         browser.close()
+
+
+def test_free_form_pairs_only_when_enabled(tiny_paths, tmp_path, app_url):
+    from gradio_client.exceptions import AppError
+
+    typed = f"ngram -> {tiny_paths['target']}"
+    with pytest.raises(AppError):          # the default app refuses typed pairs
+        _client(app_url).predict("the quick", typed, 1, 2, "fixed", 8, 0, 8, api_name="/generate")
+    proc, url = start_app(tiny_paths["target"], "layerskip:1-2", tmp_path / "custom.log",
+                          {"SPECVIZ_ALLOW_CUSTOM": "1"})
+    try:
+        c = _client(url)
+        out = c.predict("the quick", typed, 1, 2, "fixed", 8, 0, 8, api_name="/generate")
+        assert out[-1]["done"] and len(out[-1]["outputs"][0]) == 8
+        with pytest.raises(AppError, match="DRAFT → TARGET"):
+            c.predict("the quick", "just-one-model", 1, 2, "fixed", 8, 0, 8, api_name="/generate")
+    finally:
+        stop_app(proc)

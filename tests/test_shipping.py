@@ -22,7 +22,8 @@ def test_spacefile_is_valid_and_in_sync():
     assert micro["primary"] is True and "app.py" in micro["run"]
     assert micro["engine"].startswith("python")
     names = {e["name"] for e in micro["presets"]["env"]}
-    assert names == app_env_names() == {"SPECVIZ_TARGET", "SPECVIZ_DRAFT", "SPECVIZ_HOST", "SPECVIZ_PORT"}
+    assert names == app_env_names() == {"SPECVIZ_TARGET", "SPECVIZ_DRAFT", "SPECVIZ_HOST", "SPECVIZ_PORT",
+                                              "SPECVIZ_ALLOW_CUSTOM"}
     assert all(e.get("description") and "default" in e for e in micro["presets"]["env"])
 
 

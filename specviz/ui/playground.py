@@ -56,7 +56,9 @@ def build(app) -> None:
     choices = [c.label for c in app.choices]
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=320):
-            pair = gr.Dropdown(choices, value=choices[0], label="Draft → target pair", elem_id="pair")
+            pair = gr.Dropdown(choices, value=choices[0], label="Draft → target pair", elem_id="pair",
+                               allow_custom_value=app.allow_custom,
+                               info='or type "DRAFT → TARGET" (model references)' if app.allow_custom else None)
             prompt = gr.Textbox(EXAMPLES[0], label="Prompt", lines=3, elem_id="prompt")
             gr.Examples(EXAMPLES, inputs=prompt, label="Examples")
             batch = gr.Slider(1, MAX_BATCH, value=1, step=1, label="Batch size (rows)", elem_id="batch-size")

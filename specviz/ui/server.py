@@ -2,6 +2,7 @@
 playground wires to its buttons and sliders."""
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ from specviz.hardware import Peaks, Sampler, calibrate
 from specviz.models import ModelError
 from specviz.policies import PolicyError
 from specviz.ui import playground
-from specviz.ui.catalog import PairCache, available_choices, hub_is_offline
+from specviz.ui.catalog import PairCache, PairChoice, available_choices, hub_is_offline
 from specviz.ui.live import LiveRun, LiveRuns
 
 MIN_UPDATE_S = 0.2   # ≤ 5 updates a second: faster only makes the browser steal the CPU
@@ -22,8 +23,9 @@ ASSETS = Path(__file__).resolve().parents[2] / "assets"
 
 class SpecVizApp:
     def __init__(self, target: str | None = None, draft: str | None = None, device: str | None = None,
-                 preload: bool = True, calibrate_peaks: bool = True):
+                 preload: bool = True, calibrate_peaks: bool = True, allow_custom: bool = False):
         self.choices = available_choices(target, draft)
+        self.allow_custom = allow_custom
         self.cache = PairCache(device)
         self.runs = LiveRuns()
         self.sampler = Sampler().start()
@@ -46,6 +48,12 @@ class SpecVizApp:
         for c in self.choices:
             if c.label == label:
                 return c
+        if self.allow_custom:
+            parts = re.split(r"\s*(?:→|->)\s*", str(label or "").strip())
+            if len(parts) == 2 and all(parts):
+                return PairChoice(f"{parts[0]} → {parts[1]}", parts[1], parts[0], "Custom pair.")
+            raise gr.Error('Type a custom pair as "DRAFT → TARGET" (or DRAFT -> TARGET), e.g. '
+                           '"ngram -> HuggingFaceTB/SmolLM2-360M-Instruct".')
         raise gr.Error(f"Unknown model pair: {label!r}. Pick one from the list.")
 
     # --- handlers -----------------------------------------------------------------------------
