@@ -27,7 +27,7 @@ def _quiet_libraries() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from specviz.cli import bench, download, generate, tiny
+    from specviz.cli import bench, download, generate, hardware_cmds, tiny
 
     p = _Parser(prog="python -m specviz", description="SpecViz: speculative decoding, measured.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_parser(sub)
     tiny.add_parser(sub)
     download.add_parser(sub)
+    hardware_cmds.add_parsers(sub)
     return p
 
 

@@ -69,3 +69,26 @@ def empty_figure(title: str, note: str) -> go.Figure:
     fig.add_annotation(text=note, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False)
     fig.update_layout(title=title, xaxis_visible=False, yaxis_visible=False, **LAYOUT)
     return fig
+
+
+def knee_figure(tokens: list[int], seconds: list[float], knee: float, predicted: float) -> go.Figure:
+    fig = go.Figure(go.Scatter(x=tokens, y=[1000 * s for s in seconds], mode="lines+markers",
+                               name="measured latency", line=dict(color=BONUS)))
+    fig.add_vline(x=knee, line_dash="dot", line_color=REJECT, annotation_text=f"measured knee ≈ {knee:.0f}")
+    fig.add_vline(x=predicted, line_dash="dash", line_color=PLAIN,
+                  annotation_text=f"predicted ridge ≈ {predicted:.0f}", annotation_position="bottom right")
+    fig.update_layout(title="Forward latency vs tokens per pass", xaxis_type="log",
+                      xaxis_title="tokens per pass", yaxis_title="ms", **LAYOUT)
+    return fig
+
+
+def sweep_figure(rows: list[dict], batches: list[int], depths: list[int]) -> go.Figure:
+    """Heatmap of throughput relative to plain decoding (depth 0) at each batch size."""
+    base = {r["batch_size"]: r["tokens_per_s"] for r in rows if r["depth"] == 0}
+    z = [[next((r["tokens_per_s"] / base[b] if base.get(b) else r["tokens_per_s"])
+               for r in rows if r["batch_size"] == b and r["depth"] == k) for b in batches] for k in depths]
+    fig = go.Figure(go.Heatmap(z=z, x=[str(b) for b in batches], y=[str(k) for k in depths],
+                               colorscale="RdYlGn", zmid=1.0, colorbar=dict(title="× plain")))
+    fig.update_layout(title="Speculation speed-up over plain decoding", xaxis_title="batch size",
+                      yaxis_title="depth k", **LAYOUT)
+    return fig

@@ -189,3 +189,44 @@ def step_metrics(flops: float, nbytes: float, seconds: float, peaks: Peaks | Non
     else:
         regime = "memory-bound" if t_mem >= t_comp else "compute-bound"
     return StepMetrics(bw, fl, bw / peaks.bandwidth, fl / peaks.flops, regime)
+
+
+def find_knee(tokens: list[int], seconds: list[float]) -> float:
+    """Where latency leaves its flat part, fitting t(n) ≈ max(a, b·n).
+
+    a = the flat floor (median of the three smallest latencies), b = the slope of the compute-bound
+    tail (median of t/n over the largest third of n). The knee is a / b, in tokens per pass."""
+    pts = sorted(zip(tokens, seconds))
+    floor = sorted(t for _, t in pts)[: max(1, min(3, len(pts)))]
+    a = floor[len(floor) // 2]
+    tail = pts[-max(2, len(pts) // 3):]
+    slopes = sorted(t / n for n, t in tail)
+    b = slopes[len(slopes) // 2]
+    return a / b if b > 0 else float("inf")
+
+
+def measure_latency(model, tokens_per_pass: list[int], context: int, device, dtype, repeats: int = 5):
+    """Median target forward latency for n new tokens on top of a `context`-token cache."""
+    import torch
+    from transformers import DynamicCache
+
+    out = []
+    vocab = model.get_input_embeddings().weight.shape[0]
+    with torch.inference_mode():
+        ctx_ids = torch.randint(0, vocab, (1, context), device=device)
+        for n in tokens_per_pass:
+            times = []
+            for r in range(repeats + 1):
+                cache = DynamicCache()
+                model(input_ids=ctx_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                ids = torch.randint(0, vocab, (1, n), device=device)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                t0 = time.perf_counter()
+                model(input_ids=ids, past_key_values=cache, use_cache=True)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                if r:
+                    times.append(time.perf_counter() - t0)
+            out.append(sorted(times)[len(times) // 2])
+    return out

@@ -148,3 +148,75 @@ def walltime_improvement(alpha: float, depth: int, c: float) -> float:
 def arithmetic_increase(alpha: float, depth: int, c_hat: float) -> float:
     """Expected factor of extra arithmetic: (1 − α)(γĉ + γ + 1) / (1 − α^(γ+1))  (theorem 3.11)."""
     return (depth * c_hat + depth + 1) / expected_tokens_per_pass(alpha, depth)
+
+
+# --- what-if presets (datasheet numbers; dense bf16 tensor FLOP/s without sparsity) ------------------
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    bandwidth: float   # bytes/s
+    flops: float       # dense bf16 FLOP/s
+    source: str
+
+    @property
+    def ridge(self) -> float:
+        return self.flops / self.bandwidth
+
+
+GPUS = {g.name: g for g in [
+    GpuSpec("H100 SXM", 3.35e12, 989e12, "NVIDIA H100 datasheet: 3.35 TB/s HBM3, 989 TFLOPS bf16 dense"),
+    GpuSpec("H200", 4.8e12, 989e12, "NVIDIA H200 datasheet: 4.8 TB/s HBM3e, 989 TFLOPS bf16 dense"),
+    GpuSpec("A100 80GB", 2.039e12, 312e12, "NVIDIA A100 datasheet: 2,039 GB/s (SXM), 312 TFLOPS bf16"),
+    GpuSpec("L4", 300e9, 121e12, "NVIDIA L4 datasheet: 300 GB/s, 242 TFLOPS bf16 with sparsity → 121 dense"),
+    GpuSpec("T4", 320e9, 65e12, "NVIDIA T4 datasheet: 320 GB/s, 65 TFLOPS fp16 (no bf16)"),
+    GpuSpec("A10G", 600e9, 70e12, "AWS/NVIDIA A10G: 600 GB/s, ~70 TFLOPS bf16 dense"),
+    GpuSpec("RTX PRO 6000 Blackwell", 1.792e12, 503.8e12,
+            "NVIDIA RTX PRO 6000 Blackwell datasheet: 1,792 GB/s; 4 PFLOPS fp4 sparse → ~504 TFLOPS bf16 dense"),
+]}
+
+MODELS = {m.name: m for m in [
+    # shapes from each model's config.json on the Hugging Face hub
+    ModelSpec("SmolLM2-135M", 30, 576, 9, 3, 64, 1536, 49152, True),
+    ModelSpec("SmolLM2-360M", 32, 960, 15, 5, 64, 2560, 49152, True),
+    ModelSpec("SmolLM2-1.7B", 24, 2048, 32, 32, 64, 8192, 49152, True),
+    ModelSpec("Qwen2.5-0.5B", 24, 896, 14, 2, 64, 4864, 151936, True),
+    ModelSpec("Qwen2.5-7B", 28, 3584, 28, 4, 128, 18944, 152064, False),
+    # the article's example: Qwen3.5-27B streams ~27 B active parameters per token (shape approximated
+    # as a dense 64-layer model of that size)
+    ModelSpec("Qwen3.5-27B (article)", 64, 5120, 40, 8, 128, 25600, 151936, False),
+    ModelSpec("Llama-3-70B", 80, 8192, 64, 8, 128, 28672, 128256, False),
+]}
+
+
+def predicted_knee(spec: ModelSpec, bandwidth: float, flops: float, context: int = 512,
+                   max_tokens: int = 65536) -> int:
+    """Tokens per pass at which the roofline turns from memory- to compute-bound for this model."""
+    n = 1
+    while n < max_tokens:
+        c = pass_cost(spec, 1, n, context)
+        if c.flops / flops >= c.bytes / bandwidth:
+            return n
+        n += max(1, n // 16)
+    return max_tokens
+
+
+def spec_throughput(batch: int, depth: int, alpha: float, c: float, target_step) -> float:
+    """Tokens/s of batch × speculation: `target_step(n)` is the target's time for n tokens per pass,
+    a draft step costs c × target_step(batch)."""
+    t = depth * c * target_step(batch) + target_step(batch * (depth + 1))
+    return batch * expected_tokens_per_pass(alpha, depth) / t
+
+
+def best_depth(batch: int, alpha: float, c: float, target_step, max_depth: int = 16) -> int:
+    return max(range(max_depth + 1), key=lambda k: spec_throughput(batch, k, alpha, c, target_step))
+
+
+def crossover_batch(alpha: float, c: float, target_step, max_batch: int = 1024) -> int | None:
+    """Smallest batch size at which no depth beats plain decoding (speculation stops paying)."""
+    b = 1
+    while b <= max_batch:
+        if best_depth(b, alpha, c, target_step) == 0:
+            return b
+        b *= 2
+    return None

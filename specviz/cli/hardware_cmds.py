@@ -1,0 +1,125 @@
+"""`python -m specviz calibrate | roofline | sweep`: measure this machine."""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+from specviz.cli.common import DEFAULT_PROMPTS, add_pair_args
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("calibrate", help="measure this device's copy bandwidth and matmul FLOP/s")
+    p.add_argument("--device", default=None)
+    p.set_defaults(func=run_calibrate)
+
+    p = sub.add_parser("roofline", help="measure target latency against tokens per pass and find the knee")
+    p.add_argument("--target", default="smollm2-135m-offline")
+    p.add_argument("--device", default=None)
+    p.add_argument("--max-tokens", type=int, default=None, help="largest tokens per pass (CPU 128, GPU 512)")
+    p.add_argument("--context", type=int, default=256, help="cached tokens each pass attends to")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", default="runs/roofline", help="folder for JSON and HTML")
+    p.set_defaults(func=run_roofline)
+
+    p = sub.add_parser("sweep", help="measure throughput over batch sizes × depths")
+    add_pair_args(p)
+    p.add_argument("--batch-sizes", default="1,2,4,8,16,32,64")
+    p.add_argument("--depths", default="0,1,2,4,8")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--prompt", default=DEFAULT_PROMPTS[0])
+    p.add_argument("--out", default="runs/sweep", help="folder for CSV, JSON and HTML")
+    p.set_defaults(func=run_sweep)
+
+
+def _ints(text: str, what: str, lo: int, hi: int) -> list[int]:
+    from specviz.engine import EngineError
+
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise EngineError(f"--{what} takes comma-separated whole numbers, got {text!r}")
+    if not vals or any(not lo <= v <= hi for v in vals):
+        raise EngineError(f"--{what} values must be {lo}-{hi}, got {text!r}")
+    return vals
+
+
+def run_calibrate(args) -> int:
+    from specviz.hardware import calibrate
+    from specviz.models import pick_device
+
+    peaks = calibrate(pick_device(args.device))
+    print(json.dumps({"device": peaks.device, "dtype": peaks.dtype, "bandwidth_GBps": peaks.bandwidth / 1e9,
+                      "flops_TFLOPs": peaks.flops / 1e12, "ridge_flop_per_byte": peaks.ridge}))
+    return 0
+
+
+def run_roofline(args) -> int:
+    from specviz import charts
+    from specviz.hardware import calibrate, find_knee, measure_latency
+    from specviz.models import load_model
+    from specviz.roofline import predicted_knee, spec_from_config
+
+    loaded = load_model(args.target, args.device)
+    cap = args.max_tokens or (512 if loaded.device.type == "cuda" else 128)
+    ns = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, 512} & set(range(1, cap + 1)) | {cap})
+    peaks = calibrate(loaded.device, loaded.dtype)
+    secs = measure_latency(loaded.model, ns, args.context, loaded.device, loaded.dtype, args.repeats)
+    spec = spec_from_config(loaded.config_dict, args.target, 2.0 if loaded.device.type == "cuda" else 4.0)
+    result = {"target": args.target, "device": peaks.device, "context": args.context,
+              "tokens_per_pass": ns, "latency_s": secs, "measured_knee": find_knee(ns, secs),
+              "predicted_knee": predicted_knee(spec, peaks.bandwidth, peaks.flops, args.context),
+              "bandwidth": peaks.bandwidth, "flops": peaks.flops}
+    for n, t in zip(ns, secs):
+        print(f"{n:5d} tokens/pass: {1000 * t:8.2f} ms  ({n / t:8.1f} tokens/s)")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "roofline.json").write_text(json.dumps(result, indent=1))
+    charts.knee_figure(ns, secs, result["measured_knee"], result["predicted_knee"]).write_html(
+        out / "roofline.html", include_plotlyjs=True)
+    print(json.dumps({k: result[k] for k in ("measured_knee", "predicted_knee")}))
+    return 0
+
+
+def run_sweep(args) -> int:
+    from specviz import charts
+    from specviz.engine import Knobs
+    from specviz.pipeline import encode_prompt, load_pair
+
+    batches = _ints(args.batch_sizes, "batch-sizes", 1, 64)
+    depths = _ints(args.depths, "depths", 0, 16)
+    pair = load_pair(args.target, args.draft, args.device)
+    prompt = encode_prompt(pair.tokenizer, args.prompt)
+    list(pair.engine().generate([prompt], Knobs(depth=max(depths), batch_size=1), 4))   # warm-up
+    rows, total, done = [], len(batches) * len(depths), 0
+    for b in batches:
+        for k in depths:
+            eng = pair.engine()
+            t0 = time.perf_counter()
+            list(eng.generate([prompt] * b, Knobs(depth=k, batch_size=b), args.max_new_tokens))
+            wall = time.perf_counter() - t0
+            t = eng.totals
+            rows.append({"batch_size": b, "depth": k, "tokens_per_s": t.tokens / wall,
+                         "decode_tokens_per_s": t.tokens_per_s, "acceptance_rate": t.acceptance_rate,
+                         "flops_ratio": t.flops_ratio, "tokens": t.tokens})
+            done += 1
+            bar = "#" * (30 * done // total)
+            print(f"\r[{bar:<30}] {done}/{total} B={b} k={k}: {t.tokens / wall:7.1f} tok/s", end="",
+                  file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "sweep.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    best = {b: max((r for r in rows if r["batch_size"] == b), key=lambda r: r["tokens_per_s"])["depth"]
+            for b in batches}
+    (out / "sweep.json").write_text(json.dumps({"target": args.target, "draft": args.draft, "rows": rows,
+                                                "best_depth": best}, indent=1))
+    charts.sweep_figure(rows, batches, depths).write_html(out / "sweep.html", include_plotlyjs=True)
+    print("batch → best depth: " + ", ".join(f"{b}→{k}" for b, k in best.items()))
+    print(json.dumps({"best_depth": best}))
+    return 0

@@ -1,0 +1,93 @@
+"""Calibration, the sampler without NVML, derived metrics, knee detection, what-if presets, sweep CLI."""
+import builtins
+import json
+
+import pytest
+
+from specviz import hardware as hw
+from specviz import roofline as rf
+
+
+@pytest.mark.parametrize("knee", [8, 40, 200])
+def test_find_knee_on_synthetic_curves(knee):
+    a = 0.01
+    ns = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+    ts = [max(a, a * n / knee) * (1 + 0.02 * (i % 2)) for i, n in enumerate(ns)]
+    assert hw.find_knee(ns, ts) == pytest.approx(knee, rel=0.15)
+
+
+def _block(names):
+    real = builtins.__import__
+
+    def fake(name, *a, **k):
+        if name.split(".")[0] in names:
+            raise ImportError(name)
+        return real(name, *a, **k)
+    return fake
+
+
+def test_sampler_without_nvml_falls_back_to_psutil(monkeypatch):
+    monkeypatch.setattr(builtins, "__import__", _block({"pynvml"}))
+    s = hw.Sampler(hz=50)
+    assert s.source == "psutil"
+    sample = s.read_once()
+    assert sample.util is not None and sample.memory > 0 and sample.power is None
+
+
+def test_sampler_with_nothing_reports_unavailable_not_zero(monkeypatch):
+    monkeypatch.setattr(builtins, "__import__", _block({"pynvml", "psutil"}))
+    s = hw.Sampler(hz=50).start()
+    try:
+        sample = s.read_once()
+        assert s.source == "none" and sample.util is None and sample.memory is None
+    finally:
+        s.stop()
+
+
+def test_calibration_is_positive_and_plausible():
+    peaks = hw.calibrate(size_mb=32, matmul_n=256, repeats=2)
+    assert 1e8 < peaks.bandwidth < 1e13        # 0.1 GB/s … 10 TB/s
+    assert 1e8 < peaks.flops < 1e16
+    assert peaks.ridge > 0
+
+
+def test_regimes():
+    peaks = hw.Peaks("test", bandwidth=100.0, flops=1000.0, dtype="f32")
+    assert hw.step_metrics(flops=10, nbytes=100, seconds=1.0, peaks=peaks).regime == "memory-bound"
+    assert hw.step_metrics(flops=2000, nbytes=100, seconds=2.0, peaks=peaks).regime == "compute-bound"
+    assert hw.step_metrics(flops=10, nbytes=100, seconds=5.0, peaks=peaks).regime == "overhead-bound"
+    m = hw.step_metrics(flops=500, nbytes=50, seconds=1.0, peaks=peaks)
+    assert m.mbu == pytest.approx(0.5) and m.mfu == pytest.approx(0.5)
+    assert hw.step_metrics(1, 1, 1, None).mbu is None
+
+
+def test_presets_and_whatif():
+    assert rf.GPUS["H100 SXM"].ridge == pytest.approx(295, rel=0.01)
+    assert rf.GPUS["H200"].ridge == pytest.approx(206, rel=0.01)
+    assert 130e6 < rf.MODELS["SmolLM2-135M"].params < 140e6
+    assert 6.5e9 < rf.MODELS["Qwen2.5-7B"].params < 8e9
+    # bf16 weights, 2 FLOPs per parameter: the knee sits near the ridge / 1 FLOP-per-byte
+    h200 = rf.GPUS["H200"]
+    knee = rf.predicted_knee(rf.MODELS["Qwen2.5-7B"], h200.bandwidth, h200.flops, context=256)
+    assert 120 < knee < 260
+    # memory-bound step model: flat up to 64 tokens per pass, linear after
+    step = lambda n: max(1.0, n / 64)  # noqa: E731
+    assert rf.best_depth(1, 0.8, 0.05, step) >= 4
+    assert rf.best_depth(64, 0.8, 0.05, step) == 0
+    cross = rf.crossover_batch(0.8, 0.05, step)
+    assert cross is not None and 4 <= cross <= 64
+
+
+def test_sweep_cli_end_to_end(tiny_paths, tmp_path):
+    from test_models_and_cli import cli
+
+    out = tmp_path / "sweep"
+    r = cli("sweep", "--target", tiny_paths["target"], "--draft", "layerskip:1-2", "--batch-sizes", "1,2",
+            "--depths", "0,2", "--max-new-tokens", "4", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    data = json.loads((out / "sweep.json").read_text())
+    assert len(data["rows"]) == 4 and set(data["best_depth"]) == {"1", "2"}
+    assert (out / "sweep.csv").read_text().startswith("batch_size,depth,tokens_per_s")
+    assert "plotly" in (out / "sweep.html").read_text()[:20000].lower()
+    bad = cli("sweep", "--target", tiny_paths["target"], "--draft", "ngram", "--depths", "0,99")
+    assert bad.returncode != 0 and "depths" in bad.stderr
