@@ -47,9 +47,9 @@ def throughput_figure(total: Series, per_row: dict[int, Series] | None = None,
 def hardware_figure(util: Series, mbu: Series, mfu: Series, util_label: str) -> go.Figure:
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=util.x, y=util.y, mode="lines", name=util_label, line=dict(color=PLAIN)))
-    fig.add_trace(go.Scatter(x=mbu.x, y=mbu.y, mode="lines+markers", name="MBU (bandwidth used)",
+    fig.add_trace(go.Scatter(x=mbu.x, y=mbu.y, mode="lines+markers", name="MBU (est. bytes ÷ time ÷ peak)",
                              line=dict(color=BONUS)))
-    fig.add_trace(go.Scatter(x=mfu.x, y=mfu.y, mode="lines+markers", name="MFU (compute used)",
+    fig.add_trace(go.Scatter(x=mfu.x, y=mfu.y, mode="lines+markers", name="MFU (est. FLOPs ÷ time ÷ peak)",
                              line=dict(color=REJECT)))
     fig.update_layout(title="Hardware: busy ≠ used", xaxis_title="seconds", yaxis_title="%",
                       yaxis_range=[0, 105], **LAYOUT)

@@ -203,11 +203,10 @@ class SpeculativeEngine:
     """Runs a target model and a drafter over a live batch. One engine serves one run at a time."""
 
     def __init__(self, target, target_spec: ModelSpec, drafter, eos_ids: list[int], vocab: int,
-                 device, dtype, draft_spec: ModelSpec | None = None):
+                 device, dtype):
         self.target, self.spec, self.drafter = target, target_spec, drafter
         self.eos = set(int(e) for e in eos_ids)
         self.vocab, self.device, self.dtype = vocab, device, dtype
-        self.draft_spec = draft_spec
         self.rows: list[Row] = []
         self.finished: dict[int, Row] = {}
         self.totals = RunTotals()

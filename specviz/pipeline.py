@@ -24,7 +24,7 @@ class Pair:
     def engine(self) -> SpeculativeEngine:
         t = self.target
         return SpeculativeEngine(t.model, self.target_spec, self.drafter, t.eos_ids, self.vocab,
-                                 t.device, t.dtype, self.draft_spec)
+                                 t.device, t.dtype)
 
     @property
     def label(self) -> str:

@@ -39,7 +39,7 @@ def counters_md(totals, plain_tps: float | None, batch: int, regime: str) -> str
              f"**{totals.mean_accepted_length:.2f}** tokens per row per target pass",
              f"FLOPs **{totals.flops_ratio:.2f}×** plain decoding (estimate from model shapes)"]
     if regime:
-        parts.append(f"regime: **{regime}**")
+        parts.append(f"regime: **{regime}** (model-shape estimate vs calibrated peaks)")
     line = " · ".join(parts)
     if plain_tps:
         speed = totals.tokens_per_s / plain_tps
