@@ -110,3 +110,13 @@ def test_cli_bad_input_one_line(tiny_paths, args, needle):
 def test_cli_mismatched_vocab(tiny_paths):
     r = cli("generate", "--target", tiny_paths["target"], "--draft", tiny_paths["foreign"], "--max-new-tokens", "2")
     assert r.returncode != 0 and "different tokenizers" in r.stderr
+
+
+def test_cli_bench_hf_reports_ratios_and_identity(tiny_paths):
+    r = cli("bench-hf", "--target", tiny_paths["target"], "--draft", tiny_paths["draft"], "--depth", "2",
+            "--max-new-tokens", "8", "--repeats", "1", "--raw", "--prompt", "the quick")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["identical"] is True
+    assert res["vs_assisted"] > 0 and res["vs_plain"] > 0 and 0 <= res["overhead_share"] < 1
+    assert set(res["tokens_per_s"]) == {"ours_k", "ours_k0", "plain", "assisted"}

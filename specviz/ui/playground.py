@@ -2,8 +2,6 @@
 right. Sliders act on the running generation at its next step (the engine's live knobs)."""
 from __future__ import annotations
 
-import time
-
 import gradio as gr
 
 from specviz.engine import MAX_BATCH, EngineError, Knobs
@@ -132,7 +130,7 @@ class Streamer:
     """Turns engine steps into the playground's outputs (one object per Run)."""
 
     def __init__(self, app, pair, live: LiveRun, tokenizer):
-        self.app, self.pair, self.live = app, pair, live
+        self.app, self.live = app, live
         self.decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
         self.views: dict[int, RowView] = {}
         self.state: dict[int, str] = {}
