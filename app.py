@@ -24,6 +24,11 @@ def parse_args(argv=None):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if os.environ.get("SPACES_ZERO_GPU"):
+        try:
+            import spaces  # noqa: F401  (ZeroGPU: must be imported before anything initialises CUDA)
+        except ImportError:
+            pass
     from specviz.ui import SpecVizApp, build_blocks
     from specviz.ui.server import launch_kwargs
 

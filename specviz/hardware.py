@@ -121,6 +121,7 @@ class Sampler:
     hz: float = 5.0
     keep: int = 600
     prefer_gpu: bool = True
+    cpu_fallback: bool = True      # False where the work runs on a GPU: CPU load would mislead
     samples: deque = field(default_factory=lambda: deque(maxlen=600))
 
     def __post_init__(self):
@@ -130,7 +131,7 @@ class Sampler:
         if self.prefer_gpu:
             self._read = _nvml_reader()
             self.source = "nvml" if self._read else "none"
-        if self._read is None:
+        if self._read is None and self.cpu_fallback:
             self._read = _psutil_reader()
             self.source = "psutil" if self._read else "none"
 

@@ -206,14 +206,29 @@ def load_model(ref: str, device: str | None = None) -> LoadedModel:
         model = AutoModelForCausalLM.from_pretrained(
             where, dtype=dtype, attn_implementation="sdpa", trust_remote_code=False)
     except (OSError, ValueError, KeyError) as exc:
-        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
-        hint = " (the hub is offline and the model is not in the local cache)" if offline else ""
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"could not load model '{ref}'{hint}: {first}") from exc
+        raise _load_error(ref, exc) from exc
     model.to(dev)
     model.eval()
     torch.set_grad_enabled(False)
     return LoadedModel(ref=ref, model=model, tokenizer=tok, device=dev, dtype=dtype)
+
+
+def load_tokenizer(ref: str):
+    """Only the tokenizer of a model reference (a ZeroGPU main process needs no weights)."""
+    from transformers import AutoTokenizer
+
+    where = resolve_ref(ref)
+    try:
+        return AutoTokenizer.from_pretrained(where, trust_remote_code=False)
+    except (OSError, ValueError, KeyError) as exc:
+        raise _load_error(ref, exc) from exc
+
+
+def _load_error(ref: str, exc: Exception) -> ModelError:
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+    hint = " (the hub is offline and the model is not in the local cache)" if offline else ""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ModelError(f"could not load model '{ref}'{hint}: {first}")
 
 
 def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:

@@ -5,7 +5,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from specviz.models import HUB_PRESETS, OFFLINE_ALIAS, ModelError
+from specviz.models import HUB_PRESETS, OFFLINE_ALIAS, ModelError, load_tokenizer
 from specviz.pipeline import Pair, load_pair
 
 
@@ -87,3 +87,20 @@ class PairCache:
         t = threading.Thread(target=work, name="specviz-preload", daemon=True)
         t.start()
         return t
+
+
+@dataclass
+class TokenizerOnly:
+    tokenizer: object
+
+
+class TokenizerCache(PairCache):
+    """What a ZeroGPU main process holds per pair: the target's tokenizer, to encode prompts and decode
+    tokens. The weights are loaded by the GPU worker (`specviz.ui.runner`)."""
+
+    def get(self, choice: PairChoice) -> TokenizerOnly:
+        key = (choice.target, choice.draft)
+        with self._lock:
+            if key not in self._pairs:
+                self._pairs[key] = TokenizerOnly(load_tokenizer(choice.target))
+            return self._pairs[key]

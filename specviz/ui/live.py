@@ -1,7 +1,7 @@
-"""The state of one live run in the browser: knobs that sliders change, and the data the charts draw.
+"""The state of one live run in the browser: the control that sliders change, and the data the charts draw.
 
 `LiveRuns` maps a browser session to its current run, so a slider event (another request, another
-thread) finds the knobs of the generation that is streaming in that session."""
+thread) finds the control of the generation that is streaming in that session."""
 from __future__ import annotations
 
 import threading
@@ -10,13 +10,13 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from specviz import charts
-from specviz.engine import Knobs, StepEvent
-from specviz.hardware import Peaks, Sampler, step_metrics
+from specviz.engine import StepEvent
+from specviz.hardware import Peaks, Sample, Sampler, step_metrics
 
 
 @dataclass
 class LiveRun:
-    knobs: Knobs
+    control: object          # runner.LocalControl or runner.ControlFile: set(...), stop(), close()
     pair_label: str
     peaks: Peaks | None
     sampler: Sampler | None
@@ -30,6 +30,8 @@ class LiveRun:
     hist: list = field(default_factory=lambda: [0] * 17)
     recent: deque = field(default_factory=lambda: deque(maxlen=6))
     regime: str = ""
+    worker_sample: Sample | None = None    # the GPU worker's latest reading (ZeroGPU)
+    worker_source: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)   # record() and figures() race
 
     def elapsed(self) -> float:
@@ -59,18 +61,40 @@ class LiveRun:
         self.mbu.add(now, None if m.mbu is None else 100 * m.mbu)
         self.mfu.add(now, None if m.mfu is None else 100 * m.mfu)
 
+    def feed(self, samples: list[Sample], source: str | None, peaks: Peaks | None) -> None:
+        """Hardware readings and peaks streamed from a GPU worker (the main process cannot read it)."""
+        with self.lock:
+            if source is not None:
+                self.worker_source = source
+            if samples:
+                self.worker_sample = samples[-1]
+            if peaks is not None:
+                self.peaks = peaks
+
     def figures(self):
         """The three live figures (called by the chart timer's thread, ~4 times a second)."""
         with self.lock:
-            if self.sampler is not None:
-                latest = self.sampler.recent(1.0)
-                if latest:
-                    self.util.add(self.elapsed(), latest[-1].util)
+            latest = self._latest_sample()
+            if latest is not None:
+                self.util.add(self.elapsed(), latest.util)
             return self._figures()
+
+    def _latest_sample(self) -> Sample | None:
+        if self.worker_source is not None:
+            return self.worker_sample
+        if self.sampler is not None:
+            recent = self.sampler.recent(1.0)
+            return recent[-1] if recent else None
+        return None
+
+    def _source(self) -> str:
+        if self.worker_source is not None:
+            return self.worker_source
+        return self.sampler.source if self.sampler else "none"
 
     def _figures(self):
         util_label = {"nvml": "GPU busy (NVML)", "psutil": "CPU busy (psutil)"}.get(
-            self.sampler.source if self.sampler else "none", "utilisation unavailable")
+            self._source(), "utilisation unavailable")
         return (charts.throughput_figure(self.tps, self.per_row, self.markers),
                 charts.hardware_figure(self.util, self.mbu, self.mfu, util_label),
                 charts.acceptance_histogram(self.hist[: max(2, _last_nonzero(self.hist) + 2)]))
@@ -92,7 +116,7 @@ class LiveRuns:
         with self._lock:
             old = self._runs.get(session)
             if old is not None:
-                old.knobs.stop.set()       # a new Run in the same tab replaces the old one
+                old.control.stop()         # a new Run in the same tab replaces the old one
             self._runs[session] = run
 
     def get(self, session: str) -> LiveRun | None:

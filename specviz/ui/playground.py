@@ -7,8 +7,9 @@ import gradio as gr
 from specviz.engine import MAX_BATCH, EngineError, Knobs
 from specviz.models import ModelError
 from specviz.pipeline import encode_prompt
-from specviz.policies import MAX_DEPTH, POLICY_NAMES, PolicyError, make_policy
+from specviz.policies import MAX_DEPTH, POLICY_NAMES, PolicyError
 from specviz.ui.live import LiveRun
+from specviz.ui.runner import policy_from
 from specviz.ui.render import LEGEND, RowView, rows_html, tokens_html
 
 EXAMPLES = ["Explain in two sentences why the sky is blue.",
@@ -20,15 +21,6 @@ POLICY_HELP = {"fixed": "always the depth slider", "disable-by-batch-size": "dep
                "batch-table": "a depth per batch size (1:6, 4:4, 8:2, 16:1, 32:0)",
                "adaptive": "picks the depth with the best measured tokens/s",
                "confidence": "a row stops drafting when the draft's confidence < threshold"}
-
-
-def _policy(name: str, threshold):
-    if name == "disable-by-batch-size":
-        return make_policy(name, threshold=int(threshold) if threshold is not None else None)
-    if name == "confidence":
-        t = 0.5 if threshold is None or threshold > 1 else float(threshold)
-        return make_policy(name, threshold=t)
-    return make_policy(name)
 
 
 def counters_md(totals, plain_tps: float | None, batch: int, regime: str) -> str:
@@ -129,14 +121,16 @@ def _session(request) -> str:
 class Streamer:
     """Turns engine steps into the playground's outputs (one object per Run)."""
 
-    def __init__(self, app, pair, live: LiveRun, tokenizer):
+    def __init__(self, app, live: LiveRun, tokenizer):
         self.app, self.live = app, live
         self.decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
         self.views: dict[int, RowView] = {}
         self.state: dict[int, str] = {}
+        self.batch = 1
 
     def add(self, ev) -> None:
         """Fold one step into the per-row transcripts."""
+        self.batch = ev.batch_size
         for rs in ev.rows:
             self.views.setdefault(rs.row, RowView()).add_step(ev.step, rs, self.decode)
             if rs.done:
@@ -168,7 +162,7 @@ def validate(prompt_text, batch_size, k, temp, max_tokens) -> tuple[int, int, fl
 
 def make_knobs(b: int, d: int, policy_name, thr) -> Knobs:
     try:
-        return Knobs(depth=d, batch_size=b, policy=_policy(policy_name or "fixed", thr))
+        return Knobs(depth=d, batch_size=b, policy=policy_from(policy_name, thr))
     except (PolicyError, EngineError) as exc:
         raise gr.Error(str(exc))
 

@@ -2,9 +2,11 @@
 playground wires to its buttons and sliders."""
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import gradio as gr
@@ -13,8 +15,8 @@ from specviz.engine import EngineError
 from specviz.hardware import Peaks, Sampler, calibrate
 from specviz.models import ModelError
 from specviz.policies import PolicyError
-from specviz.ui import playground
-from specviz.ui.catalog import PairCache, PairChoice, available_choices, hub_is_offline
+from specviz.ui import playground, runner
+from specviz.ui.catalog import PairCache, PairChoice, TokenizerCache, available_choices, hub_is_offline
 from specviz.ui.live import LiveRun, LiveRuns
 
 MIN_UPDATE_S = 0.2   # ≤ 5 updates a second: faster only makes the browser steal the CPU
@@ -26,13 +28,25 @@ class SpecVizApp:
                  preload: bool = True, calibrate_peaks: bool = True, allow_custom: bool = False):
         self.choices = available_choices(target, draft)
         self.allow_custom = allow_custom
-        self.cache = PairCache(device)
         self.runs = LiveRuns()
-        self.sampler = Sampler().start()
         self.peaks: Peaks | None = None
+        spaces = zero_gpu_spaces()
+        if spaces is not None:
+            # ZeroGPU: this process never touches CUDA; the GPU worker loads weights, samples, calibrates
+            self.cache = TokenizerCache()
+            self.runner = runner.ZeroGpuRunner(spaces, lambda: PairCache(device), _as_gradio_errors)
+            self.sampler = None
+            calibrate_peaks = False
+        else:
+            self.cache = PairCache(device)
+            self.runner = runner.LocalRunner(self.cache)
+            self.sampler = Sampler().start()
         offline = hub_is_offline()
         self.startup_note = (("**Offline classroom mode**: the hub is unreachable; using locally cached "
                               "models and the bundled SmolLM2-135M. ") if offline else "") + self.choices[0].note
+        if self.runner.zero_gpu:
+            self.startup_note += (" Running on **ZeroGPU**: a GPU is attached for each Run, so the first "
+                                  "Run waits for one and loads the models onto it.")
         if preload:
             self.cache.preload(self.choices[0])
         if calibrate_peaks:
@@ -64,48 +78,57 @@ class SpecVizApp:
         if not self.cache.loaded(choice):
             yield (gr.skip(),) * 6 + (f"Loading **{choice.label}** … (the offline model is converted "
                                       "once, about 30 s; later starts take a second)", gr.skip())
-        try:
+        with _as_gradio_errors():
             pair = self.cache.get(choice)
-        except ModelError as exc:
-            raise gr.Error(str(exc))
         prompt_ids = playground.encode(pair, prompt_text)
-        live = LiveRun(knobs, choice.label, self.peaks, self.sampler)
+        req = runner.RunRequest(choice.target, choice.draft, tuple(prompt_ids), d, b, policy_name or "fixed",
+                                thr, t, m)
+        control = self.runner.control(knobs, (policy_name or "fixed", thr))
+        live = LiveRun(control, choice.label, self.peaks, self.sampler)
         self.runs.start(session, live)
-        streamer = playground.Streamer(self, pair, live, pair.tokenizer)
-        engine = pair.engine()
-        last_yield, first = 0.0, True
+        streamer = playground.Streamer(self, live, pair.tokenizer)
+        last_yield, first, packet = 0.0, True, None
         try:
-            for ev in engine.generate([prompt_ids], knobs, m, t, seed=0):
-                live.record(ev)
-                streamer.add(ev)
-                if ev.depth == 0 and ev.drafted == 0 and ev.wall_s > 0:
-                    self.runs.note_plain(choice.label, ev.batch_size, ev.emitted / ev.wall_s)
-                now = time.perf_counter()
-                if now - last_yield >= MIN_UPDATE_S:
-                    last_yield = now
-                    yield streamer.outputs(ev.batch_size, engine.totals,
-                                           status=f"Running · {choice.label}" if first else None)
-                    first = False
-        except (EngineError, PolicyError) as exc:
-            raise gr.Error(str(exc))
+            with _as_gradio_errors():
+                for packet in self.runner.packets(req, choice, control):
+                    self._fold(packet, live, streamer, choice.label)
+                    now = time.perf_counter()
+                    if not packet.final and now - last_yield >= MIN_UPDATE_S:
+                        last_yield = now
+                        yield streamer.outputs(streamer.batch, packet.totals,
+                                               status=f"Running · {choice.label}{self._where()}" if first else None)
+                        first = False
         finally:
             self.runs.finish(session, live)
-        stopped = knobs.stop.is_set()
-        outs = engine.outputs()
-        result = {"done": True, "stopped": stopped, "prompt_ids": prompt_ids,
-                  "outputs": [outs[i] for i in sorted(outs)], **engine.totals.as_dict()}
-        note = ("Stopped." if stopped else "Done.") + f" {engine.totals.tokens} tokens."
-        yield streamer.outputs(knobs.snapshot().batch_size, engine.totals, final=True, result=result, status=note)
+            control.close()
+        if packet is None or not packet.final:
+            raise gr.Error("The generation ended without a result (the GPU worker stopped). Please run again.")
+        outs = packet.outputs
+        result = {"done": True, "stopped": packet.stopped, "prompt_ids": prompt_ids,
+                  "outputs": [outs[i] for i in sorted(outs)], "worker_pid": packet.worker_pid,
+                  **packet.totals.as_dict()}
+        note = ("Stopped." if packet.stopped else "Done.") + f" {packet.totals.tokens} tokens."
+        yield streamer.outputs(streamer.batch, packet.totals, final=True, result=result, status=note)
+
+    def _fold(self, packet, live: LiveRun, streamer, label: str) -> None:
+        """One packet from the runner into the charts, the transcripts and the plain baseline."""
+        live.feed(packet.samples, packet.sampler_source, packet.peaks)
+        for ev in packet.events:
+            live.record(ev)
+            streamer.add(ev)
+            if ev.depth == 0 and ev.drafted == 0 and ev.wall_s > 0:
+                self.runs.note_plain(label, ev.batch_size, ev.emitted / ev.wall_s)
+
+    def _where(self) -> str:
+        return " · on a ZeroGPU worker" if self.runner.zero_gpu else ""
 
     def set_knobs(self, session: str, depth=None, batch=None, policy=None) -> None:
         live = self.runs.get(session)
         if live is None:
             return                  # no run streaming: the values apply at the next Run
         try:
-            if policy is not None:
-                live.knobs.set(policy=playground._policy(policy[0] or "fixed", policy[1]))
-            live.knobs.set(depth=None if depth is None else int(depth),
-                           batch_size=None if batch is None else int(batch))
+            live.control.set(depth=None if depth is None else int(depth),
+                             batch=None if batch is None else int(batch), policy=policy)
         except (EngineError, PolicyError, TypeError, ValueError) as exc:
             gr.Warning(str(exc))
 
@@ -116,7 +139,29 @@ class SpecVizApp:
     def stop(self, session: str) -> None:
         live = self.runs.get(session)
         if live is not None:
-            live.knobs.stop.set()
+            live.control.stop()
+
+
+@contextmanager
+def _as_gradio_errors():
+    """Errors meant for a human become a gradio message (also inside a ZeroGPU worker, whose other
+    exceptions reach the browser only as "ZeroGPU worker error")."""
+    try:
+        yield
+    except (ModelError, EngineError, PolicyError) as exc:
+        raise gr.Error(str(exc)) from None
+
+
+def zero_gpu_spaces():
+    """The `spaces` module when this app runs on a ZeroGPU Space, else None (the app then runs as is).
+    `spaces` sets SPACES_ZERO_GPU there; off ZeroGPU its decorator would be a no-op anyway."""
+    if os.environ.get("SPACES_ZERO_GPU", "").lower() not in ("1", "t", "true"):
+        return None
+    try:
+        import spaces
+    except ImportError:
+        return None
+    return spaces
 
 
 def build_blocks(app: SpecVizApp) -> gr.Blocks:

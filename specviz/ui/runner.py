@@ -1,0 +1,271 @@
+"""Where a Run's decoding happens, and how the sliders reach it.
+
+The playground consumes `Packet`s: a few engine step events plus the run totals, hardware samples and
+peaks. Two runners produce them:
+
+- `LocalRunner`: the engine runs in this process (CPU, or a GPU this process owns); the sliders set the
+  engine's `Knobs` directly.
+- `ZeroGpuRunner`: on a Hugging Face ZeroGPU Space the GPU exists only inside a forked worker that the
+  `spaces` package starts for each `@spaces.GPU` call, so the main process never touches CUDA. The
+  worker loads the pair onto its GPU, samples the hardware itself (the main process cannot read the
+  GPU), and streams packets back; arguments and packets cross the process boundary pickled, so both
+  are plain dataclasses. Sliders reach the worker through a small JSON control file that the worker
+  polls between steps (the knobs live in the worker; a forked process shares no memory with us).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Iterator
+
+from specviz.engine import Knobs, RunTotals, StepEvent
+from specviz.hardware import Peaks, Sample, Sampler, calibrate
+from specviz.policies import make_policy
+
+FLUSH_S = 0.05            # a packet at most every 50 ms: tiny models on a big GPU step far faster
+ZERO_GPU_MAX_S = 120      # ZeroGPU reservation ceiling we ask for (longer requests queue behind others)
+
+
+def policy_from(name: str | None, threshold):
+    """A policy object from the UI's name and threshold field (threshold means batch size or confidence)."""
+    name = name or "fixed"
+    if name == "disable-by-batch-size":
+        return make_policy(name, threshold=int(threshold) if threshold is not None else None)
+    if name == "confidence":
+        t = 0.5 if threshold is None or threshold > 1 else float(threshold)
+        return make_policy(name, threshold=t)
+    return make_policy(name)
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Everything a run needs, picklable (it crosses into the ZeroGPU worker)."""
+
+    target: str
+    draft: str
+    prompt_ids: tuple[int, ...]
+    depth: int
+    batch: int
+    policy: str
+    threshold: float | None
+    temperature: float
+    max_new: int
+    control: str | None = None      # path of the control file (ZeroGPU only)
+
+
+@dataclass
+class Packet:
+    events: list[StepEvent]
+    totals: RunTotals
+    samples: list[Sample] = field(default_factory=list)   # hardware samples taken by the worker
+    sampler_source: str | None = None                     # None: read the app's own sampler
+    peaks: Peaks | None = None
+    final: bool = False
+    stopped: bool = False
+    outputs: dict | None = None                           # row id → generated ids (final packet)
+    worker_pid: int = 0
+
+
+def run_packets(req: RunRequest, pair, knobs: Knobs, control: "ControlFile | None" = None,
+                sampler: Sampler | None = None, peaks: Peaks | None = None,
+                flush_s: float = FLUSH_S) -> Iterator[Packet]:
+    """Run the engine and group its step events into packets (the body of both runners)."""
+    engine = pair.engine()
+    pending: list[StepEvent] = []
+    last_flush, last_sample = time.perf_counter(), 0.0
+    first = True
+
+    def packet(final: bool = False) -> Packet:
+        nonlocal last_sample, first
+        samples = [] if sampler is None else [s for s in sampler.recent(5.0) if s.t > last_sample]
+        if samples:
+            last_sample = samples[-1].t
+        p = Packet(list(pending), copy.copy(engine.totals), samples,
+                   None if sampler is None else sampler.source, peaks if first else None, final,
+                   knobs.stop.is_set(), engine.outputs() if final else None, os.getpid())
+        first = False
+        pending.clear()
+        return p
+
+    for ev in engine.generate([list(req.prompt_ids)], knobs, req.max_new, req.temperature, seed=0):
+        pending.append(ev)
+        if control is not None:
+            control.apply(knobs)
+        now = time.perf_counter()
+        if now - last_flush >= flush_s:
+            last_flush = now
+            yield packet()
+    yield packet(final=True)
+
+
+class LocalControl:
+    """Slider changes for an engine in this process: straight into its Knobs."""
+
+    def __init__(self, knobs: Knobs):
+        self.knobs = knobs
+
+    def set(self, depth=None, batch=None, policy=None) -> None:
+        if policy is not None:
+            self.knobs.set(policy=policy_from(*policy))
+        self.knobs.set(depth=depth, batch_size=batch)
+
+    def stop(self) -> None:
+        self.knobs.stop.set()
+
+    def close(self) -> None:
+        pass
+
+
+class ControlFile:
+    """Slider changes for an engine in another process, through a JSON file written atomically.
+
+    The main process validates each change (by applying it to a local shadow `Knobs`), then rewrites
+    the file; the worker compares the file's sequence number between steps and applies what changed."""
+
+    def __init__(self, path: str, knobs: Knobs | None = None, policy=("fixed", None)):
+        self.path = path
+        self.shadow = knobs              # main side: validates values before they are sent
+        self.policy = list(policy)
+        self.seq = 0
+        self.seen = -1                   # worker side: the last sequence number applied
+
+    @classmethod
+    def create(cls, knobs: Knobs, policy) -> "ControlFile":
+        folder = os.path.join(tempfile.gettempdir(), "specviz-control")
+        os.makedirs(folder, exist_ok=True)
+        ctl = cls(os.path.join(folder, f"{uuid.uuid4().hex}.json"), knobs, policy)
+        ctl._write(False)
+        return ctl
+
+    # --- main process ----------------------------------------------------------------------------
+    def set(self, depth=None, batch=None, policy=None) -> None:
+        if policy is not None:
+            self.shadow.set(policy=policy_from(*policy))     # raises PolicyError on a bad threshold
+            self.policy = list(policy)
+        self.shadow.set(depth=depth, batch_size=batch)       # raises EngineError when out of range
+        self._write(self.shadow.stop.is_set())
+
+    def stop(self) -> None:
+        self.shadow.stop.set()
+        self._write(True)
+
+    def close(self) -> None:
+        try:
+            os.remove(self.path)
+        except OSError:
+            pass
+
+    def _write(self, stop: bool) -> None:
+        s = self.shadow.snapshot()
+        self.seq += 1
+        data = {"seq": self.seq, "depth": s.depth, "batch": s.batch_size, "policy": self.policy, "stop": stop}
+        tmp = f"{self.path}.{self.seq}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, self.path)       # readers see the old file or the new one, never half of one
+
+    # --- worker process --------------------------------------------------------------------------
+    def apply(self, knobs: Knobs) -> None:
+        """Apply the latest settings to the worker's knobs (cheap when nothing changed)."""
+        try:
+            with open(self.path) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return                       # no file yet or gone: keep the current settings
+        if data.get("seq", -1) == self.seen:
+            return
+        self.seen = data["seq"]
+        if data.get("stop"):
+            knobs.stop.set()
+        policy = tuple(data["policy"])
+        knobs.set(depth=data["depth"], batch_size=data["batch"],
+                  policy=policy_from(*policy) if policy != tuple(self.policy) else None)
+        self.policy = list(policy)
+
+
+class LocalRunner:
+    """Runs the engine in this process, on the app's shared pair cache."""
+
+    zero_gpu = False
+
+    def __init__(self, cache):
+        self.cache = cache
+
+    def control(self, knobs: Knobs, policy) -> LocalControl:
+        return LocalControl(knobs)
+
+    def packets(self, req: RunRequest, choice, control: LocalControl) -> Iterator[Packet]:
+        return run_packets(req, self.cache.get(choice), control.knobs)
+
+
+class WorkerState:
+    """What a ZeroGPU worker keeps between calls (the `spaces` package reuses an idle worker): the
+    pairs on its GPU, its hardware sampler and its calibrated peaks. Lives only in the worker."""
+
+    def __init__(self, pair_cache_factory):
+        self.make_cache = pair_cache_factory
+        self.cache = None
+        self.sampler: Sampler | None = None
+        self.peaks: Peaks | None = None
+
+    def ready(self):
+        import torch
+
+        # One CPU thread in the forked worker: the GPU does the work, and OpenMP's thread pool does not
+        # survive a fork (a CPU op in the child hangs if the parent ever ran a parallel CPU op).
+        torch.set_num_threads(1)
+        if self.cache is None:
+            self.cache = self.make_cache()          # device None: CUDA inside the worker
+        if self.sampler is None:
+            self.sampler = Sampler(cpu_fallback=not torch.cuda.is_available()).start()
+        if self.peaks is None:
+            try:
+                self.peaks = calibrate(size_mb=128, repeats=3)
+            except Exception:
+                self.peaks = None                   # MBU/MFU show as unavailable
+        return self
+
+
+def gpu_duration(req: RunRequest) -> int:
+    """Seconds of GPU to reserve for one Run: a base for loading the pair and calibrating, plus about
+    an eighth of a second per new token (generous for a 1.7B target), capped so the Run is not queued
+    behind others for asking too much."""
+    return int(min(ZERO_GPU_MAX_S, 30 + req.max_new // 8))
+
+
+class ZeroGpuRunner:
+    """Runs the engine inside `@spaces.GPU` workers; nothing here touches CUDA in the main process."""
+
+    zero_gpu = True
+
+    def __init__(self, spaces_module, pair_cache_factory, wrap_errors):
+        state = WorkerState(pair_cache_factory)
+
+        def gpu_run(req: RunRequest):
+            # runs in the forked GPU worker: its own pair cache, sampler and peaks
+            with wrap_errors():
+                st = state.ready()
+                knobs = Knobs(depth=req.depth, batch_size=req.batch, policy=policy_from(req.policy, req.threshold))
+                control = ControlFile(req.control, policy=(req.policy, req.threshold))
+                choice = _Choice(req.target, req.draft)
+                yield from run_packets(req, st.cache.get(choice), knobs, control, st.sampler, st.peaks)
+
+        # decorated now, before launch: `spaces` registers GPU functions when the app starts
+        self.gpu_run = spaces_module.GPU(duration=gpu_duration)(gpu_run)
+
+    def control(self, knobs: Knobs, policy) -> ControlFile:
+        return ControlFile.create(knobs, policy)
+
+    def packets(self, req: RunRequest, choice, control: ControlFile) -> Iterator[Packet]:
+        return self.gpu_run(replace(req, control=control.path))
+
+
+@dataclass(frozen=True)
+class _Choice:
+    target: str
+    draft: str
