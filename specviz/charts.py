@@ -71,12 +71,19 @@ def empty_figure(title: str, note: str) -> go.Figure:
     return fig
 
 
+def _vline(fig, x: float, label: str, color: str, dash: str) -> None:
+    """A vertical marker drawn as a trace, so it sits right on log axes and is named in the legend
+    (plotly's add_vline annotations take log10 coordinates on log axes)."""
+    fig.add_trace(go.Scatter(x=[x, x], y=[0, 1], yaxis="y2", mode="lines", name=label,
+                             line=dict(color=color, dash=dash, width=2), hoverinfo="name"))
+    fig.update_layout(yaxis2=dict(overlaying="y", range=[0, 1], visible=False))
+
+
 def knee_figure(tokens: list[int], seconds: list[float], knee: float, predicted: float) -> go.Figure:
     fig = go.Figure(go.Scatter(x=tokens, y=[1000 * s for s in seconds], mode="lines+markers",
                                name="measured latency", line=dict(color=BONUS)))
-    fig.add_vline(x=knee, line_dash="dot", line_color=REJECT, annotation_text=f"measured knee ≈ {knee:.0f}")
-    fig.add_vline(x=predicted, line_dash="dash", line_color=PLAIN,
-                  annotation_text=f"predicted ridge ≈ {predicted:.0f}", annotation_position="bottom right")
+    _vline(fig, knee, f"measured knee ≈ {knee:.0f}", REJECT, "dot")
+    _vline(fig, predicted, f"predicted knee ≈ {predicted:.0f}", PLAIN, "dash")
     fig.update_layout(title="Forward latency vs tokens per pass", xaxis_type="log",
                       xaxis_title="tokens per pass", yaxis_title="ms", **LAYOUT)
     return fig
@@ -91,4 +98,50 @@ def sweep_figure(rows: list[dict], batches: list[int], depths: list[int]) -> go.
                                colorscale="RdYlGn", zmid=1.0, colorbar=dict(title="× plain")))
     fig.update_layout(title="Speculation speed-up over plain decoding", xaxis_title="batch size",
                       yaxis_title="depth k", **LAYOUT)
+    return fig
+
+
+DEPTH_COLOURS = ["#7f7f7f", "#fdae61", "#f46d43", "#d73027", "#a50026", "#762a83", "#1b7837", "#2c7bb6"]
+
+
+def crossover_figure(rows: list[dict], title: str) -> go.Figure:
+    """Tokens/s against batch size, one line per depth (depth 0 = plain decoding), with the best depth
+    at each batch size marked. `rows`: dicts with batch_size, depth, tokens_per_s."""
+    fig = go.Figure()
+    depths = sorted({r["depth"] for r in rows})
+    for i, k in enumerate(depths):
+        pts = sorted((r["batch_size"], r["tokens_per_s"]) for r in rows if r["depth"] == k)
+        fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[t for _, t in pts], mode="lines+markers",
+                                 name="plain (k=0)" if k == 0 else f"k={k}",
+                                 line=dict(color=DEPTH_COLOURS[i % len(DEPTH_COLOURS)], width=3 if k == 0 else 2)))
+    best: dict[int, dict] = {}
+    for r in rows:
+        if r["batch_size"] not in best or r["tokens_per_s"] > best[r["batch_size"]]["tokens_per_s"]:
+            best[r["batch_size"]] = r
+    pts = sorted(best.items())
+    fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[r["tokens_per_s"] for _, r in pts], mode="markers+text",
+                             text=[f"k={r['depth']}" for _, r in pts], textposition="top center",
+                             textfont=dict(size=11), name="best depth",
+                             marker=dict(symbol="star", size=11, color="#111")))
+    fig.update_layout(title=title, xaxis_type="log", xaxis_title="batch size", yaxis_type="log",
+                      yaxis_title="tokens/s (all rows)", **LAYOUT)
+    return fig
+
+
+def latency_figure(tokens: list[int], estimate_ms: list[float], predicted: float | None,
+                   measured: tuple[list[int], list[float]] | None = None, measured_knee: float | None = None,
+                   title: str = "Forward latency vs tokens per pass") -> go.Figure:
+    """The roofline estimate (dashed) and, when there is one, a measured curve (solid) on log axes."""
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=tokens, y=estimate_ms, mode="lines", name="roofline estimate",
+                             line=dict(color=PLAIN, dash="dash", width=2)))
+    if measured is not None:
+        fig.add_trace(go.Scatter(x=measured[0], y=[1000 * s for s in measured[1]], mode="lines+markers",
+                                 name="measured", line=dict(color=BONUS, width=3)))
+    if predicted is not None:
+        _vline(fig, predicted, f"predicted knee ≈ {predicted:.0f}", PLAIN, "dash")
+    if measured_knee is not None:
+        _vline(fig, measured_knee, f"measured knee ≈ {measured_knee:.0f}", REJECT, "dot")
+    fig.update_layout(title=title, xaxis_type="log", yaxis_type="log", xaxis_title="tokens per pass",
+                      yaxis_title="ms per forward pass", **LAYOUT)
     return fig

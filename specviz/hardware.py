@@ -64,6 +64,17 @@ def calibrate(device=None, dtype=None, size_mb: int = 256, matmul_n: int = 1024,
     return Peaks(device.type, bandwidth, 2 * matmul_n**3 / t_mm, str(dtype).replace("torch.", ""))
 
 
+def device_name(device) -> str:
+    """A readable name for a profile: "cuda: NVIDIA H200", "cpu: 2 cores"."""
+    import os
+
+    import torch
+
+    if getattr(device, "type", str(device)) == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    return f"cpu: {os.cpu_count()} cores"
+
+
 @dataclass
 class Sample:
     t: float

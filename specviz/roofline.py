@@ -220,3 +220,50 @@ def crossover_batch(alpha: float, c: float, target_step, max_batch: int = 1024) 
             return b
         b *= 2
     return None
+
+
+# --- what-if grids (the app's what-if tab and the theory side of `sweep`) -----------------------------
+
+def latency_curve(spec: ModelSpec, bandwidth: float, flops: float, tokens: list[int], context: int,
+                  overhead_s: float = 0.0) -> list[float]:
+    """Roofline forward time (seconds) of one row of n tokens per pass, for each n in `tokens`."""
+    return [step_time(pass_cost(spec, 1, n, context), bandwidth, flops, overhead_s) for n in tokens]
+
+
+def whatif_rows(target: ModelSpec, draft: ModelSpec | None, bandwidth: float, flops: float, alpha: float,
+                context: int, batches: list[int], depths: list[int], overhead_s: float = 0.0) -> list[dict]:
+    """Estimated tokens/s and FLOPs factor at each (batch, depth): k draft steps of one token per row,
+    then one target pass over batch × (k + 1) tokens. `draft` None = a free draft (n-gram lookup)."""
+    def t_pass(spec, b, n):
+        return step_time(pass_cost(spec, b, n, context), bandwidth, flops, overhead_s)
+
+    plain = pass_cost(target, 1, 1, context, logits=1).flops
+    c_hat = 0.0 if draft is None else pass_cost(draft, 1, 1, context, logits=1).flops / plain
+    rows = []
+    for b in batches:
+        for k in depths:
+            drafting = 0.0 if draft is None or k == 0 else k * t_pass(draft, b, 1)
+            t = drafting + t_pass(target, b, k + 1)
+            rows.append({"batch_size": b, "depth": k, "step_s": t,
+                         "tokens_per_s": b * expected_tokens_per_pass(alpha, k) / t,
+                         "flops_ratio": arithmetic_increase(alpha, k, c_hat) if k else 1.0})
+    return rows
+
+
+def best_depths(rows: list[dict]) -> dict[int, int]:
+    """Batch size → the depth with the highest tokens/s in a sweep or what-if grid."""
+    best: dict[int, dict] = {}
+    for r in rows:
+        b = r["batch_size"]
+        if b not in best or r["tokens_per_s"] > best[b]["tokens_per_s"]:
+            best[b] = r
+    return {b: r["depth"] for b, r in sorted(best.items())}
+
+
+def crossover_from_rows(rows: list[dict]) -> int | None:
+    """The smallest batch size from which on plain decoding (depth 0) is best, or None if it never is."""
+    best = best_depths(rows)
+    for b in sorted(best):
+        if all(best[x] == 0 for x in best if x >= b):
+            return b
+    return None

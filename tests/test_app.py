@@ -157,3 +157,50 @@ def test_free_form_pairs_only_when_enabled(tiny_paths, tmp_path, app_url):
             c.predict("the quick", "just-one-model", 1, 2, "fixed", 8, 0, 8, api_name="/generate")
     finally:
         stop_app(proc)
+
+
+def test_whatif_endpoints(app_url):
+    from gradio_client.exceptions import AppError
+
+    c = _client(app_url)
+    md, lat, cross = c.predict("H100 SXM", "Qwen3.5-27B (article)", "Qwen2.5-0.5B", 0.8, 1024, 0,
+                               api_name="/whatif")
+    assert "Estimates" in md and "H100 SXM" in md and "| 1 |" in md
+    with pytest.raises(AppError, match="Unknown GPU|not in the list of choices"):
+        c.predict("no-gpu", "Qwen2.5-7B", "Qwen2.5-0.5B", 0.8, 1024, 0, api_name="/whatif")
+    # this machine's calibrated peaks (the app calibrates at start; give it a moment)
+    import time
+
+    for _ in range(30):
+        try:
+            md, *_ = c.predict("This machine (calibrated peaks)", "SmolLM2-135M", "n-gram lookup (no draft model)",
+                               0.6, 256, 0, api_name="/whatif")
+            break
+        except AppError:
+            time.sleep(1)
+    assert "measured** by calibration" in md
+    prof_md, _ = c.predict(c.view_api(return_format="dict", print_info=False)["named_endpoints"]["/profile"]
+                           ["parameters"][0]["parameter_default"], api_name="/profile")
+    assert "Measured knee" in prof_md and "roofline prediction" in prof_md
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_browser_whatif_tab(app_url, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1500})
+        page.goto(app_url)
+        page.get_by_role("tab", name="What if?").click()
+        page.wait_for_selector("#whatif-crossover .js-plotly-plot", timeout=30000)
+        assert "Estimates" in page.locator("#whatif-summary").inner_text()
+        box = page.locator("#whatif-gpu input")
+        box.click()
+        page.get_by_role("option", name="T4", exact=True).click()
+        page.wait_for_function("document.querySelector('#whatif-summary').innerText.includes('T4')", timeout=30000)
+        page.wait_for_selector("#profile-latency .js-plotly-plot", timeout=30000)
+        page.screenshot(path=str(tmp_path / "whatif.png"), full_page=True)
+        shutil.copy(tmp_path / "whatif.png", "/tmp/specviz-whatif.png")
+        browser.close()

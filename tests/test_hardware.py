@@ -89,5 +89,7 @@ def test_sweep_cli_end_to_end(tiny_paths, tmp_path):
     assert len(data["rows"]) == 4 and set(data["best_depth"]) == {"1", "2"}
     assert (out / "sweep.csv").read_text().startswith("batch_size,depth,tokens_per_s")
     assert "plotly" in (out / "sweep.html").read_text()[:20000].lower()
+    assert "plotly" in (out / "crossover.html").read_text()[:20000].lower()
+    assert "crossover_batch" in data
     bad = cli("sweep", "--target", tiny_paths["target"], "--draft", "ngram", "--depths", "0,99")
     assert bad.returncode != 0 and "depths" in bad.stderr

@@ -22,6 +22,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--context", type=int, default=256, help="cached tokens each pass attends to")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", default="runs/roofline", help="folder for JSON and HTML")
+    p.add_argument("--profile", default=None,
+                   help="also write the result as a recorded profile (e.g. assets/profiles/NAME.json)")
     p.set_defaults(func=run_roofline)
 
     p = sub.add_parser("sweep", help="measure throughput over batch sizes × depths")
@@ -58,8 +60,9 @@ def run_calibrate(args) -> int:
 
 def run_roofline(args) -> int:
     from specviz import charts
-    from specviz.hardware import calibrate, find_knee, measure_latency
+    from specviz.hardware import calibrate, device_name, find_knee, measure_latency
     from specviz.models import load_model
+    from specviz.profiles import spec_to_dict
     from specviz.roofline import predicted_knee, spec_from_config
 
     loaded = load_model(args.target, args.device)
@@ -68,7 +71,8 @@ def run_roofline(args) -> int:
     peaks = calibrate(loaded.device, loaded.dtype)
     secs = measure_latency(loaded.model, ns, args.context, loaded.device, loaded.dtype, args.repeats)
     spec = spec_from_config(loaded.config_dict, args.target, 2.0 if loaded.device.type == "cuda" else 4.0)
-    result = {"target": args.target, "device": peaks.device, "context": args.context,
+    result = {"target": args.target, "device": peaks.device, "device_name": device_name(loaded.device),
+              "dtype": peaks.dtype, "context": args.context, "model_spec": spec_to_dict(spec),
               "tokens_per_pass": ns, "latency_s": secs, "measured_knee": find_knee(ns, secs),
               "predicted_knee": predicted_knee(spec, peaks.bandwidth, peaks.flops, args.context),
               "bandwidth": peaks.bandwidth, "flops": peaks.flops}
@@ -77,6 +81,9 @@ def run_roofline(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "roofline.json").write_text(json.dumps(result, indent=1))
+    if args.profile:
+        Path(args.profile).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.profile).write_text(json.dumps(result, indent=1))
     charts.knee_figure(ns, secs, result["measured_knee"], result["predicted_knee"]).write_html(
         out / "roofline.html", include_plotlyjs=True)
     print(json.dumps({k: result[k] for k in ("measured_knee", "predicted_knee")}))
@@ -87,6 +94,7 @@ def run_sweep(args) -> int:
     from specviz import charts
     from specviz.engine import Knobs
     from specviz.pipeline import encode_prompt, load_pair
+    from specviz.roofline import best_depths, crossover_from_rows
 
     batches = _ints(args.batch_sizes, "batch-sizes", 1, 64)
     depths = _ints(args.depths, "depths", 0, 16)
@@ -115,11 +123,15 @@ def run_sweep(args) -> int:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    best = {b: max((r for r in rows if r["batch_size"] == b), key=lambda r: r["tokens_per_s"])["depth"]
-            for b in batches}
+    best = best_depths(rows)
+    cross = crossover_from_rows(rows)
     (out / "sweep.json").write_text(json.dumps({"target": args.target, "draft": args.draft, "rows": rows,
-                                                "best_depth": best}, indent=1))
+                                                "best_depth": best, "crossover_batch": cross}, indent=1))
     charts.sweep_figure(rows, batches, depths).write_html(out / "sweep.html", include_plotlyjs=True)
+    charts.crossover_figure(rows, "Measured throughput vs batch size").write_html(
+        out / "crossover.html", include_plotlyjs=True)
     print("batch → best depth: " + ", ".join(f"{b}→{k}" for b, k in best.items()))
-    print(json.dumps({"best_depth": best}))
+    print(f"speculation stops paying from batch size {cross}" if cross else
+          "speculation pays at every batch size measured")
+    print(json.dumps({"best_depth": best, "crossover_batch": cross}))
     return 0

@@ -15,7 +15,7 @@ from specviz.engine import EngineError
 from specviz.hardware import Peaks, Sampler, calibrate
 from specviz.models import ModelError
 from specviz.policies import PolicyError
-from specviz.ui import playground, runner
+from specviz.ui import playground, runner, whatif
 from specviz.ui.catalog import PairCache, PairChoice, TokenizerCache, available_choices, hub_is_offline
 from specviz.ui.live import LiveRun, LiveRuns
 
@@ -113,6 +113,8 @@ class SpecVizApp:
     def _fold(self, packet, live: LiveRun, streamer, label: str) -> None:
         """One packet from the runner into the charts, the transcripts and the plain baseline."""
         live.feed(packet.samples, packet.sampler_source, packet.peaks)
+        if packet.peaks is not None:
+            self.peaks = packet.peaks          # a ZeroGPU worker's calibration: the what-if tab can use it
         for ev in packet.events:
             live.record(ev)
             streamer.add(ev)
@@ -170,6 +172,8 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
                     "More FLOPs, less time — while the batch is small. Drag the sliders during a run.")
         with gr.Tab("Playground"):
             playground.build(app)
+        with gr.Tab("What if? (estimates + measured profiles)"):
+            whatif.build(app)
     return blocks
 
 
