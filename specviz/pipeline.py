@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from specviz.drafters import ModelDrafter, NgramDrafter, make_layerskip_model
 from specviz.engine import SpeculativeEngine
-from specviz.models import (LoadedModel, ModelError, check_same_vocabulary, load_model, parse_draft_ref)
+from specviz.models import (SHAPE_PREFIX, LoadedModel, ModelError, check_same_vocabulary, load_model,
+                            parse_draft_ref)
 from specviz.roofline import ModelSpec, spec_from_config
 
 
@@ -48,6 +49,9 @@ def load_pair(target_ref: str, draft_ref: str, device: str | None = None,
               target: LoadedModel | None = None, draft: LoadedModel | None = None) -> Pair:
     """Load target and draft (reusing already loaded models when given) and build the drafter."""
     dref = parse_draft_ref(draft_ref)
+    for ref in (target_ref, dref.ref):
+        if ref.strip().startswith(SHAPE_PREFIX):
+            raise ModelError(f"'{ref}' has random weights and no tokenizer: use it with `roofline` only")
     target = target or load_model(target_ref, device)
     tspec = _spec(target, target_ref)
     width = _logit_width(target)

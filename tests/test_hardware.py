@@ -93,3 +93,20 @@ def test_sweep_cli_end_to_end(tiny_paths, tmp_path):
     assert "crossover_batch" in data
     bad = cli("sweep", "--target", tiny_paths["target"], "--draft", "ngram", "--depths", "0,99")
     assert bad.returncode != 0 and "depths" in bad.stderr
+
+
+def test_roofline_on_a_shape_ref_writes_a_profile(tmp_path):
+    from specviz.profiles import load_profile
+    from test_models_and_cli import cli
+
+    prof = tmp_path / "p.json"
+    r = cli("roofline", "--target", "shape:SmolLM2-135M", "--max-tokens", "4", "--repeats", "1",
+            "--context", "16", "--out", str(tmp_path / "r"), "--profile", str(prof))
+    assert r.returncode == 0, r.stderr
+    p = load_profile(prof)
+    assert p.tokens_per_pass == [1, 2, 4] and p.spec.n_layers == 30 and p.predicted_knee > 0
+    assert 0 < json.loads(prof.read_text())["mbu_at_1_token"] < 5
+    bad = cli("generate", "--target", "shape:SmolLM2-135M", "--draft", "ngram", "--prompt", "hi")
+    assert bad.returncode != 0 and "random weights and no tokenizer" in bad.stderr
+    bad = cli("roofline", "--target", "shape:GPT-5")
+    assert bad.returncode != 0 and "unknown shape" in bad.stderr

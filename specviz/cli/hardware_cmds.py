@@ -59,11 +59,14 @@ def run_calibrate(args) -> int:
 
 
 def run_roofline(args) -> int:
-    from specviz import charts
+    try:
+        from specviz import charts
+    except ImportError:          # a bare GPU box with torch + transformers only
+        charts = None
     from specviz.hardware import calibrate, device_name, find_knee, measure_latency
     from specviz.models import load_model
     from specviz.profiles import spec_to_dict
-    from specviz.roofline import predicted_knee, spec_from_config
+    from specviz.roofline import pass_cost, predicted_knee, spec_from_config
 
     loaded = load_model(args.target, args.device)
     cap = args.max_tokens or (512 if loaded.device.type == "cuda" else 128)
@@ -75,7 +78,10 @@ def run_roofline(args) -> int:
               "dtype": peaks.dtype, "context": args.context, "model_spec": spec_to_dict(spec),
               "tokens_per_pass": ns, "latency_s": secs, "measured_knee": find_knee(ns, secs),
               "predicted_knee": predicted_knee(spec, peaks.bandwidth, peaks.flops, args.context),
-              "bandwidth": peaks.bandwidth, "flops": peaks.flops}
+              "bandwidth": peaks.bandwidth, "flops": peaks.flops,
+              # MBU of a one-token pass: bytes it must stream (from the model shape) ÷ time ÷ calibrated peak
+              "mbu_at_1_token": pass_cost(spec, 1, 1, args.context).bytes / secs[0] / peaks.bandwidth
+              if 1 in ns else None}
     for n, t in zip(ns, secs):
         print(f"{n:5d} tokens/pass: {1000 * t:8.2f} ms  ({n / t:8.1f} tokens/s)")
     out = Path(args.out)
@@ -84,9 +90,12 @@ def run_roofline(args) -> int:
     if args.profile:
         Path(args.profile).parent.mkdir(parents=True, exist_ok=True)
         Path(args.profile).write_text(json.dumps(result, indent=1))
-    charts.knee_figure(ns, secs, result["measured_knee"], result["predicted_knee"]).write_html(
-        out / "roofline.html", include_plotlyjs=True)
-    print(json.dumps({k: result[k] for k in ("measured_knee", "predicted_knee")}))
+    if charts is not None:
+        charts.knee_figure(ns, secs, result["measured_knee"], result["predicted_knee"]).write_html(
+            out / "roofline.html", include_plotlyjs=True)
+    else:
+        print("plotly is not installed: wrote JSON only", file=sys.stderr)
+    print(json.dumps({k: result[k] for k in ("measured_knee", "predicted_knee", "mbu_at_1_token")}))
     return 0
 
 
