@@ -1,6 +1,7 @@
 """The live playground, driven through its API (gradio_client) and in a real browser (Playwright +
 Debian's chromium)."""
 import shutil
+from contextlib import contextmanager
 
 import pytest
 
@@ -94,16 +95,26 @@ def _wait_status(page, text: str, timeout_ms: int = 60000) -> None:
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
-def test_browser_run_slide_and_stop(app_url, tmp_path):
+@contextmanager
+def browser_page(height: int):
+    """A page in headless Debian chromium (Playwright cannot download its own browser here)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
             "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        page = browser.new_page(viewport={"width": 1400, "height": 1300})
+        try:
+            yield browser.new_page(viewport={"width": 1400, "height": height})
+        finally:
+            browser.close()
+
+
+@needs_chromium
+def test_browser_run_slide_and_stop(app_url, tmp_path):
+    with browser_page(1300) as page:
         dialogs = []
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
         page.goto(app_url)
@@ -138,7 +149,6 @@ def test_browser_run_slide_and_stop(app_url, tmp_path):
         assert {"tok-bonus", "tok-plain"} <= set(spans)
         assert page.locator("#tokens script").count() == 0 and not dialogs
         assert page.locator("#rows .row-line").count() == 8
-        browser.close()
 
 
 def test_free_form_pairs_only_when_enabled(tiny_paths, tmp_path, app_url):
@@ -184,14 +194,9 @@ def test_whatif_endpoints(app_url):
     assert "Measured knee" in prof_md and "roofline prediction" in prof_md
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+@needs_chromium
 def test_browser_whatif_tab(app_url, tmp_path):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        page = browser.new_page(viewport={"width": 1400, "height": 1500})
+    with browser_page(1500) as page:
         page.goto(app_url)
         page.get_by_role("tab", name="What if?").click()
         page.wait_for_selector("#whatif-crossover .js-plotly-plot", timeout=30000)
@@ -203,4 +208,3 @@ def test_browser_whatif_tab(app_url, tmp_path):
         page.wait_for_selector("#profile-latency .js-plotly-plot", timeout=30000)
         page.screenshot(path=str(tmp_path / "whatif.png"), full_page=True)
         shutil.copy(tmp_path / "whatif.png", "/tmp/specviz-whatif.png")
-        browser.close()
