@@ -1,7 +1,8 @@
 """What the hardware is doing: calibrated peaks, a live utilisation sampler, and per-step derived metrics.
 
 - `calibrate()` measures this device's copy bandwidth and matmul FLOP/s in a given dtype (a second or
-  two), so MBU and MFU are fractions of what *this* machine reaches, not of a datasheet.
+  two), so MBU and MFU are fractions of what *this* machine reaches, not of a datasheet;
+  `cached_peaks()` keeps the result per machine in the user cache.
 - `Sampler` is a daemon thread sampling GPU utilisation/memory/power via NVML, or CPU utilisation and
   RSS via psutil when there is no GPU. A reading that cannot be had (no NVML, a MIG slice, ZeroGPU's
   main process) is `None` — shown as "unavailable", never as 0.
@@ -10,6 +11,7 @@
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -66,13 +68,55 @@ def calibrate(device=None, dtype=None, size_mb: int = 256, matmul_n: int = 1024,
 
 def device_name(device) -> str:
     """A readable name for a profile: "cuda: NVIDIA H200", "cpu: 2 cores"."""
-    import os
-
     import torch
 
     if getattr(device, "type", str(device)) == "cuda":
         return f"cuda: {torch.cuda.get_device_name(device)}"
     return f"cpu: {os.cpu_count()} cores"
+
+
+def machine_key(device, dtype) -> str:
+    """What a calibration is valid for: this host, this device, this dtype, this torch."""
+    import platform
+
+    import torch
+
+    return f"{platform.node()} | {device_name(device)} | {str(dtype).replace('torch.', '')} | torch {torch.__version__}"
+
+
+def cached_peaks(device=None, dtype=None, refresh: bool = False, **calibrate_kw) -> Peaks:
+    """This machine's peaks from the cache (`<cache>/peaks.json`, one entry per `machine_key`), measured
+    and stored when missing or when `refresh` (what `python -m specviz calibrate` does)."""
+    import json
+
+    import torch
+
+    from specviz.models import cache_root
+
+    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    key, path = machine_key(device, dtype), cache_root() / "peaks.json"
+    try:
+        table = json.loads(path.read_text())
+        if not isinstance(table, dict):
+            table = {}
+    except (OSError, ValueError):
+        table = {}
+    if not refresh and isinstance(table.get(key), dict):
+        try:
+            return Peaks(**table[key])
+        except TypeError:
+            pass                         # an entry from another version: measure again
+    peaks = calibrate(device, dtype, **calibrate_kw)
+    table[key] = {"device": peaks.device, "bandwidth": peaks.bandwidth, "flops": peaks.flops, "dtype": peaks.dtype}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(table, indent=1))
+        os.replace(tmp, path)
+    except OSError:
+        pass                             # a read-only cache only costs a re-measurement next time
+    return peaks
 
 
 @dataclass

@@ -110,3 +110,22 @@ def test_roofline_on_a_shape_ref_writes_a_profile(tmp_path):
     assert bad.returncode != 0 and "random weights and no tokenizer" in bad.stderr
     bad = cli("roofline", "--target", "shape:GPT-5")
     assert bad.returncode != 0 and "unknown shape" in bad.stderr
+
+
+def test_peaks_are_cached_per_machine(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    calls = []
+
+    def fake_calibrate(device, dtype, **kw):
+        calls.append(kw)
+        return hw.Peaks(device.type, 1e10 * len(calls), 1e11, "float32")
+
+    monkeypatch.setattr(hw, "calibrate", fake_calibrate)
+    first = hw.cached_peaks()
+    assert hw.cached_peaks() == first and len(calls) == 1          # the second call reads the cache
+    assert hw.cached_peaks(refresh=True).bandwidth == 2e10          # `calibrate` measures again
+    assert hw.cached_peaks().bandwidth == 2e10 and len(calls) == 2
+    key = next(iter(json.loads((tmp_path / "peaks.json").read_text())))
+    assert "cpu" in key and "float32" in key and "torch" in key
+    (tmp_path / "peaks.json").write_text("{broken")                  # a damaged cache is measured anew
+    assert hw.cached_peaks().bandwidth == 3e10

@@ -11,7 +11,8 @@ from specviz.cli.common import DEFAULT_PROMPTS, add_pair_args
 
 
 def add_parsers(sub) -> None:
-    p = sub.add_parser("calibrate", help="measure this device's copy bandwidth and matmul FLOP/s")
+    p = sub.add_parser("calibrate", help="measure this device's copy bandwidth and matmul FLOP/s "
+                                         "(stored in the cache; the app uses it)")
     p.add_argument("--device", default=None)
     p.set_defaults(func=run_calibrate)
 
@@ -49,10 +50,10 @@ def _ints(text: str, what: str, lo: int, hi: int) -> list[int]:
 
 
 def run_calibrate(args) -> int:
-    from specviz.hardware import calibrate
+    from specviz.hardware import cached_peaks
     from specviz.models import pick_device
 
-    peaks = calibrate(pick_device(args.device))
+    peaks = cached_peaks(pick_device(args.device), refresh=True)   # measure now; the app reuses it
     print(json.dumps({"device": peaks.device, "dtype": peaks.dtype, "bandwidth_GBps": peaks.bandwidth / 1e9,
                       "flops_TFLOPs": peaks.flops / 1e12, "ridge_flop_per_byte": peaks.ridge}))
     return 0

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from specviz.engine import Knobs, RunTotals, StepEvent
-from specviz.hardware import Peaks, Sample, Sampler, calibrate
+from specviz.hardware import Peaks, Sample, Sampler, cached_peaks
 from specviz.policies import make_policy
 
 FLUSH_S = 0.05            # a packet at most every 50 ms: tiny models on a big GPU step far faster
@@ -225,7 +225,7 @@ class WorkerState:
             self.sampler = Sampler(cpu_fallback=not torch.cuda.is_available()).start()
         if self.peaks is None:
             try:
-                self.peaks = calibrate(size_mb=128, repeats=3)
+                self.peaks = cached_peaks(size_mb=128, repeats=3)
             except Exception:
                 self.peaks = None                   # MBU/MFU show as unavailable
         return self

@@ -12,7 +12,7 @@ from pathlib import Path
 import gradio as gr
 
 from specviz.engine import EngineError
-from specviz.hardware import Peaks, Sampler, calibrate
+from specviz.hardware import Peaks, Sampler, cached_peaks
 from specviz.models import ModelError
 from specviz.policies import PolicyError
 from specviz.ui import playground, runner, whatif
@@ -54,7 +54,7 @@ class SpecVizApp:
 
     def _calibrate(self) -> None:
         try:
-            self.peaks = calibrate(size_mb=128, repeats=3)
+            self.peaks = cached_peaks(size_mb=128, repeats=3)
         except Exception:
             self.peaks = None      # MBU/MFU then show as unavailable, the rest still works
 
