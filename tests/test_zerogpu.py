@@ -39,9 +39,10 @@ def _run(app, label, on_first=None, max_new=96, depth=4, batch=2):
     gen = app.stream("the quick brown", label, batch, depth, "fixed", 8, 0, max_new, "s1")
     last, n = None, 0
     for out in gen:
-        n += 1
-        if n == 1 and on_first is not None:
-            on_first()
+        if isinstance(out[0], str):        # tokens streamed from the worker (not a status-only update)
+            n += 1
+            if n == 1 and on_first is not None:
+                on_first()
         last = out
     return last, n
 

@@ -87,6 +87,9 @@ class SpecVizApp:
         live = LiveRun(control, choice.label, self.peaks, self.sampler)
         self.runs.start(session, live)
         streamer = playground.Streamer(self, live, pair.tokenizer)
+        if self.runner.zero_gpu:
+            yield (gr.skip(),) * 6 + ("Waiting for a ZeroGPU worker; the first Run also loads the pair onto "
+                                      "its GPU …", gr.skip())
         last_yield, first, packet = 0.0, True, None
         try:
             with _as_gradio_errors():
