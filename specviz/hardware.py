@@ -286,3 +286,17 @@ def measure_latency(model, tokens_per_pass: list[int], context: int, device, dty
                     times.append(time.perf_counter() - t0)
             out.append(sorted(times)[len(times) // 2])
     return out
+
+
+KNEE_TOKENS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+
+
+def knee_steps(model, device, dtype, context: int = 256, repeats: int = 3, cap: int | None = None):
+    """Measure the latency curve one point at a time (log-spaced tokens per pass, up to 128 on CPU and
+    512 on GPU), yielding (tokens so far, latencies so far) so a UI can draw it as it grows."""
+    cap = cap or (512 if getattr(device, "type", "") == "cuda" else 128)
+    ns = [n for n in KNEE_TOKENS if n <= cap]
+    lat: list[float] = []
+    for n in ns:
+        lat += measure_latency(model, [n], context, device, dtype, repeats)
+        yield ns[: len(lat)], list(lat)

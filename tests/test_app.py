@@ -206,5 +206,19 @@ def test_browser_whatif_tab(app_url, tmp_path):
         page.get_by_role("option", name="T4", exact=True).click()
         page.wait_for_function("document.querySelector('#whatif-summary').innerText.includes('T4')", timeout=30000)
         page.wait_for_selector("#profile-latency .js-plotly-plot", timeout=30000)
+        page.locator("#knee-run").click()                  # measure this machine's knee from the page
+        page.wait_for_function("document.querySelector('#knee-summary').innerText.includes('Measured knee')",
+                               timeout=120000)
+        page.wait_for_selector("#knee-plot .js-plotly-plot", timeout=30000)
         page.screenshot(path=str(tmp_path / "whatif.png"), full_page=True)
         shutil.copy(tmp_path / "whatif.png", "/tmp/specviz-whatif.png")
+
+
+def test_measure_knee_in_the_app(app_url):
+    c = _client(app_url)
+    job = c.submit(_pair_label(c), api_name="/measure_knee")
+    updates = list(job)
+    md, plot = job.outputs()[-1]
+    assert len(job.outputs()) >= 4                       # the curve grew point by point
+    assert md.startswith("**Measured**") and "Measured knee" in md and "128 →" in md
+    assert "overhead-bound" in md                        # a 64-wide model: launches dominate, said so

@@ -119,3 +119,12 @@ def test_served_app_streams_from_the_worker(tiny_paths, tmp_path, reference):
         assert all(out == reference(0, 64) for out in final["outputs"])
     finally:
         stop_app(proc)
+
+
+def test_knee_is_measured_in_the_worker(zero_app):
+    app, _, probe = zero_app
+    updates = list(app.runner.knee(app.choices[0], 32, None))
+    final = updates[-1]
+    assert final.done and final.tokens_per_pass[-1] == 128 and len(updates) == len(final.tokens_per_pass) + 1
+    assert final.device.startswith("cpu") and final.peaks is not None      # the worker calibrated itself
+    assert str(os.getpid()) not in set(probe.read_text().split())

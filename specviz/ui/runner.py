@@ -24,11 +24,13 @@ from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from specviz.engine import Knobs, RunTotals, StepEvent
-from specviz.hardware import Peaks, Sample, Sampler, cached_peaks
+from specviz.hardware import Peaks, Sample, Sampler, cached_peaks, device_name, knee_steps
 from specviz.policies import make_policy
+from specviz.roofline import ModelSpec
 
 FLUSH_S = 0.05            # a packet at most every 50 ms: tiny models on a big GPU step far faster
 ZERO_GPU_MAX_S = 120      # ZeroGPU reservation ceiling we ask for (longer requests queue behind others)
+KNEE_GPU_S = 60           # loading a pair + 10 points × 4 passes each fits easily
 
 
 def policy_from(name: str | None, threshold):
@@ -101,6 +103,28 @@ def run_packets(req: RunRequest, pair, knobs: Knobs, control: "ControlFile | Non
             last_flush = now
             yield packet()
     yield packet(final=True)
+
+
+@dataclass
+class KneeUpdate:
+    """The latency curve measured so far on the device that runs the pair (picklable)."""
+
+    tokens_per_pass: list[int]
+    latency_s: list[float]
+    device: str                 # "cpu: 2 cores", "cuda: NVIDIA H200 MIG 3g.71gb", …
+    spec: ModelSpec             # the target's shape, for the roofline prediction
+    peaks: Peaks | None         # that device's calibrated peaks
+    done: bool = False
+
+
+def knee_updates(pair, peaks: Peaks | None, context: int) -> Iterator[KneeUpdate]:
+    t = pair.target
+    last = None
+    for ns, lat in knee_steps(t.model, t.device, t.dtype, context):
+        last = KneeUpdate(ns, lat, device_name(t.device), pair.target_spec, peaks)
+        yield last
+    if last is not None:
+        yield replace(last, done=True)
 
 
 class LocalControl:
@@ -202,6 +226,9 @@ class LocalRunner:
     def packets(self, req: RunRequest, choice, control: LocalControl) -> Iterator[Packet]:
         return run_packets(req, self.cache.get(choice), control.knobs)
 
+    def knee(self, choice, context: int, peaks: Peaks | None) -> Iterator[KneeUpdate]:
+        return knee_updates(self.cache.get(choice), peaks, context)
+
 
 class WorkerState:
     """What a ZeroGPU worker keeps between calls (the `spaces` package reuses an idle worker): the
@@ -255,14 +282,23 @@ class ZeroGpuRunner:
                 choice = _Choice(req.target, req.draft)
                 yield from run_packets(req, st.cache.get(choice), knobs, control, st.sampler, st.peaks)
 
+        def gpu_knee(target: str, draft: str, context: int):
+            with wrap_errors():
+                st = state.ready()
+                yield from knee_updates(st.cache.get(_Choice(target, draft)), st.peaks, context)
+
         # decorated now, before launch: `spaces` registers GPU functions when the app starts
         self.gpu_run = spaces_module.GPU(duration=gpu_duration)(gpu_run)
+        self.gpu_knee = spaces_module.GPU(duration=KNEE_GPU_S)(gpu_knee)
 
     def control(self, knobs: Knobs, policy) -> ControlFile:
         return ControlFile.create(knobs, policy)
 
     def packets(self, req: RunRequest, choice, control: ControlFile) -> Iterator[Packet]:
         return self.gpu_run(replace(req, control=control.path))
+
+    def knee(self, choice, context: int, peaks: Peaks | None) -> Iterator[KneeUpdate]:
+        return self.gpu_knee(choice.target, choice.draft, context)   # the worker brings its own peaks
 
 
 @dataclass(frozen=True)

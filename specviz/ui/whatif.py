@@ -7,6 +7,9 @@ from dataclasses import replace
 import gradio as gr
 
 from specviz import charts
+from specviz.engine import EngineError
+from specviz.hardware import find_knee
+from specviz.models import ModelError
 from specviz.profiles import Profile, load_profiles
 from specviz.roofline import (GPUS, MODELS, crossover_from_rows, latency_curve, predicted_knee, whatif_rows)
 
@@ -138,7 +141,63 @@ def build(app) -> None:
 
     gr.on([c.change for c in inputs], on_change, inputs, [summary, fig_lat, fig_x], api_name="whatif",
           show_progress="hidden")
+    _build_measure(app)
     _build_profiles()
+
+
+KNEE_CONTEXT = 256
+OVERHEAD_FACTOR = 2.0     # the same rule as hardware.step_metrics: > 2× the roofline time = overhead-bound
+
+
+def knee_view(upd, context: int = KNEE_CONTEXT):
+    """Markdown and figure for a (partial) measured curve, with the roofline prediction beside it."""
+    spec, peaks = upd.spec, upd.peaks
+    est, predicted = [None] * len(upd.tokens_per_pass), None
+    if peaks is not None:
+        est = [1000 * s for s in latency_curve(spec, peaks.bandwidth, peaks.flops, upd.tokens_per_pass, context)]
+        predicted = predicted_knee(spec, peaks.bandwidth, peaks.flops, context)
+    knee = find_knee(upd.tokens_per_pass, upd.latency_s) if upd.done and len(upd.tokens_per_pass) >= 4 else None
+    fig = charts.latency_figure(upd.tokens_per_pass, est, predicted, (upd.tokens_per_pass, upd.latency_s), knee,
+                                title=f"{spec.name} on {upd.device}: measured now")
+    points = ", ".join(f"{n} → {1000 * t:.1f} ms" for n, t in zip(upd.tokens_per_pass, upd.latency_s))
+    if not upd.done:
+        return f"Measuring on {upd.device} … {points}", fig
+    flat = upd.latency_s[1] / upd.latency_s[0] if len(upd.latency_s) > 1 else float("nan")
+    pred = ("not available (this device's peaks are not calibrated yet)" if predicted is None
+            else f"**{predicted}** from the calibrated peaks ({peaks.bandwidth / 1e9:.1f} GB/s, "
+                 f"{peaks.flops / 1e12:.2f} TFLOP/s)")
+    text = (f"**Measured** on {upd.device}, {spec.name}, context {context}: {points}. Measured knee "
+            f"**{knee:.0f}** tokens per pass; roofline prediction {pred}. Two tokens per pass cost "
+            f"{flat:.2f}× one. (Other work on the same device while this runs distorts the curve.)")
+    if peaks is not None and upd.latency_s[0] > OVERHEAD_FACTOR * est[0] / 1000:
+        text += (f"\n\nAt one token per pass this pass took {upd.latency_s[0] / (est[0] / 1000):.0f}× the "
+                 "roofline time: the model is **overhead-bound** here (kernel launches, Python), the third "
+                 "regime — its curve stays flat for that reason, not because of memory, so this knee is not "
+                 "the memory/compute ridge.")
+    return text, fig
+
+
+def _build_measure(app) -> None:
+    gr.Markdown("## Measure the knee on this machine\n\nTimes the target's forward pass at 1, 2, 4 … tokens "
+                "per pass (up to 128 on a CPU, 512 on a GPU) on top of a 256-token context, where the app runs.")
+    labels = [c.label for c in app.choices]
+    with gr.Row():
+        pick = gr.Dropdown(labels, value=labels[0], label="Pair (its target is measured)", elem_id="knee-pair",
+                           scale=3)
+        go = gr.Button("Measure the knee", elem_id="knee-run", scale=1)
+    md = gr.Markdown("", elem_id="knee-summary")
+    fig = gr.Plot(label="Measured latency per pass", elem_id="knee-plot")
+
+    def measure(label):
+        choice = app.choice(label)
+        yield f"Loading **{choice.label}** …", gr.skip()
+        try:
+            for upd in app.runner.knee(choice, KNEE_CONTEXT, app.peaks):
+                yield knee_view(upd)
+        except (ModelError, EngineError) as exc:
+            raise gr.Error(str(exc))
+
+    go.click(measure, [pick], [md, fig], api_name="measure_knee", concurrency_limit=1)
 
 
 def _build_profiles() -> None:
