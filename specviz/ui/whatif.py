@@ -170,10 +170,11 @@ def knee_view(upd, context: int = KNEE_CONTEXT):
             f"**{knee:.0f}** tokens per pass; roofline prediction {pred}. Two tokens per pass cost "
             f"{flat:.2f}× one. (Other work on the same device while this runs distorts the curve.)")
     if peaks is not None and upd.latency_s[0] > OVERHEAD_FACTOR * est[0] / 1000:
-        text += (f"\n\nAt one token per pass this pass took {upd.latency_s[0] / (est[0] / 1000):.0f}× the "
-                 "roofline time: the model is **overhead-bound** here (kernel launches, Python), the third "
-                 "regime — its curve stays flat for that reason, not because of memory, so this knee is not "
-                 "the memory/compute ridge.")
+        text += (f"\n\nAt one token per pass this pass took {upd.latency_s[0] / (est[0] / 1000):.1f}× the "
+                 "roofline time, so neither streaming the weights nor the arithmetic explains it: kernel "
+                 "launches and Python, kernels far below peak, or other work on this device do. SpecViz calls "
+                 "that **overhead-bound**, the third regime; where it rules, the flat part of the curve is "
+                 "overhead, and this knee is not the memory/compute ridge.")
     return text, fig
 
 
