@@ -129,3 +129,14 @@ def test_peaks_are_cached_per_machine(tmp_path, monkeypatch):
     assert "cpu" in key and "float32" in key and "torch" in key
     (tmp_path / "peaks.json").write_text("{broken")                  # a damaged cache is measured anew
     assert hw.cached_peaks().bandwidth == 3e10
+
+
+def test_memory_and_power_readout_never_invents_zero():
+    from specviz.ui.playground import device_md
+
+    assert "unavailable" in device_md(None)
+    assert "unavailable" in device_md(hw.Sample(0.0, None, None, None, "none"))
+    cpu = device_md(hw.Sample(0.0, 50.0, 2**30, None, "psutil"))
+    assert "process memory (RSS) 1.00 GiB" in cpu and "power unavailable" in cpu
+    gpu = device_md(hw.Sample(0.0, 99.0, 3 * 2**30, 215.4, "nvml"))
+    assert "GPU memory 3.00 GiB" in gpu and "215 W" in gpu

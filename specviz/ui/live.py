@@ -79,6 +79,10 @@ class LiveRun:
                 self.util.add(self.elapsed(), latest.util)
             return self._figures()
 
+    def latest_sample(self) -> Sample | None:
+        with self.lock:
+            return self._latest_sample()
+
     def _latest_sample(self) -> Sample | None:
         if self.worker_source is not None:
             return self.worker_sample

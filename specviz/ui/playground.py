@@ -23,13 +23,24 @@ POLICY_HELP = {"fixed": "always the depth slider", "disable-by-batch-size": "dep
                "confidence": "a row stops drafting when the draft's confidence < threshold"}
 
 
-def counters_md(totals, plain_tps: float | None, batch: int, regime: str) -> str:
+def device_md(sample) -> str:
+    """The sampler's latest memory and power reading, or what is unavailable (never a made-up 0)."""
+    if sample is None or sample.source == "none":
+        return "memory and power: unavailable on this device"
+    where = "GPU memory" if sample.source == "nvml" else "process memory (RSS)"
+    mem = "unavailable" if sample.memory is None else f"{sample.memory / 2**30:.2f} GiB"
+    power = "unavailable" if sample.power is None else f"{sample.power:.0f} W"
+    return f"{where} {mem} · power {power} ({sample.source})"
+
+
+def counters_md(totals, plain_tps: float | None, batch: int, regime: str, sample=None) -> str:
     acc = "—" if totals.acceptance_rate is None else f"{totals.acceptance_rate:.0%}"
     parts = [f"**{totals.tokens_per_s:.1f}** tokens/s", f"acceptance **{acc}**",
              f"**{totals.mean_accepted_length:.2f}** tokens per row per target pass",
              f"FLOPs **{totals.flops_ratio:.2f}×** plain decoding (estimate from model shapes)"]
     if regime:
         parts.append(f"regime: **{regime}** (model-shape estimate vs calibrated peaks)")
+    parts.append(device_md(sample))
     line = " · ".join(parts)
     if plain_tps:
         speed = totals.tokens_per_s / plain_tps
@@ -143,7 +154,7 @@ class Streamer:
         charts = self.live.figures() if final else (gr.skip(),) * 3   # the timer draws them meanwhile
         plain = self.app.runs.plain(self.live.pair_label, batch)
         return (tokens_html(first), rows_html(self.views, self.state),
-                counters_md(totals, plain, batch, self.live.regime), *charts,
+                counters_md(totals, plain, batch, self.live.regime, self.live.latest_sample()), *charts,
                 gr.skip() if status is None else status, gr.skip() if result is None else result)
 
 
