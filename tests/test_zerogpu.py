@@ -50,13 +50,16 @@ def _run(app, label, on_first=None, max_new=96, depth=4, batch=2):
 def test_runs_in_a_gpu_worker_and_stays_lossless(zero_app, reference, prompts):
     app, spaces, probe = zero_app
     assert app.runner.zero_gpu and app.sampler is None
-    (tokens, _, _, _, chart_h, _, status, result), n = _run(app, app.choices[0].label)
+    (tokens, _, counters, _, chart_h, _, status, result), n = _run(app, app.choices[0].label)
     assert result["done"] and not result["stopped"] and "Done." in status
     assert result["worker_pid"] != os.getpid()          # decoded in the forked worker
     assert result["prompt_ids"] == prompts[0]
     for out in result["outputs"]:
         assert out == reference(0, 96)
     assert 'class="tok-accepted"' in tokens
+    # the counters set the step's tokens per pass against the knee estimated from the worker's peaks
+    assert "tokens per target pass (batch 2 × (k + 1))" in counters and "knee ≈" in counters
+    assert "process memory (RSS)" in counters
     pids = set(probe.read_text().split())
     assert str(os.getpid()) not in pids                  # the main process never asked for CUDA
     assert str(result["worker_pid"]) in pids             # the worker picked its device itself

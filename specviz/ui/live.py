@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from specviz import charts
 from specviz.engine import StepEvent
 from specviz.hardware import Peaks, Sample, Sampler, step_metrics
+from specviz.roofline import ModelSpec, predicted_knee
 
 
 @dataclass
@@ -32,6 +33,8 @@ class LiveRun:
     regime: str = ""
     worker_sample: Sample | None = None    # the GPU worker's latest reading (ZeroGPU)
     worker_source: str | None = None
+    spec: ModelSpec | None = None          # the target's shape, for the knee estimate
+    last_pass: tuple[int, int, int] | None = None   # (tokens per pass, batch, context) of the latest step
     lock: threading.Lock = field(default_factory=threading.Lock)   # record() and figures() race
 
     def elapsed(self) -> float:
@@ -58,12 +61,29 @@ class LiveRun:
         m = step_metrics(ev.draft_flops + ev.target_flops, ev.draft_bytes + ev.target_bytes,
                          ev.draft_s + ev.verify_s, self.peaks)
         self.regime = m.regime
+        self.last_pass = (ev.tokens_per_pass, ev.batch_size, ev.context)
         self.mbu.add(now, None if m.mbu is None else 100 * m.mbu)
         self.mfu.add(now, None if m.mfu is None else 100 * m.mfu)
 
-    def feed(self, samples: list[Sample], source: str | None, peaks: Peaks | None) -> None:
+    def pass_md(self) -> str:
+        """Tokens the latest verify pass processed, beside the roofline knee for this target here."""
+        with self.lock:
+            if self.last_pass is None:
+                return ""
+            n, batch, context = self.last_pass
+            text = f"**{n}** tokens per target pass (batch {batch} × (k + 1))"
+            if self.spec is not None and self.peaks is not None:
+                knee = predicted_knee(self.spec, self.peaks.bandwidth, self.peaks.flops, max(context, 1))
+                side = "below" if n < knee else "past"
+                text += f", {side} this device's knee ≈ **{knee}** (estimate)"
+            return text
+
+    def feed(self, samples: list[Sample], source: str | None, peaks: Peaks | None,
+             spec: ModelSpec | None = None) -> None:
         """Hardware readings and peaks streamed from a GPU worker (the main process cannot read it)."""
         with self.lock:
+            if spec is not None:
+                self.spec = spec
             if source is not None:
                 self.worker_source = source
             if samples:

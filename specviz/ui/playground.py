@@ -33,11 +33,13 @@ def device_md(sample) -> str:
     return f"{where} {mem} · power {power} ({sample.source})"
 
 
-def counters_md(totals, plain_tps: float | None, batch: int, regime: str, sample=None) -> str:
+def counters_md(totals, plain_tps: float | None, batch: int, regime: str, sample=None, pass_md: str = "") -> str:
     acc = "—" if totals.acceptance_rate is None else f"{totals.acceptance_rate:.0%}"
     parts = [f"**{totals.tokens_per_s:.1f}** tokens/s", f"acceptance **{acc}**",
              f"**{totals.mean_accepted_length:.2f}** tokens per row per target pass",
              f"FLOPs **{totals.flops_ratio:.2f}×** plain decoding (estimate from model shapes)"]
+    if pass_md:
+        parts.append(pass_md)
     if regime:
         parts.append(f"regime: **{regime}** (model-shape estimate vs calibrated peaks)")
     parts.append(device_md(sample))
@@ -154,7 +156,8 @@ class Streamer:
         charts = self.live.figures() if final else (gr.skip(),) * 3   # the timer draws them meanwhile
         plain = self.app.runs.plain(self.live.pair_label, batch)
         return (tokens_html(first), rows_html(self.views, self.state),
-                counters_md(totals, plain, batch, self.live.regime, self.live.latest_sample()), *charts,
+                counters_md(totals, plain, batch, self.live.regime, self.live.latest_sample(),
+                            self.live.pass_md()), *charts,
                 gr.skip() if status is None else status, gr.skip() if result is None else result)
 
 

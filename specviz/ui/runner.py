@@ -67,6 +67,7 @@ class Packet:
     samples: list[Sample] = field(default_factory=list)   # hardware samples taken by the worker
     sampler_source: str | None = None                     # None: read the app's own sampler
     peaks: Peaks | None = None
+    spec: ModelSpec | None = None                         # the target's shape (first packet)
     final: bool = False
     stopped: bool = False
     outputs: dict | None = None                           # row id → generated ids (final packet)
@@ -88,8 +89,9 @@ def run_packets(req: RunRequest, pair, knobs: Knobs, control: "ControlFile | Non
         if samples:
             last_sample = samples[-1].t
         p = Packet(list(pending), copy.copy(engine.totals), samples,
-                   None if sampler is None else sampler.source, peaks if first else None, final,
-                   knobs.stop.is_set(), engine.outputs() if final else None, os.getpid())
+                   None if sampler is None else sampler.source, peaks if first else None,
+                   pair.target_spec if first else None, final, knobs.stop.is_set(),
+                   engine.outputs() if final else None, os.getpid())
         first = False
         pending.clear()
         return p

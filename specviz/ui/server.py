@@ -115,7 +115,7 @@ class SpecVizApp:
 
     def _fold(self, packet, live: LiveRun, streamer, label: str) -> None:
         """One packet from the runner into the charts, the transcripts and the plain baseline."""
-        live.feed(packet.samples, packet.sampler_source, packet.peaks)
+        live.feed(packet.samples, packet.sampler_source, packet.peaks, packet.spec)
         if packet.peaks is not None:
             self.peaks = packet.peaks          # a ZeroGPU worker's calibration: the what-if tab can use it
         for ev in packet.events:
