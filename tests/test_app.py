@@ -217,7 +217,7 @@ def test_browser_whatif_tab(app_url, tmp_path):
 def test_measure_knee_in_the_app(app_url):
     c = _client(app_url)
     job = c.submit(_pair_label(c), api_name="/measure_knee")
-    updates = list(job)
+    job.result()
     md, plot = job.outputs()[-1]
     assert len(job.outputs()) >= 4                       # the curve grew point by point
     assert md.startswith("**Measured**") and "Measured knee" in md and "128 →" in md

@@ -9,7 +9,7 @@ from specviz.models import ModelError
 from specviz.pipeline import encode_prompt
 from specviz.policies import MAX_DEPTH, POLICY_NAMES, PolicyError
 from specviz.ui.live import LiveRun
-from specviz.ui.runner import policy_from
+from specviz.ui.control import policy_from
 from specviz.ui.render import LEGEND, RowView, rows_html, tokens_html
 
 EXAMPLES = ["Explain in two sentences why the sky is blue.",
