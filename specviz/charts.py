@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
 
+from specviz.roofline import best_depths
+
 ACCEPT, REJECT, BONUS, PLAIN = "#1a9850", "#d73027", "#2c7bb6", "#7f7f7f"
 LAYOUT = dict(margin=dict(l=48, r=16, t=40, b=90), height=330, template="plotly_white",
               legend=dict(orientation="h", y=-0.32), font=dict(size=14))
@@ -114,13 +116,10 @@ def crossover_figure(rows: list[dict], title: str) -> go.Figure:
         fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[t for _, t in pts], mode="lines+markers",
                                  name="plain (k=0)" if k == 0 else f"k={k}",
                                  line=dict(color=DEPTH_COLOURS[i % len(DEPTH_COLOURS)], width=3 if k == 0 else 2)))
-    best: dict[int, dict] = {}
-    for r in rows:
-        if r["batch_size"] not in best or r["tokens_per_s"] > best[r["batch_size"]]["tokens_per_s"]:
-            best[r["batch_size"]] = r
-    pts = sorted(best.items())
-    fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[r["tokens_per_s"] for _, r in pts], mode="markers+text",
-                             text=[f"k={r['depth']}" for _, r in pts], textposition="top center",
+    by = {(r["batch_size"], r["depth"]): r["tokens_per_s"] for r in rows}
+    pts = sorted(best_depths(rows).items())
+    fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[by[(b, k)] for b, k in pts], mode="markers+text",
+                             text=[f"k={k}" for _, k in pts], textposition="top center",
                              textfont=dict(size=11), name="best depth",
                              marker=dict(symbol="star", size=11, color="#111")))
     fig.update_layout(title=title, xaxis_type="log", xaxis_title="batch size", yaxis_type="log",

@@ -47,12 +47,19 @@ def _timed(fn, device, repeats: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def _device_and_dtype(device, dtype):
+    """The device and dtype models run in here by default: CUDA in bf16 when present, else CPU in fp32."""
+    import torch
+
+    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return device, dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+
+
 def calibrate(device=None, dtype=None, size_mb: int = 256, matmul_n: int = 1024, repeats: int = 5) -> Peaks:
     """Measure copy bandwidth and matmul throughput on `device` (median of `repeats`)."""
     import torch
 
-    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    device, dtype = _device_and_dtype(device, dtype)
     n = size_mb * 2**20 // 4
     src = torch.empty(n, dtype=torch.float32, device=device).fill_(1.0)
     dst = torch.empty_like(src)
@@ -89,12 +96,9 @@ def cached_peaks(device=None, dtype=None, refresh: bool = False, **calibrate_kw)
     and stored when missing or when `refresh` (what `python -m specviz calibrate` does)."""
     import json
 
-    import torch
-
     from specviz.models import cache_root
 
-    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    device, dtype = _device_and_dtype(device, dtype)
     key, path = machine_key(device, dtype), cache_root() / "peaks.json"
     try:
         table = json.loads(path.read_text())
