@@ -15,7 +15,7 @@ PROFILES_DIR = Path(__file__).resolve().parents[1] / "assets" / "profiles"
 @dataclass(frozen=True)
 class Profile:
     name: str                  # file stem, e.g. "h200-smollm2-1.7b"
-    device: str                # what calibrate() saw: "cpu", "cuda: NVIDIA H200", …
+    device: str                # hardware.device_name(): "cpu: 2 cores", "cuda: NVIDIA H200", …
     target: str
     context: int
     tokens_per_pass: list[int]

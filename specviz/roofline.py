@@ -222,7 +222,7 @@ def crossover_batch(alpha: float, c: float, target_step, max_batch: int = 1024) 
     return None
 
 
-# --- what-if grids (the app's what-if tab and the theory side of `sweep`) -----------------------------
+# --- what-if grids (the app's What-if tab; `sweep` uses best_depths and crossover_from_rows) ---------
 
 def latency_curve(spec: ModelSpec, bandwidth: float, flops: float, tokens: list[int], context: int,
                   overhead_s: float = 0.0) -> list[float]:
