@@ -23,6 +23,7 @@ from typing import Iterator
 from specviz.engine import Knobs, RunTotals, StepEvent
 from specviz.hardware import Peaks, Sample, Sampler, cached_peaks, device_name, knee_steps
 from specviz.roofline import ModelSpec
+from specviz.ui.catalog import PairChoice
 from specviz.ui.control import ControlFile, LocalControl, policy_from
 
 FLUSH_S = 0.05            # a packet at most every 50 ms: tiny models on a big GPU step far faster
@@ -182,13 +183,13 @@ class ZeroGpuRunner:
                 st = state.ready()
                 knobs = Knobs(depth=req.depth, batch_size=req.batch, policy=policy_from(req.policy, req.threshold))
                 control = ControlFile(req.control, policy=(req.policy, req.threshold))
-                choice = _Choice(req.target, req.draft)
+                choice = PairChoice(req.target, req.target, req.draft)
                 yield from run_packets(req, st.cache.get(choice), knobs, control, st.sampler, st.peaks)
 
         def gpu_knee(target: str, draft: str, context: int):
             with wrap_errors():
                 st = state.ready()
-                yield from knee_updates(st.cache.get(_Choice(target, draft)), st.peaks, context)
+                yield from knee_updates(st.cache.get(PairChoice(target, target, draft)), st.peaks, context)
 
         # decorated now, before launch: `spaces` registers GPU functions when the app starts
         self.gpu_run = spaces_module.GPU(duration=gpu_duration)(gpu_run)
@@ -202,9 +203,3 @@ class ZeroGpuRunner:
 
     def knee(self, choice, context: int, peaks: Peaks | None) -> Iterator[KneeUpdate]:
         return self.gpu_knee(choice.target, choice.draft, context)   # the worker brings its own peaks
-
-
-@dataclass(frozen=True)
-class _Choice:
-    target: str
-    draft: str
