@@ -1,0 +1,173 @@
+"""Lesson text (specviz/lessons) and the bundled Persian font (assets/fonts): pure data checks."""
+import re
+import string
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from specviz import lessons
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSON_DIR = ROOT / "specviz" / "lessons"
+FONT_DIR = ROOT / "assets" / "fonts"
+ARABIC_SCRIPT = re.compile(r"[\u0600-\u06FF]")
+
+
+def flat(table: dict, prefix: str = "") -> dict[str, str]:
+    out = {}
+    for key, value in table.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flat(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def fields(template: str) -> set[tuple[str, str | None, str]]:
+    """(name, conversion, format spec) of every replacement field."""
+    return {(name, conv, spec) for _, name, spec, conv in string.Formatter().parse(template) if name is not None}
+
+
+def sample(name: str, spec: str, conv: str | None):
+    if conv == "r":
+        return "tok"
+    if spec and spec[-1] in "f%eg":
+        return 0.25
+    return 3
+
+
+@pytest.fixture(scope="module")
+def tables():
+    return {lang: flat(lessons.load(lang)) for lang in lessons.LANGS}
+
+
+def test_files_ship_beside_the_module_and_parse():
+    assert lessons.LANGS == ("en", "fa")
+    for lang in lessons.LANGS:
+        with open(LESSON_DIR / f"{lang}.toml", "rb") as f:
+            assert tomllib.load(f) == lessons.load(lang)
+
+
+def test_same_keys_in_every_language(tables):
+    en = set(tables["en"])
+    for lang, table in tables.items():
+        assert set(table) == en, f"{lang}: missing {sorted(en - set(table))}, extra {sorted(set(table) - en)}"
+    assert all(isinstance(v, str) and v.strip() for t in tables.values() for v in t.values())
+
+
+def test_structure_follows_the_argument(tables):
+    data = lessons.load("en")
+    assert tuple(data["chapter"]) == lessons.CHAPTERS
+    for chapter in lessons.CHAPTERS:
+        for part in ("title", "body", "button", "running"):
+            assert f"chapter.{chapter}.{part}" in tables["en"]
+    for chapter in lessons.CHAPTERS[1:]:
+        assert any(k.startswith(f"chapter.{chapter}.conclusion_") for k in tables["en"]), chapter
+    assert set(data["policies"]) == {"fixed", "disable-by-batch-size", "batch-table", "adaptive", "confidence"}
+    from specviz.policies import POLICY_NAMES
+    assert set(data["policies"]) == set(POLICY_NAMES)
+
+
+def test_placeholders_match_and_format(tables):
+    for key, en_text in tables["en"].items():
+        want = fields(en_text)
+        for lang, table in tables.items():
+            assert fields(table[key]) == want, f"{lang} {key}"
+            values = {name: sample(name, spec, conv) for name, conv, spec in want}
+            table[key].format(**values)        # strict str.format: must not raise
+
+
+def test_conclusion_templates_carry_their_numbers(tables):
+    en = tables["en"]
+    expect = {
+        "chapter.race.conclusion_faster": {"flops_ratio", "speedup"},
+        "chapter.race.conclusion_slower": {"flops_ratio", "slowdown", "draft_cost"},
+        "chapter.knee.conclusion_flat": {"knee"},
+        "chapter.knee.conclusion_not_memory_bound": {"ratio2"},
+        "chapter.breadth_depth.conclusion_stops": {"n"},
+        "chapter.ledger.conclusion_waste": {"waste"},
+        "chapter.ledger.conclusion_theory": {"theory", "measured"},
+        "chapter.sweep.conclusion_crossover": {"crossover"},
+        "chapter.sweep.conclusion_no_crossover": {"max_batch"},
+        "app.lossless_identical": {"n"},
+        "app.lossless_differs": {"pos", "target_tok", "ours_tok", "margin"},
+        "errors.prompt_too_long": {"tokens", "limit"},
+        "errors.too_many_rows": {"limit"},
+    }
+    for key, names in expect.items():
+        assert names <= {name for name, _, _ in fields(en[key])}, key
+
+
+def test_persian_is_persian_with_english_terms(tables):
+    fa = tables["fa"]
+    for chapter in lessons.CHAPTERS:
+        body = fa[f"chapter.{chapter}.body"]
+        assert len(ARABIC_SCRIPT.findall(body)) > 100, chapter
+        assert body != tables["en"][f"chapter.{chapter}.body"]
+    everything = "\n".join(fa.values())
+    assert re.search("[پچژگ]", everything)                       # Persian letters, not only Arabic
+    assert not re.search("[\u064A\u0643]", everything)             # Persian ی and ک, not Arabic ي and ك
+    assert "¦" not in everything
+    assert "speculative decoding" in fa["chapter.intro.body"]
+    assert "draft model" in fa["chapter.intro.body"] and "forward pass" in fa["chapter.intro.body"]
+    assert "memory bound" in fa["chapter.knee.body"] and "compute bound" in fa["chapter.knee.body"]
+    assert "batch" in fa["chapter.sweep.body"] and "throughput" in fa["chapter.sweep.body"]
+    assert "breadth" in fa["chapter.breadth_depth.body"] and "depth" in fa["chapter.breadth_depth.body"]
+    assert "FLOP" in fa["chapter.ledger.body"]
+    assert "--speculative-disable-by-batch-size" in fa["chapter.policies.body"]
+
+
+def test_direction():
+    assert lessons.direction("fa") == "rtl"
+    assert lessons.direction("en") == "ltr"
+
+
+def test_text_formats_falls_back_and_never_raises(monkeypatch):
+    assert lessons.text("en", "app.lossless_identical", n=7).startswith("Identical: 7 of 7")
+    out = lessons.text("fa", "chapter.race.conclusion_faster", flops_ratio=2.345, speedup=1.5, tokens_per_pass=3.0,
+                       unused=1)
+    assert "2.3" in out and "1.50" in out and ARABIC_SCRIPT.search(out)
+    assert lessons.text("xx", "app.title") == "SpecViz"                       # unknown language → English
+    assert lessons.text("fa", "no.such.key") == "no.such.key"
+    assert "{speedup:.2f}" not in lessons.text("en", "chapter.race.conclusion_faster")  # missing value: shown
+    assert "{speedup}" in lessons.text("en", "chapter.race.conclusion_faster")          # as its name
+    assert "abc" in lessons.text("en", "chapter.race.conclusion_faster", speedup="abc")  # bad type: as str
+    bidi = lessons.text_bidi("fa", "errors.prompt_too_long", tokens=900, limit=512)
+    assert lessons.LRI + "900" + lessons.PDI in bidi
+
+    real = lessons._load
+    fake_fa = lessons.load("fa")
+    del fake_fa["app"]["copy_link"]
+    monkeypatch.setattr(lessons, "_load", lambda lang: fake_fa if lang == "fa" else real(lang))
+    assert lessons.text("fa", "app.copy_link") == "Copy link"                 # missing in fa → English
+
+
+def test_font_bundle_and_licence():
+    files = sorted((FONT_DIR / "vazirmatn").glob("*.woff2"))
+    assert {f.name for f in files} >= {"Vazirmatn-Regular.woff2", "Vazirmatn-Bold.woff2"}
+    assert all(f.read_bytes()[:4] == b"wOF2" for f in files)
+    licence = (FONT_DIR / "vazirmatn" / "OFL.txt").read_text()
+    assert "SIL Open Font License" in licence and "Vazirmatn" in licence
+    total = sum(p.stat().st_size for p in FONT_DIR.rglob("*") if p.is_file())
+    assert total < 400 * 1024
+
+
+def test_font_css_references_only_existing_files():
+    css_path = FONT_DIR / "vazirmatn.css"
+    css = css_path.read_text()
+    urls = re.findall(r"url\(\s*['\"]?([^'\")]+)['\"]?\s*\)", css)
+    assert len(urls) >= 2
+    for url in urls:
+        assert not re.match(r"^(?:[a-z]+:|/)", url), f"not relative: {url}"
+        assert (css_path.parent / url).is_file(), url
+    assert "@font-face" in css and "font-family: Vazirmatn, Tahoma, sans-serif" in css
+    assert '[dir="rtl"]' in css and ".rtl" in css
+    assert re.search(r"\.ltr, code, \.tokens[^{]*\{\s*direction: ltr;\s*unicode-bidi: isolate;", css)
+    assert "vazirmatn" in css and "33.0.3" in css and "Open Font License" in css
+
+
+def test_lessons_module_stays_light():
+    source = (LESSON_DIR / "__init__.py").read_text()
+    assert not re.search(r"^\s*(import|from)\s+(gradio|torch)", source, re.M)
