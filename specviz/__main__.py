@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from specviz.engine import EngineError
+    from specviz.limits import LimitError
     from specviz.models import ModelError
     from specviz.policies import PolicyError
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         _quiet_libraries()
         return int(args.func(args) or 0)
-    except (UsageError, ModelError, EngineError, PolicyError) as exc:
+    except (UsageError, ModelError, LimitError, PolicyError) as exc:
         print(f"specviz: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

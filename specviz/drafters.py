@@ -1,7 +1,11 @@
 """Drafters propose up to k tokens per row; the engine verifies them with the target.
 
+Every engine makes its own drafter (`Pair.make_drafter()`): a drafter's KV cache holds the rows of
+exactly one batch, so two engines must never share one (two runs sharing a drafter wrote their rows into
+each other's cache). The model weights behind it are shared read-only.
+
 - `ModelDrafter`: a small model from the same family (or the target itself with layers skipped —
-  `make_layerskip_model`). It keeps its own `RaggedCache`. Each row's cache holds a prefix of the
+  `make_layerskip_model`). It keeps its own `RaggedCache`, `draft_kv`. Each row's cache holds a prefix of the
   row's sequence (`fed[i]` tokens); the first draft pass of a step feeds whatever the row has not yet
   fed (usually the last emitted token, two after an all-accepted step, more after steps without
   speculation, the whole prompt for a new row), so the draft always catches up in one pass.
@@ -13,6 +17,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -31,6 +36,35 @@ class Proposal:
     cost: PassCost = ZERO_COST    # FLOPs and bytes of those passes (rejected work included)
 
 
+class Drafter(Protocol):
+    """What the engine asks of a drafter. Rows are addressed by their position in the engine's batch.
+
+    - `admit(seqs)`: rows with these token sequences join at the end of the batch (a drafter with a
+      cache may defer their prefill to the first step that drafts). Returns (seconds, PassCost).
+    - `retire(keep)`: only the rows at these positions stay, in this order.
+    - `propose(seqs, depths, confidence, temperatures, gens)`: up to depths[i] tokens for row i, whose
+      full sequence is seqs[i]; a row stops early when its draft's top probability falls below
+      confidence[i] (None: no threshold); a row with temperature > 0 samples from its own generator.
+    - `commit(accepted, lengths)`: after verification, row i kept accepted[i] of its lengths[i] drafts;
+      forget the rest.
+    - `reset()`: drop every row and any cached state (after a failed step).
+    """
+
+    kind: str
+    label: str
+
+    def admit(self, seqs: list[list[int]]) -> tuple[float, PassCost]: ...
+
+    def retire(self, keep: list[int]) -> None: ...
+
+    def propose(self, seqs: list[list[int]], depths: list[int], confidence: list[float | None],
+                temperatures: list[float], gens: list) -> Proposal: ...
+
+    def commit(self, accepted: torch.Tensor, lengths: torch.Tensor) -> None: ...
+
+    def reset(self) -> None: ...
+
+
 class ModelDrafter:
     kind = "model"
 
@@ -40,26 +74,29 @@ class ModelDrafter:
         self.vocab = vocab            # logits are cut to the vocabulary shared with the target
         self.layer_map, self.n_layers = layer_map, n_layers
         self.label = label
-        self.cache = RaggedCache(0, device, dtype, layer_map)
+        self.reset()
+
+    def reset(self) -> None:
+        self.draft_kv = RaggedCache(0, self.device, self.dtype, self.layer_map)
         self.fed: list[int] = []      # per row: tokens of its sequence already in the draft cache
         self._spec_slots: torch.Tensor | None = None   # [B, K] slot of fed draft token j (or -1)
         self._fed_before: list[int] = []
 
     # --- rows joining and leaving -------------------------------------------------------------
-    def admit(self, prompts: list[list[int]]):
+    def admit(self, seqs: list[list[int]]):
         """New rows join with an empty draft cache: the first step that drafts feeds their whole
-        prompt (catch-up), so a run at depth 0 never pays for a draft prefill."""
-        self.cache.add_rows(len(prompts))
-        self.fed += [0] * len(prompts)
+        sequence (catch-up), so a run at depth 0 never pays for a draft prefill."""
+        self.draft_kv.add_rows(len(seqs))
+        self.fed += [0] * len(seqs)
         return 0.0, ZERO_COST
 
     def retire(self, keep: list[int]) -> None:
-        self.cache.select(torch.tensor(keep, dtype=torch.long, device=self.device))
+        self.draft_kv.select(torch.tensor(keep, dtype=torch.long, device=self.device))
         self.fed = [self.fed[i] for i in keep]
 
     # --- one step -------------------------------------------------------------------------------
-    def propose(self, seqs: list[list[int]], depths: list[int], confidence: float | None,
-                temperature: float, gen: torch.Generator | None) -> Proposal:
+    def propose(self, seqs: list[list[int]], depths: list[int], confidence: list[float | None],
+                temperatures: list[float], gens: list) -> Proposal:
         B, K = len(seqs), max(depths, default=0)
         lengths = torch.zeros(B, dtype=torch.long, device=self.device)
         tokens = torch.zeros(B, max(K, 1), dtype=torch.long, device=self.device)
@@ -68,21 +105,25 @@ class ModelDrafter:
         want = torch.tensor(depths, device=self.device)
         self._fed_before = [len(s) for s in seqs]
         self._spec_slots = torch.full((B, K), -1, dtype=torch.long, device=self.device)
-        q_all = torch.zeros(B, K, self.vocab, device=self.device) if temperature > 0 else None
+        sampling = any(t > 0 for t in temperatures)
+        q_all = torch.zeros(B, K, self.vocab, device=self.device) if sampling else None
+        thresholds = None
+        if any(c is not None for c in confidence):
+            thresholds = torch.tensor([0.0 if c is None else c for c in confidence], device=self.device)
         feed, feed_valid = left_padded([s[f:] for s, f in zip(seqs, self.fed)], self.device)
-        ctx, seconds, cost, passes = self.cache.length, 0.0, ZERO_COST, 0
+        ctx, seconds, cost, passes = self.draft_kv.length, 0.0, ZERO_COST, 0
         alive = want > 0
         for j in range(K):
-            logits, secs = timed_forward(self.cache, self.model, feed, feed_valid, logits_to_keep=1)
+            logits, secs = timed_forward(self.draft_kv, self.model, feed, feed_valid, logits_to_keep=1)
             seconds += secs
             passes += 1
             cost = cost + pass_cost(self.spec, B, feed.shape[1], ctx, logits=1, n_layers=self.n_layers)
-            ctx = self.cache.length
+            ctx = self.draft_kv.length
             logits = logits[:, -1, : self.vocab]
-            d, probs = self._pick(logits, temperature, gen)
-            if confidence is not None:
+            d, probs = self._pick(logits, temperatures, gens, alive) if sampling else (logits.argmax(dim=-1), None)
+            if thresholds is not None:
                 top = probs if probs is not None else torch.softmax(logits.float(), dim=-1)
-                alive = alive & (top.max(dim=-1).values >= confidence)
+                alive = alive & (top.max(dim=-1).values >= thresholds)
             tokens[:, j] = torch.where(alive, d, 0)
             if q_all is not None:
                 q_all[:, j] = probs
@@ -91,17 +132,26 @@ class ModelDrafter:
             if j == K - 1 or not bool(alive.any()):
                 break
             # feed d_j to the rows that keep drafting; the others get a hole
-            self._spec_slots[:, j] = torch.where(alive, self.cache.length, -1)
+            self._spec_slots[:, j] = torch.where(alive, self.draft_kv.length, -1)
             feed, feed_valid = tokens[:, j:j + 1].clone(), alive[:, None].clone()
         Kused = int(lengths.max())
         return Proposal(tokens[:, :Kused], lengths,
                         None if q_all is None else q_all[:, :Kused], passes, seconds, cost)
 
-    def _pick(self, logits: torch.Tensor, temperature: float, gen):
-        if temperature > 0:
-            probs = probabilities(logits, temperature)
-            return sample(probs, gen), probs
-        return logits.argmax(dim=-1), None
+    def _pick(self, logits: torch.Tensor, temperatures: list[float], gens: list, drafting: torch.Tensor):
+        """Greedy rows take the argmax; sampled rows still drafting draw from their tempered
+        distribution with their own generator — only they draw, so a row's random stream advances by
+        its own drafts, whatever depth its batch mates use. Returns (tokens [B], probs [B, V]); greedy
+        rows' probs are at temperature 1."""
+        t = torch.tensor([x if x > 0 else 1.0 for x in temperatures], device=self.device)[:, None]
+        probs = probabilities(logits, t)
+        tokens = logits.argmax(dim=-1)
+        live = drafting.tolist()
+        sampled = [i for i, x in enumerate(temperatures) if x > 0 and live[i]]
+        if sampled:
+            idx = torch.tensor(sampled, dtype=torch.long, device=self.device)
+            tokens[idx] = sample(probs[idx], [gens[i] for i in sampled])
+        return tokens, probs
 
     def commit(self, accepted: torch.Tensor, lengths: torch.Tensor) -> None:
         """After verification: keep fed draft tokens 1..n (n accepted), turn the rest into holes."""
@@ -111,12 +161,12 @@ class ModelDrafter:
         j = torch.arange(slots.shape[1], device=self.device)[None, :]
         reject = (slots >= 0) & (j >= accepted[:, None])       # fed token j+1 kept iff j+1 ≤ n
         rows, cols = reject.nonzero(as_tuple=True)
-        self.cache.invalidate(rows, slots[rows, cols])
+        self.draft_kv.invalidate(rows, slots[rows, cols])
         # a row fed d_1..d_m (m = its fed slots); of those, the first n are now part of its sequence
         kept = torch.minimum(accepted, (slots >= 0).sum(dim=1)).tolist()
         self.fed = [f + k for f, k in zip(self._fed_before, kept)]
         self._spec_slots = None
-        self.cache.compact()
+        self.draft_kv.compact()
 
 
 class NgramDrafter:
@@ -128,13 +178,16 @@ class NgramDrafter:
     def __init__(self, device, max_ngram: int = 3):
         self.device, self.max_ngram = device, max_ngram
 
-    def admit(self, prompts):
+    def admit(self, seqs):
         return 0.0, ZERO_COST
 
     def retire(self, keep):
         pass
 
     def commit(self, accepted, lengths):
+        pass
+
+    def reset(self) -> None:
         pass
 
     def lookup(self, seq: list[int], k: int) -> list[int]:
@@ -146,7 +199,7 @@ class NgramDrafter:
                     return seq[start + n:start + n + k]
         return []
 
-    def propose(self, seqs, depths, confidence, temperature, gen) -> Proposal:
+    def propose(self, seqs, depths, confidence, temperatures, gens) -> Proposal:
         t0 = time.perf_counter()
         drafts = [self.lookup(s, k) if k > 0 else [] for s, k in zip(seqs, depths)]
         K = max([len(d) for d in drafts] + [0])

@@ -4,27 +4,33 @@ start here, so a pair is built the same way everywhere."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
-from specviz.drafters import ModelDrafter, NgramDrafter, make_layerskip_model
+from specviz.drafters import Drafter, ModelDrafter, NgramDrafter, make_layerskip_model
 from specviz.engine import SpeculativeEngine
+from specviz.limits import Limits, check_prompt_ids, check_prompt_text
 from specviz.models import (SHAPE_PREFIX, LoadedModel, ModelError, check_same_vocabulary, load_model,
                             parse_draft_ref)
 from specviz.roofline import ModelSpec, spec_from_config
 
 
-@dataclass
+@dataclass(frozen=True)
 class Pair:
+    """Loaded weights and how to draft with them. Shared by every user of a pair, so it holds nothing
+    that changes during a run: each engine gets a drafter (and its KV cache) of its own."""
+
     target: LoadedModel
     draft: LoadedModel | None      # None for ngram / layerskip (no separate model)
     draft_ref: str
-    drafter: object
+    make_drafter: Callable[[], Drafter]
     target_spec: ModelSpec
     draft_spec: ModelSpec | None
     vocab: int
 
     def engine(self) -> SpeculativeEngine:
+        """A fresh engine with its own caches and drafter (the weights are shared, read-only)."""
         t = self.target
-        return SpeculativeEngine(t.model, self.target_spec, self.drafter, t.eos_ids, self.vocab,
+        return SpeculativeEngine(t.model, self.target_spec, self.make_drafter(), t.eos_ids, self.vocab,
                                  t.device, t.dtype)
 
     @property
@@ -56,35 +62,35 @@ def load_pair(target_ref: str, draft_ref: str, device: str | None = None,
     tspec = _spec(target, target_ref)
     width = _logit_width(target)
     if dref.kind == "ngram":
-        return Pair(target, None, draft_ref, NgramDrafter(target.device), tspec, None, width)
+        return Pair(target, None, draft_ref, lambda: NgramDrafter(target.device), tspec, None, width)
     if dref.kind == "layerskip":
         a, b = dref.skip
         try:
             view, layer_map, kept = make_layerskip_model(target.model, a, b)
         except ValueError as exc:
             raise ModelError(str(exc)) from exc
-        drafter = ModelDrafter(view, tspec, target.device, target.dtype, width, layer_map, kept,
-                               label=f"{target_ref} without layers {a}-{b}")
-        return Pair(target, None, draft_ref, drafter, tspec, tspec, width)
+        label = f"{target_ref} without layers {a}-{b}"
+        return Pair(target, None, draft_ref,
+                    lambda: ModelDrafter(view, tspec, target.device, target.dtype, width, layer_map, kept, label),
+                    tspec, tspec, width)
     draft = draft or load_model(dref.ref, device)
     check_same_vocabulary(target, draft)
     dspec = _spec(draft, dref.ref)
     vocab = min(width, _logit_width(draft))   # Qwen2.5 sizes pad embeddings differently
-    drafter = ModelDrafter(draft.model, dspec, target.device, target.dtype, vocab, label=dref.ref)
-    return Pair(target, draft, draft_ref, drafter, tspec, dspec, vocab)
+    return Pair(target, draft, draft_ref,
+                lambda: ModelDrafter(draft.model, dspec, target.device, target.dtype, vocab, label=dref.ref),
+                tspec, dspec, vocab)
 
 
-def encode_prompt(tokenizer, text: str, raw: bool = False) -> list[int]:
-    """Token ids fed to the target: the chat template for instruct models, else the plain text."""
-    if text is None or not text.strip():
-        raise ModelError("the prompt is empty")
+def encode_prompt(tokenizer, text: str, raw: bool = False, limits: Limits = Limits()) -> list[int]:
+    """Token ids fed to the target: the chat template for instruct models, else the plain text.
+    Empty, over-long or non-text prompts are refused with a sentence (`LimitError`)."""
+    check_prompt_text(text, limits)
     if not raw and getattr(tokenizer, "chat_template", None):
         ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
                                             tokenize=True)
         if hasattr(ids, "keys"):
             ids = ids["input_ids"]
-        return [int(i) for i in ids]
-    ids = tokenizer(text, add_special_tokens=True)["input_ids"]
-    if not ids:
-        raise ModelError("the prompt encodes to no tokens")
-    return [int(i) for i in ids]
+    else:
+        ids = tokenizer(text, add_special_tokens=True)["input_ids"]
+    return check_prompt_ids([int(i) for i in ids], limits)

@@ -17,12 +17,14 @@ rows may end up with different depths in one step). After each step the engine r
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass, field
+from typing import Protocol
 
+from specviz.limits import MAX_DEPTH
 from specviz.roofline import expected_tokens_per_pass
 
 POLICY_NAMES = ("fixed", "disable-by-batch-size", "batch-table", "adaptive", "confidence")
-MAX_DEPTH = 16
 
 
 class PolicyError(ValueError):
@@ -51,6 +53,27 @@ class StepObservation:
     draft_passes: int       # draft forward passes run
     verify_s: float         # time in the target's verify forward
     tokens_per_pass: int    # slots the verify pass processed (batch × (k+1))
+
+
+class Policy(Protocol):
+    """How deep one request speculates. Contract:
+
+    - `plan` is called once per step, before drafting, with the *shared* batch size (every row of every
+      request in this step) and the depth this request asked for; it returns the depth for this
+      request's rows (the engine may still cut a row's depth near its token limit).
+    - `observe` is called once per step after verification with what this request's rows drafted and
+      accepted and what the shared passes cost; a policy may learn from it (adaptive) or ignore it.
+    - A policy object belongs to exactly one request, so it may keep state without locks; the engine
+      calls it only from the thread that steps the batch.
+    """
+
+    name: str
+
+    def plan(self, ctx: PlanContext) -> StepPlan: ...
+
+    def observe(self, obs: StepObservation) -> None: ...
+
+    def describe(self) -> str: ...
 
 
 class FixedPolicy:
@@ -179,7 +202,14 @@ def make_policy(name: str, threshold: float | None = None, table: dict[int, int]
                 max_depth: int | None = None):
     """Build a policy by its CLI/UI name; `threshold` is a batch size for disable-by-batch-size and a
     probability for confidence."""
-    name = (name or "fixed").strip()
+    name = (name or "fixed").strip() if isinstance(name, (str, type(None))) else str(name)
+    if threshold is not None:
+        try:
+            threshold = float(threshold)
+        except (TypeError, ValueError):
+            raise PolicyError(f"the policy threshold must be a number, not {threshold!r}") from None
+        if not math.isfinite(threshold):
+            raise PolicyError("the policy threshold must be a finite number")
     if name == "fixed":
         return FixedPolicy()
     if name == "disable-by-batch-size":

@@ -5,6 +5,10 @@ Shapes used throughout (B rows, K = the step's max depth, V vocabulary):
 - lengths: [B]         how many tokens each row drafted (0..K)
 - p:       [B, K+1, V] target probabilities at each draft position plus the bonus position
 - q:       [B, K, V]   draft probabilities the draft tokens were sampled from (None: point masses)
+
+Random numbers come either from one generator for the whole batch, or from a list with one generator per
+row: the engine gives every row its own stream, so a seeded request draws the same numbers whatever
+else shares its batch.
 """
 from __future__ import annotations
 
@@ -16,10 +20,29 @@ def probabilities(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return torch.softmax(logits.float() / temperature, dim=-1)
 
 
-def sample(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """One draw per leading index from the last dimension. probs: [..., V] → [...]."""
+Gens = torch.Generator | list[torch.Generator]
+
+
+def sample(probs: torch.Tensor, gen: Gens) -> torch.Tensor:
+    """One draw per leading index from the last dimension. probs: [..., V] → [...].
+    With a list of generators (one per row of the first dimension) each row draws from its own."""
+    if isinstance(gen, list):
+        return torch.stack([sample(probs[i], g) for i, g in enumerate(gen)]) if gen else \
+            torch.zeros(probs.shape[:-1], dtype=torch.long, device=probs.device)
     flat = probs.reshape(-1, probs.shape[-1])
     return torch.multinomial(flat, 1, generator=gen).reshape(probs.shape[:-1])
+
+
+def uniform(lengths: torch.Tensor, cols: int, gen: Gens, device) -> torch.Tensor:
+    """[rows, cols] uniform draws, from one generator, or one per row drawing only lengths[i] numbers
+    (the rest are 1, never accepted and never looked at): a row's stream then advances by its own
+    drafts only, not by the depth of whatever shares its batch."""
+    if isinstance(gen, list):
+        u = torch.ones(len(gen), cols, device=device)
+        for i, (g, n) in enumerate(zip(gen, lengths.tolist())):
+            u[i, :n] = torch.rand(n, generator=g, device=device)
+        return u
+    return torch.rand(lengths.shape[0], cols, generator=gen, device=device)
 
 
 def _first_rejection(ok: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -42,7 +65,7 @@ def greedy_accept(target_ids: torch.Tensor, draft: torch.Tensor, lengths: torch.
 
 
 def speculative_accept(p: torch.Tensor, q: torch.Tensor | None, draft: torch.Tensor,
-                       lengths: torch.Tensor, gen: torch.Generator):
+                       lengths: torch.Tensor, gen: Gens):
     """Leviathan et al. 2023 / Chen et al. 2023 speculative sampling for a batch.
 
     Rule: keep draft token x with probability min(1, p(x)/q(x)); at the first rejection draw from
@@ -57,7 +80,7 @@ def speculative_accept(p: torch.Tensor, q: torch.Tensor | None, draft: torch.Ten
         return torch.zeros(B, dtype=torch.long, device=p.device), sample(p[:, 0], gen)
     p_x = p[:, :K].gather(2, draft[:, :, None]).squeeze(2)                       # [B, K]
     q_x = torch.ones_like(p_x) if q is None else q.gather(2, draft[:, :, None]).squeeze(2)
-    u = torch.rand(B, K, generator=gen, device=p.device)
+    u = uniform(lengths, K, gen, p.device)
     ok = u * q_x < p_x                                                            # u < p/q without dividing by 0
     n = _first_rejection(ok, lengths)
     p_n = p.gather(1, n[:, None, None].expand(B, 1, V)).squeeze(1)               # [B, V]

@@ -146,9 +146,9 @@ def test_cache_stays_bounded(make_pair, prompts, reference):
     eng = make_pair("draft").engine()     # nearly everything rejected: k holes every step
     longest = 0
     for ev in eng.generate(prompts, Knobs(depth=8, batch_size=4), 120):
-        longest = max(len(p) + len(r.out) for p, r in zip([eng.prompt_of(r.id) for r in eng.rows], eng.rows))
-        assert eng.cache.length <= longest + 8 + 64
-        assert eng.drafter.cache.length <= longest + 8 + 64
+        longest = max(len(r.seq) for r in eng.rows)
+        assert eng.target_kv.length <= longest + 8 + 64
+        assert eng.drafter.draft_kv.length <= longest + 8 + 64
     assert_exact(eng, reference, 120)
 
 

@@ -45,8 +45,12 @@ def test_draft_refs_parse():
 
 
 def test_empty_prompt_refused(loaded):
-    with pytest.raises(ModelError):
+    from specviz.limits import LimitError
+
+    with pytest.raises(LimitError, match="empty"):
         encode_prompt(loaded["target"].tokenizer, "   ")
+    with pytest.raises(LimitError, match="characters long"):
+        encode_prompt(loaded["target"].tokenizer, "a" * 200_000)
 
 
 def test_holes_do_not_change_logits(loaded, prompts):

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import os
 
-from specviz.engine import MAX_BATCH, EngineError, Knobs
-from specviz.policies import MAX_DEPTH, POLICY_NAMES, make_policy, parse_table
+from specviz.engine import MAX_BATCH, Knobs
+from specviz.limits import MAX_DEPTH, check_prompt_text, check_request
+from specviz.policies import POLICY_NAMES, make_policy, parse_table
 
 DEFAULT_TARGET = "smollm2-135m-offline"
 DEFAULT_DRAFT = "layerskip:12-17"   # measured: agrees with the full 135M model on ~59 % of greedy tokens
@@ -34,18 +35,10 @@ def add_run_args(p) -> None:
 
 
 def check_run_args(args) -> None:
-    """Fail fast, before any model loads, on out-of-range numbers."""
-    if not 1 <= args.batch_size <= MAX_BATCH:
-        raise EngineError(f"--batch-size must be 1-{MAX_BATCH}, got {args.batch_size}")
-    if not 0 <= args.depth <= MAX_DEPTH:
-        raise EngineError(f"--depth must be 0-{MAX_DEPTH}, got {args.depth}")
-    if args.max_new_tokens < 1:
-        raise EngineError(f"--max-new-tokens must be ≥ 1, got {args.max_new_tokens}")
-    if not 0 <= args.temperature <= 10:
-        raise EngineError(f"--temperature must be between 0 and 10, got {args.temperature}")
+    """Fail fast, before any model loads, with the same checks and sentences as the app."""
+    check_request(args.batch_size, args.depth, args.temperature, args.max_new_tokens)
     for text in args.prompt or []:
-        if not text.strip():
-            raise EngineError("a --prompt is empty")
+        check_prompt_text(text)
 
 
 def policy_from_args(args):

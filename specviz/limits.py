@@ -1,0 +1,114 @@
+"""What one request may ask for, checked in one place.
+
+Every entry point — the CLI, the Gradio API (which bypasses the sliders' ranges), the playground, the
+engine itself — calls `check_request` (or one of the small checks it is built from), so a number out of
+range gets the same sentence everywhere. A public Space meets curious students: batch size 100000,
+depth -3, a 200,000-character prompt, "NaN" for a temperature. Each gets a sentence a student
+understands, never a traceback.
+
+`Limits` holds the caps; the defaults suit a laptop or a CPU Space. The app may lower the per-user rows
+(SPECVIZ_MAX_ROWS_PER_USER) and the shared batch (SPECVIZ_MAX_SHARED_ROWS).
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+MAX_DEPTH = 16          # draft tokens per step; deeper chains are accepted whole only by near-copies
+
+
+class LimitError(ValueError):
+    """A request outside the limits; the message is meant for a student."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_rows_per_user: int = 64        # rows one request (one student's batch-size slider) may open
+    max_shared_rows: int = 64          # rows in the shared batch, all users together
+    max_depth: int = MAX_DEPTH
+    max_new_tokens: int = 4096
+    max_prompt_tokens: int = 4096      # after the chat template
+    max_prompt_chars: int = 20_000     # checked before tokenizing: a huge paste is refused at once
+    max_temperature: float = 2.0
+    max_queue: int = 32                # requests waiting for room in the shared batch
+
+
+def limits_from_env(base: Limits = Limits()) -> Limits:
+    """The classroom limits, with the per-user and shared rows overridable by environment variables."""
+    def env_int(name: str, default: int) -> int:
+        raw = os.environ.get(name, "").strip()
+        return int(raw) if raw.isdigit() and int(raw) > 0 else default
+    per_user = env_int("SPECVIZ_MAX_ROWS_PER_USER", 16)
+    shared = env_int("SPECVIZ_MAX_SHARED_ROWS", base.max_shared_rows)
+    return Limits(min(per_user, shared), shared, base.max_depth, base.max_new_tokens, base.max_prompt_tokens,
+                  base.max_prompt_chars, base.max_temperature, env_int("SPECVIZ_MAX_QUEUE", base.max_queue))
+
+
+def whole(value, what: str, lo: int, hi: int) -> int:
+    """A whole number in [lo, hi], from an int, a float with no fraction, or a numeric string."""
+    if isinstance(value, bool):
+        raise LimitError(f"{what} must be a whole number from {lo} to {hi}, not {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise LimitError(f"{what} must be a whole number from {lo} to {hi}, not {_show(value)}") from None
+    if not math.isfinite(number) or number != int(number):
+        raise LimitError(f"{what} must be a whole number from {lo} to {hi}, not {_show(value)}")
+    if not lo <= number <= hi:
+        raise LimitError(f"{what} must be from {lo} to {hi}; {int(number)} is out of range")
+    return int(number)
+
+
+def between(value, what: str, lo: float, hi: float) -> float:
+    """A finite number in [lo, hi]."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise LimitError(f"{what} must be a number from {lo:g} to {hi:g}, not {_show(value)}") from None
+    if not math.isfinite(number) or not lo <= number <= hi:
+        raise LimitError(f"{what} must be a number from {lo:g} to {hi:g}, not {_show(value)}")
+    return number
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "…"
+
+
+def check_prompt_text(text, limits: Limits = Limits()) -> str:
+    if text is None or not isinstance(text, str):
+        raise LimitError("the prompt must be text")
+    if not text.strip():
+        raise LimitError("the prompt is empty: type something for the model to continue")
+    if len(text) > limits.max_prompt_chars:
+        raise LimitError(f"the prompt is {len(text):,} characters long; at most {limits.max_prompt_chars:,} "
+                         "fit here — please shorten it")
+    return text
+
+
+def check_prompt_ids(ids: list[int], limits: Limits = Limits()) -> list[int]:
+    if not ids:
+        raise LimitError("the prompt encodes to no tokens")
+    if len(ids) > limits.max_prompt_tokens:
+        raise LimitError(f"the prompt is {len(ids):,} tokens long; at most {limits.max_prompt_tokens:,} fit "
+                         "here — please shorten it")
+    return ids
+
+
+@dataclass(frozen=True)
+class RunArgs:
+    """The numbers of one request, checked."""
+
+    batch: int
+    depth: int
+    temperature: float
+    max_new: int
+
+
+def check_request(batch, depth, temperature, max_new, limits: Limits = Limits()) -> RunArgs:
+    """The single check every entry point calls before a request reaches a model."""
+    return RunArgs(whole(batch, "batch size (rows)", 1, limits.max_rows_per_user),
+                   whole(depth, "speculation depth", 0, limits.max_depth),
+                   between(temperature, "temperature", 0.0, limits.max_temperature),
+                   whole(max_new, "max new tokens", 1, limits.max_new_tokens))

@@ -1,0 +1,409 @@
+"""The class is the batch: one engine per loaded pair, serving every user at once (continuous batching).
+
+A Run no longer builds its own engine. It submits a `Request` and gets a `Ticket`; a background thread
+owns the engine — the batch and both KV caches — and steps it. New requests join the running batch at
+the next step, finished, stopped or abandoned ones leave it; each request's rows follow its own policy,
+evaluated at the *shared* batch size, so disable-by-batch-size reacts to the whole class. Nothing but
+this thread touches the engine; other threads talk to it through the ticket's queue and the request's
+thread-safe knobs.
+
+Admission: a request enters the batch when its rows fit under `Limits.max_shared_rows` and the memory
+guard (KV cache and activations for rows × (k + 1) × context on this device); otherwise it waits in a
+bounded queue and sees its position; beyond the queue, `Busy` says when to try again.
+
+Faults: an out-of-memory step ends only the request(s) that caused it (the one being admitted, else the
+one putting the most tokens into the pass), with a sentence naming the knob to lower; both caches are
+dropped and the other rows are prefilled again from their tokens, so they go on. Any other exception
+ends the running requests with a sentence (the traceback goes to the log) and the engine is rebuilt.
+
+`DeviceGate` keeps timing honest: the scheduler holds it for one step at a time, and an experiment that
+times the hardware (the knee, a sweep) takes it exclusively, queued first come, first served, so its
+figures are never measured while anything else runs.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import queue
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import torch
+
+from specviz.engine import SpeculativeEngine
+from specviz.limits import LimitError, Limits
+from specviz.request import Request, RunTotals, StepEvent
+from specviz.roofline import ModelSpec
+
+log = logging.getLogger("specviz.scheduler")
+
+POLL_S = 0.5          # how often a waiting consumer wakes to show it is still there
+ABANDON_S = 30.0      # a ticket nobody has read for this long is cancelled (its tab is gone)
+UNEXPECTED = ("Something went wrong on the server while generating ({kind}). The details are in the "
+              "server log; please press Run again.")
+
+
+class Busy(LimitError):
+    """The shared batch and its waiting queue are full."""
+
+
+# --- honest timing: who may use the device now ----------------------------------------------------------
+class GateTicket:
+    """A place in the queue for exclusive use of the device. `acquire(timeout)` until it returns True,
+    showing `position()` meanwhile; `release()` when done (also when giving up)."""
+
+    def __init__(self, gate: "DeviceGate"):
+        self.gate, self.held = gate, False
+
+    def position(self) -> int:
+        return self.gate._position(self)
+
+    def acquire(self, timeout: float = POLL_S) -> bool:
+        return self.gate._acquire(self, timeout)
+
+    def release(self) -> None:
+        self.gate._release(self)
+
+
+class DeviceGate:
+    """One per device. Scheduler steps take it briefly (`step()`); exclusive users queue for it and,
+    once they hold it, nothing else runs on the device until they release it. Steps wait while any
+    exclusive user is queued, so a measurement is never starved by a busy class."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._busy = False
+        self._queue: list[GateTicket] = []
+
+    @contextmanager
+    def step(self):
+        with self._cond:
+            self._cond.wait_for(lambda: not self._busy and not self._queue)
+            self._busy = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+
+    def enqueue(self) -> GateTicket:
+        t = GateTicket(self)
+        with self._cond:
+            self._queue.append(t)
+        return t
+
+    @contextmanager
+    def exclusive(self):
+        """Hold the device (blocking) — for code that has no one to show a queue position to."""
+        t = self.enqueue()
+        try:
+            while not t.acquire(POLL_S):
+                pass
+            yield
+        finally:
+            t.release()
+
+    def waiting(self) -> int:
+        with self._cond:
+            return sum(1 for t in self._queue if not t.held)
+
+    def _position(self, t: GateTicket) -> int:
+        with self._cond:
+            return self._queue.index(t) + 1 if t in self._queue else 0
+
+    def _acquire(self, t: GateTicket, timeout: float) -> bool:
+        with self._cond:
+            ok = self._cond.wait_for(lambda: not self._busy and self._queue and self._queue[0] is t, timeout)
+            if ok:
+                self._busy, t.held = True, True
+            return bool(ok)
+
+    def _release(self, t: GateTicket) -> None:
+        with self._cond:
+            if t.held:
+                self._busy, t.held = False, False
+            if t in self._queue:
+                self._queue.remove(t)
+            self._cond.notify_all()
+
+
+# --- what a consumer receives -------------------------------------------------------------------------
+@dataclass
+class Update:
+    events: list[StepEvent] = field(default_factory=list)
+    totals: RunTotals | None = None
+    position: int | None = None        # waiting for room: place in the queue (1 = next)
+    final: bool = False
+    stopped: bool = False
+    outputs: dict | None = None        # row id → generated ids (final update)
+    error: str | None = None           # the request ended early, for this reason (a sentence)
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    rows: int          # rows in the shared batch now
+    users: int         # requests with rows in it
+    waiting: int       # requests queued for room
+
+
+class Ticket:
+    """A submitted request, as its consumer sees it. Only the consumer reads `updates()`."""
+
+    def __init__(self, request: Request, scheduler: "Scheduler"):
+        self.request, self.scheduler = request, scheduler
+        self._q: queue.Queue[Update] = queue.Queue()
+        self.last_pull = time.monotonic()
+        self.closed = False
+        self.position = 0                 # last queue position sent (0: not waiting)
+
+    def put(self, upd: Update) -> None:
+        self._q.put(upd)
+
+    def updates(self, flush_s: float = 0.05) -> Iterator[Update]:
+        """Updates until the final one; events that arrive within `flush_s` are merged."""
+        while True:
+            self.last_pull = time.monotonic()
+            try:
+                upd = self._q.get(timeout=POLL_S)
+            except queue.Empty:
+                continue
+            upd = self._merge(upd, flush_s)
+            yield upd
+            if upd.final:
+                return
+
+    def _merge(self, upd: Update, flush_s: float) -> Update:
+        deadline = time.monotonic() + flush_s
+        while not upd.final and upd.position is None:
+            try:
+                nxt = self._q.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if nxt.position is not None:
+                self._q.put(nxt)   # keep order simple: a position update goes out on its own
+                break
+            upd = Update(upd.events + nxt.events, nxt.totals or upd.totals, None, nxt.final, nxt.stopped,
+                         nxt.outputs, nxt.error)
+        return upd
+
+    def cancel(self) -> None:
+        """Stop (or a closed tab): the rows leave the batch at the next step."""
+        self.closed = True
+        self.request.knobs.stop.set()
+        self.scheduler.wake()
+
+
+# --- memory guard --------------------------------------------------------------------------------------
+def bytes_needed(target: ModelSpec, draft: ModelSpec | None, rows: int, context: int, depth: int) -> float:
+    """KV cache of both models for `rows` rows of `context` tokens, plus one verify pass's activations
+    (hidden states and fp32 logits for rows × (k + 1) tokens; attention scores over the context)."""
+    kv = rows * context * (target.kv_bytes_per_token() + (draft.kv_bytes_per_token() if draft else 0))
+    tokens = rows * (depth + 1)
+    logits = tokens * target.vocab * 4 * 2                    # logits and their softmax in fp32
+    hidden = tokens * max(target.d_ff, target.d_model) * 4 * 4
+    scores = tokens * target.n_heads * context * 4
+    return float(kv + logits + hidden + scores)
+
+
+# --- the scheduler -------------------------------------------------------------------------------------
+class Scheduler:
+    """Owns one engine (one loaded pair) in a background thread and serves many tickets with it."""
+
+    def __init__(self, make_engine: Callable[[], SpeculativeEngine], limits: Limits, gate: DeviceGate,
+                 target_spec: ModelSpec, draft_spec: ModelSpec | None = None,
+                 free_memory: Callable[[], float | None] = lambda: None, name: str = "pair"):
+        self.make_engine, self.limits, self.gate = make_engine, limits, gate
+        self.specs, self.free_memory, self.name = (target_spec, draft_spec), free_memory, name
+        self._cond = threading.Condition()
+        self._pending: list[Ticket] = []
+        self._active: dict[int, Ticket] = {}     # request id → ticket (requests in the engine)
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._info = BatchInfo(0, 0, 0)
+        self._step_s = 0.1                        # recent step time, for "try again in about N s"
+        self.engine: SpeculativeEngine | None = None
+
+    # --- called from consumer threads ----------------------------------------------------------------
+    def submit(self, request: Request) -> Ticket:
+        with self._cond:
+            if self._closed:
+                raise LimitError("the server is shutting down; please try again in a minute")
+            if len(self._pending) >= self.limits.max_queue:
+                raise Busy(f"busy — the shared batch and its queue are full; try again in about "
+                           f"{self._retry_after():.0f} s")
+            t = Ticket(request, self)
+            self._pending.append(t)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name=f"specviz-scheduler-{self.name}",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+        return t
+
+    def info(self) -> BatchInfo:
+        with self._cond:
+            return self._info
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def _retry_after(self) -> float:
+        left = [t.request.max_new for t in self._active.values()]
+        return max(5.0, min(600.0, self._step_s * (max(left) if left else 50)))
+
+    # --- the loop (the only thread that touches the engine) ---------------------------------------------
+    def _loop(self) -> None:
+        self.engine = self.make_engine()
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._closed or self._pending or self._active, timeout=5.0)
+                if self._closed:
+                    break
+                pending = list(self._pending)
+            self._reap()
+            self._admit(pending)
+            if not self.engine.requests:
+                with self._cond:
+                    self._cond.wait(0.05)    # only queued requests that cannot start yet
+                continue
+            with self.gate.step():
+                self._step_once()
+        for t in list(self._active.values()) + self._pending:
+            t.put(Update(final=True, stopped=True, error="the server is shutting down"))
+
+    def _step_once(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            results = self.engine.step(room=self.limits.max_shared_rows)
+        except (torch.OutOfMemoryError, MemoryError) as exc:
+            self._out_of_memory(exc)
+            return
+        except Exception as exc:  # keep serving: end the running requests with a sentence, log the rest
+            log.exception("scheduler step failed")
+            self._fail_all(UNEXPECTED.format(kind=type(exc).__name__))
+            return
+        if results:
+            self._step_s = 0.8 * self._step_s + 0.2 * (time.perf_counter() - t0)
+        for req, ev in results:
+            t = self._active.get(req.id)
+            if t is not None:
+                t.put(Update([ev], _copy_totals(req.totals)))
+        self._finish_done()
+        self._publish_info()
+
+    def _finish_done(self) -> None:
+        live = {r.id for r in self.engine.requests}
+        for rid, t in list(self._active.items()):
+            if rid not in live:
+                req = t.request
+                t.put(Update([], _copy_totals(req.totals), None, True, req.stopped, req.outputs(), req.error))
+                del self._active[rid]
+
+    def _reap(self) -> None:
+        """Drop requests whose consumer is gone (a closed tab whose generator was never closed)."""
+        now = time.monotonic()
+        for t in list(self._active.values()) + list(self._pending):
+            if now - t.last_pull > ABANDON_S:
+                t.request.knobs.stop.set()
+
+    def _admit(self, pending: list[Ticket]) -> None:
+        """Move waiting requests into the batch, first come first served, while their rows fit."""
+        rows = sum(len(r.rows) + r.wanted() for r in self.engine.requests)
+        still: list[Ticket] = []
+        for t in pending:
+            req = t.request
+            if req.stopped:
+                t.put(Update([], RunTotals(), None, True, True, {}, None))
+                continue
+            want = req.knobs.snapshot().batch_size
+            refusal = self._memory_refusal(req, rows + want)
+            if still or rows + want > self.limits.max_shared_rows or refusal == "wait":
+                still.append(t)
+                continue
+            if refusal:
+                t.put(Update(final=True, error=refusal))
+                continue
+            self.engine.add(req)
+            self._active[req.id] = t
+            rows += want
+        with self._cond:
+            for t in pending:
+                if t not in still:
+                    self._pending.remove(t)
+        for i, t in enumerate(still):
+            if t.position != i + 1:       # only when it moved: a waiting tab needs no flood
+                t.position = i + 1
+                t.put(Update(position=i + 1))
+        self._publish_info()
+
+    def _memory_refusal(self, req: Request, rows: int) -> str | None:
+        """None if `rows` rows (this request's included) fit in free memory; "wait" if they would once
+        others finish; else a sentence."""
+        free = self.free_memory()
+        if free is None:
+            return None
+        state = req.knobs.snapshot()
+        context = max(len(p) for p in req.prompts) + req.max_new + state.depth + 1
+        need = bytes_needed(self.specs[0], self.specs[1], rows, context, state.depth)
+        if need <= free:
+            return None
+        alone = bytes_needed(self.specs[0], self.specs[1], state.batch_size, context, state.depth)
+        if alone <= free and self.engine.requests:
+            return "wait"
+        return (f"not enough memory: {state.batch_size} rows × {context} tokens need about {alone / 2**30:.1f} GiB "
+                f"and this device has {free / 2**30:.1f} GiB free — lower the batch size, the max new "
+                "tokens or the prompt length")
+
+    def _out_of_memory(self, exc: BaseException) -> None:
+        eng = self.engine
+        culprits = set(eng.admitting) or ({max(eng.pressure, key=eng.pressure.get)} if eng.pressure else set())
+        if not culprits:
+            culprits = {r.id for r in eng.requests}
+        log.warning("out of memory in a step (%s); ending request(s) %s", exc, sorted(culprits))
+        eng.drop_caches()
+        for req in list(eng.requests):
+            if req.id in culprits:
+                s = req.knobs.snapshot()
+                req.error = (f"out of memory on this device with {s.batch_size} rows × (depth {s.depth} + 1) tokens "
+                             "per pass — lower the batch size or the depth and press Run again. The other "
+                             "students' runs go on.")
+                eng.remove(req, "error")
+        _free_cached_memory()
+        self._finish_done()
+
+    def _fail_all(self, message: str) -> None:
+        for req in list(self.engine.requests):
+            req.error = message
+            try:
+                self.engine.remove(req, "error")
+            except Exception:
+                req.done = True
+        self._finish_done()
+        self.engine = self.make_engine()     # caches may be half-written: start clean
+        _free_cached_memory()
+
+    def _publish_info(self) -> None:
+        eng = self.engine
+        info = BatchInfo(len(eng.rows), len({r.owner.id for r in eng.rows}), len(self._pending))
+        with self._cond:
+            self._info = info
+
+
+def _copy_totals(t: RunTotals) -> RunTotals:
+    return RunTotals(**vars(t))
+
+
+def _free_cached_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

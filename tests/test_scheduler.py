@@ -1,0 +1,250 @@
+"""The shared batch: many requests in one engine, each exact, each free to leave; faults stay local."""
+import threading
+import time
+
+import pytest
+import torch
+
+from specviz.limits import Limits
+from specviz.policies import make_policy, parse_table
+from specviz.request import Knobs, Request
+from specviz.scheduler import Busy, DeviceGate, Scheduler
+
+MAX_NEW = 24
+
+
+def make_scheduler(pair, limits=Limits(), engine_hook=None, free_memory=lambda: None, gate=None):
+    def make_engine():
+        eng = pair.engine()
+        if engine_hook:
+            engine_hook(eng)
+        return eng
+    return Scheduler(make_engine, limits, gate or DeviceGate(), pair.target_spec, pair.draft_spec,
+                     free_memory=free_memory)
+
+
+def collect(ticket):
+    events, last = [], None
+    for upd in ticket.updates():
+        events += upd.events
+        last = upd
+    return events, last
+
+
+def run_concurrently(sched, requests):
+    tickets = [sched.submit(r) for r in requests]
+    results = [None] * len(tickets)
+
+    def consume(i):
+        results[i] = collect(tickets[i])
+    threads = [threading.Thread(target=consume, args=(i,)) for i in range(len(tickets))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), "a consumer hung"
+    return tickets, results
+
+
+POLICIES = [lambda: make_policy("fixed"), lambda: make_policy("disable-by-batch-size", threshold=3),
+            lambda: make_policy("batch-table", table=parse_table("1:5,4:2,8:0")), lambda: make_policy("adaptive"),
+            lambda: make_policy("confidence", threshold=0.05)]
+
+
+@pytest.mark.parametrize("draft", ["layerskip:1-2", "draft", "ngram"])
+def test_eight_concurrent_requests_share_steps_and_stay_exact(make_pair, prompts, reference, draft):
+    sched = make_scheduler(make_pair(draft))
+    reqs = [Request([prompts[i % 4]], Knobs(depth=i % 6, batch_size=1 + i % 2, policy=POLICIES[i % 5]()),
+                    MAX_NEW) for i in range(8)]
+    _, results = run_concurrently(sched, reqs)
+    shared = []
+    for i, (events, last) in enumerate(results):
+        assert last.final and not last.error
+        for row, out in last.outputs.items():
+            assert out == reference(i % 4, MAX_NEW), f"request {i} row {row} differs from target.generate"
+        assert len(last.outputs) == 1 + i % 2
+        shared.append(last.totals.shared_batch_max)
+        assert last.totals.tokens == sum(len(o) for o in last.outputs.values())
+    assert max(shared) > 2, "the requests never shared a step"
+    assert max(r.totals.users_max for r in reqs) > 1
+    sched.close()
+
+
+def test_policy_sees_the_shared_batch(make_pair, prompts, reference):
+    """disable-by-batch-size at threshold 2: alone it speculates; among others it stops."""
+    sched = make_scheduler(make_pair("layerskip:1-2"))
+    reqs = [Request([prompts[i]], Knobs(depth=3, batch_size=1,
+                                        policy=make_policy("disable-by-batch-size", threshold=2)), 40)
+            for i in range(4)]
+    _, results = run_concurrently(sched, reqs)
+    depths_when_crowded = {ev.depth for events, _ in results for ev in events if ev.batch_size > 2}
+    assert depths_when_crowded == {0}
+    for i, (_, last) in enumerate(results):
+        assert last.outputs[0] == reference(i, 40)
+    sched.close()
+
+
+def test_seeded_sampling_does_not_depend_on_batch_mates(make_pair, prompts):
+    pair = make_pair("layerskip:1-2")
+    sched = make_scheduler(pair)
+    alone = Request([prompts[1]], Knobs(depth=3, batch_size=2), 20, temperature=0.9, seed=11)
+    _, [(_, a)] = run_concurrently(sched, [alone])
+    again = Request([prompts[1]], Knobs(depth=3, batch_size=2), 20, temperature=0.9, seed=11)
+    others = [Request([prompts[i]], Knobs(depth=i, batch_size=2), 30, temperature=0.5 * (i % 2), seed=i)
+              for i in range(3)]
+    _, results = run_concurrently(sched, [others[0], again, *others[1:]])
+    b = results[1][1]
+    assert b.totals.shared_batch_max > 2
+    assert a.outputs == b.outputs
+    sched.close()
+
+
+def test_stop_removes_only_that_users_rows(make_pair, prompts, reference):
+    sched = make_scheduler(make_pair("draft"))
+    keep = Request([prompts[0]], Knobs(depth=2, batch_size=2), 60)
+    leave = Request([prompts[1]], Knobs(depth=2, batch_size=3), 400)
+    t_keep, t_leave = sched.submit(keep), sched.submit(leave)
+    got = {}
+    threading.Thread(target=lambda: got.setdefault("keep", collect(t_keep))).start()
+    seen = 0
+    step_stopped = None
+    for upd in t_leave.updates():
+        seen += len(upd.events)
+        if seen >= 3 and step_stopped is None:
+            step_stopped = keep.steps
+            t_leave.cancel()
+        if upd.final:
+            assert upd.stopped
+            break
+    # the leaving user's rows were gone within one step of the cancel
+    assert leave.done and not leave.rows
+    assert keep.steps - step_stopped <= 2
+    for _ in range(600):
+        if "keep" in got:
+            break
+        time.sleep(0.1)
+    events, last = got["keep"]
+    assert last.final and not last.stopped
+    assert all(out == reference(0, 60) for out in last.outputs.values())
+    assert any(ev.batch_size == 2 for ev in events[-3:])      # alone again after the other left
+    sched.close()
+
+
+def test_abandoned_ticket_is_reaped(make_pair, prompts, monkeypatch):
+    import specviz.scheduler as s
+
+    monkeypatch.setattr(s, "ABANDON_S", 0.5)
+    sched = make_scheduler(make_pair("draft"))
+    req = Request([prompts[0]], Knobs(depth=1, batch_size=2), 4000)
+    sched.submit(req)                 # nobody ever reads it: a tab closed before its first update
+    for _ in range(100):
+        if req.done:
+            break
+        time.sleep(0.1)
+    assert req.done and req.stopped
+    sched.close()
+
+
+def test_out_of_memory_ends_only_the_culprit(make_pair, prompts, reference):
+    """A pass over more than 12 tokens 'runs out of memory': the big request ends with a sentence, the
+    small one goes on and stays exact, and the next run works."""
+    def hook(eng):
+        model = eng.target
+
+        def forward(*args, **kw):
+            ids = kw.get("input_ids")
+            if ids is not None and ids.shape[0] * ids.shape[1] > 12 and ids.shape[1] > 1 and ids.shape[1] < 10:
+                raise torch.OutOfMemoryError("CUDA out of memory (induced by the test)")
+            return model(*args, **kw)
+        eng.target = forward
+    sched = make_scheduler(make_pair("layerskip:1-2"), engine_hook=hook)
+    small = Request([prompts[0]], Knobs(depth=1, batch_size=1), 30)
+    t_small = sched.submit(small)
+    got = {}
+    th = threading.Thread(target=lambda: got.setdefault("small", collect(t_small)))
+    th.start()
+    time.sleep(0.3)
+    big = Request([prompts[1]], Knobs(depth=4, batch_size=3), 30)
+    _, last_big = collect(sched.submit(big))
+    th.join(60)
+    assert last_big.final and "out of memory" in last_big.error and "lower the batch size" in last_big.error
+    _, last_small = got["small"]
+    assert not last_small.error and last_small.outputs[0] == reference(0, 30)
+    _, again = collect(sched.submit(Request([prompts[2]], Knobs(depth=1, batch_size=1), 12)))
+    assert not again.error and again.outputs[0] == reference(2, 12)
+    sched.close()
+
+
+def test_unexpected_exception_becomes_a_sentence_and_the_scheduler_survives(make_pair, prompts, reference):
+    calls = {"n": 0}
+
+    def hook(eng):
+        model = eng.target
+
+        def forward(*args, **kw):
+            calls["n"] += 1
+            if calls["n"] == 3:
+                raise RuntimeError("Sizes of tensors must match")
+            return model(*args, **kw)
+        eng.target = forward
+    sched = make_scheduler(make_pair("draft"), engine_hook=hook)
+    _, last = collect(sched.submit(Request([prompts[0]], Knobs(depth=1, batch_size=1), 20)))
+    assert last.final and last.error.startswith("Something went wrong") and "RuntimeError" in last.error
+    _, last = collect(sched.submit(Request([prompts[0]], Knobs(depth=1, batch_size=1), 20)))
+    assert not last.error and last.outputs[0] == reference(0, 20)
+    sched.close()
+
+
+def test_full_batch_queues_with_positions_then_busy(make_pair, prompts, reference):
+    limits = Limits(max_rows_per_user=2, max_shared_rows=2, max_queue=2)
+    sched = make_scheduler(make_pair("draft"), limits)
+    first = sched.submit(Request([prompts[0]], Knobs(depth=1, batch_size=2), 60))
+    got = {}
+    th = threading.Thread(target=lambda: got.setdefault("first", collect(first)))
+    th.start()
+    for _ in range(200):
+        if sched.info().rows == 2:
+            break
+        time.sleep(0.01)
+    waiting = [sched.submit(Request([prompts[i]], Knobs(depth=1, batch_size=1), 8)) for i in (1, 2)]
+    with pytest.raises(Busy, match="try again in about"):
+        sched.submit(Request([prompts[3]], Knobs(depth=1, batch_size=1), 8))
+    positions = []
+    for upd in waiting[1].updates():
+        if upd.position:
+            positions.append(upd.position)
+        if upd.final:
+            assert upd.outputs[0] == reference(2, 8)
+    assert positions and positions[0] >= 1
+    th.join(60)
+    assert got["first"][1].outputs[0] == reference(0, 60)
+    sched.close()
+
+
+def test_memory_guard_refuses_what_cannot_fit(make_pair, prompts):
+    sched = make_scheduler(make_pair("draft"), free_memory=lambda: 1000.0)
+    _, last = collect(sched.submit(Request([prompts[0]], Knobs(depth=4, batch_size=8), 100)))
+    assert last.final and "not enough memory" in last.error and "lower the batch size" in last.error
+    sched.close()
+
+
+def test_device_gate_is_exclusive_and_ordered():
+    gate = DeviceGate()
+    order = []
+    a, b = gate.enqueue(), gate.enqueue()
+    assert (a.position(), b.position()) == (1, 2)
+    assert a.acquire(0.1) and not b.acquire(0.05)
+
+    def stepper():
+        with gate.step():
+            order.append("step")
+    th = threading.Thread(target=stepper)
+    th.start()
+    time.sleep(0.1)
+    assert order == []                 # steps wait while an exclusive user holds or waits
+    a.release()
+    assert b.acquire(1.0)
+    order.append("b")
+    b.release()
+    th.join(2)
+    assert order == ["b", "step"]
