@@ -97,7 +97,7 @@ def test_cli_generate_json(tiny_paths):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--batch-size", "0"], "batch-size"), (["--batch-size", "65"], "batch-size"),
+    (["--batch-size", "0"], "batch size"), (["--batch-size", "65"], "batch size"),
     (["--depth", "17"], "depth"), (["--depth", "-1"], "depth"), (["--prompt", "  "], "prompt"),
     (["--policy", "bogus"], "policy"), (["--draft", "layerskip:5-1"], "layerskip"),
     (["--target", "no/such-model-here"], "could not load"), (["--batch-size", "two"], "invalid int"),
