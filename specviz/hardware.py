@@ -82,6 +82,22 @@ def device_name(device) -> str:
     return f"cpu: {os.cpu_count()} cores"
 
 
+def free_memory(device) -> float | None:
+    """Bytes a new request may still use on `device`: free GPU memory, or half of the machine's
+    available RAM on CPU (the OS, the browser and the other students' runs need the rest). None when it
+    cannot be read; the memory guard then admits by the row limits alone."""
+    try:
+        import torch
+
+        if getattr(device, "type", str(device)) == "cuda":
+            return float(torch.cuda.mem_get_info(device)[0]) * 0.9
+        import psutil
+
+        return float(psutil.virtual_memory().available) * 0.5
+    except Exception:
+        return None
+
+
 def machine_key(device, dtype) -> str:
     """What a calibration is valid for: this host, this device, this dtype, this torch."""
     import platform

@@ -231,9 +231,10 @@ def make_policy(name: str, threshold: float | None = None, table: dict[int, int]
     if name == "confidence":
         t = 0.5 if threshold is None else threshold
         if not 0.0 <= t <= 1.0:
-            raise PolicyError(f"confidence threshold must be between 0 and 1, got {t}")
+            raise PolicyError(f"the confidence threshold is a probability between 0 and 1, not {t:g}")
         return ConfidencePolicy(float(t))
-    raise PolicyError(f"unknown policy '{name}'; choose one of: {', '.join(POLICY_NAMES)}")
+    shown = name if len(name) <= 40 else name[:37] + "…"
+    raise PolicyError(f"unknown policy {shown!r}; choose one of: {', '.join(POLICY_NAMES)}")
 
 
 def parse_table(text: str) -> dict[int, int]:

@@ -42,7 +42,7 @@ def test_generate_endpoint_streams_exact_tokens(app_url, reference, prompts, tin
         assert f'class="{cls}"' in html_all
     # greedy output equals the target's own, for every row (the app applies no chat template to this
     # tokenizer, which has none)
-    assert final["prompt_ids"] == prompts[0]
+    assert final["prompt_ids"] == [prompts[0]] * 3           # per row, as in the CLI
     for row, out in enumerate(final["outputs"]):
         assert out == reference(0, 160)
 

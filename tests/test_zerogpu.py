@@ -30,13 +30,16 @@ def zero_app(tiny_paths, tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", recording_is_available)
     from specviz.ui.server import SpecVizApp
 
+    from specviz.ui.playground import Playground
+
     app = SpecVizApp(tiny_paths["target"], "layerskip:1-2", preload=False, allow_custom=True)
+    app.page = Playground(app)
     yield app, spaces, probe
     sys.modules.pop("spaces", None)
 
 
 def _run(app, label, on_first=None, max_new=96, depth=4, batch=2):
-    gen = app.stream("the quick brown", label, batch, depth, "fixed", 8, 0, max_new, "s1")
+    gen = app.page.stream("the quick brown", label, batch, depth, "fixed", 8, 0, max_new, "s1")
     last, n = None, 0
     for out in gen:
         if isinstance(out[0], str):        # tokens streamed from the worker (not a status-only update)
@@ -53,7 +56,7 @@ def test_runs_in_a_gpu_worker_and_stays_lossless(zero_app, reference, prompts):
     (tokens, _, counters, _, chart_h, _, status, result), n = _run(app, app.choices[0].label)
     assert result["done"] and not result["stopped"] and "Done." in status
     assert result["worker_pid"] != os.getpid()          # decoded in the forked worker
-    assert result["prompt_ids"] == prompts[0]
+    assert result["prompt_ids"] == [prompts[0]] * 2          # per row, as in the CLI
     for out in result["outputs"]:
         assert out == reference(0, 96)
     assert 'class="tok-accepted"' in tokens
@@ -73,11 +76,11 @@ def test_sliders_and_stop_reach_the_worker(zero_app, reference):
     app, _, _ = zero_app
     label = app.choices[0].label
     # depth 0 mid-run: later steps are plain decoding in the worker, and the text is still exact
-    (tokens, *_, result), _ = _run(app, label, on_first=lambda: app.set_knobs("s1", depth=0), max_new=400)
+    (tokens, *_, result), _ = _run(app, label, on_first=lambda: app.page.set_knobs("s1", depth=0), max_new=400)
     assert 'class="tok-plain"' in tokens
     assert all(out == reference(0, 400) for out in result["outputs"])
     # Stop ends the run early, and a new run in the same worker works
-    (*_, status, result), _ = _run(app, label, on_first=lambda: app.stop("s1"), max_new=400)
+    (*_, status, result), _ = _run(app, label, on_first=lambda: app.page.stop("s1"), max_new=400)
     assert result["stopped"] and "Stopped." in status
     assert all(len(out) < 400 for out in result["outputs"])
     (*_, result2), _ = _run(app, label, max_new=16)
@@ -99,7 +102,10 @@ def test_without_zero_gpu_the_app_runs_locally(tiny_paths, monkeypatch):
     monkeypatch.syspath_prepend(FAKE)
     from specviz.ui.server import SpecVizApp
 
+    from specviz.ui.playground import Playground
+
     app = SpecVizApp(tiny_paths["target"], tiny_paths["draft"], preload=False, calibrate_peaks=False)
+    app.page = Playground(app)
     assert not app.runner.zero_gpu
     (*_, result), _ = _run(app, app.choices[0].label, max_new=8)
     assert result["worker_pid"] == os.getpid()

@@ -13,21 +13,21 @@ from specviz.policies import make_policy
 
 
 def policy_from(name: str | None, threshold):
-    """A policy object from the UI's name and threshold field (threshold means batch size or confidence)."""
+    """A policy object from the UI's name and threshold field. The field means a batch size for
+    disable-by-batch-size and a probability (0-1) for confidence; a value that does not fit the chosen
+    policy is refused with a sentence (`PolicyError`), never silently replaced."""
     name = name or "fixed"
-    if name == "disable-by-batch-size":
-        return make_policy(name, threshold=int(threshold) if threshold is not None else None)
-    if name == "confidence":
-        t = 0.5 if threshold is None or threshold > 1 else float(threshold)
-        return make_policy(name, threshold=t)
+    if name in ("disable-by-batch-size", "confidence"):
+        return make_policy(name, threshold=threshold)
     return make_policy(name)
 
 
 class LocalControl:
-    """Slider changes for an engine in this process: straight into its Knobs."""
+    """Slider changes for a request in this process's shared batch: straight into its Knobs."""
 
     def __init__(self, knobs: Knobs):
         self.knobs = knobs
+        self.ticket = None              # the scheduler's ticket, once submitted
 
     def set(self, depth=None, batch=None, policy=None) -> None:
         if policy is not None:
@@ -35,10 +35,13 @@ class LocalControl:
         self.knobs.set(depth=depth, batch_size=batch)
 
     def stop(self) -> None:
+        if self.ticket is not None:
+            self.ticket.cancel()
         self.knobs.stop.set()
 
     def close(self) -> None:
-        pass
+        """The Run's handler ended (finished, failed, or the tab closed): its rows leave the batch."""
+        self.stop()
 
 
 class ControlFile:

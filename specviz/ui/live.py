@@ -35,6 +35,8 @@ class LiveRun:
     worker_source: str | None = None
     spec: ModelSpec | None = None          # the target's shape, for the knee estimate
     last_pass: tuple[int, int, int] | None = None   # (tokens per pass, batch, context) of the latest step
+    shared: bool = False                   # the run shares its batch with other users: chart the whole batch too
+    shared_tps: charts.Series = field(default_factory=charts.Series)
     lock: threading.Lock = field(default_factory=threading.Lock)   # record() and figures() race
 
     def elapsed(self) -> float:
@@ -51,6 +53,9 @@ class LiveRun:
         secs = sum(e.wall_s for e in self.recent)
         toks = sum(e.emitted for e in self.recent)
         self.tps.add(now, toks / secs if secs else None)
+        if self.shared:
+            all_toks = sum(e.shared_emitted for e in self.recent)
+            self.shared_tps.add(now, all_toks / secs if secs else None)
         for r in ev.rows:
             s = self.per_row.setdefault(r.row, charts.Series())
             s.add(now, len(r.emitted) / ev.wall_s if ev.wall_s else None)
@@ -119,7 +124,8 @@ class LiveRun:
     def _figures(self):
         util_label = {"nvml": "GPU busy (NVML)", "psutil": "CPU busy (psutil)"}.get(
             self._source(), "utilisation unavailable")
-        return (charts.throughput_figure(self.tps, self.per_row, self.markers),
+        return (charts.throughput_figure(self.tps, self.per_row, self.markers,
+                                         shared=self.shared_tps if self.shared else None),
                 charts.hardware_figure(self.util, self.mbu, self.mfu, util_label),
                 charts.acceptance_histogram(self.hist[: max(2, _last_nonzero(self.hist) + 2)]))
 
@@ -129,12 +135,13 @@ def _last_nonzero(xs: list[int]) -> int:
 
 
 class LiveRuns:
-    """Session id → its current LiveRun; plain-decoding baselines measured in this app's lifetime."""
+    """Session id → its current LiveRun; each session's own plain-decoding baselines (a baseline
+    measured in one student's session is never shown to another as theirs)."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._runs: dict[str, LiveRun] = {}
-        self._baseline: dict[tuple[str, int], float] = {}
+        self._baseline: dict[tuple[str, str, int], float] = {}
 
     def start(self, session: str, run: LiveRun) -> None:
         with self._lock:
@@ -152,12 +159,12 @@ class LiveRuns:
             if self._runs.get(session) is run:
                 del self._runs[session]
 
-    def note_plain(self, pair: str, batch: int, tps: float) -> None:
-        """Remember plain (depth 0) throughput at this batch size, smoothed."""
+    def note_plain(self, session: str, pair: str, batch: int, tps: float) -> None:
+        """Remember plain (depth 0) throughput at this batch size in this session, smoothed."""
         with self._lock:
-            old = self._baseline.get((pair, batch))
-            self._baseline[(pair, batch)] = tps if old is None else 0.7 * old + 0.3 * tps
+            old = self._baseline.get((session, pair, batch))
+            self._baseline[(session, pair, batch)] = tps if old is None else 0.7 * old + 0.3 * tps
 
-    def plain(self, pair: str, batch: int) -> float | None:
+    def plain(self, session: str, pair: str, batch: int) -> float | None:
         with self._lock:
-            return self._baseline.get((pair, batch))
+            return self._baseline.get((session, pair, batch))

@@ -3,27 +3,34 @@
 The playground consumes `Packet`s: a few engine step events plus the run totals, hardware samples and
 peaks. Two runners produce them:
 
-- `LocalRunner`: the engine runs in this process (CPU, or a GPU this process owns); the sliders set the
-  engine's `Knobs` directly.
+- `LocalRunner`: the app owns its device (a laptop, a CPU Space, a dedicated GPU Space), so the whole
+  class shares one engine per pair: each Run is a request submitted to that pair's `Scheduler`
+  (continuous batching; `specviz.scheduler`). The sliders set the request's `Knobs` directly. Timed
+  experiments (the knee) take the device exclusively through the app's `DeviceGate`.
 - `ZeroGpuRunner`: on a Hugging Face ZeroGPU Space the GPU exists only inside a forked worker that the
-  `spaces` package starts for each `@spaces.GPU` call, so the main process never touches CUDA. The
-  worker loads the pair onto its GPU, samples the hardware itself (the main process cannot read the
-  GPU), and streams packets back; arguments and packets cross the process boundary pickled, so both
-  are plain dataclasses. Sliders reach the worker through a small JSON control file that the worker
-  polls between steps (the knobs live in the worker; a forked process shares no memory with us).
+  `spaces` package starts for each `@spaces.GPU` call, so no process can own a long-lived shared engine:
+  each Run builds its own engine in its worker (nothing shared between concurrent Runs) and batches are
+  not shared on that hardware. The worker loads the pair onto its GPU, samples the hardware itself (the
+  main process cannot read the GPU), and streams packets back; arguments and packets cross the process
+  boundary pickled, so both are plain dataclasses. Sliders reach the worker through a small JSON control
+  file that the worker polls between steps (a forked process shares no memory with us).
 """
 from __future__ import annotations
 
 import copy
 import os
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from specviz.engine import Knobs, RunTotals, StepEvent
-from specviz.hardware import Peaks, Sample, Sampler, cached_peaks, device_name, knee_steps
+from specviz.hardware import Peaks, Sample, Sampler, cached_peaks, device_name, free_memory, knee_steps
+from specviz.limits import Limits
+from specviz.request import Request
 from specviz.roofline import ModelSpec
-from specviz.ui.catalog import PairChoice
+from specviz.scheduler import DeviceGate, Scheduler
+from specviz.ui.catalog import PairCache, PairChoice
 from specviz.ui.control import ControlFile, LocalControl, policy_from
 
 FLUSH_S = 0.05            # a packet at most every 50 ms: tiny models on a big GPU step far faster
@@ -45,6 +52,7 @@ class RunRequest:
     temperature: float
     max_new: int
     control: str | None = None      # path of the control file (ZeroGPU only)
+    seed: int = 0
 
 
 @dataclass
@@ -59,6 +67,8 @@ class Packet:
     stopped: bool = False
     outputs: dict | None = None                           # row id → generated ids (final packet)
     worker_pid: int = 0
+    position: int | None = None                           # waiting for room in the shared batch
+    error: str | None = None                              # the run ended early, for this reason
 
 
 def run_packets(req: RunRequest, pair, knobs: Knobs, control: "ControlFile | None" = None,
@@ -83,7 +93,7 @@ def run_packets(req: RunRequest, pair, knobs: Knobs, control: "ControlFile | Non
         pending.clear()
         return p
 
-    for ev in engine.generate([list(req.prompt_ids)], knobs, req.max_new, req.temperature, seed=0):
+    for ev in engine.generate([list(req.prompt_ids)], knobs, req.max_new, req.temperature, seed=req.seed):
         pending.append(ev)
         if control is not None:
             control.apply(knobs)
@@ -116,22 +126,60 @@ def knee_updates(pair, peaks: Peaks | None, context: int) -> Iterator[KneeUpdate
         yield replace(last, done=True)
 
 
+class Schedulers:
+    """One scheduler per loaded pair, made on first use (the pair is loaded then, too)."""
+
+    def __init__(self, pairs: PairCache, limits: Limits, gate: DeviceGate):
+        self.pairs, self.limits, self.gate = pairs, limits, gate
+        self._lock = threading.Lock()
+        self._by_pair: dict[tuple[str, str], Scheduler] = {}
+
+    def get(self, choice: PairChoice) -> Scheduler:
+        pair = self.pairs.get(choice)              # loads outside our lock: another pair may be served
+        key = (choice.target, choice.draft)
+        with self._lock:
+            if key not in self._by_pair:
+                device = pair.target.device
+                self._by_pair[key] = Scheduler(pair.engine, self.limits, self.gate, pair.target_spec, pair.draft_spec,
+                                               free_memory=lambda: free_memory(device), name=choice.draft)
+            return self._by_pair[key]
+
+    def peek(self, choice: PairChoice) -> Scheduler | None:
+        with self._lock:
+            return self._by_pair.get((choice.target, choice.draft))
+
+
 class LocalRunner:
-    """Runs the engine in this process, on the app's shared pair cache."""
+    """Runs every Run of a pair as a request in that pair's shared batch, in this process."""
 
     zero_gpu = False
 
-    def __init__(self, cache):
-        self.cache = cache
+    def __init__(self, pairs: PairCache, limits: Limits, gate: DeviceGate):
+        self.pairs, self.gate = pairs, gate
+        self.schedulers = Schedulers(pairs, limits, gate)
 
     def control(self, knobs: Knobs, policy) -> LocalControl:
         return LocalControl(knobs)
 
     def packets(self, req: RunRequest, choice, control: LocalControl) -> Iterator[Packet]:
-        return run_packets(req, self.cache.get(choice), control.knobs)
+        request = Request([list(req.prompt_ids)], control.knobs, req.max_new, req.temperature, req.seed)
+        ticket = self.schedulers.get(choice).submit(request)
+        control.ticket = ticket
+        for upd in ticket.updates():
+            yield Packet(upd.events, upd.totals or RunTotals(), final=upd.final, stopped=upd.stopped,
+                         outputs=upd.outputs, worker_pid=os.getpid(), position=upd.position, error=upd.error)
 
     def knee(self, choice, context: int, peaks: Peaks | None) -> Iterator[KneeUpdate]:
-        return knee_updates(self.cache.get(choice), peaks, context)
+        """The knee, measured with the device to itself (queued behind other timed experiments; the
+        shared batch pauses between two steps while it runs)."""
+        pair = self.pairs.get(choice)
+        ticket = self.gate.enqueue()
+        try:
+            while not ticket.acquire():
+                pass
+            yield from knee_updates(pair, peaks, 256 if context is None else context)
+        finally:
+            ticket.release()
 
 
 class WorkerState:

@@ -1,64 +1,79 @@
-"""SpecVizApp: shared state (pairs, live runs, hardware sampler, calibrated peaks) and the handlers the
-playground wires to its buttons and sliders."""
+"""SpecVizApp: the state every browser session shares, and the Blocks that hold the pages.
+
+Shared, and who owns it:
+- `pairs` (PairCache): loaded weights, immutable once loaded; loading is serialised by its lock.
+- `runner`: on a machine the app owns, one scheduler per pair owns that pair's engine (the batch and
+  both KV caches) in its own thread; on ZeroGPU each Run's engine lives in its GPU worker.
+- `gate` (DeviceGate): who may time the device now (scheduler steps, or one exclusive experiment).
+- `sampler`: a daemon thread that only appends readings; `peaks`: replaced whole, never mutated.
+- `runs` (LiveRuns): session → that session's live run; each LiveRun is written by its own Run.
+Each page module (`playground`, `whatif`) owns its layout and its handlers.
+"""
 from __future__ import annotations
 
 import os
 import re
 import threading
-import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import gradio as gr
 
-from specviz.engine import EngineError
 from specviz.hardware import Peaks, Sampler, cached_peaks
+from specviz.limits import Limits, limits_from_env
 from specviz.models import ModelError
-from specviz.policies import PolicyError
+from specviz.scheduler import DeviceGate
 from specviz.ui import playground, runner, whatif
 from specviz.ui.catalog import PairCache, PairChoice, TokenizerCache, available_choices, hub_is_offline
-from specviz.ui.live import LiveRun, LiveRuns
+from specviz.ui.errors import as_human_errors
+from specviz.ui.live import LiveRuns
 
-MIN_UPDATE_S = 0.2   # ≤ 5 updates a second: faster only makes the browser steal the CPU
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 
 
 class SpecVizApp:
     def __init__(self, target: str | None = None, draft: str | None = None, device: str | None = None,
-                 preload: bool = True, calibrate_peaks: bool = True, allow_custom: bool = False):
+                 preload: bool = True, calibrate_peaks: bool = True, allow_custom: bool = False,
+                 limits: Limits | None = None):
         self.choices = available_choices(target, draft)
         self.allow_custom = allow_custom
+        self.limits = limits or limits_from_env()
         self.runs = LiveRuns()
         self.peaks: Peaks | None = None
+        self.gate = DeviceGate()
         spaces = zero_gpu_spaces()
         if spaces is not None:
             # ZeroGPU: this process never touches CUDA; the GPU worker loads weights, samples, calibrates
-            self.cache = TokenizerCache()
-            self.runner = runner.ZeroGpuRunner(spaces, lambda: PairCache(device), _as_gradio_errors)
+            self.pairs = TokenizerCache()
+            self.runner = runner.ZeroGpuRunner(spaces, lambda: PairCache(device), as_human_errors)
             self.sampler = None
             calibrate_peaks = False
         else:
-            self.cache = PairCache(device)
-            self.runner = runner.LocalRunner(self.cache)
+            self.pairs = PairCache(device)
+            self.runner = runner.LocalRunner(self.pairs, self.limits, self.gate)
             self.sampler = Sampler().start()
         offline = hub_is_offline()
         self.startup_note = (("**Offline classroom mode**: the hub is unreachable; using locally cached "
                               "models and the bundled SmolLM2-135M. ") if offline else "") + self.choices[0].note
         if self.runner.zero_gpu:
             self.startup_note += (" Running on **ZeroGPU**: a GPU is attached for each Run, so the first "
-                                  "Run waits for one and loads the models onto it.")
+                                  "Run waits for one and loads the models onto it. On this hardware each Run "
+                                  "has its own batch; batches are not shared between users.")
+        else:
+            self.startup_note += (" Everyone using this server shares one batch per pair: press Run together "
+                                  "and watch the batch grow.")
         if preload:
-            self.cache.preload(self.choices[0])
+            self.pairs.preload(self.choices[0])
         if calibrate_peaks:
             threading.Thread(target=self._calibrate, name="specviz-calibrate", daemon=True).start()
 
     def _calibrate(self) -> None:
         try:
-            self.peaks = cached_peaks(size_mb=128, repeats=3)
+            with self.gate.exclusive():          # timed: nothing else may run meanwhile
+                self.peaks = cached_peaks(size_mb=128, repeats=3)
         except Exception:
             self.peaks = None      # MBU/MFU then show as unavailable, the rest still works
 
-    def choice(self, label: str):
+    def choice(self, label: str) -> PairChoice:
         for c in self.choices:
             if c.label == label:
                 return c
@@ -68,93 +83,17 @@ class SpecVizApp:
                 return PairChoice(f"{parts[0]} → {parts[1]}", parts[1], parts[0], "Custom pair.")
             raise gr.Error('Type a custom pair as "DRAFT → TARGET" (or DRAFT -> TARGET), e.g. '
                            '"ngram -> HuggingFaceTB/SmolLM2-360M-Instruct".')
-        raise gr.Error(f"Unknown model pair: {label!r}. Pick one from the list.")
+        shown = str(label)[:60]
+        raise gr.Error(f"Unknown model pair: {shown!r}. Pick one from the list.")
 
-    # --- handlers -----------------------------------------------------------------------------
-    def stream(self, prompt_text, pair_label, batch_size, k, policy_name, thr, temp, max_tokens, session):
-        b, d, t, m = playground.validate(prompt_text, batch_size, k, temp, max_tokens)
-        knobs = playground.make_knobs(b, d, policy_name, thr)
-        choice = self.choice(pair_label)
-        if not self.cache.loaded(choice):
-            yield (gr.skip(),) * 6 + (f"Loading **{choice.label}** … (the offline model is converted "
-                                      "once, about 30 s; later starts take a second)", gr.skip())
-        with _as_gradio_errors():
-            pair = self.cache.get(choice)
-        prompt_ids = playground.encode(pair, prompt_text)
-        req = runner.RunRequest(choice.target, choice.draft, tuple(prompt_ids), d, b, policy_name or "fixed",
-                                thr, t, m)
-        control = self.runner.control(knobs, (policy_name or "fixed", thr))
-        live = LiveRun(control, choice.label, self.peaks, self.sampler)
-        self.runs.start(session, live)
-        streamer = playground.Streamer(self, live, pair.tokenizer)
-        if self.runner.zero_gpu:
-            yield (gr.skip(),) * 6 + ("Waiting for a ZeroGPU worker; the first Run also loads the pair onto "
-                                      "its GPU …", gr.skip())
-        last_yield, first, packet = 0.0, True, None
+    def load(self, choice: PairChoice):
+        """The pair's models, loading them if needed; a failure leaves the pairs already loaded serving."""
         try:
-            with _as_gradio_errors():
-                for packet in self.runner.packets(req, choice, control):
-                    self._fold(packet, live, streamer, choice.label)
-                    now = time.perf_counter()
-                    if not packet.final and now - last_yield >= MIN_UPDATE_S:
-                        last_yield = now
-                        yield streamer.outputs(streamer.batch, packet.totals,
-                                               status=f"Running · {choice.label}{self._where()}" if first else None)
-                        first = False
-        finally:
-            self.runs.finish(session, live)
-            control.close()
-        if packet is None or not packet.final:
-            raise gr.Error("The generation ended without a result (the GPU worker stopped). Please run again.")
-        outs = packet.outputs
-        result = {"done": True, "stopped": packet.stopped, "prompt_ids": prompt_ids,
-                  "outputs": [outs[i] for i in sorted(outs)], "worker_pid": packet.worker_pid,
-                  **packet.totals.as_dict()}
-        note = ("Stopped." if packet.stopped else "Done.") + f" {packet.totals.tokens} tokens."
-        yield streamer.outputs(streamer.batch, packet.totals, final=True, result=result, status=note)
-
-    def _fold(self, packet, live: LiveRun, streamer, label: str) -> None:
-        """One packet from the runner into the charts, the transcripts and the plain baseline."""
-        live.feed(packet.samples, packet.sampler_source, packet.peaks, packet.spec)
-        if packet.peaks is not None:
-            self.peaks = packet.peaks          # a ZeroGPU worker's calibration: the what-if tab can use it
-        for ev in packet.events:
-            live.record(ev)
-            streamer.add(ev)
-            if ev.depth == 0 and ev.drafted == 0 and ev.wall_s > 0:
-                self.runs.note_plain(label, ev.batch_size, ev.emitted / ev.wall_s)
-
-    def _where(self) -> str:
-        return " · on a ZeroGPU worker" if self.runner.zero_gpu else ""
-
-    def set_knobs(self, session: str, depth=None, batch=None, policy=None) -> None:
-        live = self.runs.get(session)
-        if live is None:
-            return                  # no run streaming: the values apply at the next Run
-        try:
-            live.control.set(depth=None if depth is None else int(depth),
-                             batch=None if batch is None else int(batch), policy=policy)
-        except (EngineError, PolicyError, TypeError, ValueError) as exc:
-            gr.Warning(str(exc))
-
-    def figures(self, session: str):
-        live = self.runs.get(session)
-        return live.figures() if live is not None else (gr.skip(),) * 3
-
-    def stop(self, session: str) -> None:
-        live = self.runs.get(session)
-        if live is not None:
-            live.control.stop()
-
-
-@contextmanager
-def _as_gradio_errors():
-    """Errors meant for a human become a gradio message (also inside a ZeroGPU worker, whose other
-    exceptions reach the browser only as "ZeroGPU worker error")."""
-    try:
-        yield
-    except (ModelError, EngineError, PolicyError) as exc:
-        raise gr.Error(str(exc)) from None
+            return self.pairs.get(choice)
+        except ModelError as exc:
+            loaded = [c.label for c in self.choices if self.pairs.loaded(c)]
+            still = f" The app still serves {loaded[0]}." if loaded else ""
+            raise gr.Error(f"Could not load {choice.label}: {exc}.{still}") from None
 
 
 def zero_gpu_spaces():
@@ -181,4 +120,5 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
 
 
 def launch_kwargs() -> dict:
-    return {"css_paths": [str(ASSETS / "style.css")], "theme": gr.themes.Soft()}
+    # a classroom: every waiting Run holds a worker thread while it streams (gradio's default is 40)
+    return {"css_paths": [str(ASSETS / "style.css")], "theme": gr.themes.Soft(), "max_threads": 160}
