@@ -1,15 +1,27 @@
-"""Recorded hardware profiles: a measured latency-vs-tokens-per-pass curve with the calibrated peaks and
-the model shape it was measured for (written by `python -m specviz roofline`, kept in
-`assets/profiles/`). Plain JSON, no torch: the what-if tab reads them as real measurements."""
+"""Recorded data the what-if compares its estimates with. Plain JSON, no torch.
+
+- Hardware profiles (`assets/profiles/`, written by `python -m specviz roofline`): a measured
+  latency-vs-tokens-per-pass curve with the calibrated peaks and the model shape; the calibrated cost
+  model fits its overheads and achieved FLOP rate to them (`profile_calibration`).
+- Published measurements (`assets/published/speedups.json`): speed-up over batch size from papers and
+  blogs, each with its source, matched to what-if presets — never ours, always labelled so.
+- Recorded sweeps (`assets/sweeps/`): `python -m specviz sweep` results on this project's machine.
+"""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import re
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from specviz.roofline import ModelSpec, predicted_knee
+from specviz.roofline import (GPUS, SERVING, Calibration, GpuSpec, ModelSpec, fit_calibration,
+                              predicted_knee)
 
-PROFILES_DIR = Path(__file__).resolve().parents[1] / "assets" / "profiles"
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
+PROFILES_DIR = ASSETS / "profiles"
+PUBLISHED_FILE = ASSETS / "published" / "speedups.json"
+SWEEPS_DIR = ASSETS / "sweeps"
+PUBLISHED_LABEL = "published measurement"
 
 
 @dataclass(frozen=True)
@@ -57,3 +69,215 @@ def load_profiles(folder: Path = PROFILES_DIR) -> list[Profile]:
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return out
+
+
+# --- calibrations from recorded profiles -------------------------------------------------------------
+
+def profile_calibration(prof: Profile) -> Calibration:
+    """The calibrated model's constants fitted to one recorded profile (needs its model shape)."""
+    if prof.spec is None:
+        raise ValueError(f"profile {prof.name} has no model shape to fit")
+    return fit_calibration(prof.spec, prof.tokens_per_pass, prof.latency_s, prof.context, prof.bandwidth,
+                           prof.flops, f"recorded profile {prof.name}",
+                           f"fitted to {prof.name}.json ({prof.target} on {prof.device}, measured with "
+                           "`python -m specviz roofline`)")
+
+
+def profile_for_device(profiles: list[Profile], device_kind: str) -> Profile | None:
+    """The first profile (with a model shape) recorded on this kind of device ("cpu" or "cuda")."""
+    return next((p for p in profiles if p.spec is not None and p.device.split(":")[0] == device_kind), None)
+
+
+def gpu_calibration(gpu: GpuSpec, profiles: list[Profile]) -> Calibration:
+    """The calibrated model for a GPU preset: the serving stack's overheads from the published fit; its
+    achieved rates from a profile recorded on that GPU when there is one (rates belong to the hardware;
+    a recorded eager profile's launch overheads would not apply to a stack that replays CUDA graphs)."""
+    words = gpu.name.split()
+    key = " ".join(words[:3]) if words[0] == "RTX" else words[0]      # "H100", "A100", "RTX PRO 6000"
+    prof = next((p for p in profiles if p.spec is not None and p.device.startswith("cuda")
+                 and re.search(rf"\b{re.escape(key)}\b", p.device)), None)
+    if prof is None or gpu.name not in GPUS:
+        return SERVING
+    fitted = profile_calibration(prof)
+    scale = prof.flops / gpu.flops          # the profile's efficiency is of its calibrated peak
+    return replace(SERVING, name=f"{SERVING.name}, rates from {prof.name}",
+                   flops_eff=min(1.0, fitted.flops_eff * scale),
+                   bandwidth_eff=min(1.0, prof.bandwidth / gpu.bandwidth),
+                   source=f"{SERVING.source}; achieved rates {fitted.source}")
+
+
+# --- published measurements --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PublishedSeries:
+    """Speed-up over plain decoding against batch size, as a source published it (not ours)."""
+
+    id: str
+    label: str                 # short, e.g. "EAGLE on SGLang"
+    cite: str                  # short citation for a legend, e.g. "EAGLE-3 paper, Table 4"
+    source: str                # paper/blog, table, framework, hardware, model, data set
+    gpu: str                   # matching what-if presets
+    target: str
+    draft: str
+    depth: int
+    context: int               # the what-if context used to compare (sources do not state one)
+    fit_batch: int | None      # batch at which α is fitted to this series (None: no such point)
+    batch_sizes: list[int]
+    speedup: list[float]
+
+    @property
+    def legend(self) -> str:
+        return f"{self.label} ({PUBLISHED_LABEL}, {self.cite})"
+
+    def matches(self, gpu: str, target: str, draft: str) -> bool:
+        return (self.gpu, self.target, self.draft) == (gpu, target, draft)
+
+
+def _series(d: dict) -> PublishedSeries:
+    s = PublishedSeries(str(d["id"]), str(d["label"]), str(d["cite"]), str(d["source"]), str(d["gpu"]), str(d["target"]),
+                        str(d["draft"]), int(d["depth"]), int(d["context"]),
+                        None if d.get("fit_batch") is None else int(d["fit_batch"]),
+                        [int(b) for b in d["batch_sizes"]], [float(x) for x in d["speedup"]])
+    if not (s.source and s.cite) or len(s.batch_sizes) != len(s.speedup) or not s.batch_sizes:
+        raise ValueError(f"published series {s.id}: needs a source and one speed-up per batch size")
+    if s.fit_batch is not None and s.fit_batch not in s.batch_sizes:
+        raise ValueError(f"published series {s.id}: fit_batch {s.fit_batch} is not one of its batch sizes")
+    return s
+
+
+def load_published(path: Path = PUBLISHED_FILE) -> list[PublishedSeries]:
+    """Every published series in the data file (an unreadable file gives none: the tab still works)."""
+    try:
+        data = json.loads(Path(path).read_text())
+        return [_series(d) for d in data["series"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+# --- recorded sweeps on this project's machine ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class RecordedSweep:
+    name: str
+    command: str               # the command that measured it
+    device: str
+    target: str                # what-if presets: the shape of the measured models
+    draft: str
+    prompt_tokens: int
+    new_tokens: int
+    acceptance: dict[int, float]   # depth → measured share of drafted tokens accepted
+    batch_sizes: list[int]
+    depths: list[int]
+    tokens_per_s: list[list[float]]  # [batch][depth], end to end
+
+
+def load_sweeps(folder: Path = SWEEPS_DIR) -> list[RecordedSweep]:
+    out = []
+    for p in sorted(Path(folder).glob("*.json")):
+        try:
+            d = json.loads(p.read_text())
+            out.append(RecordedSweep(p.stem, str(d["command"]), str(d["device"]), str(d["target"]),
+                                     str(d["draft"]), int(d["prompt_tokens"]), int(d["new_tokens"]),
+                                     {int(k): float(v) for k, v in d["acceptance_rate"].items()},
+                                     [int(b) for b in d["batch_sizes"]], [int(k) for k in d["depths"]],
+                                     [[float(x) for x in row] for row in d["tokens_per_s"]]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+# --- how far the estimates are from the measurements ---------------------------------------------------
+
+@dataclass(frozen=True)
+class Comparison:
+    """A what-if model's estimate at a published series' points (α fitted at its fit batch)."""
+
+    series: PublishedSeries
+    model: str                  # the calibration's name
+    alpha: float
+    alpha_note: str             # how α was chosen
+    estimate: list[float]       # speed-up at each published batch size
+    crossover: int | None       # first batch where the estimate falls below 1 at the series' depth
+
+    @property
+    def errors(self) -> list[float]:
+        return [e / p - 1 for e, p in zip(self.estimate, self.series.speedup)]
+
+    @property
+    def max_error(self) -> float:
+        return max(abs(e) for e in self.errors)
+
+    @property
+    def published_crossover(self) -> int | None:
+        return next((b for b, s in zip(self.series.batch_sizes, self.series.speedup) if s < 1), None)
+
+
+def series_setup(series: PublishedSeries, cal: Calibration, context: int | None = None):
+    from specviz.roofline import Setup, resolve_draft, resolve_gpu, resolve_model
+
+    gpu, target = resolve_gpu(series.gpu), resolve_model(series.target)
+    return Setup(target, resolve_draft(series.draft, target), gpu.bandwidth, gpu.flops,
+                 series.context if context is None else context, cal)
+
+
+def compare(series: PublishedSeries, cal: Calibration, alpha: float | None = None,
+            alpha_note: str = "given", context: int | None = None) -> Comparison:
+    """Estimate the series' points with `cal`; α is fitted at the series' fit batch unless given."""
+    from specviz.roofline import depth_crossover, fit_alpha
+
+    setup = series_setup(series, cal, context)
+    if alpha is None:
+        if series.fit_batch is None:
+            raise ValueError(f"published series {series.id} has no fit point: give α")
+        fit = series.speedup[series.batch_sizes.index(series.fit_batch)]
+        alpha = fit_alpha(setup, series.fit_batch, series.depth, fit)
+        alpha_note = f"fitted at batch {series.fit_batch}"
+    est = [setup.speedup(b, series.depth, alpha) for b in series.batch_sizes]
+    return Comparison(series, cal.name, alpha, alpha_note, est, depth_crossover(setup, alpha, series.depth))
+
+
+def compare_all(published: list[PublishedSeries], cal: Calibration) -> list[Comparison]:
+    """Every published series compared; a series without a fit point borrows α from a fitted series of
+    the same setup (same GPU, target, draft and depth), and says so."""
+    out, fitted = [], {}
+    for s in published:
+        if s.fit_batch is not None:
+            c = compare(s, cal)
+            fitted.setdefault((s.gpu, s.target, s.draft, s.depth), c)
+            out.append(c)
+    for s in published:
+        if s.fit_batch is None:
+            donor = fitted.get((s.gpu, s.target, s.draft, s.depth))
+            if donor is not None:
+                out.append(compare(s, cal, donor.alpha, f"from {donor.series.id} (another data set)"))
+    return out
+
+
+@dataclass(frozen=True)
+class SweepComparison:
+    sweep: RecordedSweep
+    model: str
+    alpha: float
+    estimate: list[list[float]]     # tokens/s end to end, [batch][depth]
+
+    def errors(self, relative_to_plain: bool = False) -> list[float]:
+        """Estimate ÷ measurement − 1 per cell: of tokens/s, or of the speed-up over depth 0."""
+        out = []
+        for est, meas in zip(self.estimate, self.sweep.tokens_per_s):
+            for e, m in zip(est, meas):
+                out.append((e / est[0]) / (m / meas[0]) - 1 if relative_to_plain else e / m - 1)
+        return out
+
+
+def compare_sweep(sweep: RecordedSweep, cal: Calibration, bandwidth: float, flops: float) -> SweepComparison:
+    """The end-to-end tokens/s the model expects for every cell of a recorded sweep. α is the measured
+    acceptance at depth 1 (at k = 1 the share of drafts accepted *is* α); bytes per parameter follow
+    the profile's dtype (fp32 on a CPU)."""
+    from specviz.roofline import Setup, resolve_draft, resolve_model, run_seconds
+
+    target = replace(resolve_model(sweep.target), bytes_per_param=4.0 if sweep.device.startswith("cpu") else 2.0)
+    setup = Setup(target, resolve_draft(sweep.draft, target), bandwidth, flops, sweep.prompt_tokens, cal)
+    alpha = sweep.acceptance[1]
+    est = [[b * sweep.new_tokens / run_seconds(setup, b, k, alpha, sweep.prompt_tokens, sweep.new_tokens)
+            for k in sweep.depths] for b in sweep.batch_sizes]
+    return SweepComparison(sweep, cal.name, alpha, est)

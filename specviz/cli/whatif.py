@@ -1,0 +1,188 @@
+"""`python -m specviz whatif`: the What-if tab's estimates without a browser (all labelled "estimate").
+
+    python -m specviz whatif --gpu "H100 SXM" --target Llama-3.1-8B --draft EAGLE:Llama-3.1-8B \
+        --alpha 0.7 --context 800 --batch-sizes 1,2,4,8,16,32,64 --depths 0,1,2,3,4 --json
+    python -m specviz whatif --published [--json]   # estimates against the published measurements
+    python -m specviz whatif --sweeps [--json]      # against this project's recorded CPU sweeps
+
+Pure arithmetic (roofline + recorded JSON): no torch needed. Bad input ends as one line on stderr and
+exit status 2, like every other command.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from specviz import profiles
+from specviz import roofline as rf
+
+MODELS = ("calibrated", "ideal")
+LIMITS = {"batch-sizes": (1, 65536), "depths": (0, 64)}
+ESTIMATE = "estimate"     # every number this command prints is one
+
+
+class WhatIfError(ValueError):
+    """A bad argument: reported as one line."""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("whatif", help="estimated tokens/s and speed-up over batch sizes × depths on a GPU "
+                                      "(calibrated or ideal roofline model)")
+    gpu = p.add_mutually_exclusive_group()
+    gpu.add_argument("--gpu", default=None, help="GPU preset: " + ", ".join(rf.GPUS))
+    gpu.add_argument("--bandwidth", type=float, default=None, help="custom GPU: memory bandwidth, bytes/s")
+    p.add_argument("--flops", type=float, default=None, help="custom GPU: dense FLOP/s (with --bandwidth)")
+    p.add_argument("--target", default="Llama-3.1-8B", help="model preset: " + ", ".join(rf.MODELS))
+    p.add_argument("--draft", default="ngram",
+                   help="a model preset, EAGLE:<target>, EAGLE-3:<target>, layerskip:A-B or ngram")
+    p.add_argument("--alpha", type=float, default=0.7, help="acceptance rate per draft token, 0 ≤ α < 1")
+    p.add_argument("--context", type=int, default=1024, help="cached tokens each row attends to")
+    p.add_argument("--batch-sizes", default="1,2,4,8,16,32,64,128,256,512")
+    p.add_argument("--depths", default="0,1,2,3,4,6,8")
+    p.add_argument("--model", default="calibrated", help="calibrated (default) or ideal (the roofline)")
+    p.add_argument("--overhead-ms", type=float, default=0.0, help="extra fixed time per forward pass")
+    p.add_argument("--published", action="store_true",
+                   help="compare both models with every published measurement instead")
+    p.add_argument("--sweeps", action="store_true",
+                   help="compare both models with this project's recorded CPU sweeps instead")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    try:
+        if args.published:
+            out = published_report()
+        elif args.sweeps:
+            out = sweeps_report()
+        else:
+            out = grid(args)
+    except (WhatIfError, rf.PresetError) as exc:
+        print(f"specviz: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(out) if args.json else render(out))
+    return 0
+
+
+# --- arguments ----------------------------------------------------------------------------------------
+
+def parse_ints(text: str, what: str) -> list[int]:
+    lo, hi = LIMITS[what]
+    try:
+        vals = sorted({int(x) for x in str(text).split(",") if x.strip()})
+    except ValueError:
+        raise WhatIfError(f"--{what} takes comma-separated whole numbers, got {text!r}") from None
+    if not vals or not all(lo <= v <= hi for v in vals):
+        raise WhatIfError(f"--{what} values must be {lo}-{hi}, got {text!r}")
+    return vals
+
+
+def calibration(model: str, gpu: rf.GpuSpec) -> rf.Calibration:
+    if model not in MODELS:
+        raise WhatIfError(f"--model must be one of {', '.join(MODELS)}, got {model!r}")
+    return rf.IDEAL if model == "ideal" else profiles.gpu_calibration(gpu, profiles.load_profiles())
+
+
+def setup_from(args) -> tuple[rf.Setup, rf.GpuSpec]:
+    if args.gpu is None and args.bandwidth is None:
+        raise WhatIfError("give --gpu NAME, or --bandwidth BYTES_PER_S with --flops FLOP_PER_S")
+    if args.gpu is not None and args.flops is not None:
+        raise WhatIfError("--flops goes with --bandwidth (a custom GPU), not with --gpu")
+    gpu = rf.resolve_gpu(args.gpu, args.bandwidth, args.flops)
+    if not 0 <= args.alpha < 1:
+        raise WhatIfError(f"--alpha must be at least 0 and below 1, got {args.alpha}")
+    if not 1 <= args.context <= 1_000_000:
+        raise WhatIfError(f"--context must be 1-1000000 tokens, got {args.context}")
+    if not 0 <= args.overhead_ms <= 1000:
+        raise WhatIfError(f"--overhead-ms must be 0-1000, got {args.overhead_ms}")
+    target = rf.resolve_model(args.target)
+    draft = rf.resolve_draft(args.draft, target)
+    cal = calibration(args.model, gpu)
+    return rf.Setup(target, draft, gpu.bandwidth, gpu.flops, args.context, cal, args.overhead_ms / 1000), gpu
+
+
+# --- the grid -----------------------------------------------------------------------------------------
+
+def grid(args) -> dict:
+    setup, gpu = setup_from(args)
+    batches, depths = parse_ints(args.batch_sizes, "batch-sizes"), parse_ints(args.depths, "depths")
+    rows = rf.whatif_rows(setup.target, setup.draft, setup.bandwidth, setup.flops, args.alpha, setup.context,
+                          batches, depths, setup.overhead_s, setup.calibration)
+    by_depth = {}
+    for k in depths:
+        if k > 0:
+            below = [r["batch_size"] for r in rows if r["depth"] == k and r["speedup"] < 1]
+            by_depth[str(k)] = below[0] if below else None
+    return {"label": ESTIMATE, "model": args.model, "calibration": setup.calibration.name,
+            "calibration_source": setup.calibration.source, "gpu": gpu.name, "target": args.target,
+            "draft": args.draft, "alpha": args.alpha, "context": args.context,
+            "rows": [{"batch_size": r["batch_size"], "depth": r["depth"], "tokens_per_s": r["tokens_per_s"],
+                      "speedup": r["speedup"]} for r in rows],
+            "best_depth": {str(b): k for b, k in rf.best_depths(rows).items()},
+            "crossover_batch": rf.crossover_from_rows(rows), "crossover_batch_by_depth": by_depth}
+
+
+# --- comparisons with measurements ---------------------------------------------------------------------
+
+def published_report() -> dict:
+    series = profiles.load_published()
+    if not series:
+        raise WhatIfError(f"no published measurements readable in {profiles.PUBLISHED_FILE}")
+    out = []
+    for model in MODELS:
+        for c in profiles.compare_all(series, calibration(model, rf.resolve_gpu(series[0].gpu))):
+            out.append({"model": model, "series": c.series.id, "label": profiles.PUBLISHED_LABEL,
+                        "source": c.series.source, "draft": c.series.draft, "depth": c.series.depth,
+                        "context": c.series.context, "alpha": round(c.alpha, 4), "alpha_from": c.alpha_note,
+                        "batch_sizes": c.series.batch_sizes, "published": c.series.speedup,
+                        "estimate": [round(x, 3) for x in c.estimate],
+                        "error": [round(x, 3) for x in c.errors], "max_abs_error": round(c.max_error, 3),
+                        "crossover_estimate": c.crossover, "crossover_published": c.published_crossover})
+    return {"label": ESTIMATE, "comparisons": out}
+
+
+def sweeps_report() -> dict:
+    sweeps, recorded = profiles.load_sweeps(), profiles.load_profiles()
+    prof = profiles.profile_for_device(recorded, "cpu")
+    if not sweeps or prof is None:
+        raise WhatIfError("needs a recorded sweep in assets/sweeps/ and a CPU profile in assets/profiles/")
+    out = []
+    for model, cal in (("calibrated", profiles.profile_calibration(prof)), ("ideal", rf.IDEAL)):
+        for sw in sweeps:
+            c = profiles.compare_sweep(sw, cal, prof.bandwidth, prof.flops)
+            abs_err, rel_err = c.errors(), c.errors(relative_to_plain=True)
+            out.append({"model": model, "sweep": sw.name, "command": sw.command, "alpha": c.alpha,
+                        "calibration": cal.name, "batch_sizes": sw.batch_sizes, "depths": sw.depths,
+                        "measured_tokens_per_s": sw.tokens_per_s,
+                        "estimate_tokens_per_s": [[round(x, 1) for x in row] for row in c.estimate],
+                        "mean_abs_error": round(sum(map(abs, abs_err)) / len(abs_err), 3),
+                        "max_abs_error": round(max(map(abs, abs_err)), 3),
+                        "share_within_20pct": round(sum(abs(e) <= 0.2 for e in abs_err) / len(abs_err), 3),
+                        "speedup_mean_abs_error": round(sum(map(abs, rel_err)) / len(rel_err), 3),
+                        "speedup_max_abs_error": round(max(map(abs, rel_err)), 3)})
+    return {"label": ESTIMATE, "profile": prof.name, "comparisons": out}
+
+
+# --- plain text -----------------------------------------------------------------------------------------
+
+def render(out: dict) -> str:
+    if "rows" in out:
+        lines = [f"{ESTIMATE}s ({out['model']}: {out['calibration']}) — {out['target']} + {out['draft']} on "
+                 f"{out['gpu']}, α = {out['alpha']}, context {out['context']}",
+                 f"{'batch':>6} {'depth':>5} {'tokens/s':>12} {'speed-up':>9}"]
+        lines += [f"{r['batch_size']:>6} {r['depth']:>5} {r['tokens_per_s']:>12.1f} {r['speedup']:>8.2f}×"
+                  for r in out["rows"]]
+        cross = out["crossover_batch"]
+        lines.append(f"speculation stops paying from batch {cross}" if cross else
+                     "speculation still pays at the largest batch")
+        return "\n".join(lines)
+    lines = []
+    for c in out["comparisons"]:
+        if "series" in c:
+            lines.append(f"{c['model']:>10} {c['series']}: α = {c['alpha']:.3f} ({c['alpha_from']}), max error "
+                         f"{100 * c['max_abs_error']:.0f} %, crossover {c['crossover_estimate']} "
+                         f"(published {c['crossover_published']})")
+        else:
+            lines.append(f"{c['model']:>10} {c['sweep']}: tokens/s mean error {100 * c['mean_abs_error']:.0f} %, "
+                         f"max {100 * c['max_abs_error']:.0f} %; speed-up mean {100 * c['speedup_mean_abs_error']:.0f} %")
+    return "\n".join(lines)
