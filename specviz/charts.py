@@ -129,11 +129,16 @@ def crossover_figure(rows: list[dict], title: str) -> go.Figure:
 
 def latency_figure(tokens: list[int], estimate_ms: list[float], predicted: float | None,
                    measured: tuple[list[int], list[float]] | None = None, measured_knee: float | None = None,
-                   title: str = "Forward latency vs tokens per pass") -> go.Figure:
-    """The roofline estimate (dashed) and, when there is one, a measured curve (solid) on log axes."""
+                   title: str = "Forward latency vs tokens per pass",
+                   calibrated_ms: list[float] | None = None) -> go.Figure:
+    """The roofline estimate (dashed), the calibrated estimate when given (dotted), and, when there is
+    one, a measured curve (solid) on log axes."""
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=tokens, y=estimate_ms, mode="lines", name="roofline estimate",
                              line=dict(color=PLAIN, dash="dash", width=2)))
+    if calibrated_ms is not None:
+        fig.add_trace(go.Scatter(x=tokens, y=calibrated_ms, mode="lines", name="calibrated estimate",
+                                 line=dict(color=REJECT, dash="dot", width=3)))
     if measured is not None:
         fig.add_trace(go.Scatter(x=measured[0], y=[1000 * s for s in measured[1]], mode="lines+markers",
                                  name="measured", line=dict(color=BONUS, width=3)))
@@ -143,4 +148,46 @@ def latency_figure(tokens: list[int], estimate_ms: list[float], predicted: float
         _vline(fig, measured_knee, f"measured knee ≈ {measured_knee:.0f}", REJECT, "dot")
     fig.update_layout(title=title, xaxis_type="log", yaxis_type="log", xaxis_title="tokens per pass",
                       yaxis_title="ms per forward pass", **LAYOUT)
+    return fig
+
+
+@dataclass
+class PointSet:
+    """Measured points to draw over an estimate: speed-up at each batch size, with a legend label that
+    names their source (published measurements are never ours)."""
+
+    label: str
+    batch_sizes: list[int]
+    speedup: list[float]
+
+
+ESTIMATE_DASH = {"calibrated": "solid", "ideal": "dash"}
+
+
+def speedup_figure(curves: dict[str, list[dict]], depths: list[int], points: list[PointSet],
+                   title: str) -> go.Figure:
+    """Speed-up over plain decoding against batch size: one line per (model, depth) from what-if rows
+    (`curves`: model name → rows with batch_size, depth, speedup), measured points on top, and the
+    break-even line at 1×."""
+    fig = go.Figure()
+    for model, rows in curves.items():
+        for i, k in enumerate(depths):
+            pts = sorted((r["batch_size"], r["speedup"]) for r in rows if r["depth"] == k)
+            fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[s for _, s in pts], mode="lines",
+                                     name=f"k={k}, {model} estimate",
+                                     line=dict(color=DEPTH_COLOURS[(i + 1) % len(DEPTH_COLOURS)],
+                                               dash=ESTIMATE_DASH.get(model, "dot"),
+                                               width=3 if model == "calibrated" else 2)))
+    symbols = ["circle", "diamond", "square", "triangle-up"]
+    for i, p in enumerate(points):
+        fig.add_trace(go.Scatter(x=p.batch_sizes, y=p.speedup, mode="markers", name=p.label,
+                                 marker=dict(symbol=symbols[i % len(symbols)], size=10, color="#111",
+                                             line=dict(color="white", width=1))))
+    xs = [r["batch_size"] for rows in curves.values() for r in rows] + [b for p in points for b in p.batch_sizes]
+    if xs:
+        fig.add_trace(go.Scatter(x=[min(xs), max(xs)], y=[1, 1], mode="lines", name="break-even (1×)",
+                                 line=dict(color=PLAIN, width=1), hoverinfo="skip"))
+    layout = {**LAYOUT, "height": 440, "legend": dict(orientation="h", y=-0.22)}   # room for long sources
+    fig.update_layout(title=title, xaxis_type="log", xaxis_title="batch size",
+                      yaxis_title="speed-up over plain decoding (×)", **layout)
     return fig

@@ -1,6 +1,8 @@
 """The what-if model (roofline grids, crossover), recorded profiles, and the What-if tab in the app."""
 import json
+import re
 import shutil
+from contextlib import contextmanager
 
 import pytest
 
@@ -74,3 +76,159 @@ def test_whatif_compute_labels_estimates_and_rejects_bad_input():
         whatif.compute(NoPeaks(), "H200", "Qwen2.5-7B", whatif.NGRAM, 1.5, 1024, 0)
     with pytest.raises(gr.Error, match="Unknown GPU"):
         whatif.compute(NoPeaks(), "GTX 480", "Qwen2.5-7B", whatif.NGRAM, 0.5, 1024, 0)
+
+
+class NoPeaks:
+    peaks = None
+
+
+def test_whatif_tab_states_its_error_against_published_points():
+    from specviz.ui import whatif
+
+    vals = dict(whatif.DEFAULTS)
+    md, lat, cross = whatif.compute(NoPeaks(), *vals.values())
+    assert vals["gpu"] == "H100 SXM" and vals["draft"] == "EAGLE:Llama-3.1-8B"
+    assert "calibrated model" in md and "published measurement" in md and "EAGLE-3 paper" in md
+    m = re.search(r"within \*\*(\d+) %\*\* over batch 2–64; the ideal model, refitted \(α = [0-9.]+\), "
+                  r"within (\d+) %", md)
+    assert m and int(m.group(1)) < int(m.group(2))           # calibrated closer than the roofline
+    names = [t.name for t in lat.data]
+    assert "calibrated estimate" in names and "roofline estimate" in names
+    fig = whatif.speedup_view(NoPeaks(), *vals.values())
+    markers = [t for t in fig.data if t.mode == "markers"]
+    assert markers and all("published measurement" in t.name for t in markers)
+    assert {"k=3, calibrated estimate", "k=3, ideal estimate"} <= {t.name for t in fig.data}
+    eagle = next(t for t in markers if "EAGLE on SGLang" in t.name)
+    assert list(eagle.y)[:2] == [1.40, 1.38]
+    # no published setup: the figure has estimates only, and the text says which setups have points
+    md2, *_ = whatif.compute(NoPeaks(), "H200", "Qwen2.5-7B", "Qwen2.5-0.5B", 0.7, 1024, 0)
+    assert "No published measurement matches" in md2 and "H100 SXM + Llama-3.1-8B" in md2
+    fig2 = whatif.speedup_view(NoPeaks(), "H200", "Qwen2.5-7B", "Qwen2.5-0.5B", 0.7, 1024, 0)
+    assert not [t for t in fig2.data if t.mode == "markers"]
+
+
+def test_whatif_models_custom_gpu_and_eagle_heads():
+    import gradio as gr
+
+    from specviz.ui import whatif
+
+    args = ["Llama-3.1-8B", "EAGLE:Llama-3.1-8B", 0.7, 800, 0]
+    ideal, *_ = whatif.compute(NoPeaks(), "H100 SXM", *args, "ideal")
+    assert "ideal roofline model" in ideal and "Calibrated: a pass" not in ideal
+    def table(md):
+        return [line for line in md.splitlines() if line.startswith("| ")]
+
+    md_custom, *_ = whatif.compute(NoPeaks(), whatif.CUSTOM_GPU, *args, "calibrated", 3.35, 989)
+    md_h100, *_ = whatif.compute(NoPeaks(), "H100 SXM", *args, "calibrated")
+    md_fast, *_ = whatif.compute(NoPeaks(), whatif.CUSTOM_GPU, *args, "calibrated", 8, 989)
+    assert "custom GPU (3.35 TB/s, 989 TFLOP/s)" in md_custom
+    assert table(md_custom) == table(md_h100) != table(md_fast)        # a GPU given by its numbers
+    with pytest.raises(gr.Error, match="custom GPU"):
+        whatif.compute(NoPeaks(), whatif.CUSTOM_GPU, *args, "calibrated", 0, 989)
+    with pytest.raises(gr.Error, match="cost model"):
+        whatif.compute(NoPeaks(), "H200", *args, "magic")
+    with pytest.raises(gr.Error, match="reads its own target"):
+        whatif.compute(NoPeaks(), "H200", "Llama-3.1-70B", "EAGLE:Llama-3.1-8B", 0.7, 800, 0)
+    assert whatif.remap_draft("EAGLE-3:Llama-3.1-8B", "Qwen2.5-7B") == "EAGLE-3:Qwen2.5-7B"
+    assert whatif.remap_draft(whatif.NGRAM, "Qwen2.5-7B") == whatif.NGRAM
+    assert "EAGLE:Qwen2.5-7B" in whatif.draft_choices("Qwen2.5-7B")
+    assert "EAGLE:Llama-3.1-8B" not in whatif.draft_choices("Qwen2.5-7B")
+
+
+def test_this_machine_is_calibrated_from_its_recorded_profile():
+    from specviz.hardware import Peaks
+    from specviz.ui import whatif
+
+    class Cpu:
+        peaks = Peaks("cpu", 23e9, 0.24e12, "float32")
+
+    md, lat, _ = whatif.compute(Cpu(), whatif.THIS_MACHINE, "SmolLM2-135M", whatif.NGRAM, 0.6, 256, 0)
+    assert "measured** by calibration" in md and "fitted to cpu-2core-smollm2-135m.json" in md
+
+    class Gpu:
+        peaks = Peaks("cuda", 4e12, 900e12, "bfloat16")
+
+    md, *_ = whatif.compute(Gpu(), whatif.THIS_MACHINE, "SmolLM2-135M", whatif.NGRAM, 0.6, 256, 0)
+    assert "no recorded profile for this device" in md
+
+
+# --- the tab in the running app (API and browser) ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def whatif_app(tiny_paths, tmp_path_factory):
+    from apphelp import start_app, stop_app
+
+    proc, url = start_app(tiny_paths["target"], "layerskip:1-2", tmp_path_factory.mktemp("whatif") / "app.log")
+    yield url
+    stop_app(proc)
+
+
+def test_whatif_api_with_new_and_old_arguments(whatif_app):
+    from gradio_client import Client
+    from gradio_client.exceptions import AppError
+
+    c = Client(whatif_app, verbose=False)
+    md, *_ = c.predict("H100 SXM", "Qwen2.5-7B", "Qwen2.5-0.5B", 0.8, 1024, 0, api_name="/whatif")  # old 6
+    assert "calibrated model" in md
+    md, *_ = c.predict("H100 SXM", "Llama-3.1-8B", "EAGLE-3:Llama-3.1-8B", 0.8, 800, 0, "ideal", api_name="/whatif")
+    assert "ideal roofline model" in md and "EAGLE-3 on SGLang" in md
+    md, *_ = c.predict(CUSTOM, "Llama-3.1-8B", "n-gram lookup (no draft model)", 0.8, 800, 0, "calibrated", 2.0,
+                       400.0, api_name="/whatif")
+    assert "custom GPU (2 TB/s, 400 TFLOP/s)" in md
+    plot = c.predict("H100 SXM", "Llama-3.1-8B", "EAGLE:Llama-3.1-8B", 0.7, 800, 0, api_name="/whatif_speedup")
+    assert "published measurement" in json.dumps(plot)
+    with pytest.raises(AppError, match="reads its own target|not in the list of choices"):
+        c.predict("H100 SXM", "Llama-3.1-70B", "EAGLE:Llama-3.1-8B", 0.7, 800, 0, api_name="/whatif")
+
+
+CUSTOM = "Custom GPU (bandwidth and FLOP/s below)"
+
+
+@contextmanager
+def _page():
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        try:
+            yield browser.new_page(viewport={"width": 1400, "height": 1600})
+        finally:
+            browser.close()
+
+
+def _pick(page, elem_id: str, option: str) -> None:
+    page.locator(f"#{elem_id} input").click()
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def _summary_has(page, text: str) -> None:
+    page.wait_for_function(f"document.querySelector('#whatif-summary').innerText.includes({text!r})",
+                           timeout=30000)
+
+
+def test_browser_whatif_calibrated_published_and_custom(whatif_app):
+    with _page() as page:
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(whatif_app)
+        page.get_by_role("tab", name=re.compile("What if")).click()
+        page.wait_for_selector("#whatif-speedup .js-plotly-plot", timeout=30000)
+        assert "published measurement" in page.locator("#whatif-speedup").inner_text()
+        _summary_has(page, "calibrated model")
+        page.screenshot(path="/tmp/specviz-whatif-calibrated.png", full_page=True)
+        page.locator("#whatif-model").get_by_label("ideal").check()
+        _summary_has(page, "ideal roofline model")
+        # a new target takes its own EAGLE head along, without an error
+        _pick(page, "whatif-target", "Llama-3.1-70B")
+        page.wait_for_function("document.querySelector('#whatif-draft input').value === 'EAGLE:Llama-3.1-70B'",
+                               timeout=30000)
+        _summary_has(page, "Llama-3.1-70B")
+        _pick(page, "whatif-gpu", CUSTOM)
+        page.locator("#whatif-bandwidth input").fill("8")
+        page.locator("#whatif-bandwidth input").press("Enter")
+        _summary_has(page, "custom GPU (8 TB/s")
+        assert not page.locator(".toast-body").count() and not errors

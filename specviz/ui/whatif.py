@@ -1,5 +1,7 @@
-"""The "What if?" tab: the roofline model over GPU and model presets (estimates, labelled so), beside the
-latency curves recorded on real hardware (`assets/profiles/`, measured)."""
+"""The "What if?" tab: estimates over GPU and model presets, from the calibrated cost model (rates and
+overheads measured) or the ideal roofline (the article's argument), with published measurements drawn
+over them where a source measured the same setup, beside the latency curves recorded on real hardware
+(`assets/profiles/`, measured) and a knee measured from the page."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -7,140 +9,337 @@ from dataclasses import replace
 import gradio as gr
 
 from specviz import charts
+from specviz import roofline as rf
 from specviz.engine import EngineError
 from specviz.hardware import find_knee
 from specviz.models import ModelError
-from specviz.profiles import Profile, load_profiles
-from specviz.roofline import (GPUS, MODELS, crossover_from_rows, latency_curve, predicted_knee, whatif_rows)
+from specviz.profiles import (PUBLISHED_LABEL, Profile, compare, gpu_calibration, load_profiles, load_published,
+                              profile_calibration, profile_for_device)
+from specviz.roofline import GPUS, MODELS, crossover_from_rows, latency_curve, predicted_knee, whatif_rows
 
 THIS_MACHINE = "This machine (calibrated peaks)"
+CUSTOM_GPU = "Custom GPU (bandwidth and FLOP/s below)"
 NGRAM = "n-gram lookup (no draft model)"
+CALIBRATED, IDEAL = "calibrated", "ideal"
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 DEPTHS = [0, 1, 2, 3, 4, 6, 8]
 PLOT_DEPTHS = {0, 1, 2, 4, 8}
+SPEEDUP_DEPTHS = [1, 2, 4, 8]
 TOKENS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
-DEFAULTS = dict(gpu="H200", target="Qwen2.5-7B", draft="Qwen2.5-0.5B", alpha=0.7, context=1024, overhead=0.0)
+DEFAULTS = dict(gpu="H100 SXM", target="Llama-3.1-8B", draft="EAGLE:Llama-3.1-8B", alpha=0.7, context=800,
+                overhead=0.0, model=CALIBRATED, bandwidth_tbs=3.35, flops_tflops=989.0)
+
+# user-facing text in one place (a lessons file will take it over, with Persian beside it)
+TEXT = dict(
+    intro="Pick a GPU and a model pair and see what the cost models predict. **Everything in the first part "
+          "is an estimate**: the *calibrated* model uses rates and overheads measured on real stacks, the "
+          "*ideal roofline* assumes peak rates and no overhead. Black markers are **published "
+          "measurements** by others (source named) where one matches your choice; the curves under "
+          "*Measured on real hardware* were recorded on real machines.",
+    no_peaks="This machine's peaks are not calibrated yet (it takes a few seconds after start; on ZeroGPU "
+             "they come with the first Run). Pick a GPU preset meanwhile.",
+    bad_numbers="Acceptance, context, overhead, bandwidth and FLOP/s must be numbers.",
+    out_of_range="Out of range: acceptance 0-0.99, context 1-131072 tokens, overhead 0-1000 ms.",
+    bad_custom="A custom GPU needs a bandwidth of 0.001-100 TB/s and 0.001-100000 TFLOP/s.",
+    unknown_gpu="Unknown GPU {gpu!r}: pick one from the list.",
+    unknown_model="Unknown model {name!r}: pick one from the list.",
+    unknown_model_kind="Unknown cost model {model!r}: calibrated or ideal.",
+    heading={CALIBRATED: "**Estimates from the calibrated model** (not measurements)",
+             IDEAL: "**Estimates from the ideal roofline model** (not measurements)"},
+    no_profile="no recorded profile for this device, so the ideal roofline is used",
+    knee="Target {name}: {params:.2f} B parameters, {gb:.2f} GB streamed per pass. Ideal-roofline knee: "
+         "**{knee} tokens per pass** at context {context} — below it the ideal pass costs the same however "
+         "many tokens it checks.",
+    calibrated_pass="Calibrated: a pass of 1 token costs **{t1:.2f} ms**, of {n} tokens **{tn:.2f} ms** "
+                    "(+{grow:.0%}; the ideal roofline says +{ideal_grow:.0%}): on real kernels every extra "
+                    "token adds time from the first one on.",
+    crossover="With {drafter} drafting at acceptance α = {alpha:.2f}, speculation stops paying from **batch "
+              "{cross}**: past that, checking extra tokens costs real time and rejected ones are pure waste "
+              "(hence vLLM's `--speculative-disable-by-batch-size`).",
+    no_crossover="With {drafter} drafting at α = {alpha:.2f}, speculation still pays at batch {last}.",
+    published_fit="**Estimate vs {pub}** ({label}; {source}): with α fitted at batch {fit} (α = {alpha:.2f}; "
+                  "set the slider there to compare), the {model} estimate is within **{err:.0f} %** over "
+                  "batch {lo}–{hi}; the {other} model, refitted (α = {oalpha:.2f}), within {oerr:.0f} %. "
+                  "Published crossover: {pcross}; estimated: {ecross}. Compared at context {context}, which "
+                  "the source does not state.",
+    published_point="**Estimate vs {pub}** ({label}; {source}): at your α = {alpha:.2f}, batch {batch}: "
+                    "estimate {est:.2f}× vs published {val:.2f}× ({err:+d} %).",
+    no_published="No published measurement matches this GPU, target and draft; matching setups: {setups}.",
+    speedup_title="Speed-up over plain decoding, k = {k} (estimate) vs {pub}",
+    speedup_title_plain="Speed-up over plain decoding by batch and depth ({model} estimate)",
+)
 
 
-def _hardware(app, gpu: str):
-    """(bandwidth, FLOP/s, description, dtype bytes) for a preset or this machine's calibrated peaks."""
+def _hardware(app, gpu: str, bw_tbs: float, flops_tflops: float):
+    """(GpuSpec, description, dtype bytes, device kind) for a preset, a custom GPU or this machine."""
     if gpu == THIS_MACHINE:
         p = app.peaks
         if p is None:
-            raise gr.Error("This machine's peaks are not calibrated yet (it takes a few seconds after start; "
-                           "on ZeroGPU they come with the first Run). Pick a GPU preset meanwhile.")
+            raise gr.Error(TEXT["no_peaks"])
         desc = (f"this machine ({p.device}, {p.dtype}): {p.bandwidth / 1e9:.1f} GB/s and "
                 f"{p.flops / 1e12:.2f} TFLOP/s, **measured** by calibration")
-        return p.bandwidth, p.flops, desc, 2.0 if "16" in p.dtype else 4.0
+        return (rf.GpuSpec(THIS_MACHINE, p.bandwidth, p.flops, "calibrated here"), desc,
+                2.0 if "16" in p.dtype else 4.0, p.device)
+    if gpu == CUSTOM_GPU:
+        if not (1e-3 <= bw_tbs <= 100 and 1e-3 <= flops_tflops <= 1e5):
+            raise gr.Error(TEXT["bad_custom"])
+        g = rf.resolve_gpu(None, bw_tbs * 1e12, flops_tflops * 1e12)
+        return g, f"{g.name} (given by you)", 2.0, "cuda"
     if gpu not in GPUS:
-        raise gr.Error(f"Unknown GPU {gpu!r}: pick one from the list.")
+        raise gr.Error(TEXT["unknown_gpu"].format(gpu=gpu))
     g = GPUS[gpu]
-    return g.bandwidth, g.flops, f"{g.name}: {g.bandwidth / 1e12:.2f} TB/s, {g.flops / 1e12:.0f} TFLOP/s ({g.source})", 2.0
+    return g, f"{g.name}: {g.bandwidth / 1e12:.2f} TB/s, {g.flops / 1e12:.0f} TFLOP/s ({g.source})", 2.0, "cuda"
 
 
-def _model(name: str, bytes_per_param: float):
+def _model(name: str, bytes_per_param: float) -> rf.ModelSpec:
     if name not in MODELS:
-        raise gr.Error(f"Unknown model {name!r}: pick one from the list.")
+        raise gr.Error(TEXT["unknown_model"].format(name=name))
     return replace(MODELS[name], bytes_per_param=bytes_per_param)
 
 
-def compute(app, gpu, target, draft, alpha, context, overhead_ms):
-    """Summary markdown, latency figure and crossover figure for one choice of knobs (all estimates)."""
+def _draft(name: str, target: rf.ModelSpec) -> rf.ModelSpec | None:
     try:
-        alpha, context, overhead = float(alpha), int(context), float(overhead_ms) / 1000
+        return rf.resolve_draft(rf.NGRAM if name == NGRAM else str(name), target)
+    except rf.PresetError as exc:
+        raise gr.Error(str(exc)) from None
+
+
+def draft_choices(target: str) -> list[str]:
+    """Model presets, the EAGLE heads of this target (they read its features), and n-gram lookup."""
+    return rf.draft_names([target]) + [NGRAM]
+
+
+def remap_draft(draft: str, target: str) -> str:
+    """Keep the kind of draft when the target changes: an EAGLE head follows its target."""
+    for prefix in rf.EAGLE_HEADS:
+        if str(draft).startswith(prefix):
+            return prefix + target
+    return draft
+
+
+def calibration_for(app, gpu: str, g: rf.GpuSpec, device_kind: str, model: str):
+    """(Calibration, note) for the chosen model: the ideal roofline, this machine's recorded profile, or
+    the serving stack's published fit (with a recorded GPU profile's rates when there is one)."""
+    if model == IDEAL:
+        return rf.IDEAL, rf.IDEAL.source
+    if model != CALIBRATED:
+        raise gr.Error(TEXT["unknown_model_kind"].format(model=model))
+    profiles = load_profiles()
+    if gpu == THIS_MACHINE:
+        prof = profile_for_device(profiles, device_kind)
+        if prof is None:
+            return rf.IDEAL, TEXT["no_profile"]
+        return profile_calibration(prof), profile_calibration(prof).source
+    cal = gpu_calibration(g, profiles)
+    note = cal.source if gpu != CUSTOM_GPU else cal.source + " (its rates as fractions of your GPU's peaks)"
+    return cal, note
+
+
+def _numbers(alpha, context, overhead_ms, bw_tbs, flops_tflops):
+    try:
+        vals = float(alpha), int(context), float(overhead_ms) / 1000, float(bw_tbs), float(flops_tflops)
     except (TypeError, ValueError):
-        raise gr.Error("Acceptance, context and overhead must be numbers.")
+        raise gr.Error(TEXT["bad_numbers"]) from None
+    alpha, context, overhead = vals[:3]
     if not 0 <= alpha < 1 or not 1 <= context <= 131072 or not 0 <= overhead <= 1:
-        raise gr.Error("Out of range: acceptance 0-0.99, context 1-131072 tokens, overhead 0-1000 ms.")
-    bw, fl, hw_desc, bpp = _hardware(app, gpu)
+        raise gr.Error(TEXT["out_of_range"])
+    return vals
+
+
+def _inputs(app, gpu, target, draft, alpha, context, overhead_ms, model, bw_tbs, flops_tflops):
+    """Everything one choice of knobs means, checked: (setup, α, description, calibration note)."""
+    alpha, context, overhead, bw_tbs, flops_tflops = _numbers(alpha, context, overhead_ms, bw_tbs, flops_tflops)
+    g, hw_desc, bpp, kind = _hardware(app, gpu, bw_tbs, flops_tflops)
     t_spec = _model(target, bpp)
-    d_spec = None if draft == NGRAM else _model(draft, bpp)
-    knee = predicted_knee(t_spec, bw, fl, context)
-    lat = [1000 * s for s in latency_curve(t_spec, bw, fl, TOKENS, context, overhead)]
-    rows = whatif_rows(t_spec, d_spec, bw, fl, alpha, context, BATCHES, DEPTHS, overhead)
-    fig_lat = charts.latency_figure(TOKENS, lat, knee, title=f"{target} on {gpu} (estimate)")
+    d_spec = _draft(draft, t_spec)
+    if d_spec is not None:
+        d_spec = replace(d_spec, bytes_per_param=bpp)
+    cal, note = calibration_for(app, gpu, g, kind, model)
+    return rf.Setup(t_spec, d_spec, g.bandwidth, g.flops, context, cal, overhead), alpha, hw_desc, note
+
+
+def compute(app, gpu, target, draft, alpha, context, overhead_ms, model=CALIBRATED,
+            bw_tbs=DEFAULTS["bandwidth_tbs"], flops_tflops=DEFAULTS["flops_tflops"]):
+    """Summary markdown, latency figure and crossover figure for one choice of knobs (all estimates)."""
+    setup, alpha, hw_desc, note = _inputs(app, gpu, target, draft, alpha, context, overhead_ms, model, bw_tbs,
+                                          flops_tflops)
+    t_spec, cal = setup.target, setup.calibration
+    knee = predicted_knee(t_spec, setup.bandwidth, setup.flops, setup.context)
+    ideal_ms = [1000 * s for s in latency_curve(t_spec, setup.bandwidth, setup.flops, TOKENS, setup.context,
+                                                setup.overhead_s)]
+    cal_ms = None if cal.is_ideal else [1000 * s for s in latency_curve(
+        t_spec, setup.bandwidth, setup.flops, TOKENS, setup.context, setup.overhead_s, cal)]
+    rows = whatif_rows(t_spec, setup.draft, setup.bandwidth, setup.flops, alpha, setup.context, BATCHES, DEPTHS,
+                       setup.overhead_s, cal)
+    kind = IDEAL if cal.is_ideal else CALIBRATED
+    fig_lat = charts.latency_figure(TOKENS, ideal_ms, knee, title=f"{target} on {gpu}: latency per pass (estimates)",
+                                    calibrated_ms=cal_ms)
     fig_x = charts.crossover_figure([r for r in rows if r["depth"] in PLOT_DEPTHS],
-                                    f"Tokens/s by batch and depth, α = {alpha:.2f} (estimate)")
-    return summary_md(rows, hw_desc, t_spec, d_spec, draft, knee, alpha, context), fig_lat, fig_x
+                                    f"Tokens/s by batch and depth, α = {alpha:.2f} ({kind} estimate)")
+    md = summary_md(rows, hw_desc, setup, draft, knee, alpha, kind, note, ideal_ms, cal_ms)
+    md += "\n\n" + published_md(setup, gpu, target, draft, alpha, kind)
+    return md, fig_lat, fig_x
 
 
-def summary_md(rows, hw_desc, t_spec, d_spec, draft, knee, alpha, context) -> str:
+def summary_md(rows, hw_desc, setup, draft, knee, alpha, kind, note, ideal_ms, cal_ms) -> str:
+    t_spec = setup.target
     by = {(r["batch_size"], r["depth"]): r for r in rows}
     cross = crossover_from_rows(rows)
-    lines = [f"**Estimates from the roofline model** (not measurements): {hw_desc}.",
-             f"Target {t_spec.name}: {t_spec.params / 1e9:.2f} B parameters, "
-             f"{t_spec.streamed_params * t_spec.bytes_per_param / 1e9:.2f} GB streamed per pass. "
-             f"Predicted knee: **{knee} tokens per pass** at context {context} — below it a pass costs "
-             "about the same however many tokens it checks.",
-             "", "| batch | best depth k | speed-up vs plain | FLOPs spent vs plain | batch × (k+1) |",
-             "|---:|---:|---:|---:|---:|"]
+    lines = [f"{TEXT['heading'][kind]}: {hw_desc}. Cost model: {setup.calibration.name} — {note}.",
+             TEXT["knee"].format(name=t_spec.name, params=t_spec.params / 1e9,
+                                 gb=t_spec.streamed_params * t_spec.bytes_per_param / 1e9, knee=knee,
+                                 context=setup.context)]
+    if cal_ms is not None:
+        n = TOKENS.index(64)
+        lines.append(TEXT["calibrated_pass"].format(t1=cal_ms[0], n=TOKENS[n], tn=cal_ms[n],
+                                                    grow=cal_ms[n] / cal_ms[0] - 1,
+                                                    ideal_grow=ideal_ms[n] / ideal_ms[0] - 1))
+    lines = ["\n\n".join(lines)]
+    lines += ["", "| batch | best depth k | speed-up vs plain | FLOPs spent vs plain | batch × (k+1) |",
+              "|---:|---:|---:|---:|---:|"]
     for b in BATCHES:
         best = max((by[(b, k)] for k in DEPTHS), key=lambda r: r["tokens_per_s"])
-        plain = by[(b, 0)]["tokens_per_s"]
-        lines.append(f"| {b} | {best['depth']} | {best['tokens_per_s'] / plain:.2f}× | "
+        lines.append(f"| {b} | {best['depth']} | {best['speedup']:.2f}× | "
                      f"{best['flops_ratio']:.2f}× | {b * (best['depth'] + 1)} |")
     lines.append("")
-    drafter = "an n-gram lookup (free)" if d_spec is None else draft
-    if cross:
-        lines.append(f"With {drafter} drafting at acceptance α = {alpha:.2f}, speculation stops paying from "
-                     f"**batch {cross}**: past the knee, checking extra tokens costs real time and rejected "
-                     "ones are pure waste (hence vLLM's `--speculative-disable-by-batch-size`).")
-    else:
-        lines.append(f"With {drafter} drafting at α = {alpha:.2f}, speculation still pays at batch {BATCHES[-1]}.")
+    drafter = "an n-gram lookup (free)" if setup.draft is None else draft
+    lines.append(TEXT["crossover"].format(drafter=drafter, alpha=alpha, cross=cross) if cross else
+                 TEXT["no_crossover"].format(drafter=drafter, alpha=alpha, last=BATCHES[-1]))
     return "\n".join(lines)
+
+
+def _matching(gpu: str, target: str, draft: str):
+    return [s for s in load_published() if s.matches(gpu, target, draft)]
+
+
+def published_md(setup: rf.Setup, gpu: str, target: str, draft: str, alpha: float, kind: str) -> str:
+    """The model's error against every published series measured on this setup (α fitted as the goal
+    states it), or which setups have published points."""
+    series = _matching(gpu, target, draft)
+    if not series:
+        setups = "; ".join(sorted({f"{s.gpu} + {s.target} + {s.draft}" for s in load_published()})) or "none"
+        return TEXT["no_published"].format(setups=setups)
+    other = IDEAL if kind == CALIBRATED else CALIBRATED
+    other_cal = rf.IDEAL if other == IDEAL else gpu_calibration(rf.resolve_gpu(series[0].gpu), load_profiles())
+    lines = []
+    for s in series:
+        if s.fit_batch is not None:
+            mine, theirs = compare(s, setup.calibration), compare(s, other_cal)
+            lines.append(TEXT["published_fit"].format(
+                pub=PUBLISHED_LABEL, label=s.label, source=s.source, fit=s.fit_batch, alpha=mine.alpha,
+                model=kind, err=100 * mine.max_error, lo=min(s.batch_sizes), hi=max(s.batch_sizes), other=other,
+                oalpha=theirs.alpha, oerr=100 * theirs.max_error,
+                pcross=f"batch {mine.published_crossover}" if mine.published_crossover else "none measured",
+                ecross=f"batch {mine.crossover}" if mine.crossover else "none up to batch 4096",
+                context=s.context))
+        else:
+            c = compare(s, setup.calibration, alpha, context=setup.context)
+            lines.append(TEXT["published_point"].format(
+                pub=PUBLISHED_LABEL, label=s.label, source=s.source, alpha=alpha, batch=s.batch_sizes[-1],
+                est=c.estimate[-1], val=s.speedup[-1], err=round(100 * c.errors[-1])))
+    return "\n\n".join(lines)
+
+
+def speedup_view(app, gpu, target, draft, alpha, context, overhead_ms, model=CALIBRATED,
+                 bw_tbs=DEFAULTS["bandwidth_tbs"], flops_tflops=DEFAULTS["flops_tflops"]):
+    """Speed-up against batch size: with published points when a source measured this setup (then both
+    models at its depth), else the chosen model at a few depths. All lines are estimates at your α."""
+    setup, alpha, _, _ = _inputs(app, gpu, target, draft, alpha, context, overhead_ms, model, bw_tbs, flops_tflops)
+    series = _matching(gpu, target, draft)
+    kind = IDEAL if setup.calibration.is_ideal else CALIBRATED
+
+    def rows(cal, depths):
+        return whatif_rows(setup.target, setup.draft, setup.bandwidth, setup.flops, alpha, setup.context,
+                           BATCHES, [0] + depths, setup.overhead_s, cal)
+
+    if not series:
+        return charts.speedup_figure({kind: rows(setup.calibration, SPEEDUP_DEPTHS)}, SPEEDUP_DEPTHS, [],
+                                     TEXT["speedup_title_plain"].format(model=kind))
+    k = series[0].depth
+    curves = {kind: rows(setup.calibration, [k])}
+    if kind == CALIBRATED:
+        curves[IDEAL] = rows(rf.IDEAL, [k])
+    points = [charts.PointSet(s.legend, s.batch_sizes, s.speedup) for s in series]
+    return charts.speedup_figure(curves, [k], points, TEXT["speedup_title"].format(k=k, pub=PUBLISHED_LABEL))
 
 
 def profile_view(profiles: list[Profile], name: str):
     prof = next((p for p in profiles if p.label == name), None)
     if prof is None:
         raise gr.Error(f"Unknown profile {name!r}.")
-    est = None
+    est = cal = None
     if prof.spec is not None:
         est = [1000 * s for s in latency_curve(prof.spec, prof.bandwidth, prof.flops, prof.tokens_per_pass,
                                                prof.context)]
+        fitted = profile_calibration(prof)
+        cal = [1000 * s for s in latency_curve(prof.spec, prof.bandwidth, prof.flops, prof.tokens_per_pass,
+                                               prof.context, calibration=fitted)]
     fig = charts.latency_figure(prof.tokens_per_pass, est or [None] * len(prof.tokens_per_pass),
                                 prof.predicted_knee, (prof.tokens_per_pass, prof.latency_s), prof.measured_knee,
-                                title=f"{prof.target} on {prof.device}: measured vs roofline")
+                                title=f"{prof.target} on {prof.device}: measured vs roofline", calibrated_ms=cal)
     pred = "no model shape recorded" if prof.predicted_knee is None else f"{prof.predicted_knee}"
     md = (f"**Measured** with `python -m specviz roofline` on {prof.device}: calibrated "
           f"{prof.bandwidth / 1e9:.1f} GB/s and {prof.flops / 1e12:.2f} TFLOP/s, context {prof.context}. "
           f"Measured knee **{prof.measured_knee:.0f}** tokens per pass; roofline prediction from the calibrated "
           f"peaks **{pred}** (dashed line: the estimate).")
+    if cal is not None:
+        worst = max(abs(c / (1000 * t) - 1) for c, t in zip(cal, prof.latency_s))
+        md += (f" The calibrated model fitted to this curve (dotted; overhead "
+               f"{1000 * fitted.layer_overhead_s * prof.spec.n_layers:.1f} ms per pass, arithmetic at "
+               f"{fitted.flops_eff:.0%} of the calibrated FLOP/s) is within {worst:.0%} of every point.")
     return md, fig
 
 
 def build(app) -> None:
-    gpus = list(GPUS) + [THIS_MACHINE]
+    gpus = list(GPUS) + [THIS_MACHINE, CUSTOM_GPU]
     models = list(MODELS)
-    gr.Markdown("Pick a GPU and a model pair and see what the roofline model predicts. **Everything in the "
-                "first part is an estimate**; the curves under *Measured on real hardware* were recorded on "
-                "real machines.", elem_id="whatif-intro")
+    gr.Markdown(TEXT["intro"], elem_id="whatif-intro")
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=300):
             gpu = gr.Dropdown(gpus, value=DEFAULTS["gpu"], label="GPU", elem_id="whatif-gpu")
             target = gr.Dropdown(models, value=DEFAULTS["target"], label="Target model", elem_id="whatif-target")
-            draft = gr.Dropdown(models + [NGRAM], value=DEFAULTS["draft"], label="Draft",
+            draft = gr.Dropdown(draft_choices(DEFAULTS["target"]), value=DEFAULTS["draft"], label="Draft",
                                 elem_id="whatif-draft")
             alpha = gr.Slider(0, 0.99, value=DEFAULTS["alpha"], step=0.01, label="Acceptance rate α per token",
                               elem_id="whatif-alpha")
             context = gr.Slider(1, 32768, value=DEFAULTS["context"], step=1, label="Context length (tokens)",
                                 elem_id="whatif-context")
             overhead = gr.Slider(0, 20, value=DEFAULTS["overhead"], step=0.1,
-                                 label="Fixed overhead per forward pass (ms; launches, Python)",
-                                 elem_id="whatif-overhead")
+                                 label="Extra fixed overhead per forward pass (ms)", elem_id="whatif-overhead")
+            model = gr.Radio([CALIBRATED, IDEAL], value=DEFAULTS["model"], label="Cost model",
+                             info="calibrated: measured rates and overheads · ideal: the roofline",
+                             elem_id="whatif-model")
+            with gr.Row():
+                bw = gr.Number(DEFAULTS["bandwidth_tbs"], label="Custom GPU bandwidth (TB/s)", minimum=0.001,
+                               elem_id="whatif-bandwidth")
+                fl = gr.Number(DEFAULTS["flops_tflops"], label="Custom GPU dense TFLOP/s", minimum=0.001,
+                               elem_id="whatif-flops")
         with gr.Column(scale=3, min_width=420):
-            md0, lat0, x0 = compute(app, *DEFAULTS.values())
+            vals = list(DEFAULTS.values())
+            md0, lat0, x0 = compute(app, *vals)
             summary = gr.Markdown(md0, elem_id="whatif-summary")
+    fig_speedup = gr.Plot(speedup_view(app, *vals), label="Speed-up vs batch: estimates and published measurements",
+                          elem_id="whatif-speedup")
     with gr.Row():
-        fig_lat = gr.Plot(lat0, label="Latency per pass (estimate)", elem_id="whatif-latency")
+        fig_lat = gr.Plot(lat0, label="Latency per pass (estimates)", elem_id="whatif-latency")
         fig_x = gr.Plot(x0, label="Batch × depth crossover (estimate)", elem_id="whatif-crossover")
-    inputs = [gpu, target, draft, alpha, context, overhead]
+    inputs = [gpu, target, draft, alpha, context, overhead, model, bw, fl]
+    triggers = [c.change for c in inputs if c is not target]
 
     def on_change(*vals):
         return compute(app, *vals)
 
-    gr.on([c.change for c in inputs], on_change, inputs, [summary, fig_lat, fig_x], api_name="whatif",
-          show_progress="hidden")
+    def on_speedup(*vals):
+        return speedup_view(app, *vals)
+
+    def on_target(new_target, current):
+        return gr.update(choices=draft_choices(new_target), value=remap_draft(current, new_target))
+
+    gr.on(triggers, on_change, inputs, [summary, fig_lat, fig_x], api_name="whatif", show_progress="hidden")
+    gr.on(triggers, on_speedup, inputs, [fig_speedup], api_name="whatif_speedup", show_progress="hidden")
+    (target.change(on_target, [target, draft], [draft], show_progress="hidden")
+     .then(on_change, inputs, [summary, fig_lat, fig_x], show_progress="hidden")
+     .then(on_speedup, inputs, [fig_speedup], show_progress="hidden"))
     _build_measure(app)
     _build_profiles()
 
