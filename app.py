@@ -22,8 +22,18 @@ def parse_args(argv=None):
     return args
 
 
+def _exit_cleanly_on_sigterm() -> None:
+    """SIGTERM (a stopped Space, a test tearing down) exits through Python's normal shutdown, so
+    multiprocessing ends the daemon workers this process forked instead of leaving them orphaned."""
+    import signal
+    import sys
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
+    _exit_cleanly_on_sigterm()
     if os.environ.get("SPACES_ZERO_GPU"):
         try:
             import spaces  # noqa: F401  (ZeroGPU: must be imported before anything initialises CUDA)
@@ -35,7 +45,9 @@ def main(argv=None) -> None:
     allow_custom = os.environ.get("SPECVIZ_ALLOW_CUSTOM", "0").lower() in ("1", "true", "yes")
     app = SpecVizApp(args.target, args.draft, allow_custom=allow_custom)
     blocks = build_blocks(app)
-    blocks.queue(default_concurrency_limit=4)
+    # Runs share one batch per pair (specviz.scheduler), so many may stream at once; the generate
+    # event sets its own limit from the classroom limits
+    blocks.queue(default_concurrency_limit=8, max_size=256)
     blocks.launch(server_name=args.host, server_port=args.port, show_error=False, **launch_kwargs())
 
 

@@ -202,7 +202,7 @@ def make_policy(name: str, threshold: float | None = None, table: dict[int, int]
                 max_depth: int | None = None):
     """Build a policy by its CLI/UI name; `threshold` is a batch size for disable-by-batch-size and a
     probability for confidence."""
-    name = (name or "fixed").strip() if isinstance(name, (str, type(None))) else str(name)
+    name = "fixed" if name is None else (name.strip() if isinstance(name, str) else str(name))
     if threshold is not None:
         try:
             threshold = float(threshold)

@@ -16,6 +16,13 @@ import torch  # noqa: E402
 from tiny import build_pair  # noqa: E402
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """No server started by the tests outlives them (a forked ZeroGPU worker once did)."""
+    from apphelp import stop_all
+
+    stop_all()
+
+
 @pytest.fixture(scope="session")
 def tiny_paths(tmp_path_factory) -> dict[str, str]:
     return build_pair(tmp_path_factory.mktemp("tiny"))
@@ -70,3 +77,19 @@ def reference(loaded, prompts):
             cache[key] = greedy_reference(loaded["target"].model, prompts[key[0]], max_new, eos)
         return cache[key]
     return ref
+
+
+ROWS_CAP = 4     # rows per user in the classroom app (SPECVIZ_MAX_ROWS_PER_USER)
+
+
+@pytest.fixture(scope="session")
+def classroom(tiny_paths, tmp_path_factory):
+    """The served app (python app.py) as a class uses it: tiny pair, layer-skip draft, typed pairs
+    allowed, a small per-user row cap. Yields (process, url, log path)."""
+    from apphelp import start_app, stop_app
+
+    log = tmp_path_factory.mktemp("classroom") / "app.log"
+    env = {"SPECVIZ_ALLOW_CUSTOM": "1", "SPECVIZ_MAX_ROWS_PER_USER": str(ROWS_CAP)}
+    proc, url = start_app(tiny_paths["target"], "layerskip:1-2", log, env)
+    yield proc, url, log
+    stop_app(proc)

@@ -53,7 +53,7 @@ def test_bad_input_is_a_message_not_a_crash(app_url):
     c = _client(app_url)
     with pytest.raises(AppError, match="prompt"):
         c.predict("   ", _pair_label(c), 1, 4, "fixed", 8, 0, 16, api_name="/generate")
-    with pytest.raises(AppError, match="Out of range|greater than maximum"):
+    with pytest.raises(AppError, match="out of range"):
         c.predict("hi", _pair_label(c), 99, 4, "fixed", 8, 0, 16, api_name="/generate")
     with pytest.raises(AppError, match="Unknown model pair|not in the list of choices"):
         c.predict("hi", "no such pair", 1, 4, "fixed", 8, 0, 16, api_name="/generate")

@@ -16,7 +16,7 @@ def policy_from(name: str | None, threshold):
     """A policy object from the UI's name and threshold field. The field means a batch size for
     disable-by-batch-size and a probability (0-1) for confidence; a value that does not fit the chosen
     policy is refused with a sentence (`PolicyError`), never silently replaced."""
-    name = name or "fixed"
+    name = "fixed" if name is None else name
     if name in ("disable-by-batch-size", "confidence"):
         return make_policy(name, threshold=threshold)
     return make_policy(name)

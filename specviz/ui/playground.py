@@ -130,8 +130,11 @@ def build(app) -> "Playground":
     timer = gr.Timer(CHART_PERIOD_S)
     timer.tick(page.on_tick, [pair], [chart_t, chart_h, chart_a, batch_now], api_name=False, queue=False,
                show_progress="hidden")
+    # preprocess=False: the API bypasses the sliders, so the raw values go straight to our one check
+    # (`limits.check_request`), whose sentences a student understands — not to gradio's type errors
     run.click(page.generate, [prompt, pair, batch, depth, policy, threshold, temperature, max_new], outputs,
-              api_name="generate", concurrency_limit=app.limits.max_shared_rows + app.limits.max_queue)
+              api_name="generate", concurrency_limit=app.limits.max_shared_rows + app.limits.max_queue,
+              preprocess=False)
     knob = dict(outputs=None, api_name=False, queue=False, show_progress="hidden")
     depth.change(page.on_depth, [depth], **knob)
     batch.change(page.on_batch, [batch], **knob)

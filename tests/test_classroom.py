@@ -1,0 +1,140 @@
+"""The served app as a class uses it: many clients at once through the Gradio API, on loopback only.
+
+Regression first: two students pressing Run at the same moment used to crash both runs (their rows
+landed in one shared draft cache)."""
+import threading
+import time
+
+import psutil
+import pytest
+
+from apphelp import client, pair_label, unexpected_tracebacks
+
+
+def run_clients(url, calls, timeout=240):
+    """Each call: (args for /generate); all submitted at once from their own clients. Returns, per call,
+    ("ok", final result) or ("error", message)."""
+    out = [None] * len(calls)
+    start = threading.Barrier(len(calls))
+
+    def one(i):
+        try:
+            c = client(url)
+            start.wait(60)
+            out[i] = ("ok", c.predict(*calls[i], api_name="/generate")[-1])
+        except Exception as exc:        # AppError carries the sentence shown to the student
+            out[i] = ("error", str(exc))
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(calls))]
+    t0 = time.time()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(1.0, timeout - (time.time() - t0)))
+    assert not any(t.is_alive() for t in threads), "a client hung past the bound"
+    return out
+
+
+def test_two_students_press_run_at_once(classroom, tiny_paths, reference):
+    """Both finish, both exact — with the layer-skip draft and with a small-model draft."""
+    _, url, log = classroom
+    label = pair_label(client(url))
+    typed = f"{tiny_paths['draft']} → {tiny_paths['target']}"
+    for pair in (label, typed):
+        calls = [("the quick brown", pair, 2, 4, "fixed", 8, 0, 40)] * 2
+        results = run_clients(url, calls)
+        for kind, res in results:
+            assert kind == "ok", res
+            assert all(o == reference(0, 40) for o in res["outputs"])
+        assert max(r["shared_batch_max"] for _, r in results) == 4     # both users' rows in one step
+        assert max(r["users_max"] for _, r in results) == 2
+    assert not unexpected_tracebacks(log.read_text())
+
+
+def test_eight_clients_share_steps_and_stay_exact(classroom, prompts, reference):
+    _, url, _ = classroom
+    label = pair_label(client(url))
+    texts = ["the quick brown", "a small draft model guesses and the", "memory", "speculative decoding spends"]
+    policies = [("fixed", 8), ("disable-by-batch-size", 3), ("batch-table", 8), ("adaptive", 8), ("confidence", 0.05)]
+    calls = [(texts[i % 4], label, 1 + i % 2, i % 6, *policies[i % 5], 0, 32) for i in range(8)]
+    results = run_clients(url, calls)
+    for i, (kind, res) in enumerate(results):
+        assert kind == "ok", res
+        assert res["prompt_ids"][0] == prompts[i % 4]
+        assert all(o == reference(i % 4, 32) for o in res["outputs"]), f"client {i} differs from target.generate"
+    assert max(r["shared_batch_max"] for _, r in results) > 2
+
+
+def test_fifty_clients_complete_or_hear_busy(classroom):
+    _, url, _ = classroom
+    label = pair_label(client(url))
+    t0 = time.time()
+    results = run_clients(url, [("the quick", label, 1, 2, "fixed", 8, 0, 8)] * 50, timeout=300)
+    elapsed = time.time() - t0
+    done = [r for kind, r in results if kind == "ok"]
+    busy = [r for kind, r in results if kind == "error"]
+    assert all(r["done"] and len(r["outputs"][0]) == 8 for r in done)
+    assert all("busy" in m or "try again" in m for m in busy), busy[:3]
+    assert len(done) >= 25
+    print(f"50 clients: {len(done)} done, {len(busy)} busy, {elapsed:.1f} s, "
+          f"largest shared batch {max(r['shared_batch_max'] for r in done)}")
+
+
+def _batch_rows(counters: str) -> int | None:
+    import re
+
+    m = re.search(r"Batch now: \*\*(\d+)\*\* rows", counters or "")
+    return int(m.group(1)) if m else None
+
+
+@pytest.mark.parametrize("how", ["stop", "drop"])
+def test_stop_or_dropped_connection_frees_the_rows(classroom, how, tiny_paths):
+    """A's rows leave the shared batch soon after Stop or a closed connection; B goes on."""
+    import subprocess
+    import sys
+
+    _, url, _ = classroom
+    label = pair_label(client(url))
+    b = client(url)
+    job_b = b.submit("memory", label, 1, 1, "fixed", 8, 0, 512, api_name="/generate")
+    if how == "stop":
+        a = client(url)
+        job_a = a.submit("the quick brown", label, 3, 2, "fixed", 8, 0, 512, api_name="/generate")
+    else:   # a student's tab: a separate process that is killed mid-stream
+        script = ("import sys; from gradio_client import Client; c = Client(sys.argv[1], verbose=False); "
+                  "j = c.submit('the quick brown', sys.argv[2], 3, 2, 'fixed', 8, 0, 512, api_name='/generate')\n"
+                  "for _ in j: pass")
+        tab = subprocess.Popen([sys.executable, "-c", script, url, label])
+    seen_shared, t_end, freed_at = False, None, None
+    for out in job_b:
+        rows = _batch_rows(out[2]) if isinstance(out[2], str) else None
+        if rows == 4 and t_end is None:
+            seen_shared = True
+            t_end = time.time()
+            if how == "stop":
+                a.predict(api_name="/stop")
+                job_a.result(60)
+            else:
+                tab.kill()
+                tab.wait(10)
+        if t_end is not None and rows == 1:
+            freed_at = time.time()
+            break
+    job_b.cancel()
+    assert seen_shared, "the two runs never shared the batch"
+    assert freed_at is not None and freed_at - t_end < 10, "the other user's rows stayed in the batch"
+
+
+def test_soak_memory_stays_flat(classroom):
+    proc, url, _ = classroom
+    c = client(url)
+    label = pair_label(c)
+    mem = psutil.Process(proc.pid)
+    rss = []
+    for i in range(200):
+        out = c.predict("the quick brown", label, 1 + i % 3, i % 4, "fixed", 8, 0, 8, api_name="/generate")
+        assert out[-1]["done"]
+        if i % 20 == 19:
+            rss.append(mem.memory_info().rss)
+    growth = (rss[-1] - rss[1]) / rss[1]          # after a warm-up of 40 runs
+    print("soak RSS MiB every 20 runs:", [round(r / 2**20) for r in rss], f"growth {growth:.1%}")
+    assert growth < 0.05
