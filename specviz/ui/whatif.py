@@ -67,7 +67,53 @@ TEXT = dict(
     no_published="No published measurement matches this GPU, target and draft; matching setups: {setups}.",
     speedup_title="Speed-up over plain decoding, k = {k} (estimate) vs {pub}",
     speedup_title_plain="Speed-up over plain decoding by batch and depth ({model} estimate)",
+    latency_title="{target} on {gpu}: latency per pass (estimates)",
+    this_machine="this machine ({device}, {dtype}): {bw:.1f} GB/s and {fl:.2f} TFLOP/s, **measured** by "
+                 "calibration",
+    custom_desc="{name} (given by you)",
+    preset_desc="{name}: {bw:.2f} TB/s, {fl:.0f} TFLOP/s ({source})",
+    hardware="{heading}: {hw}. Cost model: {cal} — {note}.",
+    batch="batch {b}",
+    none_measured="none measured",
+    none_estimated="none up to batch 4096",
+    crossover_title="Tokens/s by batch and depth, α = {alpha:.2f} ({kind} estimate)",
+    unknown_profile="Unknown profile {name!r}.",
+    profile_title="{target} on {device}: measured vs roofline",
+    profile_md="**Measured** with `python -m specviz roofline` on {device}: calibrated {bw:.1f} GB/s and "
+               "{fl:.2f} TFLOP/s, context {context}. Measured knee **{knee:.0f}** tokens per pass; roofline "
+               "prediction from the calibrated peaks **{pred}** (dashed line: the estimate).",
+    profile_no_shape="no model shape recorded",
+    profile_fit=" The calibrated model fitted to this curve (dotted; overhead {overhead:.1f} ms per pass, "
+                "arithmetic at {eff:.0%} of the calibrated FLOP/s) is within {worst:.0%} of every point.",
+    knee_title="{model} on {device}: measured now",
+    knee_progress="Measuring on {device} … {points}",
+    knee_no_peaks="not available (this device's peaks are not calibrated yet)",
+    knee_pred="**{knee}** from the calibrated peaks ({bw:.1f} GB/s, {fl:.2f} TFLOP/s)",
+    knee_md="**Measured** on {device}, {model}, context {context}: {points}. Measured knee **{knee:.0f}** tokens "
+            "per pass; roofline prediction {pred}. Two tokens per pass cost {flat:.2f}× one. (Other work on the "
+            "same device while this runs distorts the curve.)",
+    knee_overhead="At one token per pass this pass took {ratio:.1f}× the roofline time, so neither streaming "
+                  "the weights nor the arithmetic explains it: kernel launches and Python, kernels far below "
+                  "peak, or other work on this device do. SpecViz calls that **overhead-bound**, the third "
+                  "regime; where it rules, the flat part of the curve is overhead, and this knee is not the "
+                  "memory/compute ridge.",
+    measure_intro="## Measure the knee on this machine\n\nTimes the target's forward pass at 1, 2, 4 … tokens per "
+                  "pass (up to 128 on a CPU, 512 on a GPU) on top of a 256-token context, where the app runs.",
+    loading="Loading **{label}** …",
+    profiles_heading="## Measured on real hardware",
+    no_profiles="No recorded profiles found in `assets/profiles/`. Record one with "
+                "`python -m specviz roofline --target REF --profile assets/profiles/NAME.json`.",
 )
+
+# control and plot labels (same future lessons file)
+LABELS = dict(gpu="GPU", target="Target model", draft="Draft", alpha="Acceptance rate α per token",
+              context="Context length (tokens)", overhead="Extra fixed overhead per forward pass (ms)",
+              model="Cost model", model_info="calibrated: measured rates and overheads · ideal: the roofline",
+              bandwidth="Custom GPU bandwidth (TB/s)", flops="Custom GPU dense TFLOP/s",
+              speedup="Speed-up vs batch: estimates and published measurements",
+              latency="Latency per pass (estimates)", crossover="Batch × depth crossover (estimate)",
+              knee_pair="Pair (its target is measured)", knee_run="Measure the knee",
+              measured_latency="Measured latency per pass", profile="Recorded profile")
 
 
 def _hardware(app, gpu: str, bw_tbs: float, flops_tflops: float):
@@ -76,19 +122,19 @@ def _hardware(app, gpu: str, bw_tbs: float, flops_tflops: float):
         p = app.peaks
         if p is None:
             raise gr.Error(TEXT["no_peaks"])
-        desc = (f"this machine ({p.device}, {p.dtype}): {p.bandwidth / 1e9:.1f} GB/s and "
-                f"{p.flops / 1e12:.2f} TFLOP/s, **measured** by calibration")
+        desc = TEXT["this_machine"].format(device=p.device, dtype=p.dtype, bw=p.bandwidth / 1e9, fl=p.flops / 1e12)
         return (rf.GpuSpec(THIS_MACHINE, p.bandwidth, p.flops, "calibrated here"), desc,
                 2.0 if "16" in p.dtype else 4.0, p.device)
     if gpu == CUSTOM_GPU:
         if not (1e-3 <= bw_tbs <= 100 and 1e-3 <= flops_tflops <= 1e5):
             raise gr.Error(TEXT["bad_custom"])
         g = rf.resolve_gpu(None, bw_tbs * 1e12, flops_tflops * 1e12)
-        return g, f"{g.name} (given by you)", 2.0, "cuda"
+        return g, TEXT["custom_desc"].format(name=g.name), 2.0, "cuda"
     if gpu not in GPUS:
         raise gr.Error(TEXT["unknown_gpu"].format(gpu=gpu))
     g = GPUS[gpu]
-    return g, f"{g.name}: {g.bandwidth / 1e12:.2f} TB/s, {g.flops / 1e12:.0f} TFLOP/s ({g.source})", 2.0, "cuda"
+    return g, TEXT["preset_desc"].format(name=g.name, bw=g.bandwidth / 1e12, fl=g.flops / 1e12, source=g.source), \
+        2.0, "cuda"
 
 
 def _model(name: str, bytes_per_param: float) -> rf.ModelSpec:
@@ -172,10 +218,10 @@ def compute(app, gpu, target, draft, alpha, context, overhead_ms, model=CALIBRAT
     rows = whatif_rows(t_spec, setup.draft, setup.bandwidth, setup.flops, alpha, setup.context, BATCHES, DEPTHS,
                        setup.overhead_s, cal)
     kind = IDEAL if cal.is_ideal else CALIBRATED
-    fig_lat = charts.latency_figure(TOKENS, ideal_ms, knee, title=f"{target} on {gpu}: latency per pass (estimates)",
+    fig_lat = charts.latency_figure(TOKENS, ideal_ms, knee, title=TEXT["latency_title"].format(target=target, gpu=gpu),
                                     calibrated_ms=cal_ms)
     fig_x = charts.crossover_figure([r for r in rows if r["depth"] in PLOT_DEPTHS],
-                                    f"Tokens/s by batch and depth, α = {alpha:.2f} ({kind} estimate)")
+                                    TEXT["crossover_title"].format(alpha=alpha, kind=kind))
     md = summary_md(rows, hw_desc, setup, draft, knee, alpha, kind, note, ideal_ms, cal_ms)
     md += "\n\n" + published_md(setup, gpu, target, draft, alpha, kind)
     return md, fig_lat, fig_x
@@ -185,7 +231,8 @@ def summary_md(rows, hw_desc, setup, draft, knee, alpha, kind, note, ideal_ms, c
     t_spec = setup.target
     by = {(r["batch_size"], r["depth"]): r for r in rows}
     cross = crossover_from_rows(rows)
-    lines = [f"{TEXT['heading'][kind]}: {hw_desc}. Cost model: {setup.calibration.name} — {note}.",
+    lines = [TEXT["hardware"].format(heading=TEXT["heading"][kind], hw=hw_desc, cal=setup.calibration.name,
+                                     note=note),
              TEXT["knee"].format(name=t_spec.name, params=t_spec.params / 1e9,
                                  gb=t_spec.streamed_params * t_spec.bytes_per_param / 1e9, knee=knee,
                                  context=setup.context)]
@@ -229,8 +276,9 @@ def published_md(setup: rf.Setup, gpu: str, target: str, draft: str, alpha: floa
                 pub=PUBLISHED_LABEL, label=s.label, source=s.source, fit=s.fit_batch, alpha=mine.alpha,
                 model=kind, err=100 * mine.max_error, lo=min(s.batch_sizes), hi=max(s.batch_sizes), other=other,
                 oalpha=theirs.alpha, oerr=100 * theirs.max_error,
-                pcross=f"batch {mine.published_crossover}" if mine.published_crossover else "none measured",
-                ecross=f"batch {mine.crossover}" if mine.crossover else "none up to batch 4096",
+                pcross=TEXT["batch"].format(b=mine.published_crossover) if mine.published_crossover
+                else TEXT["none_measured"],
+                ecross=TEXT["batch"].format(b=mine.crossover) if mine.crossover else TEXT["none_estimated"],
                 context=s.context))
         else:
             c = compare(s, setup.calibration, alpha, context=setup.context)
@@ -266,7 +314,7 @@ def speedup_view(app, gpu, target, draft, alpha, context, overhead_ms, model=CAL
 def profile_view(profiles: list[Profile], name: str):
     prof = next((p for p in profiles if p.label == name), None)
     if prof is None:
-        raise gr.Error(f"Unknown profile {name!r}.")
+        raise gr.Error(TEXT["unknown_profile"].format(name=name))
     est = cal = None
     if prof.spec is not None:
         est = [1000 * s for s in latency_curve(prof.spec, prof.bandwidth, prof.flops, prof.tokens_per_pass,
@@ -276,17 +324,15 @@ def profile_view(profiles: list[Profile], name: str):
                                                prof.context, calibration=fitted)]
     fig = charts.latency_figure(prof.tokens_per_pass, est or [None] * len(prof.tokens_per_pass),
                                 prof.predicted_knee, (prof.tokens_per_pass, prof.latency_s), prof.measured_knee,
-                                title=f"{prof.target} on {prof.device}: measured vs roofline", calibrated_ms=cal)
-    pred = "no model shape recorded" if prof.predicted_knee is None else f"{prof.predicted_knee}"
-    md = (f"**Measured** with `python -m specviz roofline` on {prof.device}: calibrated "
-          f"{prof.bandwidth / 1e9:.1f} GB/s and {prof.flops / 1e12:.2f} TFLOP/s, context {prof.context}. "
-          f"Measured knee **{prof.measured_knee:.0f}** tokens per pass; roofline prediction from the calibrated "
-          f"peaks **{pred}** (dashed line: the estimate).")
+                                title=TEXT["profile_title"].format(target=prof.target, device=prof.device),
+                                calibrated_ms=cal)
+    pred = TEXT["profile_no_shape"] if prof.predicted_knee is None else f"{prof.predicted_knee}"
+    md = TEXT["profile_md"].format(device=prof.device, bw=prof.bandwidth / 1e9, fl=prof.flops / 1e12,
+                                   context=prof.context, knee=prof.measured_knee, pred=pred)
     if cal is not None:
         worst = max(abs(c / (1000 * t) - 1) for c, t in zip(cal, prof.latency_s))
-        md += (f" The calibrated model fitted to this curve (dotted; overhead "
-               f"{1000 * fitted.layer_overhead_s * prof.spec.n_layers:.1f} ms per pass, arithmetic at "
-               f"{fitted.flops_eff:.0%} of the calibrated FLOP/s) is within {worst:.0%} of every point.")
+        md += TEXT["profile_fit"].format(overhead=1000 * fitted.layer_overhead_s * prof.spec.n_layers,
+                                         eff=fitted.flops_eff, worst=worst)
     return md, fig
 
 
@@ -296,33 +342,34 @@ def build(app) -> None:
     gr.Markdown(TEXT["intro"], elem_id="whatif-intro")
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=300):
-            gpu = gr.Dropdown(gpus, value=DEFAULTS["gpu"], label="GPU", elem_id="whatif-gpu")
-            target = gr.Dropdown(models, value=DEFAULTS["target"], label="Target model", elem_id="whatif-target")
-            draft = gr.Dropdown(draft_choices(DEFAULTS["target"]), value=DEFAULTS["draft"], label="Draft",
+            gpu = gr.Dropdown(gpus, value=DEFAULTS["gpu"], label=LABELS["gpu"], elem_id="whatif-gpu")
+            target = gr.Dropdown(models, value=DEFAULTS["target"], label=LABELS["target"],
+                                 elem_id="whatif-target")
+            draft = gr.Dropdown(draft_choices(DEFAULTS["target"]), value=DEFAULTS["draft"], label=LABELS["draft"],
                                 elem_id="whatif-draft")
-            alpha = gr.Slider(0, 0.99, value=DEFAULTS["alpha"], step=0.01, label="Acceptance rate α per token",
+            alpha = gr.Slider(0, 0.99, value=DEFAULTS["alpha"], step=0.01, label=LABELS["alpha"],
                               elem_id="whatif-alpha")
-            context = gr.Slider(1, 32768, value=DEFAULTS["context"], step=1, label="Context length (tokens)",
+            context = gr.Slider(1, 32768, value=DEFAULTS["context"], step=1, label=LABELS["context"],
                                 elem_id="whatif-context")
             overhead = gr.Slider(0, 20, value=DEFAULTS["overhead"], step=0.1,
-                                 label="Extra fixed overhead per forward pass (ms)", elem_id="whatif-overhead")
-            model = gr.Radio([CALIBRATED, IDEAL], value=DEFAULTS["model"], label="Cost model",
-                             info="calibrated: measured rates and overheads · ideal: the roofline",
+                                 label=LABELS["overhead"], elem_id="whatif-overhead")
+            model = gr.Radio([CALIBRATED, IDEAL], value=DEFAULTS["model"], label=LABELS["model"],
+                             info=LABELS["model_info"],
                              elem_id="whatif-model")
             with gr.Row():
-                bw = gr.Number(DEFAULTS["bandwidth_tbs"], label="Custom GPU bandwidth (TB/s)", minimum=0.001,
+                bw = gr.Number(DEFAULTS["bandwidth_tbs"], label=LABELS["bandwidth"], minimum=0.001,
                                elem_id="whatif-bandwidth")
-                fl = gr.Number(DEFAULTS["flops_tflops"], label="Custom GPU dense TFLOP/s", minimum=0.001,
+                fl = gr.Number(DEFAULTS["flops_tflops"], label=LABELS["flops"], minimum=0.001,
                                elem_id="whatif-flops")
         with gr.Column(scale=3, min_width=420):
             vals = list(DEFAULTS.values())
             md0, lat0, x0 = compute(app, *vals)
             summary = gr.Markdown(md0, elem_id="whatif-summary")
-    fig_speedup = gr.Plot(speedup_view(app, *vals), label="Speed-up vs batch: estimates and published measurements",
+    fig_speedup = gr.Plot(speedup_view(app, *vals), label=LABELS["speedup"],
                           elem_id="whatif-speedup")
     with gr.Row():
-        fig_lat = gr.Plot(lat0, label="Latency per pass (estimates)", elem_id="whatif-latency")
-        fig_x = gr.Plot(x0, label="Batch × depth crossover (estimate)", elem_id="whatif-crossover")
+        fig_lat = gr.Plot(lat0, label=LABELS["latency"], elem_id="whatif-latency")
+        fig_x = gr.Plot(x0, label=LABELS["crossover"], elem_id="whatif-crossover")
     inputs = [gpu, target, draft, alpha, context, overhead, model, bw, fl]
     triggers = [c.change for c in inputs if c is not target]
 
@@ -357,40 +404,33 @@ def knee_view(upd, context: int = KNEE_CONTEXT):
         predicted = predicted_knee(spec, peaks.bandwidth, peaks.flops, context)
     knee = find_knee(upd.tokens_per_pass, upd.latency_s) if upd.done and len(upd.tokens_per_pass) >= 4 else None
     fig = charts.latency_figure(upd.tokens_per_pass, est, predicted, (upd.tokens_per_pass, upd.latency_s), knee,
-                                title=f"{spec.name} on {upd.device}: measured now")
+                                title=TEXT["knee_title"].format(model=spec.name, device=upd.device))
     points = ", ".join(f"{n} → {1000 * t:.1f} ms" for n, t in zip(upd.tokens_per_pass, upd.latency_s))
     if not upd.done:
-        return f"Measuring on {upd.device} … {points}", fig
+        return TEXT["knee_progress"].format(device=upd.device, points=points), fig
     flat = upd.latency_s[1] / upd.latency_s[0] if len(upd.latency_s) > 1 else float("nan")
-    pred = ("not available (this device's peaks are not calibrated yet)" if predicted is None
-            else f"**{predicted}** from the calibrated peaks ({peaks.bandwidth / 1e9:.1f} GB/s, "
-                 f"{peaks.flops / 1e12:.2f} TFLOP/s)")
-    text = (f"**Measured** on {upd.device}, {spec.name}, context {context}: {points}. Measured knee "
-            f"**{knee:.0f}** tokens per pass; roofline prediction {pred}. Two tokens per pass cost "
-            f"{flat:.2f}× one. (Other work on the same device while this runs distorts the curve.)")
+    pred = (TEXT["knee_no_peaks"] if predicted is None else
+            TEXT["knee_pred"].format(knee=predicted, bw=peaks.bandwidth / 1e9, fl=peaks.flops / 1e12))
+    text = TEXT["knee_md"].format(device=upd.device, model=spec.name, context=context, points=points, knee=knee,
+                                  pred=pred, flat=flat)
     if peaks is not None and upd.latency_s[0] > OVERHEAD_FACTOR * est[0] / 1000:
-        text += (f"\n\nAt one token per pass this pass took {upd.latency_s[0] / (est[0] / 1000):.1f}× the "
-                 "roofline time, so neither streaming the weights nor the arithmetic explains it: kernel "
-                 "launches and Python, kernels far below peak, or other work on this device do. SpecViz calls "
-                 "that **overhead-bound**, the third regime; where it rules, the flat part of the curve is "
-                 "overhead, and this knee is not the memory/compute ridge.")
+        text += "\n\n" + TEXT["knee_overhead"].format(ratio=upd.latency_s[0] / (est[0] / 1000))
     return text, fig
 
 
 def _build_measure(app) -> None:
-    gr.Markdown("## Measure the knee on this machine\n\nTimes the target's forward pass at 1, 2, 4 … tokens "
-                "per pass (up to 128 on a CPU, 512 on a GPU) on top of a 256-token context, where the app runs.")
+    gr.Markdown(TEXT["measure_intro"])
     labels = [c.label for c in app.choices]
     with gr.Row():
-        pick = gr.Dropdown(labels, value=labels[0], label="Pair (its target is measured)", elem_id="knee-pair",
+        pick = gr.Dropdown(labels, value=labels[0], label=LABELS["knee_pair"], elem_id="knee-pair",
                            scale=3)
-        go = gr.Button("Measure the knee", elem_id="knee-run", scale=1)
+        go = gr.Button(LABELS["knee_run"], elem_id="knee-run", scale=1)
     md = gr.Markdown("", elem_id="knee-summary")
-    fig = gr.Plot(label="Measured latency per pass", elem_id="knee-plot")
+    fig = gr.Plot(label=LABELS["measured_latency"], elem_id="knee-plot")
 
     def measure(label):
         choice = app.choice(label)
-        yield f"Loading **{choice.label}** …", gr.skip()
+        yield TEXT["loading"].format(label=choice.label), gr.skip()
         try:
             for upd in app.runner.knee(choice, KNEE_CONTEXT, app.peaks):
                 yield knee_view(upd)
@@ -401,16 +441,15 @@ def _build_measure(app) -> None:
 
 
 def _build_profiles() -> None:
-    gr.Markdown("## Measured on real hardware")
+    gr.Markdown(TEXT["profiles_heading"])
     profiles = load_profiles()
     if not profiles:
-        gr.Markdown("No recorded profiles found in `assets/profiles/`. Record one with "
-                    "`python -m specviz roofline --target REF --profile assets/profiles/NAME.json`.")
+        gr.Markdown(TEXT["no_profiles"])
         return
     labels = [p.label for p in profiles]
-    pick = gr.Dropdown(labels, value=labels[0], label="Recorded profile", elem_id="profile")
+    pick = gr.Dropdown(labels, value=labels[0], label=LABELS["profile"], elem_id="profile")
     md0, fig0 = profile_view(profiles, labels[0])
     md = gr.Markdown(md0, elem_id="profile-summary")
-    fig = gr.Plot(fig0, label="Measured latency per pass", elem_id="profile-latency")
+    fig = gr.Plot(fig0, label=LABELS["measured_latency"], elem_id="profile-latency")
     pick.change(lambda name: profile_view(profiles, name), [pick], [md, fig], api_name="profile",
                 show_progress="hidden")
