@@ -152,6 +152,24 @@ def test_this_machine_is_calibrated_from_its_recorded_profile():
     assert "no recorded profile for this device" in md
 
 
+@pytest.mark.parametrize("slot", range(9))
+def test_whatif_bad_api_values_become_one_message(slot):
+    import gradio as gr
+
+    from specviz.ui import whatif
+
+    for bad in (None, "abc", float("nan"), float("inf"), -1, [], {}):
+        args = list(whatif.DEFAULTS.values())
+        args[slot] = bad
+        for view in (whatif.compute, whatif.speedup_view):
+            try:
+                view(NoPeaks(), *args)
+            except gr.Error:
+                pass                 # the one human message; anything else would fail the test
+            else:
+                assert slot in (7, 8)        # custom-GPU numbers are ignored unless the GPU is custom
+
+
 # --- the tab in the running app (API and browser) ------------------------------------------------------
 
 @pytest.fixture(scope="module")

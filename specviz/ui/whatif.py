@@ -184,7 +184,7 @@ def calibration_for(app, gpu: str, g: rf.GpuSpec, device_kind: str, model: str):
 def _numbers(alpha, context, overhead_ms, bw_tbs, flops_tflops):
     try:
         vals = float(alpha), int(context), float(overhead_ms) / 1000, float(bw_tbs), float(flops_tflops)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise gr.Error(TEXT["bad_numbers"]) from None
     alpha, context, overhead = vals[:3]
     if not 0 <= alpha < 1 or not 1 <= context <= 131072 or not 0 <= overhead <= 1:
@@ -195,6 +195,7 @@ def _numbers(alpha, context, overhead_ms, bw_tbs, flops_tflops):
 def _inputs(app, gpu, target, draft, alpha, context, overhead_ms, model, bw_tbs, flops_tflops):
     """Everything one choice of knobs means, checked: (setup, α, description, calibration note)."""
     alpha, context, overhead, bw_tbs, flops_tflops = _numbers(alpha, context, overhead_ms, bw_tbs, flops_tflops)
+    gpu, target, draft, model = (str(x) for x in (gpu, target, draft, model))    # raw API values too
     g, hw_desc, bpp, kind = _hardware(app, gpu, bw_tbs, flops_tflops)
     t_spec = _model(target, bpp)
     d_spec = _draft(draft, t_spec)
