@@ -36,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_parser(sub)
     download.add_parser(sub)
     hardware_cmds.add_parsers(sub)
+    from specviz.cli import classroom
+    classroom.add_parser(sub)
     from specviz.cli import whatif
     whatif.add_parser(sub)
     return p

@@ -34,13 +34,18 @@ def _markers(fig, markers: list[tuple[float, str]]) -> None:
 
 
 def throughput_figure(total: Series, per_row: dict[int, Series] | None = None,
-                      markers: list[tuple[float, str]] | None = None, title: str = "Tokens per second") -> go.Figure:
+                      markers: list[tuple[float, str]] | None = None, title: str = "Tokens per second",
+                      shared: Series | None = None) -> go.Figure:
+    """Your rows' tokens/s (and each row's); with `shared`, the whole shared batch's (every user)."""
     fig = go.Figure()
     for row, s in sorted((per_row or {}).items())[:8]:
         fig.add_trace(go.Scatter(x=s.x, y=s.y, mode="lines", name=f"row {row + 1}", line=dict(width=1),
                                  opacity=0.5))
-    fig.add_trace(go.Scatter(x=total.x, y=total.y, mode="lines", name="all rows", line=dict(width=3,
-                                                                                         color=BONUS)))
+    fig.add_trace(go.Scatter(x=total.x, y=total.y, mode="lines", name="your rows" if shared else "all rows",
+                             line=dict(width=3, color=BONUS)))
+    if shared is not None:
+        fig.add_trace(go.Scatter(x=shared.x, y=shared.y, mode="lines", name="whole shared batch (all users)",
+                                 line=dict(width=2, color="#762a83", dash="dash")))
     _markers(fig, markers or [])
     fig.update_layout(title=title, xaxis_title="seconds", yaxis_title="tokens/s", **LAYOUT)
     return fig

@@ -1,0 +1,134 @@
+"""`python -m specviz bench-classroom`: N users at once, one shared batch vs one engine per Run.
+
+Both modes run in this process with the same pair, prompts and settings; only who owns the engine
+differs:
+- `shared`: every user submits a request to one `Scheduler` (continuous batching, as the app does now);
+- `separate`: every user runs its own engine in its own thread, at most `--separate-concurrency` at a
+  time (the app before the scheduler: concurrency 4, the fifth user waits).
+Reported per mode: total tokens/s (all users' tokens ÷ wall time from the first submit to the last
+finish), p50/p95 wait (submit → first tokens) and completion time, the largest shared batch; and the
+ratio shared ÷ separate. Greedy outputs are checked identical between the modes.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+
+from specviz.cli.common import add_pair_args
+
+POOL = ["Rewrite this sentence in the passive voice: the students measured the knee of the curve.",
+        "Summarise in one sentence: speculative decoding drafts tokens with a small model and checks them "
+        "with a big one.", "List five prime numbers.", "Explain what a KV cache is.",
+        "Write the numbers from 1 to 20, separated by commas.", "Translate to French: good morning, class.",
+        "Name three planets.", "def add(a, b):\n    return a + b\n# rewrite add with type hints"]
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("bench-classroom", help="N concurrent users: shared batch vs one engine per Run")
+    add_pair_args(p)
+    p.add_argument("--users", type=int, default=16)
+    p.add_argument("--depth", type=int, default=4)
+    p.add_argument("--policy", default="fixed", help="each user's depth policy (see generate --policy)")
+    p.add_argument("--threshold", type=float, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--separate-concurrency", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=1, help="rounds per mode, interleaved (medians reported)")
+    p.set_defaults(func=run)
+
+
+def _policy(args):
+    from specviz.policies import make_policy
+
+    return make_policy(args.policy, threshold=args.threshold)
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def _shared(pair, prompts, args):
+    from specviz.limits import Limits
+    from specviz.request import Knobs, Request
+    from specviz.scheduler import DeviceGate, Scheduler
+
+    sched = Scheduler(pair.engine, Limits(), DeviceGate(), pair.target_spec, pair.draft_spec)
+    res = [None] * len(prompts)
+
+    def user(i, t_submit):
+        ticket = sched.submit(Request([prompts[i]], Knobs(args.depth, 1, _policy(args)), args.max_new_tokens))
+        first, last = None, None
+        for upd in ticket.updates():
+            if upd.events and first is None:
+                first = time.perf_counter()
+            last = upd
+        res[i] = (first - t_submit, time.perf_counter() - t_submit, last.outputs[0], last.totals.shared_batch_max)
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=user, args=(i, t0)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    sched.close()
+    return time.perf_counter() - t0, res
+
+
+def _separate(pair, prompts, args):
+    from specviz.request import Knobs
+
+    slots = threading.Semaphore(args.separate_concurrency)
+    res = [None] * len(prompts)
+
+    def user(i, t_submit):
+        with slots:
+            eng = pair.engine()
+            first = None
+            for _ in eng.generate([prompts[i]], Knobs(args.depth, 1, _policy(args)), args.max_new_tokens):
+                if first is None:
+                    first = time.perf_counter()
+            res[i] = (first - t_submit, time.perf_counter() - t_submit, eng.outputs()[0], 1)
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=user, args=(i, t0)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0, res
+
+
+def _summary(wall: float, res) -> dict:
+    waits, done = [r[0] for r in res], [r[1] for r in res]
+    tokens = sum(len(r[2]) for r in res)
+    return {"tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall, "wait_p50_s": _pct(waits, 0.5),
+            "wait_p95_s": _pct(waits, 0.95), "done_p50_s": _pct(done, 0.5), "done_p95_s": _pct(done, 0.95),
+            "largest_shared_batch": max(r[3] for r in res)}
+
+
+def run(args) -> int:
+    from specviz.limits import LimitError, check_request
+    from specviz.pipeline import encode_prompt, load_pair
+
+    check_request(1, args.depth, 0.0, args.max_new_tokens)
+    _policy(args)
+    if not 1 <= args.users <= 64 or not 1 <= args.separate_concurrency <= 64 or not 1 <= args.repeats <= 20:
+        raise LimitError("--users and --separate-concurrency must be 1-64, --repeats 1-20")
+    pair = load_pair(args.target, args.draft, args.device)
+    prompts = [encode_prompt(pair.tokenizer, POOL[i % len(POOL)]) for i in range(args.users)]
+    _separate(pair, prompts[:2], args)                 # warm-up
+    rounds = {"shared": [], "separate": []}
+    outputs = {}
+    for _ in range(args.repeats):
+        for mode, fn in (("separate", _separate), ("shared", _shared)):
+            wall, res = fn(pair, prompts, args)
+            rounds[mode].append(_summary(wall, res))
+            outputs[mode] = [r[2] for r in res]
+            print(json.dumps({"mode": mode, **rounds[mode][-1]}), flush=True)
+    med = {m: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for m, rs in rounds.items()}
+    print(json.dumps({"done": True, "users": args.users, "depth": args.depth, "policy": args.policy,
+                      "draft": args.draft,
+                      "max_new_tokens": args.max_new_tokens, "shared": med["shared"], "separate": med["separate"],
+                      "speedup": med["shared"]["tokens_per_s"] / med["separate"]["tokens_per_s"],
+                      "identical": outputs["shared"] == outputs["separate"]}), flush=True)
+    return 0
