@@ -112,8 +112,11 @@ class DeviceGate:
             return sum(1 for t in self._queue if not t.held)
 
     def _position(self, t: GateTicket) -> int:
+        """1 = next to run once the current holder is done; 0 = holding (or not queued)."""
         with self._cond:
-            return self._queue.index(t) + 1 if t in self._queue else 0
+            if t not in self._queue or t.held:
+                return 0
+            return sum(1 for other in self._queue[: self._queue.index(t)] if not other.held) + 1
 
     def _acquire(self, t: GateTicket, timeout: float) -> bool:
         with self._cond:

@@ -234,6 +234,7 @@ def test_device_gate_is_exclusive_and_ordered():
     a, b = gate.enqueue(), gate.enqueue()
     assert (a.position(), b.position()) == (1, 2)
     assert a.acquire(0.1) and not b.acquire(0.05)
+    assert (a.position(), b.position()) == (0, 1)      # a holds the device; b is next
 
     def stepper():
         with gate.step():
@@ -248,3 +249,38 @@ def test_device_gate_is_exclusive_and_ordered():
     b.release()
     th.join(2)
     assert order == ["b", "step"]
+
+
+def test_timed_experiment_waits_with_a_position_and_pauses_the_batch(make_pair, prompts):
+    """The knee (any timed experiment) queues for the device, shows its place, then runs with the
+    shared batch paused: no step of the batch overlaps the measurement."""
+    from specviz.ui.runner import Waiting, exclusively
+
+    gate = DeviceGate()
+    sched = make_scheduler(make_pair("draft"), gate=gate)
+    req = Request([prompts[0]], Knobs(depth=1, batch_size=1), 4000)
+    ticket = sched.submit(req)
+    threading.Thread(target=lambda: collect(ticket), daemon=True).start()
+    first = gate.enqueue()
+    assert first.acquire(5)                    # someone else is measuring
+    spans = []
+
+    def experiment():
+        steps_before = req.steps
+        t0 = time.perf_counter()
+        time.sleep(0.3)
+        spans.append((steps_before, req.steps, time.perf_counter() - t0))
+        yield "measured"
+    it = exclusively(gate, experiment)
+    assert next(it) == Waiting(1)
+    first.release()
+    assert list(it) == ["measured"]
+    before, after, _ = spans[0]
+    assert after == before                     # the batch did not step while we measured
+    for _ in range(50):                        # and it resumes afterwards
+        if req.steps > after:
+            break
+        time.sleep(0.05)
+    assert req.steps > after
+    ticket.cancel()
+    sched.close()

@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Iterator
+from typing import Callable, Iterator
 
 from specviz.engine import Knobs, RunTotals, StepEvent
 from specviz.hardware import Peaks, Sample, Sampler, cached_peaks, device_name, free_memory, knee_steps
@@ -169,17 +169,33 @@ class LocalRunner:
             yield Packet(upd.events, upd.totals or RunTotals(), final=upd.final, stopped=upd.stopped,
                          outputs=upd.outputs, worker_pid=os.getpid(), position=upd.position, error=upd.error)
 
-    def knee(self, choice, context: int, peaks: Peaks | None) -> Iterator[KneeUpdate]:
-        """The knee, measured with the device to itself (queued behind other timed experiments; the
-        shared batch pauses between two steps while it runs)."""
+    def knee(self, choice, context: int, peaks: Peaks | None) -> Iterator[KneeUpdate | Waiting]:
+        """The knee, measured with the device to itself (see `exclusively`)."""
         pair = self.pairs.get(choice)
-        ticket = self.gate.enqueue()
-        try:
-            while not ticket.acquire():
-                pass
-            yield from knee_updates(pair, peaks, 256 if context is None else context)
-        finally:
-            ticket.release()
+        return exclusively(self.gate, lambda: knee_updates(pair, peaks, context))
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A timed experiment waits for the device: its place in the queue (1 = next)."""
+
+    position: int
+
+
+def exclusively(gate: DeviceGate, make: Callable[[], Iterator]) -> Iterator:
+    """Run a timed experiment with the device to itself: queue for the gate (yielding `Waiting` when the
+    position changes), then yield the experiment's updates while holding it. The shared batch pauses
+    between two steps meanwhile, so no figure is measured while anything else runs."""
+    ticket, shown = gate.enqueue(), None
+    try:
+        while not ticket.acquire():
+            pos = ticket.position()
+            if pos != shown:
+                shown = pos
+                yield Waiting(pos)
+        yield from make()
+    finally:
+        ticket.release()
 
 
 class WorkerState:

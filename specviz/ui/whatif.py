@@ -16,6 +16,7 @@ from specviz.models import ModelError
 from specviz.profiles import (PUBLISHED_LABEL, Profile, compare, gpu_calibration, load_profiles, load_published,
                               profile_calibration, profile_for_device)
 from specviz.roofline import GPUS, MODELS, crossover_from_rows, latency_curve, predicted_knee, whatif_rows
+from specviz.ui import runner
 
 THIS_MACHINE = "This machine (calibrated peaks)"
 CUSTOM_GPU = "Custom GPU (bandwidth and FLOP/s below)"
@@ -90,8 +91,11 @@ TEXT = dict(
     knee_no_peaks="not available (this device's peaks are not calibrated yet)",
     knee_pred="**{knee}** from the calibrated peaks ({bw:.1f} GB/s, {fl:.2f} TFLOP/s)",
     knee_md="**Measured** on {device}, {model}, context {context}: {points}. Measured knee **{knee:.0f}** tokens "
-            "per pass; roofline prediction {pred}. Two tokens per pass cost {flat:.2f}× one. (Other work on the "
-            "same device while this runs distorts the curve.)",
+            "per pass; roofline prediction {pred}. Two tokens per pass cost {flat:.2f}× one. Measured with the "
+            "device to itself: the shared batch paused and other timed experiments waited (other programs on "
+            "this machine can still distort the curve).",
+    knee_waiting="Waiting for the device: number **{position}** in the queue. Timed experiments run one at a "
+                 "time, with the device to themselves, so their figures are not distorted by each other.",
     knee_overhead="At one token per pass this pass took {ratio:.1f}× the roofline time, so neither streaming "
                   "the weights nor the arithmetic explains it: kernel launches and Python, kernels far below "
                   "peak, or other work on this device do. SpecViz calls that **overhead-bound**, the third "
@@ -434,6 +438,9 @@ def _build_measure(app) -> None:
         yield TEXT["loading"].format(label=choice.label), gr.skip()
         try:
             for upd in app.runner.knee(choice, KNEE_CONTEXT, app.peaks):
+                if isinstance(upd, runner.Waiting):
+                    yield TEXT["knee_waiting"].format(position=upd.position), gr.skip()
+                    continue
                 yield knee_view(upd)
         except (ModelError, EngineError) as exc:
             raise gr.Error(str(exc))
