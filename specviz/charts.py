@@ -9,7 +9,8 @@ from specviz.roofline import best_depths
 
 ACCEPT, REJECT, BONUS, PLAIN = "#1a9850", "#d73027", "#2c7bb6", "#7f7f7f"
 LAYOUT = dict(margin=dict(l=48, r=16, t=40, b=90), height=330, template="plotly_white",
-              legend=dict(orientation="h", y=-0.32), font=dict(size=14))
+              paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
+              legend=dict(orientation="h", y=-0.32), font=dict(size=14, color="#8a8a8a"))  # readable on light and dark pages
 
 
 @dataclass

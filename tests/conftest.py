@@ -93,3 +93,16 @@ def classroom(tiny_paths, tmp_path_factory):
     proc, url = start_app(tiny_paths["target"], "layerskip:1-2", log, env)
     yield proc, url, log
     stop_app(proc)
+
+
+@pytest.fixture(scope="session")
+def greedy(loaded):
+    """The target's own greedy output for any prompt ids (rows may come from the prompt pool)."""
+    cache: dict[tuple, list[int]] = {}
+
+    def ref(ids: list[int], max_new: int) -> list[int]:
+        key = (tuple(ids), max_new)
+        if key not in cache:
+            cache[key] = greedy_reference(loaded["target"].model, list(ids), max_new)
+        return cache[key]
+    return ref

@@ -82,7 +82,7 @@ def test_fifty_clients_complete_or_hear_busy(classroom):
 def _batch_rows(counters: str) -> int | None:
     import re
 
-    m = re.search(r"Batch now: \*\*(\d+)\*\* rows", counters or "")
+    m = re.search(r"tokens per target pass \(batch (\d+) ×", counters or "")
     return int(m.group(1)) if m else None
 
 

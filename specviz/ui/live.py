@@ -70,18 +70,34 @@ class LiveRun:
         self.mbu.add(now, None if m.mbu is None else 100 * m.mbu)
         self.mfu.add(now, None if m.mfu is None else 100 * m.mfu)
 
-    def pass_md(self) -> str:
-        """Tokens the latest verify pass processed, beside the roofline knee for this target here."""
+    def knee_estimate(self) -> int | None:
+        """This device's roofline knee for the target at the latest step's context (an estimate), or
+        None before calibration."""
         with self.lock:
-            if self.last_pass is None:
-                return ""
-            n, batch, context = self.last_pass
-            text = f"**{n}** tokens per target pass (batch {batch} × (k + 1))"
-            if self.spec is not None and self.peaks is not None:
-                knee = predicted_knee(self.spec, self.peaks.bandwidth, self.peaks.flops, max(context, 1))
-                side = "below" if n < knee else "past"
-                text += f", {side} this device's knee ≈ **{knee}** (estimate)"
-            return text
+            if self.last_pass is None or self.spec is None or self.peaks is None:
+                return None
+            return predicted_knee(self.spec, self.peaks.bandwidth, self.peaks.flops, max(self.last_pass[2], 1))
+
+    def sample_dicts(self) -> list[dict]:
+        """The hardware readings of this run (for a recording)."""
+        with self.lock:
+            src = [self.worker_sample] if self.worker_source is not None and self.worker_sample else \
+                (self.sampler.recent(self.elapsed() + 1.0) if self.sampler is not None else [])
+            return [dict(t=s.t, util=s.util, memory=s.memory, power=s.power, source=s.source) for s in src if s]
+
+    def csv_rows(self) -> list[dict]:
+        """Every chart's data in long form (chart, series, x, y): the 'Download CSV' file."""
+        with self.lock:
+            out = []
+            series = [("throughput", "your rows", self.tps), ("throughput", "whole shared batch", self.shared_tps),
+                      ("hardware", "utilisation %", self.util), ("hardware", "MBU % (estimate)", self.mbu),
+                      ("hardware", "MFU % (estimate)", self.mfu)]
+            series += [("throughput", f"row {r + 1}", s) for r, s in sorted(self.per_row.items())]
+            for chart, name, s in series:
+                out += [{"chart": chart, "series": name, "x": x, "y": y} for x, y in zip(s.x, s.y)]
+            out += [{"chart": "acceptance", "series": "rows with this many drafts accepted", "x": i, "y": n}
+                    for i, n in enumerate(self.hist)]
+            return out
 
     def feed(self, samples: list[Sample], source: str | None, peaks: Peaks | None,
              spec: ModelSpec | None = None) -> None:

@@ -1,7 +1,11 @@
-"""The live playground: prompt, sliders and policy on the left; coloured tokens and live charts on the
-right. This module owns the page's layout and its handlers (`Playground`). Sliders act on the running
-generation at its next step (the request's live knobs); every Run joins the pair's shared batch, so a
-student sees classmates join and leave it ("batch now: N rows from M users")."""
+"""The live playground. This module owns the page's layout and its handlers (`Playground`).
+
+Sliders act on the running generation at its next step (the request's live knobs). Every Run joins
+the pair's shared batch, so a student sees classmates join and leave it. Rows beyond the first take
+prompts from a pool of varied prompts (unless "all rows the same prompt" is ticked), so acceptance
+differs per row as in real serving. After a Run, plain decoding of the same prompts and batch is
+measured automatically, so the page can say "spent X× the FLOPs, finished Y× sooner".
+"""
 from __future__ import annotations
 
 import threading
@@ -9,72 +13,26 @@ import time
 
 import gradio as gr
 
-from specviz.limits import MAX_DEPTH, check_prompt_text, check_request
+from specviz import lessons
+from specviz.limits import MAX_DEPTH, LimitError, check_prompt_text, check_request
 from specviz.pipeline import encode_prompt
 from specviz.policies import POLICY_NAMES, PolicyError
+from specviz.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, EXAMPLES, ROW_POOL
 from specviz.request import Knobs
-from specviz.ui import runner
+from specviz.ui import counters, runner
 from specviz.ui.control import policy_from
-from specviz.ui.live import LiveRun
-from specviz.ui.render import LEGEND, RowView, rows_html, tokens_html
 from specviz.ui.errors import as_sentences
+from specviz.ui.i18n import t
+from specviz.ui.live import LiveRun
+from specviz.ui.render import RowView, legend_html, rows_html, tokens_html
+from specviz.ui.runs import RunStore
 
-EXAMPLES = ["Explain in two sentences why the sky is blue.",
-            "Write a haiku about a lighthouse.",
-            "List the planets of the solar system in order.",
-            "def fibonacci(n):"]
 MIN_UPDATE_S = 0.2        # ≤ 5 updates a second: faster only makes the browser steal the CPU
 CHART_PERIOD_S = 0.25     # charts refresh at 4 Hz (gr.Timer); tokens at up to 5 Hz
-POLICY_HELP = {"fixed": "always the depth slider", "disable-by-batch-size": "depth 0 above the threshold batch size",
-               "batch-table": "a depth per batch size (1:6, 4:4, 8:2, 16:1, 32:0)",
-               "adaptive": "picks the depth with the best measured tokens/s",
-               "confidence": "a row stops drafting when the draft's confidence < threshold"}
-
-
-def device_md(sample) -> str:
-    """The sampler's latest memory and power reading, or what is unavailable (never a made-up 0)."""
-    if sample is None or sample.source == "none":
-        return "memory and power: unavailable on this device"
-    where = "GPU memory" if sample.source == "nvml" else "process memory (RSS)"
-    mem = "unavailable" if sample.memory is None else f"{sample.memory / 2**30:.2f} GiB"
-    power = "unavailable" if sample.power is None else f"{sample.power:.0f} W"
-    return f"{where} {mem} · power {power} ({sample.source})"
-
-
-def sharing_md(totals, zero_gpu: bool) -> str:
-    """Whether the figures above were measured while others shared the device (honest timing)."""
-    if zero_gpu:
-        return "Measured in this Run's own batch on a ZeroGPU worker (batches are not shared on this hardware)."
-    if totals.users_max > 1:
-        return (f"Measured while sharing the batch with other users (up to **{totals.users_max}** users, "
-                f"**{totals.shared_batch_max}** rows in one step): your tokens/s is your share of the passes.")
-    return "Measured with the batch to yourself (no other user shared your steps)."
-
-
-def counters_md(totals, plain_tps: float | None, batch: int, regime: str, sample=None, pass_md: str = "") -> str:
-    acc = "—" if totals.acceptance_rate is None else f"{totals.acceptance_rate:.0%}"
-    parts = [f"**{totals.tokens_per_s:.1f}** tokens/s", f"acceptance **{acc}**",
-             f"**{totals.mean_accepted_length:.2f}** tokens per row per target pass",
-             f"FLOPs **{totals.flops_ratio:.2f}×** plain decoding (estimate from model shapes)"]
-    if pass_md:
-        parts.append(pass_md)
-    if regime:
-        parts.append(f"regime: **{regime}** (model-shape estimate vs calibrated peaks)")
-    parts.append(device_md(sample))
-    line = " · ".join(parts)
-    if plain_tps:
-        speed = totals.tokens_per_s / plain_tps
-        line += (f"\n\nSpent **{totals.flops_ratio:.1f}×** the FLOPs, finished **{speed:.2f}×** "
-                 f"{'sooner' if speed >= 1 else 'as fast'} than plain decoding at batch {batch} "
-                 f"(plain {plain_tps:.1f} tokens/s, measured in your session).")
-    else:
-        line += f"\n\nNo plain baseline at batch {batch} yet: drag depth to 0 for a few steps to measure one."
-    return line
-
-
-POLICY_THRESHOLD = {"disable-by-batch-size": (8, "Disable speculation above this many rows (shared batch)"),
-                    "confidence": (0.5, "Confidence threshold (a probability, 0-1)")}
-OUTPUTS = ("tokens", "rows", "counters", "chart_t", "chart_h", "chart_a", "status", "result")
+BASELINE_MAX_NEW = 128    # the automatic plain-decoding baseline decodes at most this many tokens
+POLICY_THRESHOLD = {"disable-by-batch-size": (8, "playground.threshold_disable"),
+                    "confidence": (0.5, "playground.threshold_confidence")}
+OUTPUTS = ("tokens", "rows", "counters", "chart_t", "chart_h", "chart_a", "status", "csv", "save", "result")
 
 
 def pack(**values) -> tuple:
@@ -85,56 +43,79 @@ def pack(**values) -> tuple:
     return tuple(values.get(name, gr.skip()) for name in OUTPUTS)
 
 
+def _policy_info(lang: str) -> str:
+    return " · ".join(f"**{name}**: {lessons.text(lang, 'policies.' + name)}" for name in POLICY_NAMES)
+
+
 def build(app) -> "Playground":
     """Lay out the playground inside the current Blocks and wire its handlers."""
     page = Playground(app)
+    tr = app.tr
     choices = [c.label for c in app.choices]
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=2, min_width=320):
-            pair = gr.Dropdown(choices, value=choices[0], label="Draft → target pair", elem_id="pair",
-                               allow_custom_value=app.allow_custom,
-                               info='or type "DRAFT → TARGET" (model references)' if app.allow_custom else None)
-            prompt = gr.Textbox(EXAMPLES[0], label="Prompt", lines=3, elem_id="prompt",
-                                max_length=app.limits.max_prompt_chars)
-            gr.Examples(EXAMPLES, inputs=prompt, label="Examples")
-            batch = gr.Slider(1, app.limits.max_rows_per_user, value=1, step=1, label="Batch size (your rows)",
-                              elem_id="batch-size")
-            depth = gr.Slider(0, MAX_DEPTH, value=4, step=1, label="Speculation depth k (0 = off)",
-                              elem_id="depth")
-            policy = gr.Radio(list(POLICY_NAMES), value="fixed", label="Depth policy", elem_id="policy",
-                              info="; ".join(f"{k}: {v}" for k, v in POLICY_HELP.items()))
-            threshold = gr.Number(8, label="Policy threshold (used by disable-by-batch-size and confidence)",
-                                  elem_id="threshold")
+    with gr.Row(equal_height=False, elem_id="pg-row"):
+        with gr.Column(scale=2, min_width=300, elem_id="pg-controls"):
+            pair = tr.add(gr.Dropdown(choices, value=choices[0], elem_id="pair", allow_custom_value=app.allow_custom,
+                                      info='or type "DRAFT → TARGET" (model references)' if app.allow_custom else None),
+                          label="app.label_pair")
+            batch = tr.add(gr.Slider(1, app.limits.max_rows_per_user, value=1, step=1, elem_id="batch-size"),
+                           label="app.label_batch_size")
+            depth = tr.add(gr.Slider(0, MAX_DEPTH, value=DEFAULT_DEPTH, step=1, elem_id="depth"),
+                           label="app.label_depth")
+            same = tr.add(gr.Checkbox(False, elem_id="same-prompt"), label="app.label_same_prompt")
+            policy = tr.add(gr.Radio(list(POLICY_NAMES), value="fixed", elem_id="policy"),
+                            lambda lang: gr.update(label=lessons.text(lang, "app.label_policy"), info=_policy_info(lang)))
+            threshold = tr.add(gr.Number(8, elem_id="threshold"), label="app.label_threshold")
+            temperature = tr.add(gr.Slider(0, app.limits.max_temperature, value=0, step=0.05, elem_id="temperature"),
+                                 label="app.label_temperature")
+            max_new = tr.add(gr.Slider(8, 512, value=128, step=8, elem_id="max-new-tokens"),
+                             label="app.label_max_new_tokens")
+            with gr.Group():
+                replay_pick = tr.add(gr.Dropdown(page.runs.shipped_titles(), value=None, elem_id="replay-pick"),
+                                     label="playground.replay_pick")
+                replay_file = tr.add(gr.File(file_types=[".json"], elem_id="replay-file", height=90),
+                                     label="playground.replay_file")
+                replay = tr.add(gr.Button(elem_id="replay"), value="app.replay")
+        with gr.Column(scale=3, min_width=320, elem_id="pg-main"):
+            tr.add(gr.Markdown(elem_id="pg-intro"), value="playground.intro")
+            prompt = tr.add(gr.Textbox(DEFAULT_PROMPT, lines=3, elem_id="prompt", max_length=app.limits.max_prompt_chars),
+                            label="app.label_prompt")
             with gr.Row():
-                temperature = gr.Slider(0, app.limits.max_temperature, value=0, step=0.05,
-                                        label="Temperature (0 = greedy, lossless)", elem_id="temperature")
-                max_new = gr.Slider(8, 512, value=128, step=8, label="Max new tokens", elem_id="max-new-tokens")
-            with gr.Row():
-                run = gr.Button("Run", variant="primary", elem_id="run")
-                stop = gr.Button("Stop", variant="stop", elem_id="stop")
-            status = gr.Markdown(app.startup_note, elem_id="status")
-        with gr.Column(scale=3, min_width=420):
-            gr.HTML(LEGEND)
-            tokens = gr.HTML(tokens_html(None, "Press Run to start."), elem_id="tokens")
+                run = tr.add(gr.Button(variant="primary", elem_id="run"), value="app.label_run")
+                stop = tr.add(gr.Button(variant="stop", elem_id="stop"), value="app.label_stop")
+            status = tr.add(gr.Markdown(app.startup_note, elem_id="status"),
+                            lambda lang: gr.update(value=app.startup_md(lang)))
+            tr.add(gr.HTML(legend_html("en")), lambda lang: gr.update(value=legend_html(lang)))
+            tokens = tr.add(gr.HTML(tokens_html(None, lessons.text("en", "playground.press_run")), elem_id="tokens"),
+                            lambda lang: gr.update(value=tokens_html(None, lessons.text(lang, "playground.press_run"))))
             batch_now = gr.Markdown("", elem_id="batch-now")
-            counters = gr.Markdown("", elem_id="counters")
+            counters_box = gr.Markdown("", elem_id="counters")
             rows = gr.HTML("", elem_id="rows")
             with gr.Row():
                 chart_t = gr.Plot(label="Throughput", elem_id="chart-throughput")
                 chart_h = gr.Plot(label="Hardware", elem_id="chart-hardware")
             chart_a = gr.Plot(label="Acceptance", elem_id="chart-accept")
+            with gr.Row():
+                # a DownloadButton's label is its text; its value is the file (set when a Run ends)
+                csv = tr.add(gr.DownloadButton(value=None, elem_id="csv-playground", size="sm"),
+                             label="app.download_csv")
+                save = tr.add(gr.DownloadButton(value=None, elem_id="save-run", size="sm"), label="app.save_run")
+                check = tr.add(gr.Button(size="sm", elem_id="check-lossless"), value="app.check_lossless")
+            lossless = gr.Markdown("", elem_id="lossless")
             result = gr.JSON(visible=False, elem_id="result")
+            gr.Examples(EXAMPLES, inputs=prompt, label="Examples")
 
-    outputs = [tokens, rows, counters, chart_t, chart_h, chart_a, status, result]
+    outputs = [tokens, rows, counters_box, chart_t, chart_h, chart_a, status, csv, save, result]   # as OUTPUTS
     # charts refresh on their own clock (4 Hz), independent of how long a decoding step takes
     timer = gr.Timer(CHART_PERIOD_S)
     timer.tick(page.on_tick, [pair], [chart_t, chart_h, chart_a, batch_now], api_name=False, queue=False,
                show_progress="hidden")
     # preprocess=False: the API bypasses the sliders, so the raw values go straight to our one check
     # (`limits.check_request`), whose sentences a student understands — not to gradio's type errors
-    run.click(page.generate, [prompt, pair, batch, depth, policy, threshold, temperature, max_new], outputs,
+    run.click(page.generate, [prompt, pair, batch, depth, policy, threshold, temperature, max_new, same], outputs,
               api_name="generate", concurrency_limit=app.limits.max_shared_rows + app.limits.max_queue,
               preprocess=False)
+    replay.click(page.replay, [replay_pick, replay_file], outputs, api_name="replay", concurrency_limit=8)
+    check.click(page.check_lossless, None, [lossless], api_name="check_lossless", concurrency_limit=2)
     knob = dict(outputs=None, api_name=False, queue=False, show_progress="hidden")
     depth.change(page.on_depth, [depth], **knob)
     batch.change(page.on_batch, [batch], **knob)
@@ -142,6 +123,7 @@ def build(app) -> "Playground":
                   show_progress="hidden")
     threshold.change(page.on_policy, [policy, threshold], **knob)
     stop.click(page.on_stop, None, None, api_name="stop", queue=False)
+    page.components = dict(pair=pair, prompt=prompt, batch=batch, depth=depth, policy=policy)
     return page
 
 
@@ -150,84 +132,142 @@ def _session(request) -> str:
 
 
 class Playground:
-    """The playground's handlers. Per-session state lives in `app.runs` (one LiveRun per session)."""
+    """The playground's handlers. Per-session state: `app.runs` (the live run), `self.runs` (the last
+    finished run, its recording and baseline)."""
 
     def __init__(self, app):
         self.app = app
+        self.runs = RunStore()
         self._lock = threading.Lock()
         self._batch_text: dict[str, str] = {}     # session → last "batch now" line sent
+        self._pools: dict[tuple[str, str], list[list[int]]] = {}
+
+    def lang(self, session: str) -> str:
+        tr = getattr(self.app, "tr", None)
+        return tr.lang_of(session) if tr is not None else lessons.DEFAULT_LANG
 
     # --- Run ----------------------------------------------------------------------------------------
-    def generate(self, prompt_text, pair_label, batch_size, k, policy_name, thr, temp, max_tokens,
-                 request: gr.Request):
+    def generate(self, prompt_text, pair_label, batch_size, k, policy_name, thr, temp, max_tokens, same_prompt=False,
+                 request: gr.Request = None):
         yield from self.stream(prompt_text, pair_label, batch_size, k, policy_name, thr, temp, max_tokens,
-                               _session(request))
+                               _session(request), same_prompt)
 
-    def stream(self, prompt_text, pair_label, batch_size, k, policy_name, thr, temp, max_tokens, session):
-        app = self.app
+    def stream(self, prompt_text, pair_label, batch_size, k, policy_name, thr, temp, max_tokens, session,
+               same_prompt=True):
+        app, lang = self.app, self.lang(session)
         with as_sentences():
             args = check_request(batch_size, k, temp, max_tokens, app.limits)
             check_prompt_text(prompt_text, app.limits)
             knobs = Knobs(args.depth, args.batch, policy_from(policy_name, thr), max_batch=app.limits.max_rows_per_user)
             choice = app.choice(pair_label)
         if not app.pairs.loaded(choice):
-            yield pack(status=f"Loading **{choice.label}** … (the offline model is converted once, about 30 s; "
-                              "later starts take a second)")
+            yield pack(status=t(lang, "playground.status_loading", pair=choice.label))
         with as_sentences():
             pair = app.load(choice)
-            prompt_ids = encode_prompt(pair.tokenizer, prompt_text, limits=app.limits)
-        req = runner.RunRequest(choice.target, choice.draft, tuple(prompt_ids), args.depth, args.batch,
+            prompts = [encode_prompt(pair.tokenizer, prompt_text, limits=app.limits)]
+            if not (same_prompt is True or str(same_prompt).lower() == "true"):
+                prompts += self._pool(choice, pair)
+        req = runner.RunRequest(choice.target, choice.draft, tuple(map(tuple, prompts)), args.depth, args.batch,
                                 policy_name or "fixed", thr, args.temperature, args.max_new)
-        control = app.runner.control(knobs, (policy_name or "fixed", thr))
-        live = LiveRun(control, choice.label, app.peaks, app.sampler, shared=not app.runner.zero_gpu)
+        live = LiveRun(app.runner.control(knobs, (policy_name or "fixed", thr)), choice.label, app.peaks,
+                       app.sampler, shared=not app.runner.zero_gpu)
+        streamer = Streamer(app, live, pair.tokenizer, session, lang)
+        packet = yield from self._run(req, choice, live, streamer, session)
+        outs = packet.outputs or {}
+        prompt_rows = [prompts[i % len(prompts)] for i in sorted(outs)]
+        plain = None
+        if not packet.stopped and not packet.error and packet.totals.drafted:
+            yield pack(status=t(lang, "playground.baseline_pending"))
+            plain = self._baseline(req, choice, knobs.max_batch)
+        result = {"done": True, "stopped": packet.stopped, "prompt_ids": prompt_rows,
+                  "outputs": [outs[i] for i in sorted(outs)], "worker_pid": packet.worker_pid, "error": packet.error,
+                  "plain_tokens_per_s": plain,
+                  "speedup_vs_plain": packet.totals.tokens_per_s / plain if plain else None,
+                  **packet.totals.as_dict()}
+        stored = self.runs.finish(session, choice, prompt_text, req, result, streamer.recording(packet), live)
+        key = "playground.status_stopped" if packet.stopped else "playground.status_done"
+        note = f"⚠ {packet.error}" if packet.error else t(lang, key, tokens=packet.totals.tokens)
+        yield streamer.outputs(packet.totals, final=True, result=result, status=note, plain=plain,
+                               csv=stored.csv_path, save=stored.recording_path)
+        if packet.error:
+            raise gr.Error(packet.error)
+
+    def _run(self, req, choice, live, streamer, session):
+        """Stream one request's packets into the page; returns the final packet."""
+        app, lang = self.app, streamer.lang
         app.runs.start(session, live)
-        streamer = Streamer(app, live, pair.tokenizer, session)
         if app.runner.zero_gpu:
-            yield pack(status="Waiting for a ZeroGPU worker; the first Run also loads the pair onto its GPU …")
+            yield pack(status=t(lang, "playground.status_zerogpu"))
         last_yield, first, packet = 0.0, True, None
         try:
             with as_sentences():
-                for packet in app.runner.packets(req, choice, control):
+                for packet in app.runner.packets(req, choice, live.control):
                     if packet.position:
-                        yield pack(status=f"Waiting for room in the shared batch: you are number "
-                                          f"**{packet.position}** in the queue.")
+                        yield pack(status=t(lang, "playground.status_queue", pos=packet.position))
                         continue
                     self._fold(packet, live, streamer)
                     now = time.perf_counter()
                     if not packet.final and packet.events and now - last_yield >= MIN_UPDATE_S:
                         last_yield = now
-                        yield streamer.outputs(packet.totals, status=f"Running · {choice.label}{self._where()}"
-                                               if first else None)
+                        status = t(lang, "playground.status_running", pair=choice.label) + self._where() if first else None
+                        yield streamer.outputs(packet.totals, status=status)
                         first = False
         finally:
             app.runs.finish(session, live)
-            control.close()
+            live.control.close()
         if packet is None or not packet.final:
             raise gr.Error("The generation ended without a result (the GPU worker stopped). Please run again.")
-        outs = packet.outputs or {}
-        result = {"done": True, "stopped": packet.stopped, "prompt_ids": [prompt_ids] * max(1, len(outs)),
-                  "outputs": [outs[i] for i in sorted(outs)], "worker_pid": packet.worker_pid,
-                  "error": packet.error, **packet.totals.as_dict()}
-        note = ("Stopped." if packet.stopped else "Done.") + f" {packet.totals.tokens} tokens."
-        if packet.error:
-            note = f"⚠ {packet.error}"
-        yield streamer.outputs(packet.totals, final=True, result=result, status=note)
-        if packet.error:
-            raise gr.Error(packet.error)
+        return packet
+
+    def _baseline(self, req, choice, max_batch: int) -> float | None:
+        """Plain decoding of the same prompts and batch, right after the Run (its tokens/s), through the
+        same runner — so it is measured the same way, in the same (shared) batch."""
+        plain_req = runner.RunRequest(req.target, req.draft, req.prompts, 0, req.batch, "fixed", None, 0.0,
+                                      min(req.max_new, BASELINE_MAX_NEW))
+        control = self.app.runner.control(Knobs(0, req.batch, max_batch=max_batch), ("fixed", None))
+        packet = None
+        try:
+            with as_sentences():
+                for packet in self.app.runner.packets(plain_req, choice, control):
+                    pass
+        finally:
+            control.close()
+        if packet is None or packet.error or packet.stopped:
+            return None
+        return packet.totals.tokens_per_s or None
+
+    def _pool(self, choice, pair) -> list[list[int]]:
+        key = (choice.target, choice.draft)
+        with self._lock:
+            if key not in self._pools:
+                self._pools[key] = [encode_prompt(pair.tokenizer, p) for p in ROW_POOL]
+            return self._pools[key]
 
     def _fold(self, packet, live: LiveRun, streamer) -> None:
-        """One packet from the runner into the charts, the transcripts and the plain baseline."""
+        """One packet from the runner into the charts and the transcripts."""
         live.feed(packet.samples, packet.sampler_source, packet.peaks, packet.spec)
         if packet.peaks is not None:
             self.app.peaks = packet.peaks      # a ZeroGPU worker's calibration: the what-if tab can use it
         for ev in packet.events:
             live.record(ev)
             streamer.add(ev)
-            if ev.depth == 0 and ev.drafted == 0 and ev.wall_s > 0 and ev.users == 1:
-                self.app.runs.note_plain(streamer.session, live.pair_label, ev.batch_size, ev.emitted / ev.wall_s)
 
     def _where(self) -> str:
-        return " · on a ZeroGPU worker" if self.app.runner.zero_gpu else ""
+        return " · ZeroGPU" if self.app.runner.zero_gpu else ""
+
+    # --- replay, lossless check --------------------------------------------------------------------------
+    def replay(self, title, upload, request: gr.Request = None):
+        session = _session(request)
+        lang = self.lang(session)
+        with as_sentences():
+            rec = self.runs.open_recording(title, upload)
+        yield from self.runs.play(rec, self.app, lang, session, Streamer, pack)
+
+    def check_lossless(self, request: gr.Request = None):
+        session = _session(request)
+        lang = self.lang(session)
+        with as_sentences():
+            return self.runs.check_lossless(session, self.app, lang)
 
     # --- live knobs ------------------------------------------------------------------------------------
     def set_knobs(self, session: str, depth=None, batch=None, policy=None) -> None:
@@ -236,7 +276,7 @@ class Playground:
             return                  # no run streaming: the values apply at the next Run
         try:
             live.control.set(depth=depth, batch=batch, policy=policy)
-        except (ValueError, TypeError, PolicyError) as exc:
+        except (LimitError, ValueError, TypeError, PolicyError) as exc:
             gr.Warning(str(exc))
 
     def on_depth(self, v, request: gr.Request):
@@ -245,18 +285,20 @@ class Playground:
     def on_batch(self, v, request: gr.Request):
         self.set_knobs(_session(request), batch=v)
 
-    def on_policy(self, p, t, request: gr.Request):
-        self.set_knobs(_session(request), policy=(p, t))
+    def on_policy(self, p, thr, request: gr.Request):
+        self.set_knobs(_session(request), policy=(p, thr))
 
-    def on_policy_pick(self, p, t, request: gr.Request):
+    def on_policy_pick(self, p, thr, request: gr.Request):
         """A policy that reads the threshold box gets a value that means something to it."""
+        session = _session(request)
+        lang = self.lang(session)
         default = POLICY_THRESHOLD.get(p)
         if default is None:
-            self.set_knobs(_session(request), policy=(p, t))
-            return gr.update(label="Policy threshold (not used by this policy)")
-        value, label = default
-        self.set_knobs(_session(request), policy=(p, value))
-        return gr.update(value=value, label=label)
+            self.set_knobs(session, policy=(p, thr))
+            return gr.update(label=lessons.text(lang, "playground.threshold_unused"))
+        value, key = default
+        self.set_knobs(session, policy=(p, value))
+        return gr.update(value=value, label=lessons.text(lang, key))
 
     def stop(self, session: str) -> None:
         live = self.app.runs.get(session)
@@ -277,19 +319,18 @@ class Playground:
 
     def _batch_now(self, session: str, pair_label) -> str:
         """ "Batch now: N rows from M users" for the selected pair, sent only when it changed."""
+        lang = self.lang(session)
         if self.app.runner.zero_gpu:
-            text = "On ZeroGPU each Run has its own batch: batches are not shared on this hardware."
+            text = lessons.text(lang, "app.zerogpu_batches")
         else:
             choice = next((c for c in self.app.choices if c.label == pair_label), None)
             sched = self.app.runner.schedulers.peek(choice) if choice else None
             info = sched.info() if sched else None
-            if info is None or (info.rows == 0 and info.waiting == 0):
-                text = "Batch now: empty — press Run; everyone on this server who runs this pair shares one batch."
-            else:
-                text = (f"Batch now: **{info.rows}** rows from **{info.users}** "
-                        f"{'user' if info.users == 1 else 'users'}"
-                        + (f", **{info.waiting}** waiting for room" if info.waiting else "") + ".")
+            text = counters.batch_md(lang, info.rows if info else 0, info.users if info else 0,
+                                     waiting=info.waiting if info else 0)
         with self._lock:
+            if len(self._batch_text) > 5000:
+                self._batch_text.clear()
             if self._batch_text.get(session) == text:
                 return gr.skip()
             self._batch_text[session] = text
@@ -297,42 +338,49 @@ class Playground:
 
 
 class Streamer:
-    """Turns engine steps into the playground's outputs (one object per Run)."""
+    """Turns engine steps into the playground's outputs (one object per Run or replay)."""
 
-    def __init__(self, app, live: LiveRun, tokenizer, session: str):
-        self.app, self.live, self.session = app, live, session
+    def __init__(self, app, live: LiveRun, tokenizer, session: str, lang: str = "en"):
+        self.app, self.live, self.session, self.lang = app, live, session, lang
         self.decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
         self.views: dict[int, RowView] = {}
         self.state: dict[int, str] = {}
         self.batch, self.own_rows, self.users = 1, 1, 1
+        self.steps: list[tuple[float, object]] = []       # (seconds since start, event): the recording
+        self.t0 = time.perf_counter()
 
-    def add(self, ev) -> None:
-        """Fold one step into the per-row transcripts."""
+    def add(self, ev, pieces: dict | None = None) -> None:
+        """Fold one step into the per-row transcripts (`pieces`: the texts recorded with it, on replay)."""
+        shown = {}
         self.batch, self.own_rows, self.users = ev.batch_size, len(ev.rows), ev.users
         for rs in ev.rows:
-            self.views.setdefault(rs.row, RowView()).add_step(ev.step, rs, self.decode)
+            shown[rs.row] = self.views.setdefault(rs.row, RowView()).add_step(
+                ev.step, rs, self.decode, None if pieces is None else pieces.get(rs.row))
             if rs.done:
-                self.state[rs.row] = "· " + ("finished (EOS)" if rs.finish == "eos" else "finished (length)")
+                key = "playground.finished_eos" if rs.finish == "eos" else "playground.finished_length"
+                self.state[rs.row] = "· " + lessons.text(self.lang, key)
         for row in ev.retired:
-            self.state[row] = "· retired (batch lowered)"
+            self.state[row] = "· " + lessons.text(self.lang, "playground.retired")
+        self.steps.append((time.perf_counter() - self.t0, ev, shown))
 
-    def outputs(self, totals, final: bool = False, result=None, status=None):
+    def recording(self, packet):
+        return {"steps": list(self.steps), "totals": packet.totals, "outputs": packet.outputs or {},
+                "samples": self.live.sample_dicts()}
+
+    def outputs(self, totals, final: bool = False, result=None, status=None, plain=None, csv=None, save=None,
+                zero_gpu: bool | None = None):
+        lang = self.lang
+        zero_gpu = self.app.runner.zero_gpu if zero_gpu is None else zero_gpu
         first = self.views.get(min(self.views)) if self.views else None
         charts = self.live.figures() if final else (gr.skip(),) * 3   # the timer draws them meanwhile
-        plain = self.app.runs.plain(self.session, self.live.pair_label, self.batch)
-        counters = counters_md(totals, plain, self.batch, self.live.regime, self.live.latest_sample(),
-                               self.live.pass_md())
-        counters += "\n\n" + self._batch_line() + " " + sharing_md(totals, self.app.runner.zero_gpu)
-        values = dict(tokens=tokens_html(first), rows=rows_html(self.views, self.state), counters=counters,
+        text = counters.counters_md(lang, totals, self.live.regime, self.live.latest_sample(),
+                                    counters.pass_md(lang, self.live.last_pass, self.live.knee_estimate()))
+        text += "\n\n" + counters.sharing_md(lang, totals, zero_gpu)
+        if final:
+            text += "\n\n" + counters.baseline_md(lang, totals, plain)
+        values = dict(tokens=tokens_html(first), rows=rows_html(self.views, self.state), counters=text,
                       chart_t=charts[0], chart_h=charts[1], chart_a=charts[2])
-        if status is not None:
-            values["status"] = status
-        if result is not None:
-            values["result"] = result
+        for name, v in (("status", status), ("result", result), ("csv", csv), ("save", save)):
+            if v is not None:
+                values[name] = v
         return pack(**values)
-
-    def _batch_line(self) -> str:
-        if self.app.runner.zero_gpu:
-            return f"Batch: your **{self.own_rows}** rows (not shared on ZeroGPU)."
-        return (f"Batch now: **{self.batch}** rows from **{self.users}** {'user' if self.users == 1 else 'users'} "
-                f"(yours: {self.own_rows}).")

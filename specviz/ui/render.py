@@ -31,15 +31,18 @@ class RowView:
     drafted: int = 0
     accepted: int = 0
 
-    def add_step(self, step: int, rs, decode) -> None:
+    def add_step(self, step: int, rs, decode, pieces: list | None = None) -> list:
+        """Append one step of this row. `pieces` ([kept, rejected, own] texts, e.g. from a recording)
+        replace decoding; returns the pieces shown."""
         ok = rs.drafted[: rs.accepted]
         bad = rs.drafted[rs.accepted:]
         own = rs.emitted[len(ok):]
         title = (f"step {step + 1}: kept {rs.accepted} of {len(rs.drafted)} drafts" if rs.drafted
                  else f"step {step + 1}: plain decoding")
-        ok_txt = piece_texts(decode, self.ids, ok)
-        bad_txt = piece_texts(decode, self.ids + ok, bad)
-        own_txt = piece_texts(decode, self.ids + ok, own)
+        if pieces is None:
+            pieces = [piece_texts(decode, self.ids, ok), piece_texts(decode, self.ids + ok, bad),
+                      piece_texts(decode, self.ids + ok, own)]
+        ok_txt, bad_txt, own_txt = pieces
         if self.parts:
             self.parts.append('<i class="step-sep"></i>')
         self.parts += [_span("accepted", t, title) for t in ok_txt]
@@ -49,6 +52,7 @@ class RowView:
         self.ids += rs.emitted
         self.drafted += len(rs.drafted)
         self.accepted += rs.accepted
+        return pieces
 
     def html(self) -> str:
         return "".join(self.parts)
@@ -64,9 +68,17 @@ def tokens_html(view: RowView | None, note: str = "") -> str:
     return f'<div class="tok-stream">{body}</div>{hint}'
 
 
-LEGEND = ('<div class="legend"><b>Legend</b> '
-          '<em class="lg-accepted">accepted draft</em> <em class="lg-rejected">rejected draft</em> '
-          '<em class="lg-bonus">target\'s own token</em> <em class="lg-plain">plain decoding</em></div>')
+def legend_html(lang: str = "en") -> str:
+    from specviz import lessons
+
+    def txt(key: str) -> str:
+        return html.escape(lessons.text(lang, "playground." + key))
+    return (f'<div class="legend"><b>{txt("legend")}</b> '
+            f'<em class="lg-accepted">{txt("legend_accepted")}</em> <em class="lg-rejected">{txt("legend_rejected")}</em> '
+            f'<em class="lg-bonus">{txt("legend_bonus")}</em> <em class="lg-plain">{txt("legend_plain")}</em></div>')
+
+
+LEGEND = legend_html("en")
 
 
 def rows_html(views: dict[int, RowView], status: dict[int, str], limit: int = 64) -> str:

@@ -44,7 +44,7 @@ class RunRequest:
 
     target: str
     draft: str
-    prompt_ids: tuple[int, ...]
+    prompts: tuple[tuple[int, ...], ...]   # row i decodes prompts[i % len(prompts)]
     depth: int
     batch: int
     policy: str
@@ -93,7 +93,7 @@ def run_packets(req: RunRequest, pair, knobs: Knobs, control: "ControlFile | Non
         pending.clear()
         return p
 
-    for ev in engine.generate([list(req.prompt_ids)], knobs, req.max_new, req.temperature, seed=req.seed):
+    for ev in engine.generate([list(p) for p in req.prompts], knobs, req.max_new, req.temperature, seed=req.seed):
         pending.append(ev)
         if control is not None:
             control.apply(knobs)
@@ -162,7 +162,7 @@ class LocalRunner:
         return LocalControl(knobs)
 
     def packets(self, req: RunRequest, choice, control: LocalControl) -> Iterator[Packet]:
-        request = Request([list(req.prompt_ids)], control.knobs, req.max_new, req.temperature, req.seed)
+        request = Request([list(p) for p in req.prompts], control.knobs, req.max_new, req.temperature, req.seed)
         ticket = self.schedulers.get(choice).submit(request)
         control.ticket = ticket
         for upd in ticket.updates():

@@ -22,7 +22,10 @@ from specviz.hardware import Peaks, Sampler, cached_peaks
 from specviz.limits import Limits, limits_from_env
 from specviz.models import ModelError
 from specviz.scheduler import DeviceGate
-from specviz.ui import playground, runner, whatif
+from specviz import lessons
+from specviz.policies import POLICY_NAMES
+from specviz.ui import lesson, playground, runner, whatif
+from specviz.ui.i18n import SWITCH_JS, Translations, pick_lang
 from specviz.ui.catalog import PairCache, PairChoice, TokenizerCache, available_choices, hub_is_offline
 from specviz.ui.errors import as_human_errors
 from specviz.ui.live import LiveRuns
@@ -51,20 +54,19 @@ class SpecVizApp:
             self.pairs = PairCache(device)
             self.runner = runner.LocalRunner(self.pairs, self.limits, self.gate)
             self.sampler = Sampler().start()
-        offline = hub_is_offline()
-        self.startup_note = (("**Offline classroom mode**: the hub is unreachable; using locally cached "
-                              "models and the bundled SmolLM2-135M. ") if offline else "") + self.choices[0].note
-        if self.runner.zero_gpu:
-            self.startup_note += (" Running on **ZeroGPU**: a GPU is attached for each Run, so the first "
-                                  "Run waits for one and loads the models onto it. On this hardware each Run "
-                                  "has its own batch; batches are not shared between users.")
-        else:
-            self.startup_note += (" Everyone using this server shares one batch per pair: press Run together "
-                                  "and watch the batch grow.")
+        self.offline = hub_is_offline()
+        self.startup_note = self.startup_md("en")
         if preload:
             self.pairs.preload(self.choices[0])
         if calibrate_peaks:
             threading.Thread(target=self._calibrate, name="specviz-calibrate", daemon=True).start()
+
+    def startup_md(self, lang: str) -> str:
+        """The status line before the first Run: offline mode, the default pair, how batches are shared."""
+        parts = [lessons.text(lang, "playground.offline_mode")] if self.offline else []
+        parts.append(self.choices[0].note)
+        parts.append(lessons.text(lang, "playground.zerogpu_note" if self.runner.zero_gpu else "playground.shared_note"))
+        return " ".join(parts)
 
     def _calibrate(self) -> None:
         try:
@@ -108,17 +110,101 @@ def zero_gpu_spaces():
     return spaces
 
 
+TAB_IDS = ("lesson", "playground", "whatif")
+LINK_JS = """(tab, chapter, pair, prompt, batch, depth, policy, lang) => {
+  const q = new URLSearchParams({tab: tab || 'lesson', chapter: chapter || '', pair: pair || '',
+    prompt: prompt || '', batch: String(batch), depth: String(depth), policy: policy || '', lang: lang || 'en'});
+  const url = window.location.origin + window.location.pathname + '?' + q.toString();
+  if (navigator.clipboard) { navigator.clipboard.writeText(url).catch(() => {}); }
+  return url;
+}"""
+
+
 def build_blocks(app: SpecVizApp) -> gr.Blocks:
+    """The page: header with the language switch and "copy link", then the Lesson (first), Playground and
+    What-if tabs. URL parameters restore a state (deep links): tab, chapter, pair, prompt, batch, depth,
+    policy, lang."""
+    app.tr = tr = Translations()
     with gr.Blocks(title="SpecViz — speculative decoding, measured") as blocks:
-        gr.Markdown("# SpecViz\nA small draft guesses, the big target checks k + 1 tokens in one pass. "
-                    "More FLOPs, less time — while the batch is small. Drag the sliders during a run.")
-        with gr.Tab("Playground"):
-            playground.build(app)
-        with gr.Tab("What if? (estimates + measured profiles)"):
-            whatif.build(app)
+        with gr.Row(elem_id="sv-header"):
+            tr.add(gr.Markdown("# SpecViz", elem_id="sv-title"),
+                   lambda lang: gr.update(value=f"# {lessons.text(lang, 'app.title')}\n"
+                                                f"{lessons.text(lang, 'app.tagline')}"))
+            lang = tr.add(gr.Radio([("English", "en"), ("فارسی", "fa")], value="en", elem_id="lang",
+                                   min_width=160, scale=0), label="app.language")
+            with gr.Column(scale=0, min_width=200):
+                copy = tr.add(gr.Button(size="sm", elem_id="copy-link"), value="app.copy_link")
+                link = gr.Textbox(show_label=False, elem_id="link", interactive=False, max_lines=1, visible=True,
+                                  placeholder="")
+        tab_state = gr.Textbox("lesson", visible=False, elem_id="tab-state")
+        with gr.Tabs(selected="lesson", elem_id="tabs") as tabs:
+            with gr.Tab("Lesson", id="lesson", elem_id="lesson") as t_lesson:
+                tr.add(t_lesson, label="app.tab_lesson")
+                _, chapter, _ = lesson.build(app)
+            with gr.Tab("Playground", id="playground", elem_id="playground") as t_play:
+                tr.add(t_play, label="app.tab_playground")
+                page = playground.build(app)
+            with gr.Tab("What if? (estimates + measured profiles)", id="whatif", elem_id="whatif") as t_what:
+                tr.add(t_what, label="app.tab_whatif")
+                whatif.build(app)
+        for tab, tid in ((t_lesson, "lesson"), (t_play, "playground"), (t_what, "whatif")):
+            tab.select(lambda tid=tid: tid, None, [tab_state], api_name=False, queue=False, show_progress="hidden")
+        c = page.components
+        deep = [tabs, chapter, c["pair"], c["prompt"], c["batch"], c["depth"], c["policy"], lang]
+
+        def on_load(request: gr.Request):
+            chosen = pick_lang(request)
+            tr.remember(_session(request), chosen)
+            return [*restore(app, request, chosen), *tr.updates(chosen)]
+        blocks.load(on_load, None, deep + tr.components, api_name=False, queue=False).then(
+            None, [lang], None, js=SWITCH_JS)
+
+        def on_lang(chosen, request: gr.Request):
+            chosen = pick_lang(None, chosen)
+            tr.remember(_session(request), chosen)
+            return tr.updates(chosen)
+        lang.change(on_lang, [lang], tr.components, api_name=False, queue=False, show_progress="hidden",
+                    js=SWITCH_JS)
+        copy.click(None, [tab_state, chapter, c["pair"], c["prompt"], c["batch"], c["depth"], c["policy"], lang],
+                   [link], js=LINK_JS, api_name=False)
     return blocks
+
+
+def _session(request) -> str:
+    return getattr(request, "session_hash", None) or "default"
+
+
+def restore(app: SpecVizApp, request, lang: str) -> list:
+    """Component updates from the URL's deep-link parameters (anything absent or invalid is left alone)."""
+    q = dict(getattr(request, "query_params", None) or {})
+    labels = [c.label for c in app.choices]
+
+    def num(name, lo, hi):
+        try:
+            v = int(float(q.get(name, "")))
+        except ValueError:
+            return gr.skip()
+        return gr.update(value=v) if lo <= v <= hi else gr.skip()
+    return [gr.update(selected=q["tab"]) if q.get("tab") in TAB_IDS else gr.skip(),
+            gr.update(value=q["chapter"]) if q.get("chapter") in lessons.CHAPTERS else gr.skip(),
+            gr.update(value=q["pair"]) if q.get("pair") in labels else gr.skip(),
+            gr.update(value=q["prompt"][: app.limits.max_prompt_chars]) if q.get("prompt") else gr.skip(),
+            num("batch", 1, app.limits.max_rows_per_user), num("depth", 0, app.limits.max_depth),
+            gr.update(value=q["policy"]) if q.get("policy") in POLICY_NAMES else gr.skip(),
+            gr.update(value=lang)]
+
+
+FONTS = ASSETS / "fonts"
+
+
+def font_css() -> str:
+    """The bundled Vazirmatn @font-face rules, with their url()s pointing at files gradio serves
+    (the CSS is inlined into the page, so relative URLs would not resolve)."""
+    css = (FONTS / "vazirmatn.css").read_text(encoding="utf-8")
+    return css.replace('url("vazirmatn/', f'url("/gradio_api/file={FONTS.as_posix()}/vazirmatn/')
 
 
 def launch_kwargs() -> dict:
     # a classroom: every waiting Run holds a worker thread while it streams (gradio's default is 40)
-    return {"css_paths": [str(ASSETS / "style.css")], "theme": gr.themes.Soft(), "max_threads": 160}
+    return {"css_paths": [str(ASSETS / "style.css")], "css": font_css(), "theme": gr.themes.Soft(),
+            "max_threads": 160, "allowed_paths": [str(FONTS)]}

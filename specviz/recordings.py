@@ -1,0 +1,106 @@
+"""Recorded runs: a run's step events, totals and hardware samples as JSON, to watch again later.
+
+A class without a GPU can replay a run recorded on one; a replay goes through the same views at the
+recorded pace and is always labelled with where and when it was recorded. Plain data only (no gradio,
+no torch): the UI saves and replays, the CLI could too.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specviz.request import RowStep, RunTotals, StepEvent
+
+RECORDINGS_DIR = Path(__file__).resolve().parents[1] / "assets" / "recordings"
+FORMAT = "specviz-recording/1"
+
+
+@dataclass
+class Recording:
+    device: str                     # "cpu: 2 cores", "cuda: NVIDIA H200", …
+    date: str                       # ISO date and time (UTC) of the run
+    pair: str                       # the pair's label
+    prompt: str                     # row 1's prompt text
+    settings: dict                  # batch, depth, policy, threshold, temperature, max_new
+    # (seconds since start, event, {row: [kept, rejected, own] texts}): the text as it was shown, so a
+    # replay needs no tokenizer and shows exactly what the live run showed
+    steps: list[tuple[float, StepEvent, dict]] = field(default_factory=list)
+    samples: list[dict] = field(default_factory=list)                    # hardware readings
+    totals: RunTotals | None = None
+    outputs: dict[int, list[int]] = field(default_factory=dict)
+    prompt_ids: list[list[int]] = field(default_factory=list)
+    versions: dict = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        return f"{self.pair} · {self.prompt[:40]} · {self.device}, {self.date[:16].replace('T', ' ')}"
+
+    def to_json(self) -> str:
+        return json.dumps({"format": FORMAT, "device": self.device, "date": self.date, "pair": self.pair,
+                           "prompt": self.prompt, "settings": self.settings, "versions": self.versions,
+                           "steps": [[t, dataclasses.asdict(ev), {str(r): p for r, p in pieces.items()}]
+                                     for t, ev, pieces in self.steps],
+                           "samples": self.samples, "totals": dataclasses.asdict(self.totals or RunTotals()),
+                           "outputs": {str(k): v for k, v in self.outputs.items()}, "prompt_ids": self.prompt_ids},
+                          ensure_ascii=False)
+
+
+class RecordingError(ValueError):
+    """A file that is not a SpecViz recording; the message is meant for a human."""
+
+
+def from_json(text: str) -> Recording:
+    try:
+        data = json.loads(text)
+        if data.get("format") != FORMAT:
+            raise RecordingError("this file is not a SpecViz recording")
+        steps = [(float(t), _event(ev), {int(r): list(p) for r, p in pieces.items()})
+                 for t, ev, pieces in data["steps"]]
+        return Recording(str(data["device"]), str(data["date"]), str(data["pair"]), str(data["prompt"]),
+                         dict(data["settings"]), steps, list(data.get("samples", [])),
+                         RunTotals(**data["totals"]), {int(k): v for k, v in data["outputs"].items()},
+                         list(data.get("prompt_ids", [])), dict(data.get("versions", {})))
+    except RecordingError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise RecordingError(f"this recording cannot be read ({type(exc).__name__})") from None
+
+
+def _event(d: dict) -> StepEvent:
+    d = dict(d)
+    d["rows"] = [RowStep(**r) for r in d["rows"]]
+    return StepEvent(**d)
+
+
+def load(path: str | Path) -> Recording:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        raise RecordingError("this recording file cannot be opened") from None
+    return from_json(text)
+
+
+def shipped() -> dict[str, Path]:
+    """Recordings that come with SpecViz (assets/recordings), by title."""
+    out = {}
+    for path in sorted(RECORDINGS_DIR.glob("*.json")):
+        try:
+            out[load(path).title] = path
+        except RecordingError:
+            continue
+    return out
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def versions() -> dict:
+    import torch
+    import transformers
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}

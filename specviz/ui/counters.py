@@ -1,0 +1,68 @@
+"""The playground's counters as text in the student's language: what was measured, how it compares with
+plain decoding, and whether the device was shared while it was measured. Pure functions of numbers."""
+from __future__ import annotations
+
+from specviz.ui.i18n import t
+
+
+def device_md(lang: str, sample) -> str:
+    """The sampler's latest memory and power reading, or what is unavailable (never a made-up 0)."""
+    if sample is None or sample.source == "none":
+        return t(lang, "playground.memory_unavailable")
+    na = t(lang, "playground.unavailable")
+    where = t(lang, "playground.gpu_memory" if sample.source == "nvml" else "playground.process_memory")
+    mem = na if sample.memory is None else f"{sample.memory / 2**30:.2f} GiB"
+    power = na if sample.power is None else f"{sample.power:.0f} W"
+    return t(lang, "playground.memory", where=where, memory=mem, power=power, source=sample.source)
+
+
+def sharing_md(lang: str, totals, zero_gpu: bool) -> str:
+    """Whether the figures were measured while others shared the batch (honest timing)."""
+    if zero_gpu:
+        return t(lang, "playground.shared_zerogpu")
+    if totals.users_max > 1:
+        return t(lang, "playground.shared_with", users=totals.users_max, rows=totals.shared_batch_max)
+    return t(lang, "playground.shared_alone")
+
+
+def baseline_md(lang: str, totals, plain_tps: float | None) -> str:
+    """Speculation against plain decoding of the same prompts and batch (measured right after)."""
+    if not plain_tps or not totals.tokens_per_s:
+        return t(lang, "playground.baseline_missing")
+    speed = totals.tokens_per_s / plain_tps
+    key = "playground.baseline_faster" if speed >= 1.0 else "playground.baseline_slower"
+    return t(lang, key, flops=totals.flops_ratio, speed=speed, plain=plain_tps)
+
+
+def counters_md(lang: str, totals, regime: str, sample=None, pass_md: str = "") -> str:
+    acc = "—" if totals.acceptance_rate is None else f"{totals.acceptance_rate:.0%}"
+    parts = [t(lang, "playground.tokens_per_s", value=totals.tokens_per_s),
+             t(lang, "playground.acceptance", value=acc),
+             t(lang, "playground.per_pass", value=totals.mean_accepted_length),
+             t(lang, "playground.flops", value=totals.flops_ratio)]
+    if pass_md:
+        parts.append(pass_md)
+    if regime:
+        parts.append(t(lang, "playground.regime", regime=regime))
+    parts.append(device_md(lang, sample))
+    return " · ".join(parts)
+
+
+def pass_md(lang: str, last_pass, knee: int | None) -> str:
+    """Tokens the latest verify pass processed, beside the roofline knee for this target here."""
+    if last_pass is None:
+        return ""
+    n, batch, _ = last_pass
+    text = t(lang, "playground.pass_tokens", n=n, batch=batch)
+    if knee is not None:
+        text += t(lang, "playground.pass_below_knee" if n < knee else "playground.pass_past_knee", knee=knee)
+    return text
+
+
+def batch_md(lang: str, rows: int, users: int, own: int | None = None, waiting: int = 0) -> str:
+    if rows == 0 and waiting == 0:
+        return t(lang, "playground.batch_empty")
+    if own is None:
+        return t(lang, "playground.batch_waiting" if waiting else "app.batch_now", rows=rows, users=users,
+                 waiting=waiting)
+    return t(lang, "playground.batch_line", rows=rows, users=users, own=own)

@@ -1,0 +1,74 @@
+"""The language switch: which components show which lesson key, and each session's language.
+
+Pages register their components with `Translations.add(component, label=KEY, value=KEY, info=KEY)`;
+on page load and when the switch (`#lang`) moves, one handler returns an update for each of them in
+the chosen language. Texts made at run time (counters, conclusions) ask `lang_of(session)`.
+The text itself lives in `specviz/lessons/{en,fa}.toml`.
+"""
+from __future__ import annotations
+
+import threading
+
+import gradio as gr
+
+from specviz import lessons
+
+SWITCH_JS = """(lang) => {
+  const rtl = lang === 'fa';
+  document.documentElement.setAttribute('dir', rtl ? 'rtl' : 'ltr');
+  document.documentElement.setAttribute('lang', lang);
+  document.body.classList.toggle('sv-rtl', rtl);
+  return lang;
+}"""
+
+
+def pick_lang(request: gr.Request | None, asked: str | None = None) -> str:
+    """The `lang` URL parameter, else the browser's Accept-Language, else English."""
+    if asked in lessons.LANGS:
+        return asked
+    if request is not None:
+        q = getattr(request, "query_params", None) or {}
+        if q.get("lang") in lessons.LANGS:
+            return q.get("lang")
+        header = (getattr(request, "headers", None) or {}).get("accept-language", "") or ""
+        for part in header.split(","):
+            code = part.split(";")[0].strip().lower()[:2]
+            if code in lessons.LANGS:
+                return code
+    return lessons.DEFAULT_LANG
+
+
+class Translations:
+    def __init__(self):
+        self._items: list[tuple[object, dict[str, str]]] = []
+        self._langs: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def add(self, component, fn=None, **keys: str):
+        """Register `component`; keys name its attributes (label=, value=, info=, placeholder=) by lesson
+        key, or `fn(lang)` builds its whole update (text assembled from several keys)."""
+        self._items.append((component, fn if fn is not None else keys))
+        return component
+
+    @property
+    def components(self) -> list:
+        return [c for c, _ in self._items]
+
+    def updates(self, lang: str) -> list:
+        return [spec(lang) if callable(spec) else gr.update(**{a: lessons.text(lang, k) for a, k in spec.items()})
+                for _, spec in self._items]
+
+    def remember(self, session: str, lang: str) -> None:
+        with self._lock:
+            if len(self._langs) > 5000:          # a long-running Space: forget old tabs
+                self._langs.clear()
+            self._langs[session] = lang
+
+    def lang_of(self, session: str) -> str:
+        with self._lock:
+            return self._langs.get(session, lessons.DEFAULT_LANG)
+
+
+def t(lang: str, key: str, **values) -> str:
+    """Lesson text with numbers and names kept left-to-right inside Persian sentences."""
+    return lessons.text_bidi(lang, key, **values) if lessons.direction(lang) == "rtl" else lessons.text(lang, key, **values)

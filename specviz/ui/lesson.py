@@ -1,0 +1,155 @@
+"""The Lesson tab: the source's argument, one chapter per step, each backed by an experiment the class runs
+on the machine in front of it. This module owns the tab's layout and handlers.
+
+Each chapter: text for students (specviz/lessons/*.toml), one button that runs its experiment on the
+selected pair (specviz/experiments.py) with the device to itself (queued with a visible position), a chart
+that fills in as points arrive, a conclusion written from the measured numbers, and the chart's data as
+CSV. Experiments are timed, so they never run beside another timed experiment or the shared batch.
+"""
+from __future__ import annotations
+
+import gradio as gr
+
+from specviz import charts_lesson, experiments, lessons
+from specviz.pipeline import encode_prompt
+from specviz.prompts import DEFAULT_PROMPT, ROW_POOL
+from specviz.ui import runner
+from specviz.ui.errors import as_sentences
+from specviz.ui.i18n import t
+from specviz.ui.runs import TempFiles, write_csv
+
+EXPERIMENT_CHAPTERS = ("race", "knee", "breadth_depth", "ledger", "sweep", "policies")
+BUTTON_IDS = {"race": "run-race", "knee": "run-knee", "breadth_depth": "run-breadth-depth", "ledger": "run-ledger",
+              "sweep": "run-sweep", "policies": "run-policies"}
+FIGURES = {"race": charts_lesson.figure_race, "knee": charts_lesson.figure_knee,
+           "breadth_depth": charts_lesson.figure_breadth_depth, "ledger": charts_lesson.figure_ledger,
+           "sweep": charts_lesson.figure_sweep, "policies": charts_lesson.figure_policies}
+
+
+def chapter_title(lang: str, chapter: str) -> str:
+    return lessons.text(lang, f"chapter.{chapter}.title")
+
+
+def chapter_choices(lang: str) -> list[tuple[str, str]]:
+    return [(f"{i + 1}. {chapter_title(lang, c)}", c) for i, c in enumerate(lessons.CHAPTERS)]
+
+
+def chart_labels(lang: str, chapter: str) -> dict:
+    """Every short string of a chapter's table (chart labels), in this language."""
+    table = lessons.load(lang).get("chapter", {}).get(chapter, {})
+    return {k: v for k, v in table.items() if isinstance(v, str) and k not in ("title", "body")}
+
+
+def conclusion_md(lang: str, result: dict) -> str:
+    """The chapter's conclusion(s), written from the measured numbers, plus how they were measured."""
+    chapter = result["chapter"]
+    keys = result.get("conclusions") or ([result["conclusion"]] if result.get("conclusion") else [])
+    values = result.get("conclusion_values") or [result.get("values", {})] * len(keys)
+    parts = [t(lang, f"chapter.{chapter}.{k}", **v) for k, v in zip(keys, values)]
+    parts.append(f"_{lessons.text(lang, 'app.measured_here')} ({result.get('device', '?')}) · "
+                 f"{lessons.text(lang, 'app.measured_alone')}._")
+    return "\n\n".join(parts)
+
+
+class Lesson:
+    """The tab's handlers. Experiment results are per session (one dict of the latest per chapter)."""
+
+    def __init__(self, app):
+        self.app = app
+        self._files = TempFiles()
+
+    def lang(self, session: str) -> str:
+        return self.app.tr.lang_of(session)
+
+    def run(self, chapter: str, pair_label, request: gr.Request = None):
+        """Stream one chapter's experiment: queue position, then the chart as it fills, then the conclusion."""
+        session = getattr(request, "session_hash", None) or "default"
+        with as_sentences():
+            yield from self._run(chapter, pair_label, self.lang(session))
+
+    def _run(self, chapter: str, pair_label, lang: str):
+        app = self.app
+        choice = app.choice(pair_label)
+        if app.runner.zero_gpu:
+            raise gr.Error("The lesson's experiments time the device they run on; on ZeroGPU the GPU exists "
+                           "only inside each Run's worker, so run them where the app owns its device.")
+        pair = app.load(choice)
+        make = self._experiment(chapter, pair)
+        labels = chart_labels(lang, chapter)
+        running = lessons.text(lang, f"chapter.{chapter}.running")
+        yield running, gr.skip(), gr.skip(), gr.skip()
+        result = fig = None
+        for upd in runner.exclusively(app.gate, make):
+            if isinstance(upd, runner.Waiting):
+                yield t(lang, "app.queue_position", pos=upd.position), gr.skip(), gr.skip(), gr.skip()
+                continue
+            result = upd
+            fig = FIGURES[chapter](result, labels, dark=False)
+            if not result["done"]:
+                yield f"{running} ({result['progress']:.0%})", fig, gr.skip(), gr.skip()
+        if result is None:
+            raise gr.Error("The experiment ended without a result. Please try again.")
+        path = self._files.path(f"specviz-{chapter}", "csv")
+        write_csv(path, result["table"] or [{"chart": chapter}])
+        yield conclusion_md(lang, result), fig, gr.update(value=path), result
+
+    def _experiment(self, chapter: str, pair):
+        prompt = encode_prompt(pair.tokenizer, DEFAULT_PROMPT)
+        peaks = self.app.peaks
+        if chapter == "race":
+            return lambda: experiments.run_race(pair, prompt)
+        if chapter == "knee":
+            return lambda: experiments.run_knee(pair, peaks)
+        if chapter == "breadth_depth":
+            return lambda: experiments.run_breadth_depth(pair)
+        if chapter == "ledger":
+            return lambda: experiments.run_ledger(pair, prompt)
+        if chapter == "sweep":
+            return lambda: experiments.run_sweep(pair, prompt)
+        if chapter == "policies":
+            pool = [prompt] + [encode_prompt(pair.tokenizer, p) for p in ROW_POOL]
+            return lambda: experiments.run_policies(pair, pool)
+        raise gr.Error(f"Unknown chapter: {str(chapter)[:40]!r}")
+
+
+def build(app) -> tuple[Lesson, gr.Radio, gr.Dropdown]:
+    """Lay out the lesson: a chapter picker, one panel per chapter (shown one at a time), next/previous."""
+    lesson = Lesson(app)
+    tr = app.tr
+    labels = [c.label for c in app.choices]
+    with gr.Row():
+        chapter = tr.add(gr.Radio(chapter_choices("en"), value=lessons.CHAPTERS[0], elem_id="chapter",
+                                  show_label=False),
+                         lambda lang: gr.update(choices=chapter_choices(lang)))
+    pair = tr.add(gr.Dropdown(labels, value=labels[0], elem_id="lesson-pair"), label="app.label_pair")
+    panels = []
+    for i, ch in enumerate(lessons.CHAPTERS):
+        with gr.Column(visible=i == 0, elem_id=f"chapter-{ch}", elem_classes=["sv-chapter"]) as panel:
+            tr.add(gr.Markdown(f"## {chapter_title('en', ch)}", elem_classes=["sv-title"]),
+                   lambda lang, ch=ch: gr.update(value=f"## {chapter_title(lang, ch)}"))
+            tr.add(gr.Markdown(lessons.text("en", f"chapter.{ch}.body")), value=f"chapter.{ch}.body")
+            if ch in EXPERIMENT_CHAPTERS:
+                _experiment_panel(lesson, tr, ch, pair)
+            with gr.Row():
+                prev = tr.add(gr.Button(size="sm", interactive=i > 0, elem_id=f"prev-{ch}"),
+                              value="app.previous_chapter")
+                nxt = tr.add(gr.Button(size="sm", variant="primary", interactive=i < len(lessons.CHAPTERS) - 1,
+                                       elem_id=f"next-{ch}"), value="app.next_chapter")
+            prev.click(lambda i=i: lessons.CHAPTERS[max(i - 1, 0)], None, [chapter], api_name=False, queue=False)
+            nxt.click(lambda i=i: lessons.CHAPTERS[min(i + 1, len(lessons.CHAPTERS) - 1)], None, [chapter],
+                      api_name=False, queue=False)
+        panels.append(panel)
+    chapter.change(lambda c: [gr.update(visible=c == ch) for ch in lessons.CHAPTERS], [chapter], panels,
+                   api_name=False, queue=False, show_progress="hidden")
+    return lesson, chapter, pair
+
+
+def _experiment_panel(lesson: Lesson, tr, ch: str, pair) -> None:
+    button = tr.add(gr.Button(variant="primary", elem_id=BUTTON_IDS[ch]), value=f"chapter.{ch}.button")
+    note = gr.Markdown("", elem_id=f"conclusion-{ch}", elem_classes=["sv-conclusion"])
+    plot = gr.Plot(elem_id=f"plot-{ch}", show_label=False)
+    csv = tr.add(gr.DownloadButton(value=None, size="sm", elem_id=f"csv-{ch}"), label="app.download_csv")
+    data = gr.JSON(visible=False)
+    def run(pair_label, request: gr.Request):
+        yield from lesson.run(ch, pair_label, request)
+    button.click(run, [pair], [note, plot, csv, data], api_name=f"lesson_{ch}", concurrency_limit=4)

@@ -1,0 +1,137 @@
+"""The Lesson tab and the classroom helpers, through the API and in a real browser: every chapter's
+experiment runs and renders, the lossless check, save and replay, deep links, English and Persian."""
+import json
+import re
+import shutil
+
+import pytest
+
+from apphelp import client, pair_label
+from test_app import CHROMIUM, browser_page, needs_chromium
+
+CHAPTERS = ["race", "knee", "breadth_depth", "ledger", "sweep", "policies"]
+
+
+@pytest.fixture(scope="module")
+def api(classroom):
+    _, url, _ = classroom
+    c = client(url)
+    return c, pair_label(c), url
+
+
+def _file(value) -> str:
+    return value["value"] if isinstance(value, dict) and "value" in value else (
+        value.get("path") if isinstance(value, dict) else value)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_each_chapter_runs_and_concludes_from_measurements(api, chapter):
+    c, label, _ = api
+    job = c.submit(label, api_name=f"/lesson_{chapter}")
+    note, fig, csv, result = job.result()
+    assert result["done"] and result["chapter"] == chapter
+    assert len(job.outputs()) >= 3                        # it streamed (running, points, conclusion)
+    assert "measured on this machine" in note and "with the device to itself" in note
+    assert not re.search(r"\{[a-z_]+(:[^}]*)?\}", note), note     # every placeholder was filled
+    lines = open(_file(csv), encoding="utf-8").read().splitlines()
+    assert len(lines) >= 2                                # the chart's data as CSV, with a header
+    assert fig is not None
+
+
+def test_lossless_check_after_a_greedy_run(api):
+    c, label, _ = api
+    out = c.predict("the quick brown", label, 2, 4, "fixed", 8, 0, 40, True, api_name="/generate")
+    assert out[-1]["done"]
+    msg = c.predict(api_name="/check_lossless")
+    assert msg.startswith("Identical: 40 of 40 tokens")
+
+
+def test_lossless_check_needs_greedy(api):
+    c, label, _ = api
+    c.predict("the quick brown", label, 1, 2, "fixed", 8, 0.8, 16, True, api_name="/generate")
+    assert "temperature to 0" in c.predict(api_name="/check_lossless")
+
+
+def test_saved_run_replays_the_same_tokens(api):
+    c, label, _ = api
+    live = c.predict("a small draft model guesses and the", label, 2, 3, "fixed", 8, 0, 24, False,
+                     api_name="/generate")
+    tokens_live, save, result = live[0], live[-2], live[-1]
+    path = _file(save)
+    rec = json.loads(open(path, encoding="utf-8").read())
+    assert rec["format"].startswith("specviz-recording") and rec["device"] and rec["date"]
+    assert rec["versions"]["torch"] and rec["steps"]
+    from gradio_client import handle_file
+
+    replay = c.predict(None, handle_file(path), api_name="/replay")
+    assert replay[0] == tokens_live                      # the same coloured tokens, rebuilt from the file
+    assert replay[-1]["outputs"] == result["outputs"] and replay[-1]["replay"]
+    assert "Replay · recorded on" in replay[6]
+
+
+def test_bad_recording_is_a_sentence(api, tmp_path):
+    from gradio_client import handle_file
+    from gradio_client.exceptions import AppError
+
+    c, _, _ = api
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "something else"}')
+    with pytest.raises(AppError, match="not a SpecViz recording"):
+        c.predict(None, handle_file(str(bad)), api_name="/replay")
+    with pytest.raises(AppError, match="Pick a recorded run"):
+        c.predict(None, None, api_name="/replay")
+
+
+@needs_chromium
+def test_browser_deep_link_and_persian(api, tmp_path):
+    _, _, url = api
+    link = url + "?tab=playground&prompt=memory%20bound&batch=3&depth=2&policy=adaptive&lang=fa"
+    with browser_page(1300) as page:
+        page.goto(link)
+        page.wait_for_function("document.documentElement.getAttribute('dir') === 'rtl'", timeout=30000)
+        assert page.locator("#prompt textarea").input_value() == "memory bound"
+        assert page.locator("#batch-size input[type=number]").input_value() == "3"
+        assert page.locator("#depth input[type=number]").input_value() == "2"
+        assert page.locator("#policy input[value=adaptive]").is_checked()
+        page.wait_for_function("document.querySelector('#run').innerText.includes('اجرا')", timeout=30000)
+        page.screenshot(path=str(tmp_path / "fa.png"), full_page=True)
+        shutil.copy(tmp_path / "fa.png", "/tmp/specviz-playground-fa.png")
+        # copy link gives the link to the current state
+        page.locator("#copy-link").click()
+        page.wait_for_function("document.querySelector('#link input').value.includes('tab=playground')",
+                               timeout=10000)
+        got = page.locator("#link input").input_value()
+        assert "batch=3" in got and "depth=2" in got and "lang=fa" in got and "policy=adaptive" in got
+        # switching back to English flips the direction and the labels
+        page.locator("#lang label", has_text="English").click()
+        page.wait_for_function("document.documentElement.getAttribute('dir') === 'ltr'", timeout=10000)
+        page.wait_for_function("document.querySelector('#run').innerText.includes('Run')", timeout=10000)
+
+
+@needs_chromium
+def test_browser_walks_the_lesson(api, tmp_path):
+    _, _, url = api
+    with browser_page(1500) as page:
+        page.goto(url)
+        page.wait_for_selector("#chapter-intro", timeout=30000)
+        for chapter in CHAPTERS:
+            page.locator(f"#next-{_previous(chapter)}").click()
+            page.wait_for_selector(f"#chapter-{chapter}", state="visible", timeout=10000)
+            page.locator(f"#{_button(chapter)}").click()
+            page.wait_for_function(
+                f"document.querySelector('#conclusion-{chapter}').innerText.includes('measured on this machine')",
+                timeout=120000)
+            page.wait_for_selector(f"#plot-{chapter} .js-plotly-plot", timeout=30000)
+            if chapter == "race":
+                page.screenshot(path=str(tmp_path / "lesson.png"), full_page=True)
+                shutil.copy(tmp_path / "lesson.png", "/tmp/specviz-lesson.png")
+        assert CHROMIUM
+
+
+def _previous(chapter: str) -> str:
+    order = ["intro", *CHAPTERS]
+    return order[order.index(chapter) - 1]
+
+
+def _button(chapter: str) -> str:
+    return "run-" + chapter.replace("_", "-")
