@@ -8,6 +8,10 @@ differs:
 Reported per mode: total tokens/s (all users' tokens ÷ wall time from the first submit to the last
 finish), p50/p95 wait (submit → first tokens) and completion time, the largest shared batch; and the
 ratio shared ÷ separate. Greedy outputs are checked identical between the modes.
+
+With `--url http://127.0.0.1:7860/` it instead loads a running app the way a class does: N Gradio API
+clients press Run at once (loopback only), and it reports how many finished or heard "busy", p50/p95
+wait (Run → first streamed tokens) and completion, and the largest shared batch.
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ def add_parser(sub) -> None:
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--separate-concurrency", type=int, default=4)
     p.add_argument("--repeats", type=int, default=1, help="rounds per mode, interleaved (medians reported)")
+    p.add_argument("--url", default=None, help="load a running app on this machine instead (loopback only)")
     p.set_defaults(func=run)
 
 
@@ -65,14 +70,9 @@ def _shared(pair, prompts, args):
                 first = time.perf_counter()
             last = upd
         res[i] = (first - t_submit, time.perf_counter() - t_submit, last.outputs[0], last.totals.shared_batch_max)
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=user, args=(i, t0)) for i in range(len(prompts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    wall = _all_at_once(user, len(prompts))
     sched.close()
-    return time.perf_counter() - t0, res
+    return wall, res
 
 
 def _separate(pair, prompts, args):
@@ -89,13 +89,18 @@ def _separate(pair, prompts, args):
                 if first is None:
                     first = time.perf_counter()
             res[i] = (first - t_submit, time.perf_counter() - t_submit, eng.outputs()[0], 1)
+    return _all_at_once(user, len(prompts)), res
+
+
+def _all_at_once(user, n: int) -> float:
+    """Start n users together (each gets the common start time); seconds until the last one is done."""
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=user, args=(i, t0)) for i in range(len(prompts))]
+    threads = [threading.Thread(target=user, args=(i, t0)) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return time.perf_counter() - t0, res
+    return time.perf_counter() - t0
 
 
 def _summary(wall: float, res) -> dict:
@@ -106,8 +111,60 @@ def _summary(wall: float, res) -> dict:
             "largest_shared_batch": max(r[3] for r in res)}
 
 
+def _served(args) -> dict:
+    """N API clients press Run on a running app at once; per client: wait, completion, outcome."""
+    from urllib.parse import urlparse
+
+    from gradio_client import Client
+
+    from specviz.limits import LimitError
+
+    if urlparse(args.url).hostname not in ("127.0.0.1", "localhost", "::1"):
+        raise LimitError("--url must point at this machine (127.0.0.1 or localhost)")
+    probe = Client(args.url, verbose=False)
+    params = probe.view_api(return_format="dict", print_info=False)["named_endpoints"]["/generate"]["parameters"]
+    label = next(p for p in params if p["parameter_name"] == "pair_label")["parameter_default"]
+    barrier, res = threading.Barrier(args.users), [None] * args.users
+
+    def user(i):
+        c = Client(args.url, verbose=False)
+        barrier.wait(120)
+        t0, first = time.perf_counter(), None
+        try:
+            job = c.submit(POOL[i % len(POOL)], label, 1, args.depth, args.policy, args.threshold or 8, 0,
+                           args.max_new_tokens, True, api_name="/generate")
+            for out in job:
+                if first is None and isinstance(out[0], str) and "tok-" in out[0]:
+                    first = time.perf_counter() - t0
+            final = job.outputs()[-1][-1]
+            res[i] = ("done", first, time.perf_counter() - t0, final.get("shared_batch_max", 0))
+        except Exception as exc:
+            res[i] = ("busy" if "busy" in str(exc) else "error: " + str(exc)[:80], None, time.perf_counter() - t0, 0)
+    threads = [threading.Thread(target=user, args=(i,)) for i in range(args.users)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(900)
+    done = [r for r in res if r and r[0] == "done"]
+    waits, ends = [r[1] for r in done if r[1] is not None], [r[2] for r in done]
+    return {"done": True, "url": args.url, "users": args.users, "finished": len(done),
+            "busy": sum(1 for r in res if r and r[0] == "busy"),
+            "errors": [r[0] for r in res if r and r[0] not in ("done", "busy")][:5],
+            "wall_s": time.perf_counter() - t0,
+            "wait_p50_s": _pct(waits, 0.5) if waits else None, "wait_p95_s": _pct(waits, 0.95) if waits else None,
+            "done_p50_s": _pct(ends, 0.5) if ends else None, "done_p95_s": _pct(ends, 0.95) if ends else None,
+            "largest_shared_batch": max([r[3] for r in done] + [0])}
+
+
 def run(args) -> int:
     from specviz.limits import LimitError, check_request
+
+    if args.url:
+        if not 1 <= args.users <= 200:
+            raise LimitError("--users must be 1-200")
+        print(json.dumps(_served(args)), flush=True)
+        return 0
     from specviz.pipeline import encode_prompt, load_pair
 
     check_request(1, args.depth, 0.0, args.max_new_tokens)
