@@ -173,6 +173,9 @@ class Ticket:
             try:
                 upd = self._q.get(timeout=POLL_S)
             except queue.Empty:
+                if not self.scheduler.alive() and self._q.empty():
+                    yield Update(final=True, error=UNEXPECTED.format(kind="the scheduler stopped"))
+                    return
                 continue
             upd = self._merge(upd, flush_s)
             yield upd
@@ -251,6 +254,9 @@ class Scheduler:
         with self._cond:
             return self._info
 
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def wake(self) -> None:
         with self._cond:
             self._cond.notify_all()
@@ -273,14 +279,18 @@ class Scheduler:
                 if self._closed:
                     break
                 pending = list(self._pending)
-            self._reap()
-            self._admit(pending)
-            if not self.engine.requests:
-                with self._cond:
-                    self._cond.wait(0.05)    # only queued requests that cannot start yet
-                continue
-            with self.gate.step():
-                self._step_once()
+            try:
+                self._reap()
+                self._admit(pending)
+                if not self.engine.requests:
+                    with self._cond:
+                        self._cond.wait(0.05)    # only queued requests that cannot start yet
+                    continue
+                with self.gate.step():
+                    self._step_once()
+            except Exception as exc:          # never let the loop die: end what runs, keep serving
+                log.exception("scheduler loop failed")
+                self._fail_all(UNEXPECTED.format(kind=type(exc).__name__))
         for t in list(self._active.values()) + self._pending:
             t.put(Update(final=True, stopped=True, error="the server is shutting down"))
 
