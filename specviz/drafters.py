@@ -69,15 +69,18 @@ class ModelDrafter:
     kind = "model"
 
     def __init__(self, model, spec: ModelSpec, device, dtype, vocab: int,
-                 layer_map: dict[int, int] | None = None, n_layers: int | None = None, label: str = ""):
+                 layer_map: dict[int, int] | None = None, n_layers: int | None = None, label: str = "",
+                 cache_factory=None):
         self.model, self.spec, self.device, self.dtype = model, spec, device, dtype
+        self.cache_factory = cache_factory    # batch → KV cache (fast path); None = RaggedCache
         self.vocab = vocab            # logits are cut to the vocabulary shared with the target
         self.layer_map, self.n_layers = layer_map, n_layers
         self.label = label
         self.reset()
 
     def reset(self) -> None:
-        self.draft_kv = RaggedCache(0, self.device, self.dtype, self.layer_map)
+        self.draft_kv = (self.cache_factory(0) if self.cache_factory
+                         else RaggedCache(0, self.device, self.dtype, self.layer_map))
         self.fed: list[int] = []      # per row: tokens of its sequence already in the draft cache
         self._spec_slots: torch.Tensor | None = None   # [B, K] slot of fed draft token j (or -1)
         self._fed_before: list[int] = []

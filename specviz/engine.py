@@ -41,11 +41,14 @@ class SpeculativeEngine:
     """Runs a target model and a drafter over one live batch shared by any number of requests."""
 
     def __init__(self, target, target_spec: ModelSpec, drafter: Drafter, eos_ids: list[int], vocab: int,
-                 device, dtype):
+                 device, dtype, cache_factory=None, fast_label: str = "eager (transformers)"):
         self.target, self.spec, self.drafter = target, target_spec, drafter
+        # batch → KV cache; None = RaggedCache over the stock modules (the fast path's is a StaticCache)
+        self.cache_factory = cache_factory
+        self.fast_label = fast_label           # which forward path the passes run (shown with the timings)
         self.eos = set(int(e) for e in eos_ids)
         self.vocab, self.device, self.dtype = vocab, device, dtype
-        self.target_kv = RaggedCache(0, device, dtype)
+        self.target_kv = self._new_cache()
         self.rows: list[Row] = []              # batch order = row order in both caches
         self.requests: list[Request] = []      # in admission order (first come, first served)
         self.last: Request | None = None       # the request of the latest `generate` (CLI, tests)
@@ -141,7 +144,8 @@ class SpeculativeEngine:
         for r in new:
             self.pressure[r.owner.id] = self.pressure.get(r.owner.id, 0) + len(r.seq)
         # a re-admitted row (after a fault) brings what it generated so far; its last token is fed next
-        kv, secs, _ = prefill(self.target, [r.seq for r in new], self.device, self.dtype)
+        kv, secs, _ = prefill(self.target, [r.seq for r in new], self.device, self.dtype,
+                              new_cache=self.cache_factory)
         self.target_kv.merge(kv)
         d_secs, _ = self.drafter.admit([r.seq for r in new])
         self.rows += new
@@ -153,9 +157,12 @@ class SpeculativeEngine:
         row is prefilled again from its tokens at the next step."""
         self._readmit = [r for r in self.rows if not r.done]
         self.rows = []
-        self.target_kv = RaggedCache(0, self.device, self.dtype)
+        self.target_kv = self._new_cache()
         self.drafter.reset()
         self.admitting, self.pressure = set(), {}
+
+    def _new_cache(self):
+        return self.cache_factory(0) if self.cache_factory else RaggedCache(0, self.device, self.dtype)
 
     # --- one step -------------------------------------------------------------------------------------
     def _step(self, prefill_s: dict[int, float], changes: dict, retired: dict) -> list[tuple[Request, StepEvent]]:

@@ -202,10 +202,11 @@ def left_padded(seqs: list[list[int]], device, min_len: int = 1):
     return tokens.to(device), valid.to(device)
 
 
-def prefill(model, prompts: list[list[int]], device, dtype, layer_map=None):
+def prefill(model, prompts: list[list[int]], device, dtype, layer_map=None, new_cache=None):
     """Build a cache holding each prompt except its last token (which the first step feeds).
+    `new_cache(batch)` makes the cache (the fast path's); default a RaggedCache.
     Returns (cache, seconds, width of the prefill block)."""
-    cache = RaggedCache(len(prompts), device, dtype, layer_map)
+    cache = new_cache(len(prompts)) if new_cache else RaggedCache(len(prompts), device, dtype, layer_map)
     tokens, valid = left_padded([p[:-1] for p in prompts], device)
     _, secs = timed_forward(cache, model, tokens, valid, logits_to_keep=1)
     return cache, secs, tokens.shape[1]

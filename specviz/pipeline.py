@@ -8,6 +8,7 @@ from typing import Callable
 
 from specviz.drafters import Drafter, ModelDrafter, NgramDrafter, make_layerskip_model
 from specviz.engine import SpeculativeEngine
+from specviz.fastpath import FastPath, cache_factory, resolve
 from specviz.limits import Limits, check_prompt_ids, check_prompt_text
 from specviz.models import (SHAPE_PREFIX, LoadedModel, ModelError, check_same_vocabulary, load_model,
                             parse_draft_ref)
@@ -26,12 +27,14 @@ class Pair:
     target_spec: ModelSpec
     draft_spec: ModelSpec | None
     vocab: int
+    fast: FastPath = FastPath()               # which forward path the passes run (specviz.fastpath)
+    target_cache: Callable | None = None      # batch → fast-path KV cache for the target (None: eager)
 
     def engine(self) -> SpeculativeEngine:
         """A fresh engine with its own caches and drafter (the weights are shared, read-only)."""
         t = self.target
         return SpeculativeEngine(t.model, self.target_spec, self.make_drafter(), t.eos_ids, self.vocab,
-                                 t.device, t.dtype)
+                                 t.device, t.dtype, self.target_cache, self.fast.label)
 
     @property
     def label(self) -> str:
@@ -52,8 +55,10 @@ def _logit_width(loaded: LoadedModel) -> int:
 
 
 def load_pair(target_ref: str, draft_ref: str, device: str | None = None,
-              target: LoadedModel | None = None, draft: LoadedModel | None = None) -> Pair:
-    """Load target and draft (reusing already loaded models when given) and build the drafter."""
+              target: LoadedModel | None = None, draft: LoadedModel | None = None,
+              compile: str = "off") -> Pair:
+    """Load target and draft (reusing already loaded models when given) and build the drafter.
+    `compile` (off / on / auto, or static for tests) picks the forward path, see specviz.fastpath."""
     dref = parse_draft_ref(draft_ref)
     for ref in (target_ref, dref.ref):
         if ref.strip().startswith(SHAPE_PREFIX):
@@ -61,8 +66,9 @@ def load_pair(target_ref: str, draft_ref: str, device: str | None = None,
     target = target or load_model(target_ref, device)
     tspec = _spec(target, target_ref)
     width = _logit_width(target)
+    tcache, fast = cache_factory(target.model, resolve(compile, target.device))
     if dref.kind == "ngram":
-        return Pair(target, None, draft_ref, lambda: NgramDrafter(target.device), tspec, None, width)
+        return Pair(target, None, draft_ref, lambda: NgramDrafter(target.device), tspec, None, width, fast, tcache)
     if dref.kind == "layerskip":
         a, b = dref.skip
         try:
@@ -70,16 +76,20 @@ def load_pair(target_ref: str, draft_ref: str, device: str | None = None,
         except ValueError as exc:
             raise ModelError(str(exc)) from exc
         label = f"{target_ref} without layers {a}-{b}"
+        dcache, _ = cache_factory(view, fast)
         return Pair(target, None, draft_ref,
-                    lambda: ModelDrafter(view, tspec, target.device, target.dtype, width, layer_map, kept, label),
-                    tspec, tspec, width)
+                    lambda: ModelDrafter(view, tspec, target.device, target.dtype, width, layer_map, kept, label,
+                                         dcache),
+                    tspec, tspec, width, fast, tcache)
     draft = draft or load_model(dref.ref, device)
     check_same_vocabulary(target, draft)
     dspec = _spec(draft, dref.ref)
     vocab = min(width, _logit_width(draft))   # Qwen2.5 sizes pad embeddings differently
+    dcache, _ = cache_factory(draft.model, fast)
     return Pair(target, draft, draft_ref,
-                lambda: ModelDrafter(draft.model, dspec, target.device, target.dtype, vocab, label=dref.ref),
-                tspec, dspec, vocab)
+                lambda: ModelDrafter(draft.model, dspec, target.device, target.dtype, vocab, label=dref.ref,
+                                     cache_factory=dcache),
+                tspec, dspec, vocab, fast, tcache)
 
 
 def encode_prompt(tokenizer, text: str, raw: bool = False, limits: Limits = Limits()) -> list[int]:

@@ -40,11 +40,12 @@ def loaded(tiny_paths):
 def make_pair(tiny_paths, loaded):
     from specviz.pipeline import load_pair
 
-    def make(draft: str):
+    def make(draft: str, compile: str = "off"):
+        """compile: "off" (stock modules), "static" (fast path, eager) or "on" (fast path, compiled)."""
         if draft in ("draft", "target"):
             return load_pair(tiny_paths["target"], tiny_paths[draft], target=loaded["target"],
-                             draft=loaded[draft])
-        return load_pair(tiny_paths["target"], draft, target=loaded["target"])
+                             draft=loaded[draft], compile=compile)
+        return load_pair(tiny_paths["target"], draft, target=loaded["target"], compile=compile)
     return make
 
 

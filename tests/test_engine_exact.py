@@ -27,11 +27,12 @@ def assert_exact(eng, reference, max_new=MAX_NEW):
         assert out == reference(row, max_new), f"row {row} differs from target.generate"
 
 
+@pytest.mark.parametrize("fast", ["off", "static"])     # stock modules, and the fast path's static cache
 @pytest.mark.parametrize("draft", DRAFTS)
 @pytest.mark.parametrize("batch", [1, 3, 8])
 @pytest.mark.parametrize("depth", [0, 1, 4, 8])
-def test_greedy_matches_target(make_pair, prompts, reference, draft, batch, depth):
-    eng, events = run(make_pair(draft), prompts, Knobs(depth=depth, batch_size=batch))
+def test_greedy_matches_target(make_pair, prompts, reference, draft, batch, depth, fast):
+    eng, events = run(make_pair(draft, fast), prompts, Knobs(depth=depth, batch_size=batch))
     assert_exact(eng, reference)
     assert len(eng.outputs()) == batch
     if depth == 0:

@@ -9,6 +9,10 @@ checks that every greedy output is identical, and prints a final JSON line with 
 tokens/s to theirs (medians). With --batch-size B > 1 it compares against plain batched `generate()`
 (transformers' assisted generation supports batch size 1 only).
 Tokens/s here is end to end (prefill included) for both sides, so the comparison is like for like.
+With --compile on|auto, "ours" runs the fast path (specviz.fastpath); the warm-up repetition then
+includes compiling, reported as `warmup_s`, and an extra variant `ours_k0_eager` (our engine on the
+stock modules) measures whether compiling paid on this machine — recorded for `--compile auto`.
+`verify_ms_k0` is the median one-token target pass inside our engine at depth 0 (B rows).
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import json
 import statistics
 import time
 
-from specviz.cli.common import DEFAULT_PROMPTS, add_pair_args
+from specviz.cli.common import DEFAULT_PROMPTS, add_compile_arg, add_pair_args
 
 
 def add_parser(sub) -> None:
@@ -28,6 +32,7 @@ def add_parser(sub) -> None:
     p.add_argument("--prompt", default=DEFAULT_PROMPTS[0])
     p.add_argument("--repeats", type=int, default=3, help="timed runs per variant (median reported)")
     p.add_argument("--raw", action="store_true")
+    add_compile_arg(p)
     p.set_defaults(func=run)
 
 
@@ -35,12 +40,14 @@ def _ours(pair, prompts, depth, max_new, batch):
     from specviz.engine import Knobs
 
     engine = pair.engine()
+    verify = []
     t0 = time.perf_counter()
-    for _ in engine.generate(prompts, Knobs(depth=depth, batch_size=batch), max_new):
-        pass
+    for ev in engine.generate(prompts, Knobs(depth=depth, batch_size=batch), max_new):
+        verify.append(ev.verify_s)
     secs = time.perf_counter() - t0
     outs = list(engine.outputs().values())
-    return sum(map(len, outs)), secs, outs, engine.totals
+    # verify: the target pass time of every step (prefill is timed apart)
+    return sum(map(len, outs)), secs, outs, engine.totals, verify
 
 
 def _hf(pair, prompts, max_new, **extra):
@@ -85,30 +92,39 @@ def run(args) -> int:
 
     check_batch(args.batch_size)
     check_depth(args.depth)
-    pair = load_pair(args.target, args.draft, args.device)
+    pair = load_pair(args.target, args.draft, args.device, compile=args.compile)
+    if pair.fast.note:
+        print(f"specviz: {pair.fast.note}")
     prompt = encode_prompt(pair.tokenizer, args.prompt, raw=args.raw)
     B, k, N = args.batch_size, args.depth, args.max_new_tokens
     prompts = [prompt] * B
     last_totals = {}
 
     def ours_k():
-        n, secs, outs, last_totals["k"] = _ours(pair, prompts, k, N, B)
+        n, secs, outs, last_totals["k"], _ = _ours(pair, prompts, k, N, B)
         return n, secs, outs
 
-    variants = {"ours_k": ours_k,
-                "ours_k0": lambda: _ours(pair, prompts, 0, N, B)[:3],
-                "plain": lambda: _hf(pair, prompts, N)}
+    def ours_k0():
+        n, secs, outs, _, last_totals["verify_k0"] = _ours(pair, prompts, 0, N, B)
+        return n, secs, outs
+
+    variants = {"ours_k": ours_k, "ours_k0": ours_k0, "plain": lambda: _hf(pair, prompts, N)}
+    if pair.fast.on:       # the same engine on the stock modules: did the fast path pay here?
+        eager = load_pair(args.target, args.draft, args.device, target=pair.target, draft=pair.draft)
+        variants["ours_k0_eager"] = lambda: _ours(eager, prompts, 0, N, B)[:3]
     kw = _assisted_kwargs(pair, k) if B == 1 else None
     if kw is not None:
         variants["assisted"] = lambda: _hf(pair, prompts, N, **kw)
     rates = {name: [] for name in variants}
-    outputs = {}
-    for rep in range(args.repeats + 1):          # repetition 0 is the warm-up
+    outputs, warmup = {}, {}
+    for rep in range(args.repeats + 1):          # repetition 0 is the warm-up (and compiles)
         for name, fn in variants.items():
             n, secs, outs = fn()
             outputs[name] = outs
             if rep:
                 rates[name].append(n / secs)
+            else:
+                warmup[name] = secs
     med = {name: statistics.median(v) for name, v in rates.items()}
     identical = all(o == outputs["plain"] for o in outputs.values())
     totals = last_totals["k"]          # from the last timed run of our engine at depth k
@@ -120,7 +136,14 @@ def run(args) -> int:
         "identical": identical, "acceptance_rate": totals.acceptance_rate,
         "overhead_share": totals.overhead_share, "repeats": args.repeats,
         "tokens": len(outputs["plain"][0]),
+        "path": pair.fast.label, "warmup_s": warmup,
+        "verify_ms_k0": 1e3 * statistics.median(last_totals["verify_k0"] or [0.0]),
     }
+    if "ours_k0_eager" in med:
+        from specviz.fastpath import record_auto
+
+        result["fast_vs_eager"] = med["ours_k0"] / med["ours_k0_eager"]
+        record_auto(pair.target.device, med["ours_k0_eager"], med["ours_k0"])
     for name, v in med.items():
         print(f"{name:>9}: {v:8.2f} tok/s (median of {args.repeats})")
     print(json.dumps(result))

@@ -19,6 +19,23 @@ def add_pair_args(p) -> None:
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
 
 
+def _compile_choice(value: str) -> str:
+    import argparse
+
+    from specviz.fastpath import CompileError, check_compile
+
+    try:
+        return check_compile(value)
+    except CompileError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def add_compile_arg(p) -> None:
+    p.add_argument("--compile", default=os.environ.get("SPECVIZ_COMPILE", "off"), type=_compile_choice,
+                   help="fast path: on = static KV cache + compact forward, compiled; off = stock "
+                        "transformers (default); auto = on where bench-hf --compile on measured it faster")
+
+
 def add_run_args(p) -> None:
     p.add_argument("--prompt", action="append", default=None, help="prompt text (repeatable)")
     p.add_argument("--batch-size", type=int, default=1, help=f"rows decoded together (1-{MAX_BATCH})")

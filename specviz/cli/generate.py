@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
-from specviz.cli.common import (DEFAULT_PROMPTS, add_pair_args, add_run_args, check_run_args,
+from specviz.cli.common import (DEFAULT_PROMPTS, add_compile_arg, add_pair_args, add_run_args, check_run_args,
                                 knobs_from_args, policy_from_args)
 
 GREEN, RED, BLUE, DIM, RESET = "\x1b[32m", "\x1b[9;31m", "\x1b[34m", "\x1b[2m", "\x1b[0m"
@@ -18,6 +18,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("generate", help="generate with speculative decoding")
     add_pair_args(p)
     add_run_args(p)
+    add_compile_arg(p)
     p.add_argument("--json", action="store_true", help="one JSON object per step, then a final one")
     p.set_defaults(func=run)
 
@@ -48,7 +49,9 @@ def run(args) -> int:
     policy_from_args(args)  # validate the policy before loading models
     from specviz.pipeline import encode_prompt, load_pair
 
-    pair = load_pair(args.target, args.draft, args.device)
+    pair = load_pair(args.target, args.draft, args.device, compile=args.compile)
+    if pair.fast.note:
+        print(f"specviz: {pair.fast.note}", file=sys.stderr)
     tok = pair.tokenizer
     texts = args.prompt or DEFAULT_PROMPTS
     prompts = [encode_prompt(tok, t, raw=args.raw) for t in texts]
@@ -65,7 +68,7 @@ def run(args) -> int:
                 print(colour_row(first, decode), end="", flush=True)
     outs = engine.outputs()
     t = engine.totals
-    final = {"done": True, "target": args.target, "draft": args.draft,
+    final = {"done": True, "target": args.target, "draft": args.draft, "path": pair.fast.label,
              "prompt_ids": [engine.prompt_of(i) for i in outs], "outputs": list(outs.values()),
              "texts": [tok.decode(o, skip_special_tokens=True) for o in outs.values()], **t.as_dict()}
     if args.json:

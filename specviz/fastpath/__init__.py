@@ -1,0 +1,137 @@
+"""The fast path: a static-shape KV cache (`cache.StaticCache`) driven by a compact Llama-family forward
+(`llama.CompactLlama`), optionally compiled (`torch.compile`, inductor on CPU, CUDA graphs on CUDA).
+
+Off by default. The engine and the model drafters receive a *cache factory* (`batch → cache`); with
+the fast path off it builds today's `RaggedCache`, so nothing changes. Modes:
+- "off":      stock transformers modules + RaggedCache (the reference path);
+- "static":   StaticCache + compact forward, eager (no compile; what most tests use);
+- "compiled": StaticCache + compact forward, each decoder layer compiled;
+- "on" = "compiled"; "auto" = "compiled" where a measurement on this machine found it faster
+  (recorded by `python -m specviz bench-hf --compile on`), else "off".
+Unsupported architectures fall back to "off" with a sentence (`FastPath.note`).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+from specviz.fastpath.llama import CompactLlama, Unsupported
+
+COMPILE_CHOICES = ("auto", "on", "off")
+MODES = ("off", "static", "compiled")
+
+
+class CompileError(ValueError):
+    """A bad --compile value; the message is meant for a human."""
+
+
+def check_compile(value: str) -> str:
+    v = (value or "").strip().lower()
+    if v not in COMPILE_CHOICES + ("static",):
+        raise CompileError(f"--compile must be one of {', '.join(COMPILE_CHOICES)}, not '{value}'")
+    return v
+
+
+@dataclass(frozen=True)
+class FastPath:
+    """What a pair runs: `mode` (off / static / compiled) and, when it fell back, why."""
+
+    mode: str = "off"
+    note: str = ""
+
+    @property
+    def on(self) -> bool:
+        return self.mode != "off"
+
+    @property
+    def label(self) -> str:
+        return {"off": "eager (transformers)", "static": "static (eager)", "compiled": "static, compiled"}[self.mode]
+
+
+def resolve(choice: str, device=None) -> FastPath:
+    """Turn a --compile choice into the mode this machine runs."""
+    choice = check_compile(choice)
+    if choice == "off":
+        return FastPath("off")
+    if choice == "static":
+        return FastPath("static")
+    if choice == "on":
+        return FastPath("compiled")
+    decided = auto_decision(device)
+    if decided is None:
+        return FastPath("off", "auto: not measured on this machine yet (bench-hf --compile on records it)")
+    return FastPath("compiled" if decided else "off", "auto: " + ("measured faster" if decided else "measured slower"))
+
+
+def cache_factory(model, fast: FastPath) -> tuple[Callable | None, FastPath]:
+    """A `batch → StaticCache` factory for `model` (None when the fast path is off or cannot serve
+    this architecture) and the FastPath that applies. The compact view is built once here and shared
+    read-only by every cache (and engine) the factory makes."""
+    if not fast.on:
+        return None, fast
+    try:
+        compact = CompactLlama(model)
+    except Unsupported as exc:
+        return None, FastPath("off", f"{exc}; running eager")
+    if fast.mode == "compiled":
+        compact.layer_fn = compiled_layer(str(compact.device.type))
+    from specviz.fastpath.cache import StaticCache
+
+    return (lambda batch: StaticCache(compact, batch)), fast
+
+
+@lru_cache(maxsize=None)
+def compiled_layer(device_type: str):
+    """One compiled decoder layer per device type, shared by every model and engine (the weights are
+    arguments, so the same graph serves every layer; Dynamo guards on shapes, not on tensor identity)."""
+    import torch
+
+    from specviz.fastpath.llama import decoder_layer
+
+    setup_compile_cache()
+    mode = "reduce-overhead" if device_type == "cuda" else None    # CUDA graphs on CUDA
+    return torch.compile(decoder_layer, mode=mode, dynamic=False)
+
+
+def setup_compile_cache() -> None:
+    """Persist inductor's compiled code in the user cache so a second start is warm."""
+    from specviz.models import cache_root
+
+    root = cache_root() / "inductor"
+    root.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(root))
+    os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
+
+
+# --- auto: remember on this machine whether compiling paid ----------------------------------------
+def _auto_file(device) -> Path:
+    from specviz.hardware import machine_key
+    from specviz.models import cache_root
+
+    import hashlib
+
+    import torch
+
+    key = machine_key(torch.device(device or "cpu"), None)      # host, device, torch version
+    return cache_root() / "fastpath" / f"auto-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+
+
+def auto_decision(device=None) -> bool | None:
+    """True/False when a measurement on this machine said compiled is faster/slower; None if none."""
+    try:
+        data = json.loads(_auto_file(device).read_text())
+        return bool(data["faster"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def record_auto(device, eager_tps: float, fast_tps: float) -> None:
+    """Store a measurement (tokens/s eager vs compiled) for `auto` to use."""
+    path = _auto_file(device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"eager_tokens_per_s": eager_tps, "fast_tokens_per_s": fast_tps,
+                                "faster": fast_tps > eager_tps}))

@@ -1,0 +1,215 @@
+"""`StaticCache`: the fast path's KV cache, with the same interface as `specviz.kvcache.RaggedCache`
+(forward, select, merge, add_rows, invalidate, compact, length, batch, holes) so the engine and the
+drafters use either without knowing which.
+
+What is static, and why:
+- KV buffers are preallocated per layer as [B_cap, n_kv, S_cap, head_dim] and grown in chunks of
+  `CHUNK` slots; a pass writes its block in place (`index_copy_`) instead of concatenating.
+- The batch is padded to a power of two (B_cap) and a short block (decode, verify, draft: T ≤
+  `MAX_BUCKET`) to a power of two of tokens, so a handful of shapes — hence compiled graphs / CUDA
+  graphs — serve every (B, k). Long blocks (prefill) run at their own width.
+- Padding rows and padding queries are just more holes: the validity mask hides them. Every query
+  attends over all S_cap slots with an additive mask; a fully masked query (a padding row) sees a
+  finite minimum everywhere and gets a uniform softmax over finite values, never NaN (buffers start
+  as zeros and only ever receive finite keys/values).
+- Logical bookkeeping (valid [B, L], n_valid [B], positions counting valid slots only) is the same as
+  RaggedCache's; slots L..L+T_pad of a padded block are scratch that the next pass overwrites.
+"""
+from __future__ import annotations
+
+import torch
+
+from specviz.fastpath.llama import CompactLlama
+
+CHUNK = 256          # slots added when the buffers grow (fewer distinct shapes than growing by one)
+MAX_BUCKET = 16      # blocks up to this many tokens are padded to a power of two
+
+
+def bucket(n: int) -> int:
+    """The smallest power of two ≥ n (1 for n ≤ 1)."""
+    return 1 << max(0, n - 1).bit_length()
+
+
+def _round_up(n: int, chunk: int) -> int:
+    return max(chunk, -(-n // chunk) * chunk)
+
+
+class StaticCache:
+    """Preallocated KV buffers + validity bookkeeping for one compact model over a batch of rows."""
+
+    def __init__(self, compact: CompactLlama, batch: int, slots: int = 0):
+        self.m = compact
+        self.device, self.dtype = compact.device, compact.dtype
+        self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=self.device)   # [B, L]
+        self.n_valid = torch.zeros(batch, dtype=torch.long, device=self.device)     # [B]
+        self.kbufs: list[torch.Tensor] = []
+        self.vbufs: list[torch.Tensor] = []
+        self._alloc(bucket(max(batch, 1)), _round_up(slots, CHUNK))
+
+    # --- shape bookkeeping ---------------------------------------------------------------------
+    @property
+    def batch(self) -> int:
+        return self.valid.shape[0]
+
+    @property
+    def length(self) -> int:
+        return self.valid.shape[1]
+
+    @property
+    def capacity(self) -> tuple[int, int]:
+        """(rows, slots) the buffers hold."""
+        return self.kbufs[0].shape[0], self.kbufs[0].shape[2]
+
+    def holes(self) -> int:
+        return int(self.batch * self.length - int(self.n_valid.sum()))
+
+    def _alloc(self, rows: int, slots: int, keep_rows: int = 0, keep_slots: int = 0) -> None:
+        """(Re)allocate zeroed buffers [rows, n_kv, slots, hd], keeping the first keep_rows × keep_slots."""
+        d = self.m.dims
+        shape = (rows, d.n_kv, slots, d.head_dim)
+        old = (self.kbufs, self.vbufs)
+        self.kbufs = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.m.n_layers)]
+        self.vbufs = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.m.n_layers)]
+        if keep_rows and keep_slots:
+            for new, prev in zip(self.kbufs + self.vbufs, old[0] + old[1]):
+                new[:keep_rows, :, :keep_slots] = prev[:keep_rows, :, :keep_slots]
+
+    def _fit(self, rows: int, slots: int) -> None:
+        """Make the buffers hold `rows` rows (bucketed: grow or shrink) and at least `slots` slots."""
+        cap_r, cap_s = self.capacity
+        want_r = bucket(max(rows, 1))
+        want_s = cap_s if slots <= cap_s else _round_up(slots, CHUNK)
+        if (want_r, want_s) != (cap_r, cap_s):
+            self._alloc(want_r, want_s, min(cap_r, want_r, self.batch), min(cap_s, self.length))
+
+    # --- the pass -------------------------------------------------------------------------------
+    def forward(self, model, tokens: torch.Tensor, tok_valid: torch.Tensor, logits_to_keep: int = 0):
+        """Append a block and return logits, like RaggedCache.forward (`model` is the transformers
+        model this cache was built for; its weights are read through the compact view).
+
+        tokens, tok_valid: [B, T]. Returns logits [B, T', V] for the last T' = logits_to_keep (all if 0)."""
+        B, T = tokens.shape
+        L = self.length
+        Tp = bucket(T) if T <= MAX_BUCKET else T
+        self._fit(B, L + Tp)
+        R, S = self.capacity
+        pos = self.n_valid[:, None] + torch.cumsum(tok_valid.long(), dim=1) - tok_valid.long()   # [B, T]
+        all_valid = torch.cat([self.valid, tok_valid], dim=1)                                   # [B, L+T]
+        tok_p, pos_p = _pad2(tokens, R, Tp), _pad2(pos, R, Tp)
+        slots = torch.arange(L, L + Tp, device=self.device)                                     # [Tp]
+        bias = self._bias(all_valid, slots, R, S)                                               # [R, 1, Tp, S]
+        h = self.m.hidden(tok_p, pos_p, bias, slots, self.kbufs, self.vbufs, self._layer_fn(T))
+        keep = T if logits_to_keep in (0, None) else min(logits_to_keep, T)
+        logits = self.m.logits(h[:B, T - keep:T])
+        self.valid = all_valid
+        self.n_valid = self.n_valid + tok_valid.long().sum(dim=1)
+        return logits
+
+    def _layer_fn(self, T: int):
+        # long blocks (prefill) run eagerly: compiling for every prompt width would not pay
+        return None if T <= MAX_BUCKET else _eager_layer()
+
+    def _bias(self, all_valid: torch.Tensor, slots: torch.Tensor, R: int, S: int) -> torch.Tensor:
+        """Additive mask [R, 1, Tp, S]: query at slot s sees valid slots ≤ s; padding sees nothing."""
+        B, LT = all_valid.shape
+        vis = torch.zeros(R, S, dtype=torch.bool, device=self.device)
+        vis[:B, :LT] = all_valid
+        causal = torch.arange(S, device=self.device)[None, :] <= slots[:, None]                # [Tp, S]
+        allowed = vis[:, None, None, :] & causal[None, None]                                   # [R, 1, Tp, S]
+        bias = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
+        return bias.masked_fill_(~allowed, torch.finfo(self.dtype).min)
+
+    # --- bookkeeping between passes (same contracts as RaggedCache) -----------------------------
+    def invalidate(self, rows: torch.Tensor, slots: torch.Tensor) -> None:
+        """Turn (row, slot) pairs into holes. rows, slots: [N]."""
+        if rows.numel() == 0:
+            return
+        was = self.valid[rows, slots]
+        self.valid[rows, slots] = False
+        self.n_valid.index_add_(0, rows, -was.long())
+
+    def compact(self, min_waste: float = 0.25, min_holes: int = 32) -> bool:
+        """Move each row's valid slots to the right end of [0, new_len) when holes waste enough."""
+        holes = self.holes()
+        if holes < min_holes or holes < min_waste * self.batch * max(self.length, 1):
+            return False
+        B, L = self.batch, self.length
+        new_len = int(self.n_valid.max())
+        key = self.valid.long() * L + torch.arange(L, device=self.device)[None, :]
+        order = torch.argsort(key, dim=1)[:, L - new_len:]                                     # [B, new_len]
+        for buf in self.kbufs + self.vbufs:
+            idx = order[:, None, :, None].expand(-1, buf.shape[1], -1, buf.shape[3])
+            buf[:B, :, :new_len] = torch.gather(buf[:B, :, :L], 2, idx)
+        self.valid = torch.gather(self.valid, 1, order)
+        return True
+
+    def select(self, keep: torch.Tensor) -> None:
+        """Keep only these rows (in this order). keep: [B'] row indices."""
+        L = self.length
+        for buf in self.kbufs + self.vbufs:
+            buf[:keep.numel(), :, :L] = buf[keep, :, :L]
+        self.valid = self.valid[keep]
+        self.n_valid = self.n_valid[keep]
+        self._fit(self.batch, L)       # a smaller batch bucket: smaller buffers, cheaper passes
+        self._trim_left()
+
+    def _trim_left(self) -> None:
+        """Drop leading slots that no row uses (left after rows retire)."""
+        if self.length == 0 or self.batch == 0:
+            return
+        used = self.valid.any(dim=0).nonzero()
+        first = int(used[0]) if used.numel() else self.length
+        if first == 0:
+            return
+        B, L = self.batch, self.length
+        for buf in self.kbufs + self.vbufs:
+            buf[:B, :, :L - first] = buf[:B, :, first:L].clone()
+        self.valid = self.valid[:, first:]
+
+    def add_rows(self, n: int) -> None:
+        """Append n rows that hold nothing yet (every slot a hole)."""
+        B, L = self.batch, self.length
+        self._fit(B + n, L)
+        self.valid = torch.cat([self.valid, torch.zeros(n, L, dtype=torch.bool, device=self.device)])
+        self.n_valid = torch.cat([self.n_valid, torch.zeros(n, dtype=torch.long, device=self.device)])
+
+    def merge(self, other: "StaticCache") -> None:
+        """Append the rows of `other` after ours; the shorter one is left-padded with holes."""
+        if other.m.n_layers != self.m.n_layers:
+            raise RuntimeError("cannot merge caches with different layer counts")
+        B1, L1, B2, L2 = self.batch, self.length, other.batch, other.length
+        if B1 == 0:                    # nothing of ours to keep: take theirs as they are
+            self.kbufs, self.vbufs, self.valid, self.n_valid = other.kbufs, other.vbufs, other.valid, other.n_valid
+            return
+        L = max(L1, L2)
+        mine = (self.kbufs, self.vbufs)
+        self._alloc(bucket(B1 + B2), _round_up(L, CHUNK))
+        for new, a, b in zip(self.kbufs + self.vbufs, mine[0] + mine[1], other.kbufs + other.vbufs):
+            new[:B1, :, L - L1:L] = a[:B1, :, :L1]
+            new[B1:B1 + B2, :, L - L2:L] = b[:B2, :, :L2]
+        self.valid = torch.cat([_left_pad(self.valid, L), _left_pad(other.valid, L)], dim=0)
+        self.n_valid = torch.cat([self.n_valid, other.n_valid])
+
+
+def _eager_layer():
+    from specviz.fastpath.llama import decoder_layer
+
+    return decoder_layer
+
+
+def _pad2(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """Zero-pad a [B, T] tensor to [rows, cols] (bottom and right)."""
+    B, T = t.shape
+    if (B, T) == (rows, cols):
+        return t
+    out = torch.zeros(rows, cols, dtype=t.dtype, device=t.device)
+    out[:B, :T] = t
+    return out
+
+
+def _left_pad(valid: torch.Tensor, length: int) -> torch.Tensor:
+    """False-pad a [B, L] mask on the left to [B, length]."""
+    missing = length - valid.shape[1]
+    if missing <= 0:
+        return valid
+    return torch.cat([torch.zeros(valid.shape[0], missing, dtype=valid.dtype, device=valid.device), valid], dim=1)

@@ -1,0 +1,197 @@
+"""The fast path (specviz.fastpath): the compact forward matches transformers, the static cache keeps
+the engine lossless, and the --compile switch. Most cases run the static path uncompiled ("static");
+one test compiles (tiny models compile in seconds)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from specviz.engine import Knobs
+from specviz.fastpath import FastPath, cache_factory, check_compile, resolve
+from specviz.fastpath.cache import StaticCache, bucket
+from specviz.fastpath.llama import CompactLlama, Unsupported
+from test_engine_exact import MAX_NEW, assert_exact, run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _clean_logits(model, seq: list[int]) -> torch.Tensor:
+    """transformers' own logits for one row without padding or holes: [len(seq), V]."""
+    return model(input_ids=torch.tensor([seq])).logits[0]
+
+
+def _check_against_transformers(model, tol=1e-4):
+    """Left padding (rows of different lengths), then a verify block whose rejected tokens become holes,
+    then one more token: every valid position's logits equal transformers' on the clean sequence."""
+    compact = CompactLlama(model)
+    V = model.config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    rows = [torch.randint(3, V, (n,), generator=g).tolist() for n in (7, 3, 5)]
+    cache = StaticCache(compact, len(rows))
+    T = max(map(len, rows))
+    toks = torch.zeros(3, T, dtype=torch.long)
+    valid = torch.zeros(3, T, dtype=torch.bool)
+    for i, r in enumerate(rows):
+        toks[i, T - len(r):], valid[i, T - len(r):] = torch.tensor(r), True
+    with torch.inference_mode():
+        out = cache.forward(model, toks, valid)
+        for i, r in enumerate(rows):
+            ref = _clean_logits(model, r)
+            assert (out[i, T - len(r):] - ref).abs().max() < tol
+        # a 3-token block; row 0 keeps 1, row 1 keeps all, row 2 keeps 0 (holes mid-cache)
+        blk = torch.randint(3, V, (3, 3), generator=g)
+        L0 = cache.length
+        cache.forward(model, blk, torch.ones(3, 3, dtype=torch.bool))
+        keep = [1, 3, 0]
+        for i, n in enumerate(keep):
+            cache.invalidate(torch.full((3 - n,), i), torch.arange(L0 + n, L0 + 3))
+            rows[i] = rows[i] + blk[i, :n].tolist()
+        nxt = torch.randint(3, V, (3, 1), generator=g)
+        out = cache.forward(model, nxt, torch.ones(3, 1, dtype=torch.bool))
+        for i, r in enumerate(rows):
+            ref = _clean_logits(model, r + nxt[i].tolist())[-1]
+            assert (out[i, -1] - ref).abs().max() < tol
+            assert torch.isfinite(torch.stack(cache.kbufs)).all()
+
+
+def test_compact_forward_matches_transformers_llama(loaded):
+    _check_against_transformers(loaded["target"].model)
+
+
+def test_compact_forward_matches_transformers_qwen2_untied_with_biases():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(3)
+    cfg = Qwen2Config(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+                      max_position_embeddings=512)
+    model = Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():      # random biases: transformers initialises them to zero
+        for block in model.model.layers:
+            for lin in (block.self_attn.q_proj, block.self_attn.k_proj, block.self_attn.v_proj):
+                lin.bias.normal_(0, 0.1)
+    assert model.model.layers[0].self_attn.q_proj.bias is not None
+    _check_against_transformers(model)
+
+
+def test_unsupported_architecture_falls_back():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64))
+    with pytest.raises(Unsupported, match="gpt2"):
+        CompactLlama(model)
+    factory, fast = cache_factory(model, FastPath("compiled"))
+    assert factory is None and fast.mode == "off" and "running eager" in fast.note
+
+
+def test_buckets_and_buffers_are_static(make_pair, prompts):
+    assert [bucket(n) for n in (0, 1, 2, 3, 5, 9, 16)] == [1, 1, 2, 4, 8, 16, 16]
+    eng = make_pair("draft", "static").engine()
+    shapes = set()
+    for _ in eng.generate(prompts[:3], Knobs(depth=3, batch_size=3), 20):
+        shapes.add(eng.target_kv.capacity)
+    # 3 rows padded to 4 (fewer once rows finish), one chunk of slots all run long
+    assert (4, 256) in shapes and shapes <= {(4, 256), (2, 256), (1, 256)}
+
+
+@pytest.mark.parametrize("draft", ["draft", "layerskip:1-2", "ngram"])
+def test_static_path_mixed_acceptance_eos_and_bounded_cache(make_pair, prompts, reference, draft):
+    pair = make_pair(draft, "static")
+    eng, events = run(pair, prompts, Knobs(depth=4, batch_size=4), max_new=40)
+    assert_exact(eng, reference, 40)
+    eng = pair.engine()
+    ref0 = reference(0, MAX_NEW)
+    eng.eos = {ref0[5]}
+    list(eng.generate(prompts[:3], Knobs(depth=4, batch_size=3), MAX_NEW))
+    for row, out in eng.outputs().items():
+        assert out == reference(row, MAX_NEW, eos=ref0[5])
+    eng = pair.engine()
+    for _ in eng.generate(prompts, Knobs(depth=8, batch_size=4), 120):
+        longest = max(len(r.seq) for r in eng.rows)
+        assert eng.target_kv.length <= longest + 8 + 64
+    assert_exact(eng, reference, 120)
+
+
+def test_static_path_rows_join_and_leave(make_pair, prompts, reference):
+    """Admission (merge) and retirement (select, trim) mid-stream, with refill."""
+    def turn(ev, knobs):
+        if ev.step == 2:
+            knobs.set(batch_size=6, depth=6)
+        if ev.step == 5:
+            knobs.set(batch_size=2, depth=2)
+    eng, _ = run(make_pair("layerskip:1-2", "static"), prompts, Knobs(depth=4, batch_size=2), max_new=30,
+                 on_step=turn)
+    for row, out in eng.outputs().items():
+        assert out == reference(row, 30)[: len(out)]
+    knobs = Knobs(depth=2, batch_size=3)
+
+    def stop_late(ev, k):
+        if ev.step == 20:
+            k.stop.set()
+    eng, _ = run(make_pair("draft", "static"), prompts, knobs, max_new=6, on_step=stop_late, refill=True)
+    assert len(eng.outputs()) > 3
+    for row, out in eng.outputs().items():
+        assert out == reference(row, 6)[: len(out)]
+
+
+def test_sampling_with_static_path_is_seeded_and_matches_eager(make_pair, prompts):
+    static, eager = make_pair("layerskip:1-2", "static"), make_pair("layerskip:1-2")
+    a, _ = run(static, prompts, Knobs(depth=3, batch_size=2), temperature=0.8, seed=7)
+    b, _ = run(static, prompts, Knobs(depth=3, batch_size=2), temperature=0.8, seed=7)
+    c, _ = run(eager, prompts, Knobs(depth=3, batch_size=2), temperature=0.8, seed=7)
+    assert a.outputs() == b.outputs()
+    # same random streams, same distributions up to float noise: the same samples
+    assert a.outputs() == c.outputs()
+
+
+def test_compiled_path_is_lossless(make_pair, prompts, reference, tmp_path, monkeypatch):
+    """The one compiled case: a model draft and a layer-skip draft, batch 3, depth 4."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    for draft in ("draft", "layerskip:1-2"):
+        pair = make_pair(draft, "on")
+        assert pair.fast.mode == "compiled"
+        eng, _ = run(pair, prompts, Knobs(depth=4, batch_size=3))
+        assert_exact(eng, reference)
+
+
+def test_compile_choices(tmp_path, monkeypatch):
+    assert check_compile(" ON ") == "on"
+    with pytest.raises(ValueError, match="auto, on, off"):
+        check_compile("fast")
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    assert resolve("auto").mode == "off" and "not measured" in resolve("auto").note
+    from specviz.fastpath import record_auto
+
+    record_auto(None, 10.0, 12.0)
+    assert resolve("auto").mode == "compiled"
+    record_auto(None, 10.0, 9.0)
+    assert resolve("auto").mode == "off"
+
+
+def _cli(*args, cache):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "SPECVIZ_CACHE": str(cache)}
+    return subprocess.run([sys.executable, "-m", "specviz", *args], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=ROOT)
+
+
+def test_cli_compile_flag(tiny_paths, tmp_path):
+    import json
+
+    base = ["generate", "--target", tiny_paths["target"], "--draft", "ngram", "--prompt", "the quick",
+            "--raw", "--max-new-tokens", "6", "--json"]
+    bad = _cli(*base, "--compile", "fast", cache=tmp_path)
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1 and "--compile" in bad.stderr
+    outs = {}
+    for choice in ("off", "auto", "static"):
+        r = _cli(*base, "--compile", choice, cache=tmp_path)
+        assert r.returncode == 0, r.stderr
+        final = json.loads(r.stdout.strip().splitlines()[-1])
+        outs[choice] = (final["outputs"], final["path"])
+    assert outs["off"][0] == outs["auto"][0] == outs["static"][0]
+    assert outs["auto"][1] == "eager (transformers)" and outs["static"][1] == "static (eager)"
+    r = _cli("bench-hf", "--help", cache=tmp_path)
+    assert "--compile" in r.stdout
