@@ -1,6 +1,7 @@
 """SpecViz web app: `python app.py [--target REF] [--draft REF] [--host H] [--port P]`.
 
-Env: SPECVIZ_TARGET, SPECVIZ_DRAFT, SPECVIZ_HOST, SPECVIZ_PORT, and SPECVIZ_ALLOW_CUSTOM=1 to let
+Env: SPECVIZ_TARGET, SPECVIZ_DRAFT, SPECVIZ_HOST, SPECVIZ_PORT, SPECVIZ_COMPILE (the fast path:
+auto | on | off, default off; `--compile`), and SPECVIZ_ALLOW_CUSTOM=1 to let
 visitors type their own "draft → target" pair (off by default: on a shared Space any hub id would load). Serves on 127.0.0.1:7860 by default
 (on Hugging Face Spaces, where SPACE_ID is set, on 0.0.0.0 as Spaces expects)."""
 from __future__ import annotations
@@ -16,7 +17,15 @@ def parse_args(argv=None):
     p.add_argument("--draft", default=os.environ.get("SPECVIZ_DRAFT"))
     p.add_argument("--host", default=os.environ.get("SPECVIZ_HOST", "0.0.0.0" if on_space else "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(os.environ.get("SPECVIZ_PORT", "7860")))
+    p.add_argument("--compile", default=os.environ.get("SPECVIZ_COMPILE", "off"),
+                   help="fast path (static KV cache, compiled forward): auto | on | off (default off)")
     args = p.parse_args(argv)
+    from specviz.fastpath import CompileError, check_compile
+
+    try:
+        args.compile = check_compile(args.compile)
+    except CompileError as exc:
+        p.error(str(exc))
     if bool(args.target) != bool(args.draft):
         p.error("give both --target and --draft (or neither, for the presets)")
     return args
@@ -33,6 +42,8 @@ def _exit_cleanly_on_sigterm() -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    # every pair the app loads (specviz.pipeline.load_pair) reads the forward path from here
+    os.environ["SPECVIZ_COMPILE"] = args.compile
     _exit_cleanly_on_sigterm()
     if os.environ.get("SPACES_ZERO_GPU"):
         try:

@@ -3,6 +3,7 @@ build the drafter (`specviz.drafters`) and the engine (`specviz.engine`). The CL
 start here, so a pair is built the same way everywhere."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -56,9 +57,12 @@ def _logit_width(loaded: LoadedModel) -> int:
 
 def load_pair(target_ref: str, draft_ref: str, device: str | None = None,
               target: LoadedModel | None = None, draft: LoadedModel | None = None,
-              compile: str = "off") -> Pair:
+              compile: str | None = None) -> Pair:
     """Load target and draft (reusing already loaded models when given) and build the drafter.
-    `compile` (off / on / auto, or static for tests) picks the forward path, see specviz.fastpath."""
+    `compile` (off / on / auto, or static for tests) picks the forward path, see specviz.fastpath;
+    None reads SPECVIZ_COMPILE (what `app.py --compile` sets), default off."""
+    if compile is None:
+        compile = os.environ.get("SPECVIZ_COMPILE", "off")
     dref = parse_draft_ref(draft_ref)
     for ref in (target_ref, dref.ref):
         if ref.strip().startswith(SHAPE_PREFIX):

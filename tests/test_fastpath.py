@@ -195,3 +195,23 @@ def test_cli_compile_flag(tiny_paths, tmp_path):
     assert outs["auto"][1] == "eager (transformers)" and outs["static"][1] == "static (eager)"
     r = _cli("bench-hf", "--help", cache=tmp_path)
     assert "--compile" in r.stdout
+
+
+def test_app_compile_flag(monkeypatch):
+    import app
+
+    monkeypatch.delenv("SPECVIZ_COMPILE", raising=False)
+    assert app.parse_args([]).compile == "off"
+    assert app.parse_args(["--compile", "auto"]).compile == "auto"
+    monkeypatch.setenv("SPECVIZ_COMPILE", "on")
+    assert app.parse_args([]).compile == "on"
+    with pytest.raises(SystemExit):
+        app.parse_args(["--compile", "sometimes"])
+
+
+def test_gpu_bench_says_when_there_is_no_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: run scripts/gpu-bench itself")
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu-bench"), "--out", "/nonexistent"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 2 and "no CUDA device" in r.stderr

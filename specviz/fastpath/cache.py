@@ -68,11 +68,17 @@ class StaticCache:
         d = self.m.dims
         shape = (rows, d.n_kv, slots, d.head_dim)
         old = (self.kbufs, self.vbufs)
-        self.kbufs = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.m.n_layers)]
-        self.vbufs = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.m.n_layers)]
+        self.kbufs = [self._buffer(shape) for _ in range(self.m.n_layers)]
+        self.vbufs = [self._buffer(shape) for _ in range(self.m.n_layers)]
         if keep_rows and keep_slots:
             for new, prev in zip(self.kbufs + self.vbufs, old[0] + old[1]):
                 new[:keep_rows, :, :keep_slots] = prev[:keep_rows, :, :keep_slots]
+
+    def _buffer(self, shape) -> torch.Tensor:
+        buf = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        if self.m.graphs:     # CUDA graphs write the buffers in place: their address must not change
+            torch._dynamo.mark_static_address(buf)
+        return buf
 
     def _fit(self, rows: int, slots: int) -> None:
         """Make the buffers hold `rows` rows (bucketed: grow or shrink) and at least `slots` slots."""
@@ -98,16 +104,18 @@ class StaticCache:
         tok_p, pos_p = _pad2(tokens, R, Tp), _pad2(pos, R, Tp)
         slots = torch.arange(L, L + Tp, device=self.device)                                     # [Tp]
         bias = self._bias(all_valid, slots, R, S)                                               # [R, 1, Tp, S]
-        h = self.m.hidden(tok_p, pos_p, bias, slots, self.kbufs, self.vbufs, self._layer_fn(T))
+        # short blocks take the fast (maybe compiled) forward; compiling every prompt width would not pay
+        if T <= MAX_BUCKET:
+            if self.m.graphs:        # a new step for CUDA-graph trees: the previous outputs are consumed
+                torch.compiler.cudagraph_mark_step_begin()
+            h = self.m.fast_hidden(tok_p, pos_p, bias, slots, self.kbufs, self.vbufs)
+        else:
+            h = self.m.hidden(tok_p, pos_p, bias, slots, self.kbufs, self.vbufs)
         keep = T if logits_to_keep in (0, None) else min(logits_to_keep, T)
         logits = self.m.logits(h[:B, T - keep:T])
         self.valid = all_valid
         self.n_valid = self.n_valid + tok_valid.long().sum(dim=1)
         return logits
-
-    def _layer_fn(self, T: int):
-        # long blocks (prefill) run eagerly: compiling for every prompt width would not pay
-        return None if T <= MAX_BUCKET else _eager_layer()
 
     def _bias(self, all_valid: torch.Tensor, slots: torch.Tensor, R: int, S: int) -> torch.Tensor:
         """Additive mask [R, 1, Tp, S]: query at slot s sees valid slots ≤ s; padding sees nothing."""
@@ -189,12 +197,6 @@ class StaticCache:
             new[B1:B1 + B2, :, L - L2:L] = b[:B2, :, :L2]
         self.valid = torch.cat([_left_pad(self.valid, L), _left_pad(other.valid, L)], dim=0)
         self.n_valid = torch.cat([self.n_valid, other.n_valid])
-
-
-def _eager_layer():
-    from specviz.fastpath.llama import decoder_layer
-
-    return decoder_layer
 
 
 def _pad2(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:

@@ -95,7 +95,10 @@ class CompactLlama:
         self.rope_scale = float(inner.rotary_emb.attention_scaling)
         self.layers = [self._layer(block) for block in inner.layers]
         self.device, self.dtype = self.embed.device, self.embed.dtype
-        self.layer_fn = decoder_layer   # replaced by a compiled twin (specviz.fastpath.compile)
+        # what a short block (decode, verify, draft) runs: `hidden` itself, or a compiled twin set by
+        # specviz.fastpath.cache_factory; long blocks (prefill) always run `hidden` eagerly
+        self.fast_hidden = self.hidden
+        self.graphs = False             # True when fast_hidden replays CUDA graphs
 
     @staticmethod
     def _layer(block) -> LayerWeights:
@@ -120,7 +123,7 @@ class CompactLlama:
         """Run every layer. tokens, pos: [B, T]; bias: [B, 1, T, S] additive mask; slots: [T] cache
         slots the block is written to; kbufs/vbufs: per layer [B, n_kv, S, head_dim], updated in place.
         Returns the final-normed hidden states [B, T, d]."""
-        fn = layer_fn or self.layer_fn
+        fn = layer_fn or decoder_layer
         x = F.embedding(tokens, self.embed)
         cos, sin = self.rope(pos)
         for w, kb, vb in zip(self.layers, kbufs, vbufs):
