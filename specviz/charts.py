@@ -109,51 +109,67 @@ def sweep_figure(rows: list[dict], batches: list[int], depths: list[int]) -> go.
     return fig
 
 
+# The what-if figures' words, in English; callers pass the same keys in another language (`labels=`).
+WHATIF_LABELS = dict(roofline="roofline estimate", calibrated="calibrated estimate", measured="measured",
+                     predicted_knee="predicted knee ≈ {knee:.0f}", measured_knee="measured knee ≈ {knee:.0f}",
+                     tokens_per_pass="tokens per pass", ms_per_pass="ms per forward pass", plain="plain (k=0)",
+                     depth="k={k}", best_depth="best depth", batch_size="batch size",
+                     tokens_per_s="tokens/s (all rows)", estimate_line="k={k}, {model} estimate",
+                     break_even="break-even (1×)", speedup_axis="speed-up over plain decoding (×)")
+
+
+def _whatif_labels(labels: dict | None) -> dict:
+    """English defaults overlaid with the caller's translations (a missing key stays English)."""
+    return {**WHATIF_LABELS, **(labels or {})}
+
+
 DEPTH_COLOURS = ["#7f7f7f", "#fdae61", "#f46d43", "#d73027", "#a50026", "#762a83", "#1b7837", "#2c7bb6"]
 
 
-def crossover_figure(rows: list[dict], title: str) -> go.Figure:
+def crossover_figure(rows: list[dict], title: str, labels: dict | None = None) -> go.Figure:
     """Tokens/s against batch size, one line per depth (depth 0 = plain decoding), with the best depth
     at each batch size marked. `rows`: dicts with batch_size, depth, tokens_per_s."""
+    lab = _whatif_labels(labels)
     fig = go.Figure()
     depths = sorted({r["depth"] for r in rows})
     for i, k in enumerate(depths):
         pts = sorted((r["batch_size"], r["tokens_per_s"]) for r in rows if r["depth"] == k)
         fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[t for _, t in pts], mode="lines+markers",
-                                 name="plain (k=0)" if k == 0 else f"k={k}",
+                                 name=lab["plain"] if k == 0 else lab["depth"].format(k=k),
                                  line=dict(color=DEPTH_COLOURS[i % len(DEPTH_COLOURS)], width=3 if k == 0 else 2)))
     by = {(r["batch_size"], r["depth"]): r["tokens_per_s"] for r in rows}
     pts = sorted(best_depths(rows).items())
     fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[by[(b, k)] for b, k in pts], mode="markers+text",
                              text=[f"k={k}" for _, k in pts], textposition="top center",
-                             textfont=dict(size=11), name="best depth",
+                             textfont=dict(size=11), name=lab["best_depth"],
                              marker=dict(symbol="star", size=11, color="#111")))
-    fig.update_layout(title=title, xaxis_type="log", xaxis_title="batch size", yaxis_type="log",
-                      yaxis_title="tokens/s (all rows)", **LAYOUT)
+    fig.update_layout(title=title, xaxis_type="log", xaxis_title=lab["batch_size"], yaxis_type="log",
+                      yaxis_title=lab["tokens_per_s"], **LAYOUT)
     return fig
 
 
 def latency_figure(tokens: list[int], estimate_ms: list[float], predicted: float | None,
                    measured: tuple[list[int], list[float]] | None = None, measured_knee: float | None = None,
                    title: str = "Forward latency vs tokens per pass",
-                   calibrated_ms: list[float] | None = None) -> go.Figure:
+                   calibrated_ms: list[float] | None = None, labels: dict | None = None) -> go.Figure:
     """The roofline estimate (dashed), the calibrated estimate when given (dotted), and, when there is
     one, a measured curve (solid) on log axes."""
+    lab = _whatif_labels(labels)
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=tokens, y=estimate_ms, mode="lines", name="roofline estimate",
+    fig.add_trace(go.Scatter(x=tokens, y=estimate_ms, mode="lines", name=lab["roofline"],
                              line=dict(color=PLAIN, dash="dash", width=2)))
     if calibrated_ms is not None:
-        fig.add_trace(go.Scatter(x=tokens, y=calibrated_ms, mode="lines", name="calibrated estimate",
+        fig.add_trace(go.Scatter(x=tokens, y=calibrated_ms, mode="lines", name=lab["calibrated"],
                                  line=dict(color=REJECT, dash="dot", width=3)))
     if measured is not None:
         fig.add_trace(go.Scatter(x=measured[0], y=[1000 * s for s in measured[1]], mode="lines+markers",
-                                 name="measured", line=dict(color=BONUS, width=3)))
+                                 name=lab["measured"], line=dict(color=BONUS, width=3)))
     if predicted is not None:
-        _vline(fig, predicted, f"predicted knee ≈ {predicted:.0f}", PLAIN, "dash")
+        _vline(fig, predicted, lab["predicted_knee"].format(knee=predicted), PLAIN, "dash")
     if measured_knee is not None:
-        _vline(fig, measured_knee, f"measured knee ≈ {measured_knee:.0f}", REJECT, "dot")
-    fig.update_layout(title=title, xaxis_type="log", yaxis_type="log", xaxis_title="tokens per pass",
-                      yaxis_title="ms per forward pass", **LAYOUT)
+        _vline(fig, measured_knee, lab["measured_knee"].format(knee=measured_knee), REJECT, "dot")
+    fig.update_layout(title=title, xaxis_type="log", yaxis_type="log", xaxis_title=lab["tokens_per_pass"],
+                      yaxis_title=lab["ms_per_pass"], **LAYOUT)
     return fig
 
 
@@ -171,16 +187,17 @@ ESTIMATE_DASH = {"calibrated": "solid", "ideal": "dash"}
 
 
 def speedup_figure(curves: dict[str, list[dict]], depths: list[int], points: list[PointSet],
-                   title: str) -> go.Figure:
+                   title: str, labels: dict | None = None) -> go.Figure:
     """Speed-up over plain decoding against batch size: one line per (model, depth) from what-if rows
     (`curves`: model name → rows with batch_size, depth, speedup), measured points on top, and the
-    break-even line at 1×."""
+    break-even line at 1×. `labels` may name the models too (`model_calibrated`, `model_ideal`)."""
+    lab = _whatif_labels(labels)
     fig = go.Figure()
     for model, rows in curves.items():
         for i, k in enumerate(depths):
             pts = sorted((r["batch_size"], r["speedup"]) for r in rows if r["depth"] == k)
             fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[s for _, s in pts], mode="lines",
-                                     name=f"k={k}, {model} estimate",
+                                     name=lab["estimate_line"].format(k=k, model=lab.get(f"model_{model}", model)),
                                      line=dict(color=DEPTH_COLOURS[(i + 1) % len(DEPTH_COLOURS)],
                                                dash=ESTIMATE_DASH.get(model, "dot"),
                                                width=3 if model == "calibrated" else 2)))
@@ -191,9 +208,9 @@ def speedup_figure(curves: dict[str, list[dict]], depths: list[int], points: lis
                                              line=dict(color="white", width=1))))
     xs = [r["batch_size"] for rows in curves.values() for r in rows] + [b for p in points for b in p.batch_sizes]
     if xs:
-        fig.add_trace(go.Scatter(x=[min(xs), max(xs)], y=[1, 1], mode="lines", name="break-even (1×)",
+        fig.add_trace(go.Scatter(x=[min(xs), max(xs)], y=[1, 1], mode="lines", name=lab["break_even"],
                                  line=dict(color=PLAIN, width=1), hoverinfo="skip"))
     layout = {**LAYOUT, "height": 440, "legend": dict(orientation="h", y=-0.22)}   # room for long sources
-    fig.update_layout(title=title, xaxis_type="log", xaxis_title="batch size",
-                      yaxis_title="speed-up over plain decoding (×)", **layout)
+    fig.update_layout(title=title, xaxis_type="log", xaxis_title=lab["batch_size"],
+                      yaxis_title=lab["speedup_axis"], **layout)
     return fig

@@ -3,6 +3,7 @@ import json
 import re
 import shutil
 from contextlib import contextmanager
+from dataclasses import replace
 
 import pytest
 
@@ -170,6 +171,146 @@ def test_whatif_bad_api_values_become_one_message(slot):
                 assert slot in (7, 8)        # custom-GPU numbers are ignored unless the GPU is custom
 
 
+# --- the tab in Persian: every [whatif] text, through the builders and handlers the page uses -------------
+
+ARABIC = re.compile(r"[\u0600-\u06FF]")
+UNFILLED = re.compile(r"\{[A-Za-z_]\w*(?:![rsa])?(?::[^{}]*)?\}")     # a {placeholder} nobody filled
+
+
+def _flat_keys(table: dict, prefix: str) -> set[str]:
+    keys = set()
+    for k, v in table.items():
+        keys |= _flat_keys(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k}
+    return keys
+
+
+def _figure_texts(fig) -> tuple[str, ...]:
+    """The title (a sentence, so Persian), then axis titles and legend names (some stay Latin: k=2, batch size)."""
+    return (fig.layout.title.text, fig.layout.xaxis.title.text, fig.layout.yaxis.title.text,
+            *[t.name for t in fig.data])
+
+
+def _fake_app():
+    from types import SimpleNamespace
+
+    from specviz.ui.i18n import Translations
+
+    return SimpleNamespace(peaks=None, tr=Translations(), choices=[SimpleNamespace(label="tiny → tiny")],
+                           choice=lambda label: SimpleNamespace(label=label))
+
+
+def _handler(blocks, name: str):
+    """A handler of the built tab, by api name (or function name for the private ones)."""
+    return next(f.fn for f in blocks.fns.values() if name in (f.api_name, f.name))
+
+
+def test_whatif_every_key_formats_in_persian(monkeypatch):
+    import gradio as gr
+
+    from specviz import lessons
+    from specviz.hardware import Peaks
+    from specviz.roofline import MODELS
+    from specviz.ui import runner, whatif
+
+    used = set()
+    template = lessons.template
+
+    def recording(lang, key):
+        used.add(key)
+        return template(lang, key)
+    monkeypatch.setattr(lessons, "template", recording)
+    generated, shown = [], []       # generated: whole Persian sentences; shown: every string a student reads
+
+    # the page: labels, intros, buttons and choices registered with the language switch
+    app = _fake_app()
+    with gr.Blocks() as blocks:
+        whatif.build(app)
+    for upd in app.tr.updates("fa"):
+        shown += [v for k, v in upd.items() if k in ("label", "info", "value") and isinstance(v, str)]
+        shown += [label for label, _ in upd.get("choices") or []]
+    # handlers find the session's language; an API caller without one gets English
+    app.tr.remember("fa-tab", "fa")
+    fa, en = type("R", (), {"session_hash": "fa-tab"})(), type("R", (), {"session_hash": "api"})()
+    vals = list(whatif.DEFAULTS.values())
+    md, lat, cross = _handler(blocks, "whatif")(*vals, request=fa)
+    generated += [md, _figure_texts(lat), _figure_texts(cross)]
+    assert not ARABIC.search(_handler(blocks, "whatif")(*vals, request=en)[0])
+    generated.append(_figure_texts(_handler(blocks, "whatif_speedup")(*vals, request=fa)))
+    # the language switch re-renders the summary and figures for the knobs as they stand
+    relabel = next(f.fn for f in blocks.fns.values() if f.name == "relabel" and len(f.inputs) > 2)
+    md, *figs = relabel("fa", *vals)[:4]
+    generated += [md, *(_figure_texts(f) for f in figs)]
+    # every variant of the summary, the published comparison and the figures
+    tiny_cpu = type("A", (), {"peaks": Peaks("cpu", 23e9, 0.24e12, "float32")})()
+    tiny_gpu = type("A", (), {"peaks": Peaks("cuda", 4e12, 900e12, "bfloat16")})()
+    for a, args in [(app, ["H200", "Qwen2.5-7B", "Qwen2.5-0.5B", 0.7, 1024, 0]),
+                    (app, ["H100 SXM", "Llama-3.1-8B", "EAGLE-3:Llama-3.1-8B", 0.8, 800, 0, "ideal"]),
+                    (app, [whatif.CUSTOM_GPU, "Llama-3.1-8B", whatif.NGRAM, 0.9, 800, 0, "calibrated", 2, 400]),
+                    (tiny_cpu, [whatif.THIS_MACHINE, "SmolLM2-135M", whatif.NGRAM, 0.6, 256, 0]),
+                    (tiny_gpu, [whatif.THIS_MACHINE, "SmolLM2-135M", whatif.NGRAM, 0.6, 256, 0])]:
+        md, lat, cross = whatif.compute(a, *args, lang="fa")
+        generated += [md, _figure_texts(lat), _figure_texts(cross),
+                      _figure_texts(whatif.speedup_view(a, *args, lang="fa"))]
+    profiles = load_profiles()
+    for prof in profiles + [replace(profiles[0], spec=None)]:
+        md, fig = whatif.profile_view([prof], prof.label, lang="fa")
+        generated += [md, _figure_texts(fig)]
+    monkeypatch.setattr(whatif, "load_published", lambda: [])
+    generated.append(whatif.published_md(None, "H200", "x", "y", 0.7, "calibrated", lang="fa"))
+    # the knee measured from the page: queue, progress, result (with and without peaks, overhead-bound)
+    spec = MODELS["SmolLM2-135M"]
+    slow = runner.KneeUpdate([1, 2, 4, 8], [0.05, 0.05, 0.051, 0.06], "cpu: 2 cores", spec,
+                             Peaks("cpu", 23e9, 0.24e12, "float32"), done=True)
+    app.runner = type("R", (), {"knee": lambda self, choice, context, peaks: iter([runner.Waiting(2), slow])})()
+    for out in _handler(blocks, "measure_knee")("tiny → tiny", request=fa):
+        generated += [o for o in out if isinstance(o, str)]
+    for upd in (replace(slow, done=False), replace(slow, peaks=None)):
+        md, fig = whatif.knee_view(upd, lang="fa")
+        generated += [md, _figure_texts(fig)]
+    # the errors a student can meet
+    for call in (lambda: whatif.compute(app, whatif.THIS_MACHINE, *vals[1:], lang="fa"),
+                 lambda: whatif.compute(app, "H200", "Qwen2.5-7B", whatif.NGRAM, "abc", 1024, 0, lang="fa"),
+                 lambda: whatif.compute(app, "H200", "Qwen2.5-7B", whatif.NGRAM, 1.5, 1024, 0, lang="fa"),
+                 lambda: whatif.compute(app, whatif.CUSTOM_GPU, *vals[1:7], 0, 989, lang="fa"),
+                 lambda: whatif.compute(app, "GTX 480", *vals[1:], lang="fa"),
+                 lambda: whatif.compute(app, "H200", "GPT-9", whatif.NGRAM, 0.5, 1024, 0, lang="fa"),
+                 lambda: whatif.compute(app, "H200", *vals[1:6], "magic", lang="fa"),
+                 lambda: whatif.profile_view(profiles, "nope", lang="fa")):
+        with pytest.raises(gr.Error) as err:
+            call()
+        generated.append(str(err.value))
+    monkeypatch.setattr(whatif, "load_profiles", lambda: [])         # a checkout without recorded profiles
+    bare = _fake_app()
+    with gr.Blocks():
+        whatif.build(bare)
+    shown += [u.get("value") for u in bare.tr.updates("fa") if isinstance(u.get("value"), str)]
+
+    figures = [t for t in generated if isinstance(t, tuple)]
+    generated = [t for t in generated if isinstance(t, str)] + [f[0] for f in figures]
+    shown += [t for f in figures for t in f[1:]]
+    for text in generated:
+        assert ARABIC.search(text) and not UNFILLED.search(text), text
+    for text in shown:
+        assert text.strip() and not UNFILLED.search(text), text
+    assert lessons.text("fa", "whatif.intro") in shown and lessons.text("fa", "whatif.no_profiles") in shown
+    missing = _flat_keys(lessons.load("en")["whatif"], "whatif.") - used
+    assert not missing, f"[whatif] keys no builder used: {sorted(missing)}"
+
+
+def test_whatif_english_words_match_the_data_they_name():
+    from specviz import lessons
+    from specviz import roofline as rf
+    from specviz.profiles import PUBLISHED_LABEL
+    from specviz.ui import whatif
+
+    # the API values stay English; the English labels say the same, so English pages do not change
+    assert [label for label, _ in whatif.gpu_options("en")][-2:] == [whatif.THIS_MACHINE, whatif.CUSTOM_GPU]
+    assert (whatif.NGRAM, whatif.NGRAM) in whatif.draft_options("Qwen2.5-7B", "en")
+    assert [v for _, v in whatif.draft_options("Qwen2.5-7B", "fa")] == whatif.draft_choices("Qwen2.5-7B")
+    assert lessons.text("en", "whatif.published_label") == PUBLISHED_LABEL
+    assert lessons.text("en", "whatif.ideal_note") == rf.IDEAL.source
+
+
 # --- the tab in the running app (API and browser) ------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -199,6 +340,15 @@ def test_whatif_api_with_new_and_old_arguments(whatif_app):
         c.predict("H100 SXM", "Llama-3.1-70B", "EAGLE:Llama-3.1-8B", 0.7, 800, 0, api_name="/whatif")
 
 
+def test_whatif_api_answers_in_english_by_default(whatif_app):
+    from gradio_client import Client
+
+    md, *_ = Client(whatif_app, verbose=False).predict(*list(DEFAULTS_FOR_API), api_name="/whatif")
+    assert "**Estimates from the calibrated model** (not measurements)" in md and "| batch | best depth k |" in md
+    assert "published measurement" in md and not ARABIC.search(md)
+
+
+DEFAULTS_FOR_API = ("H100 SXM", "Llama-3.1-8B", "EAGLE:Llama-3.1-8B", 0.7, 800, 0, "calibrated", 3.35, 989.0)
 CUSTOM = "Custom GPU (bandwidth and FLOP/s below)"
 
 
@@ -224,8 +374,14 @@ def _pick(page, elem_id: str, option: str) -> None:
 
 
 def _summary_has(page, text: str) -> None:
-    page.wait_for_function(f"document.querySelector('#whatif-summary').innerText.includes({text!r})",
-                           timeout=30000)
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(f"document.querySelector('#whatif-summary').innerText.includes({text!r})",
+                               timeout=30000)
+    except PlaywrightTimeout:        # say what the summary showed instead
+        shown = page.locator("#whatif-summary").inner_text()[:300]
+        raise AssertionError(f"summary never showed {text!r}; it shows: {shown!r}") from None
 
 
 def test_browser_whatif_calibrated_published_and_custom(whatif_app):
@@ -249,4 +405,10 @@ def test_browser_whatif_calibrated_published_and_custom(whatif_app):
         page.locator("#whatif-bandwidth input").fill("8")
         page.locator("#whatif-bandwidth input").press("Enter")
         _summary_has(page, "custom GPU (8 TB/s")
+        # the language switch re-renders the summary for the knobs as they stand, and later changes follow it
+        page.locator("#lang").get_by_label("فارسی").check()
+        _summary_has(page, "تخمین‌های مدل roofline")
+        _summary_has(page, "custom GPU (8 TB/s")
+        page.locator("#whatif-model").get_by_label("کالیبره‌شده").check()
+        _summary_has(page, "تخمین‌های مدل کالیبره‌شده")
         assert not page.locator(".toast-body").count() and not errors
