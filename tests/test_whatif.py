@@ -411,4 +411,4 @@ def test_browser_whatif_calibrated_published_and_custom(whatif_app):
         _summary_has(page, "custom GPU (8 TB/s")
         page.locator("#whatif-model").get_by_label("کالیبره‌شده").check()
         _summary_has(page, "تخمین‌های مدل کالیبره‌شده")
-        assert not page.locator(".toast-body").count() and not errors
+        assert not page.locator(".toast-body").count() and not errors, (page.locator(".toast-body").all_inner_texts(), errors)

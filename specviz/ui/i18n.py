@@ -54,9 +54,20 @@ class Translations:
     def components(self) -> list:
         return [c for c, _ in self._items]
 
+    def direction(self, component):
+        """Register a component whose text is made at run time: only its direction follows the language."""
+        self._items.append((component, {}))
+        return component
+
     def updates(self, lang: str) -> list:
-        return [spec(lang) if callable(spec) else gr.update(**{a: lessons.text(lang, k) for a, k in spec.items()})
-                for _, spec in self._items]
+        rtl = lessons.direction(lang) == "rtl"
+        out = []
+        for comp, spec in self._items:
+            upd = spec(lang) if callable(spec) else gr.update(**{a: lessons.text(lang, k) for a, k in spec.items()})
+            if isinstance(comp, gr.Markdown):
+                upd["rtl"] = rtl          # gradio lays Markdown out left-to-right unless told otherwise
+            out.append(upd)
+        return out
 
     def remember(self, session: str, lang: str) -> None:
         with self._lock:

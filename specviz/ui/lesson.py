@@ -146,7 +146,7 @@ def build(app) -> tuple[Lesson, gr.Radio, gr.Dropdown]:
 
 def _experiment_panel(lesson: Lesson, tr, ch: str, pair) -> None:
     button = tr.add(gr.Button(variant="primary", elem_id=BUTTON_IDS[ch]), value=f"chapter.{ch}.button")
-    note = gr.Markdown("", elem_id=f"conclusion-{ch}", elem_classes=["sv-conclusion"])
+    note = tr.direction(gr.Markdown("", elem_id=f"conclusion-{ch}", elem_classes=["sv-conclusion"]))
     plot = gr.Plot(elem_id=f"plot-{ch}", show_label=False)
     csv = tr.add(gr.DownloadButton(value=None, size="sm", elem_id=f"csv-{ch}"), label="app.download_csv")
     data = gr.JSON(visible=False)

@@ -87,8 +87,8 @@ def build(app) -> "Playground":
             tr.add(gr.HTML(legend_html("en")), lambda lang: gr.update(value=legend_html(lang)))
             tokens = tr.add(gr.HTML(tokens_html(None, lessons.text("en", "playground.press_run")), elem_id="tokens"),
                             lambda lang: gr.update(value=tokens_html(None, lessons.text(lang, "playground.press_run"))))
-            batch_now = gr.Markdown("", elem_id="batch-now")
-            counters_box = gr.Markdown("", elem_id="counters")
+            batch_now = tr.direction(gr.Markdown("", elem_id="batch-now"))
+            counters_box = tr.direction(gr.Markdown("", elem_id="counters"))
             rows = gr.HTML("", elem_id="rows")
             with gr.Row():
                 chart_t = gr.Plot(label="Throughput", elem_id="chart-throughput")
@@ -100,7 +100,7 @@ def build(app) -> "Playground":
                              label="app.download_csv")
                 save = tr.add(gr.DownloadButton(value=None, elem_id="save-run", size="sm"), label="app.save_run")
                 check = tr.add(gr.Button(size="sm", elem_id="check-lossless"), value="app.check_lossless")
-            lossless = gr.Markdown("", elem_id="lossless")
+            lossless = tr.direction(gr.Markdown("", elem_id="lossless"))
             result = gr.JSON(visible=False, elem_id="result")
             gr.Examples(EXAMPLES, inputs=prompt, label="Examples")
 

@@ -407,7 +407,10 @@ def build(app) -> None:
         fig_x = tr.add(gr.Plot(x0, label=tx("en", "label.crossover"), elem_id="whatif-crossover"),
                        **_label("crossover"))
     inputs = [gpu, target, draft, alpha, context, overhead, model, bw, fl]
-    triggers = [c.change for c in inputs if c is not target]
+    # the numbers count when the user commits them (Enter or leaving the box), not on .change: a Number
+    # that gradio re-renders after an edit fires .change again, and a custom bandwidth then looped
+    # through /whatif dozens of times a second
+    triggers = [c.change for c in inputs if c not in (target, bw, fl)] + [bw.submit, bw.blur, fl.submit, fl.blur]
 
     # explicit parameters (not *vals) so gradio can add the request; the API keeps its nine inputs
     def on_change(gpu, target, draft, alpha, context, overhead, model, bw, fl, request: gr.Request):
