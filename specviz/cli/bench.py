@@ -10,8 +10,9 @@ tokens/s to theirs (medians). With --batch-size B > 1 it compares against plain 
 (transformers' assisted generation supports batch size 1 only).
 Tokens/s here is end to end (prefill included) for both sides, so the comparison is like for like.
 With --compile on|auto, "ours" runs the fast path (specviz.fastpath); the warm-up repetition then
-includes compiling, reported as `warmup_s`, and an extra variant `ours_k0_eager` (our engine on the
-stock modules) measures whether compiling paid on this machine — recorded for `--compile auto`.
+includes compiling, reported as `warmup_s`, and the extra variants `ours_k_eager` / `ours_k0_eager`
+(our engine on the stock modules, interleaved with the rest, so before/after meet the same machine
+noise) measure whether the fast path paid on this machine — recorded for `--compile auto`.
 `verify_ms_k0` is the median one-token target pass inside our engine at depth 0 (B rows).
 """
 from __future__ import annotations
@@ -110,8 +111,14 @@ def run(args) -> int:
 
     variants = {"ours_k": ours_k, "ours_k0": ours_k0, "plain": lambda: _hf(pair, prompts, N)}
     if pair.fast.on:       # the same engine on the stock modules: did the fast path pay here?
-        eager = load_pair(args.target, args.draft, args.device, target=pair.target, draft=pair.draft)
-        variants["ours_k0_eager"] = lambda: _ours(eager, prompts, 0, N, B)[:3]
+        eager = load_pair(args.target, args.draft, args.device, target=pair.target, draft=pair.draft,
+                          compile="off")
+        variants["ours_k_eager"] = lambda: _ours(eager, prompts, k, N, B)[:3]
+
+        def ours_k0_eager():
+            n, secs, outs, _, last_totals["verify_k0_eager"] = _ours(eager, prompts, 0, N, B)
+            return n, secs, outs
+        variants["ours_k0_eager"] = ours_k0_eager
     kw = _assisted_kwargs(pair, k) if B == 1 else None
     if kw is not None:
         variants["assisted"] = lambda: _hf(pair, prompts, N, **kw)
@@ -143,7 +150,10 @@ def run(args) -> int:
         from specviz.fastpath import record_auto
 
         result["fast_vs_eager"] = med["ours_k0"] / med["ours_k0_eager"]
-        record_auto(pair.target.device, med["ours_k0_eager"], med["ours_k0"])
+        result["fast_vs_eager_k"] = med["ours_k"] / med["ours_k_eager"]
+        result["verify_ms_k0_eager"] = 1e3 * statistics.median(last_totals["verify_k0_eager"] or [0.0])
+        if pair.fast.mode == "compiled":
+            record_auto(pair.target.device, med["ours_k0_eager"], med["ours_k0"])
     for name, v in med.items():
         print(f"{name:>9}: {v:8.2f} tok/s (median of {args.repeats})")
     print(json.dumps(result))

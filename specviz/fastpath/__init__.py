@@ -104,7 +104,9 @@ def compile_compact(compact, scope: str | None = None) -> None:
         compact.fast_hidden = functools.partial(compact.hidden, layer_fn=compiled_layer(compact.device.type))
         return
     compact.graphs = cuda
-    compact.fast_hidden = torch.compile(compact.hidden, mode="reduce-overhead" if cuda else None, dynamic=False)
+    # CUDA graphs need fixed shapes (the cache pads to buckets); on CPU automatic dynamic shapes
+    compact.fast_hidden = torch.compile(compact.hidden, mode="reduce-overhead" if cuda else None,
+                                        dynamic=False if cuda else None)
 
 
 @lru_cache(maxsize=None)
@@ -116,8 +118,9 @@ def compiled_layer(device_type: str):
     from specviz.fastpath.llama import decoder_layer
 
     setup_compile_cache()
-    # no CUDA graphs here: 30 replays of one graph per pass would chain outputs across replays
-    return torch.compile(decoder_layer, dynamic=False)
+    # no CUDA graphs here: 30 replays of one graph per pass would chain outputs across replays. Shapes
+    # are unpadded without CUDA graphs: automatic dynamic shapes recompile once into a graph for all
+    return torch.compile(decoder_layer, dynamic=None)
 
 
 def setup_compile_cache() -> None:
