@@ -8,7 +8,8 @@ What is static, and why:
 - Buffer rows are a power of two (B_cap). With CUDA graphs the batch is padded to B_cap and a short
   block (decode, verify, draft: T ≤ `MAX_BUCKET`) to a power of two of tokens, so a handful of
   captured graphs serve every (B, k); long blocks (prefill) run eagerly at their own width. Without
-  CUDA graphs (CPU) passes run unpadded over the first B rows: padding is real arithmetic there.
+  CUDA graphs (CPU) passes run unpadded over the first B rows and the L + T used slots: padding is
+  real arithmetic there.
 - Padding rows and padding queries are just more holes: the validity mask hides them. Every query
   attends over all S_cap slots with an additive mask; a fully masked query (a padding row) sees a
   finite minimum everywhere and gets a uniform softmax over finite values, never NaN (buffers start
@@ -104,7 +105,8 @@ class StaticCache:
         Tp = bucket(T) if pad and T <= MAX_BUCKET else T
         self._fit(B, L + Tp)
         R, S = self.capacity
-        R = R if pad else B
+        if not pad:     # attend over the used slots only (a prefill over 256 slots did 6× the attention)
+            R, S = B, L + Tp
         pos = self.n_valid[:, None] + torch.cumsum(tok_valid.long(), dim=1) - tok_valid.long()   # [B, T]
         all_valid = torch.cat([self.valid, tok_valid], dim=1)                                   # [B, L+T]
         tok_p, pos_p = _pad2(tokens, R, Tp), _pad2(pos, R, Tp)
@@ -114,20 +116,20 @@ class StaticCache:
         if T <= MAX_BUCKET:
             if self.m.graphs:        # a new step for CUDA-graph trees: the previous outputs are consumed
                 torch.compiler.cudagraph_mark_step_begin()
-            h = self.m.fast_hidden(tok_p, pos_p, bias, slots, *self._views(R))
+            h = self.m.fast_hidden(tok_p, pos_p, bias, slots, *self._views(R, S))
         else:
-            h = self.m.hidden(tok_p, pos_p, bias, slots, *self._views(R))
+            h = self.m.hidden(tok_p, pos_p, bias, slots, *self._views(R, S))
         keep = T if logits_to_keep in (0, None) else min(logits_to_keep, T)
         logits = self.m.logits(h[:B, T - keep:T])
         self.valid = all_valid
         self.n_valid = self.n_valid + tok_valid.long().sum(dim=1)
         return logits
 
-    def _views(self, rows: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """The buffers' first `rows` rows (views: writes land in the buffers)."""
-        if rows == self.kbufs[0].shape[0]:
+    def _views(self, rows: int, slots: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The buffers' first `rows` rows and `slots` slots (views: writes land in the buffers)."""
+        if (rows, slots) == self.capacity:
             return self.kbufs, self.vbufs
-        return [b[:rows] for b in self.kbufs], [b[:rows] for b in self.vbufs]
+        return [b[:rows, :, :slots] for b in self.kbufs], [b[:rows, :, :slots] for b in self.vbufs]
 
     def _bias(self, all_valid: torch.Tensor, slots: torch.Tensor, R: int, S: int) -> torch.Tensor:
         """Additive mask [R, 1, Tp, S]: query at slot s sees valid slots ≤ s; padding sees nothing."""
