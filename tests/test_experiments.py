@@ -1,0 +1,333 @@
+"""The Lesson tab's experiments (specviz.experiments) and their figures (specviz.charts_lesson), on the tiny
+random-weight pairs: every chapter runs to done, yields progressively, and hands the UI numbers that fill
+its conclusion templates in both languages. No timed asserts: timings are whatever this machine gives."""
+from __future__ import annotations
+
+import json
+import string
+
+import pytest
+
+from specviz import charts_lesson, experiments as ex, lessons
+from specviz.hardware import Peaks
+from specviz.request import Knobs, Request
+from specviz.roofline import crossover_from_rows
+
+# a CPU-like calibration: enough for the roofline column, no measurement needed in a test
+PEAKS = Peaks("cpu", 3.0e10, 3.0e10, "float32")
+
+
+def collect(gen) -> list[dict]:
+    out = []
+    for d in gen:
+        json.dumps(d, allow_nan=False)          # plain JSON, as the UI saves and a recording replays it
+        out.append(d)
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(make_pair, prompts):
+    """Every chapter once, small sizes; chapter → every dict it yielded."""
+    skip, ngram = make_pair("layerskip:1-2"), make_pair("ngram")
+    return {
+        "race": collect(ex.run_race(skip, prompts[1], depth=3, max_new=12)),
+        "race_ngram": collect(ex.run_race(ngram, prompts[1], depth=3, max_new=12)),
+        "knee": collect(ex.run_knee(skip, PEAKS, context=16, repeats=1, cap=8)),
+        "breadth_depth": collect(ex.run_breadth_depth(skip, context=16, ns=(1, 2, 4, 8), repeats=1)),
+        "ledger": collect(ex.run_ledger(skip, prompts[1], depth=3, max_new=16)),
+        "sweep": collect(ex.run_sweep(ngram, prompts[0], batches=(1, 2, 3), depths=(1, 2), max_new=6)),
+        "policies": collect(ex.run_policies(skip, prompts[:2], batches=(1, 3), depth=2, max_new=6)),
+    }
+
+
+def chapter_of(name: str) -> str:
+    return name.split("_ngram")[0]
+
+
+# --- every chapter --------------------------------------------------------------------------------------
+
+def test_every_chapter_runs_to_done_progressively(runs):
+    for name, ds in runs.items():
+        assert len(ds) >= 3, name
+        assert [d["done"] for d in ds] == [False] * (len(ds) - 1) + [True], name
+        progress = [d["progress"] for d in ds]
+        assert progress == sorted(progress) and progress[0] == 0.0 and progress[-1] == 1.0, name
+        last = ds[-1]
+        assert last["chapter"] == chapter_of(name)
+        assert last["device"].startswith("cpu")
+        assert last["table"] and last["conclusion"] in last["conclusions"], name
+        assert len(last["conclusions"]) == len(last["conclusion_values"])
+        assert all(d["conclusion"] is None for d in ds[:-1])
+
+
+def _conclusion_keys(lang: str, chapter: str) -> list[str]:
+    return [k for k in lessons.load(lang)["chapter"][chapter] if k.startswith("conclusion")]
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_values_fill_every_conclusion_template(runs, lang):
+    for name, ds in runs.items():
+        ch, last = chapter_of(name), ds[-1]
+        for key in _conclusion_keys(lang, ch):
+            tmpl = lessons.template(lang, f"chapter.{ch}.{key}")
+            fields = {f for _, f, _, _ in string.Formatter().parse(tmpl) if f}
+            assert fields <= set(last["values"]), (name, key, fields - set(last["values"]))
+            tmpl.format(**last["values"])            # every format spec fits its value (raises if not)
+        for key, vals in zip(last["conclusions"], last["conclusion_values"]):
+            lessons.template(lang, f"chapter.{ch}.{key}").format(**vals)
+
+
+# --- the race -------------------------------------------------------------------------------------------
+
+def test_race_same_tokens_two_lanes_one_clock(runs):
+    for name in ("race", "race_ngram"):
+        last = runs[name][-1]
+        assert last["identical"] is True and last["replayed_together"] is True
+        v = last["values"]
+        assert v["speedup"] > 0 and v["slowdown"] == pytest.approx(1 / v["speedup"])
+        assert last["conclusion"] == ex.race_conclusion(v["speedup"])
+        lanes = last["lanes"]
+        assert lanes["plain"]["tokens"] == lanes["spec"]["tokens"] == 12
+        assert lanes["plain"]["steps"] == 12 and lanes["spec"]["steps"] <= 12
+        for ln in ("plain", "spec"):
+            segs = [s for s in last["segments"] if s["lane"] == ln]
+            assert segs and all(s["start_s"] <= s["end_s"] <= lanes[ln]["wall_s"] + 1e-9 for s in segs)
+            for a, b in zip(segs, segs[1:]):      # passes follow each other on the lane's own clock
+                assert b["start_s"] >= a["end_s"] - 1e-6
+            ticks = [t for t in last["tokens"] if t["lane"] == ln]
+            assert [t["index"] for t in ticks] == list(range(1, 13))
+            assert sum(s["tokens"] for s in segs) == 12
+        assert {s["kind"] for s in last["segments"] if s["lane"] == "plain"} <= {"prefill", "plain"}
+    skip = runs["race"][-1]
+    assert {"draft", "verify"} <= {s["kind"] for s in skip["segments"] if s["lane"] == "spec"}
+    # a layer-skip draft is half the target: real draft work, so more FLOPs than plain decoding
+    assert skip["values"]["flops_ratio"] > 1 and skip["values"]["draft_cost"] > 0
+
+
+def test_race_takes_a_policy_by_name(make_pair, prompts):
+    last = collect(ex.run_race(make_pair("ngram"), prompts[0], depth=2, max_new=4, policy="adaptive"))[-1]
+    assert last["settings"]["policy"] == "adaptive" and last["identical"] is True
+
+
+# --- the knee and breadth vs depth -----------------------------------------------------------------------
+
+def test_knee_points_roofline_and_rule(runs, make_pair):
+    ds = runs["knee"]
+    assert [len(d["table"]) for d in ds] == [0, 1, 2, 3, 4, 4]
+    last = ds[-1]
+    assert [r["tokens_per_pass"] for r in last["table"]] == [1, 2, 4, 8]
+    assert all(r["roofline_ms"] > 0 for r in last["table"]) and last["predicted_knee"] >= 1
+    v = last["values"]
+    assert 1 <= v["knee"] <= 8 and last["measured_knee"] == v["knee"]
+    t = last["table"]
+    assert v["ratio2"] == pytest.approx(t[1]["measured_ms"] / t[0]["measured_ms"])
+    assert last["conclusion"] == ex.knee_conclusion(v["ratio2"], t[0]["measured_ms"] / 1000, t[0]["roofline_ms"] / 1000)
+    # without calibrated peaks: no roofline, and so never an overhead-bound verdict
+    bare = collect(ex.run_knee(make_pair("ngram"), None, context=8, repeats=1, cap=2))[-1]
+    assert all(r["roofline_ms"] is None for r in bare["table"]) and bare["predicted_knee"] is None
+    assert bare["conclusion"] != "conclusion_overhead_bound"
+
+
+def test_knee_rule():
+    assert ex.knee_conclusion(1.5, 0.01, 0.001) == "conclusion_not_memory_bound"
+    assert ex.knee_conclusion(1.05, 0.01, 0.001) == "conclusion_overhead_bound"
+    assert ex.knee_conclusion(1.05, 0.01, 0.008) == "conclusion_flat"
+    assert ex.knee_conclusion(1.05, 0.01, None) == "conclusion_flat"
+
+
+def test_breadth_depth_side_by_side(runs):
+    ds = runs["breadth_depth"]
+    assert [len(d["table"]) for d in ds] == [0, 1, 2, 3, 4, 4]
+    last = ds[-1]
+    rows = last["table"]
+    assert [r["tokens_per_pass"] for r in rows] == [1, 2, 4, 8]
+    assert all(r["breadth_ms"] > 0 and r["depth_ms"] > 0 for r in rows)
+    bp = ex.breadth_depth_breakpoint([r["tokens_per_pass"] for r in rows], [r["breadth_ms"] for r in rows],
+                                     [r["depth_ms"] for r in rows])
+    assert last["breakpoint"] == bp
+    assert last["conclusion"] == ("conclusion_holds" if bp is None else "conclusion_stops")
+    assert last["values"]["n"] == (8 if bp is None else bp)
+
+
+def test_breadth_depth_breakpoint_rule():
+    ns = [1, 2, 4, 8, 16]
+    assert ex.breadth_depth_breakpoint(ns, [1, 1, 1.1, 1.2, 1.2], [1] * 5) is None
+    assert ex.breadth_depth_breakpoint(ns, [1, 1, 1, 2, 3], [1] * 5) == 8
+    # one noisy mismatch below a matching point is not the breakpoint
+    assert ex.breadth_depth_breakpoint(ns, [1, 1.6, 1, 2, 3], [1] * 5) == 8
+    assert ex.breadth_depth_breakpoint(ns, [2, 2, 2, 2, 2], [1] * 5) == 1
+
+
+# --- the ledger -----------------------------------------------------------------------------------------
+
+def test_ledger_adds_up_to_spent_flops(runs):
+    last = runs["ledger"][-1]
+    parts = {p["part"]: p["flops"] for p in last["parts"]}
+    assert set(parts) == {"draft", "kept", "rejected", "target"}
+    assert sum(parts.values()) == pytest.approx(last["spent_flops"], rel=1e-12)
+    assert last["flops_ratio"] == pytest.approx(last["spent_flops"] / last["plain_flops"], rel=1e-12)
+    assert last["values"]["waste"] == pytest.approx(parts["rejected"] / last["spent_flops"])
+    assert sum(p["share"] for p in last["parts"]) == pytest.approx(1.0)
+    assert last["conclusions"][:2] == ["conclusion_waste", "conclusion_theory"]
+
+
+def _ledger_matches_engine(run_events, totals):
+    led = ex.FlopsLedger()
+    for ev in run_events:
+        led.add(ev)
+    assert led.spent == pytest.approx(totals.spent_flops, rel=1e-12)
+    assert led.flops_ratio == pytest.approx(totals.flops_ratio, rel=1e-12)
+    pos = led.positions()
+    assert sum(p["drafted"] for p in pos) == totals.drafted
+    assert sum(p["accepted"] for p in pos) == totals.accepted
+    assert [p["drafted"] for p in pos] == sorted((p["drafted"] for p in pos), reverse=True)
+    return led
+
+
+def test_ledger_equals_engine_totals_ragged_batch(make_pair, prompts):
+    # three rows with different drafts (n-gram finds different matches): padded verify slots
+    run = ex.timed_run(make_pair("ngram"), prompts[:3], 3, 3, 10)
+    _ledger_matches_engine(run.events, run.totals)
+    run = ex.timed_run(make_pair("layerskip:1-2"), prompts[:2], 3, 2, 10, "confidence")
+    _ledger_matches_engine(run.events, run.totals)
+
+
+def test_ledger_equals_engine_totals_shared_batch(make_pair, prompts):
+    """Two requests in one engine: each gets its share of the shared passes."""
+    eng = make_pair("layerskip:1-2").engine()
+    reqs = [Request([prompts[0]], Knobs(depth=3, batch_size=2), 8), Request([prompts[1]], Knobs(depth=1), 8)]
+    events = {r.id: [] for r in reqs}
+    for r in reqs:
+        eng.add(r)
+    while any(not r.done for r in reqs):
+        for owner, ev in eng.step():
+            events[owner.id].append(ev)
+    assert any(ev.share < 1 for ev in events[reqs[1].id])
+    for r in reqs:
+        _ledger_matches_engine(events[r.id], r.totals)
+
+
+def test_ledger_theory_is_leviathan(runs):
+    v = runs["ledger"][-1]["values"]
+    a, g, c = v["alpha"], v["depth"], v["c"]
+    tokens = (1 - a ** (g + 1)) / (1 - a)
+    assert v["theory"] == pytest.approx(tokens)
+    assert v["theory_speedup"] == pytest.approx(tokens / (g * c + 1))
+    assert v["diff"] == pytest.approx(abs(v["theory_speedup"] / v["measured_speedup"] - 1))
+    assert runs["ledger"][-1]["conclusion"] == ("conclusion_agree" if v["diff"] <= ex.LEDGER_AGREE
+                                                else "conclusion_differ")
+    theory = {r["quantity"]: r for r in runs["ledger"][-1]["theory"]}
+    assert theory["speedup"]["measured"] == v["measured_speedup"] and theory["tokens_per_pass"]["theory"] == v["theory"]
+
+
+def test_leviathan_published_prediction():
+    """Leviathan et al. 2023, T5-XXL with T5-small: α 0.75, γ 7, c ≈ 0.02 → their formula predicts 3.2×."""
+    t = ex.leviathan_theory(0.75, 7, 0.02)
+    assert round(t["speedup"], 1) == 3.2
+    assert t["tokens_per_pass"] == pytest.approx((1 - 0.75 ** 8) / 0.25)
+    assert ex.leviathan_theory(0.0, 4, 0.1)["tokens_per_pass"] == 1.0
+
+
+# --- the sweep ------------------------------------------------------------------------------------------
+
+def test_sweep_fills_cell_by_cell_and_finds_crossover(runs):
+    ds = runs["sweep"]
+    last = ds[-1]
+    assert last["depths"] == [0, 1, 2] and last["batches"] == [1, 2, 3]   # k = 0 always measured
+    sizes = [len(d["table"]) for d in ds]
+    assert sizes == [0] + list(range(1, 10)) + [9]                       # one yield per cell
+    for d in ds[1:]:
+        r = d["table"][-1]
+        assert r["speedup"] is not None and r["speedup"] > 0              # known as soon as measured
+    cross = crossover_from_rows(last["table"])
+    assert last["crossover_batch"] == cross
+    assert last["conclusion"] == ("conclusion_no_crossover" if cross is None else "conclusion_crossover")
+    assert last["conclusions"][0] == "conclusion_best"
+    assert len(last["best_depth"]) == 3 and last["values"]["max_batch"] == 3
+    for row in last["table"]:
+        base = next(r for r in last["table"] if r["batch_size"] == row["batch_size"] and r["depth"] == 0)
+        assert row["speedup"] == pytest.approx(row["tokens_per_s"] / base["tokens_per_s"])
+
+
+def test_sweep_publishes_sources():
+    pts = ex.published_points()
+    assert pts and all(p["label"] == "published measurement" and p["source"] for p in pts)
+    series = {p["series"] for p in pts}
+    assert any("EAGLE-3" in s for s in series) and any(s.startswith("EAGLE on") for s in series)
+    vllm = [p for p in pts if p["batch"] is None]
+    assert {p["load"] for p in vllm} == {"QPS 1", "high QPS"} and min(p["speedup"] for p in vllm) < 1
+
+
+def test_sweep_rule():
+    assert ex.sweep_conclusion(None) == "conclusion_no_crossover"
+    assert ex.sweep_conclusion(8) == "conclusion_crossover"
+
+
+# --- policies -------------------------------------------------------------------------------------------
+
+def test_policies_table_and_winners(runs):
+    last = runs["policies"][-1]
+    assert len(runs["policies"]) == 1 + 2 * 6 + 1          # start, plain + five policies per batch, final
+    rows = last["table"]
+    assert {(r["policy"], r["batch_size"]) for r in rows} == {(p, b) for p in ex.POLICY_NAMES for b in (1, 3)}
+    for w in last["winners"]:
+        mine = [r for r in rows if r["batch_size"] == w["batch_size"]]
+        assert w["tokens_per_s"] == max(r["tokens_per_s"] for r in mine)
+    assert last["conclusions"] == ["conclusion_row", "conclusion_row", last["conclusion"]]
+    assert [v["batch"] for v in last["conclusion_values"][:2]] == [1, 3]
+    for r in rows:    # depth 0 rows are plain decoding: disable-by-batch-size never disables at B ≤ 8
+        if r["policy"] == "disable-by-batch-size":
+            assert r["mean_depth"] == 2
+
+
+def test_policies_rule():
+    assert ex.policies_conclusion({1: "fixed", 4: "adaptive"}, 0.01) == "conclusion_close"
+    assert ex.policies_conclusion({1: "fixed", 4: "fixed"}, 0.3) == "conclusion_same_winner"
+    assert ex.policies_conclusion({1: "fixed", 4: "adaptive"}, 0.3) == "conclusion_switch"
+    rows = [{"policy": p, "batch_size": b, "tokens_per_s": t, "vs_plain": t / 10}
+            for p, b, t in [("fixed", 1, 20), ("adaptive", 1, 15), ("fixed", 4, 30), ("adaptive", 4, 40),
+                            ("fixed", 16, 30), ("adaptive", 16, 45)]]
+    values, key, per_row = ex.policies_values(rows, [1, 4, 16])
+    assert key == "conclusion_switch"
+    assert (values["small_policy"], values["large_policy"], values["batch"]) == ("fixed", "adaptive", 4)
+    assert values["spread"] == pytest.approx(0.5) and values["policy"] == "adaptive"
+    assert [r["policy"] for r in per_row] == ["fixed", "adaptive", "adaptive"]
+    # A, B, A: the small-batch winner is never the large-batch one
+    rows = [{"policy": p, "batch_size": b, "tokens_per_s": t, "vs_plain": 1.0}
+            for p, b, t in [("fixed", 1, 20), ("adaptive", 1, 15), ("fixed", 4, 10), ("adaptive", 4, 40),
+                            ("fixed", 16, 50), ("adaptive", 16, 45)]]
+    values, key, _ = ex.policies_values(rows, [1, 4, 16])
+    assert (values["small_policy"], values["large_policy"], values["batch"]) == ("adaptive", "fixed", 16)
+
+
+def test_race_rule():
+    assert ex.race_conclusion(1.3) == "conclusion_faster"
+    assert ex.race_conclusion(0.8) == "conclusion_slower"
+    assert ex.race_conclusion(1.0) == "conclusion_even"
+
+
+# --- figures --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dark", [False, True])
+def test_figures_build_for_every_chapter(runs, dark):
+    for name, ds in runs.items():
+        ch = chapter_of(name)
+        fa = {k: v for k, v in lessons.load("fa")["chapter"][ch].items() if isinstance(v, str)}
+        for d in (ds[0], ds[len(ds) // 2], ds[-1]):      # empty, partial and final results all draw
+            for labels in ({}, fa):
+                fig = charts_lesson.FIGURES[ch](d, labels, dark=dark)
+                assert fig.layout.paper_bgcolor == "rgba(0,0,0,0)" and fig.layout.plot_bgcolor == "rgba(0,0,0,0)"
+                assert fig.layout.template.layout.paper_bgcolor is not None
+                fig.to_json()
+        assert charts_lesson.FIGURES[ch](ds[-1], {}, dark).data, name
+
+
+def test_figures_use_the_given_labels(runs):
+    race = charts_lesson.figure_race(runs["race"][-1], {"lane_plain": "PLAIN-X", "legend_draft": "DRAFT-X"})
+    assert "PLAIN-X" in {y for tr in race.data for y in (tr.y or [])}
+    assert "DRAFT-X" in {tr.name for tr in race.data}
+    sweep = charts_lesson.figure_sweep(runs["sweep"][-1], {})
+    names = [tr.name or "" for tr in sweep.data]
+    assert any("EAGLE-3" in n and "published measurement" in n for n in names)
+    ledger = charts_lesson.figure_ledger(runs["ledger"][-1], {"part_rejected": "WASTE-X"})
+    assert "WASTE-X" in {tr.name for tr in ledger.data}
