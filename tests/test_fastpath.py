@@ -189,8 +189,10 @@ def test_cli_compile_flag(tiny_paths, tmp_path):
     for choice in ("off", "auto", "static"):
         r = _cli(*base, "--compile", choice, cache=tmp_path)
         assert r.returncode == 0, r.stderr
-        final = json.loads(r.stdout.strip().splitlines()[-1])
+        lines = [json.loads(x) for x in r.stdout.strip().splitlines()]
+        final = lines[-1]
         outs[choice] = (final["outputs"], final["path"])
+        assert all(step["path"] == final["path"] for step in lines[:-1])
     assert outs["off"][0] == outs["auto"][0] == outs["static"][0]
     assert outs["auto"][1] == "eager (transformers)" and outs["static"][1] == "static (eager)"
     r = _cli("bench-hf", "--help", cache=tmp_path)

@@ -61,7 +61,8 @@ def run(args) -> int:
     tty = sys.stdout.isatty() and not args.json
     for ev in engine.generate(prompts, knobs, args.max_new_tokens, args.temperature, args.seed):
         if args.json:
-            print(json.dumps(step_json(ev, decode)), flush=True)
+            # which forward path ran this step's passes (the fast path or the stock modules)
+            print(json.dumps({**step_json(ev, decode), "path": engine.fast_label}), flush=True)
         elif tty:
             first = next((r for r in ev.rows if r.row == 0), None)
             if first is not None:
