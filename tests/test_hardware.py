@@ -132,11 +132,12 @@ def test_peaks_are_cached_per_machine(tmp_path, monkeypatch):
 
 
 def test_memory_and_power_readout_never_invents_zero():
-    from specviz.ui.playground import device_md
+    from specviz.ui.counters import device_md
 
-    assert "unavailable" in device_md(None)
-    assert "unavailable" in device_md(hw.Sample(0.0, None, None, None, "none"))
-    cpu = device_md(hw.Sample(0.0, 50.0, 2**30, None, "psutil"))
+    assert "unavailable" in device_md("en", None)
+    assert "unavailable" in device_md("en", hw.Sample(0.0, None, None, None, "none"))
+    cpu = device_md("en", hw.Sample(0.0, 50.0, 2**30, None, "psutil"))
     assert "process memory (RSS) 1.00 GiB" in cpu and "power unavailable" in cpu
-    gpu = device_md(hw.Sample(0.0, 99.0, 3 * 2**30, 215.4, "nvml"))
+    gpu = device_md("en", hw.Sample(0.0, 99.0, 3 * 2**30, 215.4, "nvml"))
     assert "GPU memory 3.00 GiB" in gpu and "215 W" in gpu
+    assert "در دسترس نیست" in device_md("fa", hw.Sample(0.0, 50.0, 2**30, None, "psutil"))
