@@ -7,11 +7,15 @@ offline SmolLM2-135M: see the README's "first Run" figures.
 """
 from __future__ import annotations
 
-DEFAULT_PROMPT = ("Rewrite this sentence with every word in capitals: the small draft model guesses and the big "
-                  "target model checks every guess in one pass.")
+# measured (bench-hf, offline SmolLM2-135M, 2-core CPU, B = 1, k = 6): 1.77× plain generate(), 27 tokens
+DEFAULT_PROMPT = ("Repeat the following text word for word, then stop: Speculative decoding spends more FLOPs than "
+                  "plain decoding, yet it finishes sooner, because one-token decode is memory-bound: every step "
+                  "streams all the weights while the compute units idle.")
 DEFAULT_DEPTH = 6
 
 EXAMPLES = [DEFAULT_PROMPT,
+            "Rewrite this sentence with every word in capitals: the small draft model guesses and the big target "
+            "model checks every guess in one pass.",
             "Repeat this list exactly, one item per line: apples, bananas, cherries, dates, elderberries, figs, grapes.",
             "Fix the typo and rewrite the code: def add(a, b):\n    retrun a + b",
             "Write the numbers from 1 to 40, separated by commas.",

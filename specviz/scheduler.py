@@ -238,7 +238,10 @@ class Scheduler:
         with self._cond:
             if self._closed:
                 raise LimitError("the server is shutting down; please try again in a minute")
-            if len(self._pending) >= self.limits.max_queue:
+            # requests that would wait even once everyone pending whom the batch has room for is in
+            # (about one row each): only those count against the queue
+            beyond_room = len(self._pending) - max(0, self.limits.max_shared_rows - self._info.rows)
+            if beyond_room >= self.limits.max_queue:
                 raise Busy(f"busy — the shared batch and its queue are full; try again in about "
                            f"{self._retry_after():.0f} s")
             t = Ticket(request, self)

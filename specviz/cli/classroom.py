@@ -136,7 +136,7 @@ def _served(args) -> dict:
             for out in job:
                 if first is None and isinstance(out[0], str) and "tok-" in out[0]:
                     first = time.perf_counter() - t0
-            final = job.outputs()[-1][-1]
+            final = job.result()[-1]          # raises the app's message if the Run was refused
             res[i] = ("done", first, time.perf_counter() - t0, final.get("shared_batch_max", 0))
         except Exception as exc:
             res[i] = ("busy" if "busy" in str(exc) else "error: " + str(exc)[:80], None, time.perf_counter() - t0, 0)

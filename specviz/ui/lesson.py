@@ -12,7 +12,7 @@ import gradio as gr
 
 from specviz import charts_lesson, experiments, lessons
 from specviz.pipeline import encode_prompt
-from specviz.prompts import DEFAULT_PROMPT, ROW_POOL
+from specviz.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, ROW_POOL
 from specviz.ui import runner
 from specviz.ui.errors import as_sentences
 from specviz.ui.i18n import t
@@ -97,7 +97,7 @@ class Lesson:
         prompt = encode_prompt(pair.tokenizer, DEFAULT_PROMPT)
         peaks = self.app.peaks
         if chapter == "race":
-            return lambda: experiments.run_race(pair, prompt)
+            return lambda: experiments.run_race(pair, prompt, depth=DEFAULT_DEPTH)
         if chapter == "knee":
             return lambda: experiments.run_knee(pair, peaks)
         if chapter == "breadth_depth":
