@@ -135,3 +135,16 @@ def _previous(chapter: str) -> str:
 
 def _button(chapter: str) -> str:
     return "run-" + chapter.replace("_", "-")
+
+
+def test_shipped_recordings_replay_with_their_origin(api):
+    from specviz import recordings
+
+    c, _, _ = api
+    shipped = recordings.shipped()
+    assert len(shipped) >= 2                      # a cheap draft that pays, an expensive one that does not
+    for title, path in shipped.items():
+        rec = recordings.load(path)
+        out = c.predict(title, None, api_name="/replay")
+        assert out[-1]["outputs"] == [rec.outputs[i] for i in sorted(rec.outputs)]
+        assert f"recorded on {rec.device}" in out[6] and 'class="tok-' in out[0]
