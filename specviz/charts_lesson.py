@@ -53,7 +53,9 @@ def _labels(chapter: str, labels: dict | None) -> dict:
 
 def _style(fig: go.Figure, dark: bool, title: str | None = None, height: int = 380, **layout) -> go.Figure:
     base = dict(template="plotly_dark" if dark else "plotly_white", paper_bgcolor="rgba(0,0,0,0)",
-                plot_bgcolor="rgba(0,0,0,0)", height=height, font=dict(size=13),
+                plot_bgcolor="rgba(0,0,0,0)", height=height,
+                # mid grey reads on the page's light and dark themes alike (the page, not the chart, picks)
+                font=dict(size=13, color="#8a8a8a"),
                 margin=dict(l=56, r=20, t=48 if title else 24, b=80),
                 legend=dict(orientation="h", y=-0.22, x=0), title=title)
     fig.update_layout(**{**base, **layout})
