@@ -35,15 +35,14 @@ class RemappedCache(DynamicCache):
         return super().update(key_states, value_states, self.layer_map[layer_idx], *args, **kwargs)
 
 
-class RaggedCache:
-    """KV cache + validity bookkeeping for one model over a batch of rows."""
+class SlotValidity:
+    """The validity bookkeeping every KV cache here shares (this one and the fast path's static cache):
+    `valid` [B, L] says which slots hold real tokens, `n_valid` [B] counts them per row. Subclasses
+    own the key/value storage and move it where these methods say."""
 
-    def __init__(self, batch: int, device, dtype, layer_map: dict[int, int] | None = None):
-        self.layer_map = layer_map
-        self.cache = RemappedCache(layer_map) if layer_map else DynamicCache()
-        self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=device)   # [B, L]
-        self.n_valid = torch.zeros(batch, dtype=torch.long, device=device)     # [B]
-        self.device, self.dtype = device, dtype
+    valid: torch.Tensor
+    n_valid: torch.Tensor
+    device: torch.device
 
     @property
     def batch(self) -> int:
@@ -55,6 +54,45 @@ class RaggedCache:
 
     def holes(self) -> int:
         return int(self.batch * self.length - int(self.n_valid.sum()))
+
+    def invalidate(self, rows: torch.Tensor, slots: torch.Tensor) -> None:
+        """Turn (row, slot) pairs into holes, e.g. rejected draft tokens. rows, slots: [N]."""
+        if rows.numel() == 0:
+            return
+        was = self.valid[rows, slots]
+        self.valid[rows, slots] = False
+        self.n_valid.index_add_(0, rows, -was.long())
+
+    def compaction_order(self, min_waste: float = 0.25, min_holes: int = 32) -> torch.Tensor | None:
+        """When holes make up more than `min_waste` of the cache (and at least `min_holes` slots): for
+        each row, the slots to keep, valid ones in order at the right end (left padding). [B, new_len]
+        Else None: compacting would cost more than the holes do."""
+        holes = self.holes()
+        if holes < min_holes or holes < min_waste * self.batch * max(self.length, 1):
+            return None
+        new_len = int(self.n_valid.max())
+        L = self.length
+        # sort key puts holes first, valid slots after, each in slot order; keep the last new_len
+        key = self.valid.long() * L + torch.arange(L, device=self.device)[None, :]
+        return torch.argsort(key, dim=1)[:, L - new_len:]
+
+    def first_used_slot(self) -> int:
+        """Leading slots before this one hold no row's token (left behind when rows retire)."""
+        if self.length == 0 or self.batch == 0:
+            return 0
+        used = self.valid.any(dim=0).nonzero()
+        return int(used[0]) if used.numel() else self.length
+
+
+class RaggedCache(SlotValidity):
+    """KV cache + validity bookkeeping for one model over a batch of rows."""
+
+    def __init__(self, batch: int, device, dtype, layer_map: dict[int, int] | None = None):
+        self.layer_map = layer_map
+        self.cache = RemappedCache(layer_map) if layer_map else DynamicCache()
+        self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=device)   # [B, L]
+        self.n_valid = torch.zeros(batch, dtype=torch.long, device=device)     # [B]
+        self.device, self.dtype = device, dtype
 
     def forward(self, model, tokens: torch.Tensor, tok_valid: torch.Tensor, logits_to_keep: int = 0):
         """Append a block of tokens and return logits.
@@ -86,14 +124,6 @@ class RaggedCache:
         mask = torch.zeros(B, 1, T, L + T, dtype=self.dtype, device=self.device)
         return mask.masked_fill_(~allowed[:, None], torch.finfo(self.dtype).min)
 
-    def invalidate(self, rows: torch.Tensor, slots: torch.Tensor) -> None:
-        """Turn (row, slot) pairs into holes, e.g. rejected draft tokens. rows, slots: [N]."""
-        if rows.numel() == 0:
-            return
-        was = self.valid[rows, slots]
-        self.valid[rows, slots] = False
-        self.n_valid.index_add_(0, rows, -was.long())
-
     def _layers(self):
         # initialised layers hold [B, heads, L, dim] tensors (B may be 0 after every row left)
         return [layer for layer in self.cache.layers if getattr(layer, "keys", None) is not None
@@ -102,14 +132,9 @@ class RaggedCache:
     def compact(self, min_waste: float = 0.25, min_holes: int = 32) -> bool:
         """Drop holes when they make up more than `min_waste` of the cache (and at least `min_holes`
         slots). Each row's valid slots keep their order and move to the right end (left padding)."""
-        holes = self.holes()
-        if holes < min_holes or holes < min_waste * self.batch * max(self.length, 1):
+        order = self.compaction_order(min_waste, min_holes)                            # [B, new_len]
+        if order is None:
             return False
-        new_len = int(self.n_valid.max())
-        L = self.length
-        # sort key puts holes first, valid slots after, each in slot order; keep the last new_len
-        key = self.valid.long() * L + torch.arange(L, device=self.device)[None, :]
-        order = torch.argsort(key, dim=1)[:, L - new_len:]                            # [B, new_len]
         for layer in self._layers():
             idx = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
             layer.keys = torch.gather(layer.keys, 2, idx)
@@ -128,10 +153,7 @@ class RaggedCache:
 
     def _trim_left(self) -> None:
         """Drop leading slots that no row uses (left after rows retire)."""
-        if self.length == 0 or self.batch == 0:
-            return
-        used = self.valid.any(dim=0).nonzero()
-        first = int(used[0]) if used.numel() else self.length
+        first = self.first_used_slot()
         if first == 0:
             return
         for layer in self._layers():

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from specviz.fastpath.llama import CompactLlama
+from specviz.kvcache import SlotValidity
 
 CHUNK = 256          # slots added when the buffers grow (fewer distinct shapes than growing by one)
 MAX_BUCKET = 16      # blocks up to this many tokens are padded to a power of two
@@ -36,7 +37,7 @@ def _round_up(n: int, chunk: int) -> int:
     return max(chunk, -(-n // chunk) * chunk)
 
 
-class StaticCache:
+class StaticCache(SlotValidity):
     """Preallocated KV buffers + validity bookkeeping for one compact model over a batch of rows."""
 
     def __init__(self, compact: CompactLlama, batch: int, slots: int = 0):
@@ -50,20 +51,9 @@ class StaticCache:
 
     # --- shape bookkeeping ---------------------------------------------------------------------
     @property
-    def batch(self) -> int:
-        return self.valid.shape[0]
-
-    @property
-    def length(self) -> int:
-        return self.valid.shape[1]
-
-    @property
     def capacity(self) -> tuple[int, int]:
         """(rows, slots) the buffers hold."""
         return self.kbufs[0].shape[0], self.kbufs[0].shape[2]
-
-    def holes(self) -> int:
-        return int(self.batch * self.length - int(self.n_valid.sum()))
 
     def _alloc(self, rows: int, slots: int, keep_rows: int = 0, keep_slots: int = 0) -> None:
         """(Re)allocate zeroed buffers [rows, n_kv, slots, hd], keeping the first keep_rows × keep_slots."""
@@ -142,23 +132,12 @@ class StaticCache:
         return bias.masked_fill_(~allowed, torch.finfo(self.dtype).min)
 
     # --- bookkeeping between passes (same contracts as RaggedCache) -----------------------------
-    def invalidate(self, rows: torch.Tensor, slots: torch.Tensor) -> None:
-        """Turn (row, slot) pairs into holes. rows, slots: [N]."""
-        if rows.numel() == 0:
-            return
-        was = self.valid[rows, slots]
-        self.valid[rows, slots] = False
-        self.n_valid.index_add_(0, rows, -was.long())
-
     def compact(self, min_waste: float = 0.25, min_holes: int = 32) -> bool:
         """Move each row's valid slots to the right end of [0, new_len) when holes waste enough."""
-        holes = self.holes()
-        if holes < min_holes or holes < min_waste * self.batch * max(self.length, 1):
+        order = self.compaction_order(min_waste, min_holes)                                    # [B, new_len]
+        if order is None:
             return False
-        B, L = self.batch, self.length
-        new_len = int(self.n_valid.max())
-        key = self.valid.long() * L + torch.arange(L, device=self.device)[None, :]
-        order = torch.argsort(key, dim=1)[:, L - new_len:]                                     # [B, new_len]
+        B, L, new_len = self.batch, self.length, order.shape[1]
         for buf in self.kbufs + self.vbufs:
             idx = order[:, None, :, None].expand(-1, buf.shape[1], -1, buf.shape[3])
             buf[:B, :, :new_len] = torch.gather(buf[:B, :, :L], 2, idx)
@@ -177,10 +156,7 @@ class StaticCache:
 
     def _trim_left(self) -> None:
         """Drop leading slots that no row uses (left after rows retire)."""
-        if self.length == 0 or self.batch == 0:
-            return
-        used = self.valid.any(dim=0).nonzero()
-        first = int(used[0]) if used.numel() else self.length
+        first = self.first_used_slot()
         if first == 0:
             return
         B, L = self.batch, self.length
