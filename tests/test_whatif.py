@@ -412,3 +412,13 @@ def test_browser_whatif_calibrated_published_and_custom(whatif_app):
         page.locator("#whatif-model").get_by_label("کالیبره‌شده").check()
         _summary_has(page, "تخمین‌های مدل کالیبره‌شده")
         assert not page.locator(".toast-body").count() and not errors, (page.locator(".toast-body").all_inner_texts(), errors)
+
+
+def test_whatif_chart_data_downloads_as_csv(whatif_app):
+    from gradio_client import Client
+
+    c = Client(whatif_app, verbose=False)
+    path = c.predict("H100 SXM", "Llama-3.1-8B", "EAGLE:Llama-3.1-8B", 0.7, 800, 0, "calibrated", 3.35, 989,
+                     api_name="/whatif_csv")
+    text = open(path, encoding="utf-8").read()
+    assert text.startswith("chart,") and "latency per pass (estimate)" in text and "tokens/s vs batch (estimate)" in text

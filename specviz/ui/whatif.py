@@ -19,6 +19,8 @@ from specviz.profiles import (Profile, compare, gpu_calibration, load_profiles, 
                               profile_calibration, profile_for_device)
 from specviz.roofline import GPUS, MODELS, crossover_from_rows, latency_curve, predicted_knee, whatif_rows
 from specviz.ui import runner
+from specviz.ui.errors import as_sentences
+from specviz.ui.runs import TempFiles, write_csv
 
 THIS_MACHINE = "This machine (calibrated peaks)"
 CUSTOM_GPU = "Custom GPU (bandwidth and FLOP/s below)"
@@ -212,6 +214,23 @@ def compute(app, gpu, target, draft, alpha, context, overhead_ms, model=CALIBRAT
     md = summary_md(rows, hw_desc, setup, draft, knee, alpha, kind, note, ideal_ms, cal_ms, lang)
     md += "\n\n" + published_md(setup, gpu, target, draft, alpha, kind, lang)
     return md, _for_reader(fig_lat, lang), _for_reader(fig_x, lang)
+
+
+def csv_rows(app, gpu, target, draft, alpha, context, overhead_ms, model=CALIBRATED,
+             bw_tbs=DEFAULTS["bandwidth_tbs"], flops_tflops=DEFAULTS["flops_tflops"]) -> list[dict]:
+    """The data behind the tab's charts for these knobs (all estimates), long form, for the CSV."""
+    setup, alpha, _, _ = _inputs(app, gpu, target, draft, alpha, context, overhead_ms, model, bw_tbs, flops_tflops,
+                                 lessons.DEFAULT_LANG)
+    cal = setup.calibration
+    ideal = latency_curve(setup.target, setup.bandwidth, setup.flops, TOKENS, setup.context, setup.overhead_s)
+    calib = None if cal.is_ideal else latency_curve(setup.target, setup.bandwidth, setup.flops, TOKENS,
+                                                    setup.context, setup.overhead_s, cal)
+    out = [{"chart": "latency per pass (estimate)", "tokens_per_pass": n, "ideal_ms": 1000 * a,
+            "calibrated_ms": None if calib is None else 1000 * calib[i]} for i, (n, a) in enumerate(zip(TOKENS, ideal))]
+    rows = whatif_rows(setup.target, setup.draft, setup.bandwidth, setup.flops, alpha, setup.context, BATCHES,
+                       DEPTHS, setup.overhead_s, cal)
+    out += [{"chart": "tokens/s vs batch (estimate)", **r} for r in rows]
+    return out
 
 
 def summary_md(rows, hw_desc, setup, draft, knee, alpha, kind, note, ideal_ms, cal_ms,
@@ -439,6 +458,17 @@ def build(app) -> None:
      .then(on_speedup, inputs, [fig_speedup], show_progress="hidden"))
     lang_box.change(relabel, [lang_box, *inputs], [summary, fig_lat, fig_x, fig_speedup, draft],
                       api_name=False, show_progress="hidden")
+    with gr.Row():
+        csv_btn = tr.add(gr.Button(size="sm", elem_id="whatif-csv"), value="app.download_csv")
+        csv_file = gr.File(elem_id="whatif-csv-file", show_label=False, height=60)
+    files = TempFiles()
+
+    def on_csv(*vals):
+        with as_sentences():
+            path = files.path("specviz-whatif", "csv")
+            write_csv(path, csv_rows(app, *vals))
+            return path
+    csv_btn.click(on_csv, inputs, [csv_file], api_name="whatif_csv")
     _build_measure(app)
     _build_profiles(app, lang_box)
 
