@@ -157,10 +157,12 @@ def figure_breadth_depth(result: dict, labels: dict | None = None, dark: bool = 
                hovertemplate="%{y:.1f} ms (breadth ÷ depth %{customdata:.2f})<extra></extra>")])
     bp = result.get("breakpoint")
     if bp is not None and str(bp) in x:
-        fig.add_annotation(x=str(bp), y=1, yref="paper", text=lessons.fill(L["breakpoint"], {"n": bp}),
-                           showarrow=True, arrowhead=2, ax=0, ay=-24, font=dict(color=REJECTED))
+        # by position: a numeric-looking category name would be read as an index on a category axis
+        fig.add_annotation(x=x.index(str(bp)), y=1, yref="paper", text=lessons.fill(L["breakpoint"], {"n": bp}),
+                           showarrow=True, arrowhead=2, arrowcolor=REJECTED, ax=0, ay=-20, yanchor="bottom",
+                           font=dict(color=REJECTED))
     return _style(fig, dark, barmode="group", xaxis_title=L["axis_tokens"], yaxis_title=L["axis_time"],
-                  xaxis_type="category")
+                  xaxis_type="category", margin=dict(l=56, r=20, t=56, b=80))
 
 
 # --- the ledger ----------------------------------------------------------------------------------------

@@ -239,8 +239,9 @@ def test_sweep_fills_cell_by_cell_and_finds_crossover(runs):
     for d in ds[1:]:
         r = d["table"][-1]
         assert r["speedup"] is not None and r["speedup"] > 0              # known as soon as measured
-    cross = crossover_from_rows(last["table"])
+    cross = ex.sweep_crossover(last["table"])
     assert last["crossover_batch"] == cross
+    assert last["best_depth"] == [{"batch_size": b, "depth": k} for b, k in ex.sweep_best_depths(last["table"]).items()]
     assert last["conclusion"] == ("conclusion_no_crossover" if cross is None else "conclusion_crossover")
     assert last["conclusions"][0] == "conclusion_best"
     assert len(last["best_depth"]) == 3 and last["values"]["max_batch"] == 3
@@ -261,6 +262,18 @@ def test_sweep_publishes_sources():
 def test_sweep_rule():
     assert ex.sweep_conclusion(None) == "conclusion_no_crossover"
     assert ex.sweep_conclusion(8) == "conclusion_crossover"
+
+    def rows(grid):   # {batch: [tokens/s at k = 0, 1, 2]}
+        return [{"batch_size": b, "depth": k, "tokens_per_s": t, "speedup": t / tps[0]}
+                for b, tps in grid.items() for k, t in enumerate(tps)]
+    # a 1 % "win" at B = 32 is noise: plain is best there, and speculation stops paying from 32
+    r = rows({1: [10, 15, 17], 16: [90, 95, 99], 32: [100, 96, 101]})
+    assert ex.sweep_best_depths(r) == {1: 2, 16: 2, 32: 0} and ex.sweep_crossover(r) == 32
+    assert crossover_from_rows(r) is None                  # the plain fastest-cell rule would say "never"
+    # a batch size where it stops paying, followed by one where it pays again, is not the crossover
+    r = rows({1: [10, 15, 17], 4: [40, 41, 40], 8: [60, 70, 66], 16: [90, 80, 85]})
+    assert ex.sweep_crossover(r) == 16
+    assert ex.sweep_crossover(rows({1: [10, 15, 17], 2: [20, 25, 30]})) is None
 
 
 # --- policies -------------------------------------------------------------------------------------------
