@@ -59,10 +59,9 @@ def pass_md(lang: str, last_pass, knee: int | None) -> str:
     return text
 
 
-def batch_md(lang: str, rows: int, users: int, own: int | None = None, waiting: int = 0) -> str:
+def batch_md(lang: str, rows: int, users: int, waiting: int = 0) -> str:
+    """ "Batch now: N rows from M users" for the selected pair (the 4 Hz timer's line)."""
     if rows == 0 and waiting == 0:
         return t(lang, "playground.batch_empty")
-    if own is None:
-        return t(lang, "playground.batch_waiting" if waiting else "app.batch_now", rows=rows, users=users,
-                 waiting=waiting)
-    return t(lang, "playground.batch_line", rows=rows, users=users, own=own)
+    return t(lang, "playground.batch_waiting" if waiting else "app.batch_now", rows=rows, users=users,
+             waiting=waiting)

@@ -151,13 +151,11 @@ def _last_nonzero(xs: list[int]) -> int:
 
 
 class LiveRuns:
-    """Session id → its current LiveRun; each session's own plain-decoding baselines (a baseline
-    measured in one student's session is never shown to another as theirs)."""
+    """Session id → its current LiveRun."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._runs: dict[str, LiveRun] = {}
-        self._baseline: dict[tuple[str, str, int], float] = {}
 
     def start(self, session: str, run: LiveRun) -> None:
         with self._lock:
@@ -174,13 +172,3 @@ class LiveRuns:
         with self._lock:
             if self._runs.get(session) is run:
                 del self._runs[session]
-
-    def note_plain(self, session: str, pair: str, batch: int, tps: float) -> None:
-        """Remember plain (depth 0) throughput at this batch size in this session, smoothed."""
-        with self._lock:
-            old = self._baseline.get((session, pair, batch))
-            self._baseline[(session, pair, batch)] = tps if old is None else 0.7 * old + 0.3 * tps
-
-    def plain(self, session: str, pair: str, batch: int) -> float | None:
-        with self._lock:
-            return self._baseline.get((session, pair, batch))

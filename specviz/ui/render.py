@@ -78,8 +78,6 @@ def legend_html(lang: str = "en") -> str:
             f'<em class="lg-bonus">{txt("legend_bonus")}</em> <em class="lg-plain">{txt("legend_plain")}</em></div>')
 
 
-LEGEND = legend_html("en")
-
 
 def rows_html(views: dict[int, RowView], status: dict[int, str], limit: int = 64) -> str:
     """Compact view of every row: tokens so far and a kept/drafted bar."""
