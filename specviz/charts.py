@@ -183,7 +183,7 @@ class PointSet:
     speedup: list[float]
 
 
-ESTIMATE_DASH = {"calibrated": "solid", "ideal": "dash"}
+ESTIMATE_DASH = {"calibrated": "solid", "calibrated-sglang": "longdash", "ideal": "dash"}
 
 
 def speedup_figure(curves: dict[str, list[dict]], depths: list[int], points: list[PointSet],
@@ -200,7 +200,7 @@ def speedup_figure(curves: dict[str, list[dict]], depths: list[int], points: lis
                                      name=lab["estimate_line"].format(k=k, model=lab.get(f"model_{model}", model)),
                                      line=dict(color=DEPTH_COLOURS[(i + 1) % len(DEPTH_COLOURS)],
                                                dash=ESTIMATE_DASH.get(model, "dot"),
-                                               width=3 if model == "calibrated" else 2)))
+                                               width=3 if model.startswith("calibrated") else 2)))
     symbols = ["circle", "diamond", "square", "triangle-up"]
     for i, p in enumerate(points):
         fig.add_trace(go.Scatter(x=p.batch_sizes, y=p.speedup, mode="markers", name=p.label,

@@ -22,6 +22,9 @@ PROFILES_DIR = ASSETS / "profiles"
 PUBLISHED_FILE = ASSETS / "published" / "speedups.json"
 SWEEPS_DIR = ASSETS / "sweeps"
 PUBLISHED_LABEL = "published measurement"
+# the serving stack whose pass-time fit the calibrated model is built on (roofline.SERVING): its
+# per-step bookkeeping is inside that fit, so it needs no fitted extra
+BASE_STACK = "vLLM 0.10.1"
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,7 @@ class PublishedSeries:
     fit_batch: int | None      # batch at which α is fitted to this series (None: no such point)
     batch_sizes: list[int]
     speedup: list[float]
+    stack: str = BASE_STACK    # the serving software that measured it (its bookkeeping is fitted per stack)
 
     @property
     def legend(self) -> str:
@@ -137,7 +141,8 @@ def _series(d: dict) -> PublishedSeries:
     s = PublishedSeries(str(d["id"]), str(d["label"]), str(d["cite"]), str(d["source"]), str(d["gpu"]), str(d["target"]),
                         str(d["draft"]), int(d["depth"]), int(d["context"]),
                         None if d.get("fit_batch") is None else int(d["fit_batch"]),
-                        [int(b) for b in d["batch_sizes"]], [float(x) for x in d["speedup"]])
+                        [int(b) for b in d["batch_sizes"]], [float(x) for x in d["speedup"]],
+                        str(d.get("stack") or BASE_STACK))
     if not (s.source and s.cite) or len(s.batch_sizes) != len(s.speedup) or not s.batch_sizes:
         raise ValueError(f"published series {s.id}: needs a source and one speed-up per batch size")
     if s.fit_batch is not None and s.fit_batch not in s.batch_sizes:
@@ -236,21 +241,87 @@ def compare(series: PublishedSeries, cal: Calibration, alpha: float | None = Non
     return Comparison(series, cal.name, alpha, alpha_note, est, depth_crossover(setup, alpha, series.depth))
 
 
-def compare_all(published: list[PublishedSeries], cal: Calibration) -> list[Comparison]:
+def compare_all(published: list[PublishedSeries], cal: Calibration, per_stack: bool = False) -> list[Comparison]:
     """Every published series compared; a series without a fit point borrows α from a fitted series of
-    the same setup (same GPU, target, draft and depth), and says so."""
+    the same setup (same GPU, target, draft and depth), and says so. `per_stack`: each series is
+    estimated with `cal` plus the bookkeeping fitted for the stack that measured it."""
     out, fitted = [], {}
+
+    def cal_for(s):
+        return stack_calibration(s.stack, cal, published) if per_stack else cal
+
     for s in published:
         if s.fit_batch is not None:
-            c = compare(s, cal)
+            c = compare(s, cal_for(s))
             fitted.setdefault((s.gpu, s.target, s.draft, s.depth), c)
             out.append(c)
     for s in published:
         if s.fit_batch is None:
             donor = fitted.get((s.gpu, s.target, s.draft, s.depth))
             if donor is not None:
-                out.append(compare(s, cal, donor.alpha, f"from {donor.series.id} (another data set)"))
+                out.append(compare(s, cal_for(s), donor.alpha, f"from {donor.series.id} (another data set)"))
     return out
+
+
+# --- a stack's bookkeeping, fitted to its published speed-ups ------------------------------------------
+
+@dataclass(frozen=True)
+class StackFit:
+    """The per-sequence cost of a speculative step (`Calibration.spec_row_overhead_s`) that best explains
+    one serving stack's published speed-ups, and how well it does on data it was not fitted to."""
+
+    stack: str
+    row_overhead_s: float
+    fitted_to: tuple[str, ...]            # series ids
+    max_error: float                      # worst |estimate ÷ published − 1| over those series
+    held_out: tuple[tuple[str, float, float], ...]   # (series id, overhead fitted without it, its max error)
+
+
+ROW_OVERHEAD_GRID_S = [i * 20e-6 for i in range(51)]     # 0 … 1 ms per sequence per step, then refined
+_FITS: dict = {}
+
+
+def _worst(series: list[PublishedSeries], cal: Calibration) -> float:
+    return max(compare(s, cal).max_error for s in series)
+
+
+def _fit_row_overhead(series: list[PublishedSeries], base: Calibration) -> tuple[float, float]:
+    """Minimise the worst relative error (the goal's "within N %") over the series, α refitted at each
+    series' fit batch for every candidate: a coarse grid, then 1 µs steps around its best."""
+    def err(x: float) -> float:
+        return _worst(series, replace(base, spec_row_overhead_s=x))
+
+    best = min(ROW_OVERHEAD_GRID_S, key=err)
+    fine = [max(0.0, best + i * 1e-6) for i in range(-20, 21)]
+    best = min(fine, key=err)
+    return best, err(best)
+
+
+def fit_stack(stack: str, base: Calibration, published: list[PublishedSeries]) -> StackFit | None:
+    """The stack's fitted bookkeeping (None for the base stack, or without series to fit to), with a
+    leave-one-series-out check: each series' error when the overhead is fitted to the others only."""
+    series = [s for s in published if s.stack == stack and s.fit_batch is not None]
+    if stack == BASE_STACK or not series or base.is_ideal:
+        return None
+    key = (stack, base, tuple((s.id, tuple(s.batch_sizes), tuple(s.speedup)) for s in series))
+    if key not in _FITS:
+        x, worst = _fit_row_overhead(series, base)
+        held = []
+        for s in series if len(series) > 1 else []:
+            xo, _ = _fit_row_overhead([o for o in series if o is not s], base)
+            held.append((s.id, xo, compare(s, replace(base, spec_row_overhead_s=xo)).max_error))
+        _FITS[key] = StackFit(stack, x, tuple(s.id for s in series), worst, tuple(held))
+    return _FITS[key]
+
+
+def stack_calibration(stack: str, base: Calibration, published: list[PublishedSeries]) -> Calibration:
+    """`base` plus the bookkeeping fitted for `stack` (`base` itself for the base stack)."""
+    fit = fit_stack(stack, base, published)
+    if fit is None:
+        return base
+    return replace(base, name=f"{base.name} + {stack} bookkeeping (fitted)", spec_row_overhead_s=fit.row_overhead_s,
+                   source=f"{base.source}; + {1e6 * fit.row_overhead_s:.0f} µs per sequence per speculative step, "
+                          f"fitted to the published {stack} speed-ups ({', '.join(fit.fitted_to)})")
 
 
 @dataclass(frozen=True)

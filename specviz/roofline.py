@@ -282,7 +282,11 @@ def resolve_gpu(name: str | None = None, bandwidth: float | None = None, flops: 
 #   arithmetic = FLOPs ÷ (peak FLOP/s × flops_eff)
 #   overheads  = pass_overhead (framework work per forward call) + layer_overhead × layers (eager kernel
 #                launches, which is why a deep, narrow draft is launch-bound)
-# and a decode step (plain, or drafting + verifying) adds step_overhead once (scheduler, sampling).
+# and a decode step (plain, or drafting + verifying) adds step_overhead once (scheduler, sampling); a
+# speculative step (k > 0) adds spec_row_overhead per sequence in the batch: the stack's bookkeeping
+# outside the forward passes (building the draft tree and its mask, accepting, moving KV entries,
+# preparing the draft's next input). No pass-time fit can see it — it is only visible in measured
+# speed-ups — so it is 0 unless fitted to published speed-ups of that stack (specviz.profiles).
 # Why a sum (overlap = 0) for real stacks: measured pass times grow linearly from the first extra token
 # (the published H100 fit: +21 µs per token from 1 token up; this machine's CPU profile: every doubling
 # costs more), while max() would keep them flat up to the ridge (~280 tokens on an H100). Small GEMMs
@@ -301,12 +305,13 @@ class Calibration:
     pass_overhead_s: float = 0.0    # per forward pass, any model
     layer_overhead_s: float = 0.0   # per decoder layer per pass
     step_overhead_s: float = 0.0    # per decode step (one per plain step or per draft+verify step)
+    spec_row_overhead_s: float = 0.0  # per sequence per speculative step, outside the passes (fitted)
     source: str = ""                # where the numbers come from
 
     @property
     def is_ideal(self) -> bool:
         return (self.bandwidth_eff, self.flops_eff, self.overlap) == (1.0, 1.0, 1.0) and not (
-            self.pass_overhead_s or self.layer_overhead_s or self.step_overhead_s)
+            self.pass_overhead_s or self.layer_overhead_s or self.step_overhead_s or self.spec_row_overhead_s)
 
 
 IDEAL = Calibration("ideal roofline", source="peak datasheet rates, no overheads, memory and arithmetic overlap "
@@ -454,9 +459,12 @@ class Setup:
 
     def step_s(self, batch: int, depth: int) -> float:
         """One decode step: k draft passes of one token per row, then one target pass over
-        batch × (k + 1) tokens, plus the stack's per-step overhead."""
+        batch × (k + 1) tokens, plus the stack's per-step overhead (and, when speculating, its
+        per-sequence bookkeeping)."""
+        cal = self.calibration
         drafting = 0.0 if self.draft is None or depth == 0 else depth * self.pass_s(self.draft, batch, 1)
-        return self.calibration.step_overhead_s + drafting + self.pass_s(self.target, batch, depth + 1)
+        bookkeeping = cal.spec_row_overhead_s * batch if depth > 0 else 0.0
+        return cal.step_overhead_s + bookkeeping + drafting + self.pass_s(self.target, batch, depth + 1)
 
     def speedup(self, batch: int, depth: int, alpha: float) -> float:
         """Tokens/s at depth k over plain decoding (depth 0) at the same batch."""

@@ -206,12 +206,48 @@ def test_whatif_cli_prints_the_contract(capsys):
     assert json.loads(out3)["crossover_batch"] == rf.crossover_from_rows(ideal)
 
 
+def test_stack_bookkeeping_is_per_sequence_and_only_when_speculating():
+    base = rf.Setup(rf.MODELS["Llama-3.1-8B"], rf.resolve_draft("EAGLE:Llama-3.1-8B", rf.MODELS["Llama-3.1-8B"]),
+                    3.35e12, 989e12, 800, rf.SERVING)
+    extra = replace(base, calibration=replace(rf.SERVING, spec_row_overhead_s=100e-6))
+    assert not replace(rf.IDEAL, spec_row_overhead_s=1e-6).is_ideal
+    for b in (1, 8, 64):
+        assert extra.step_s(b, 0) == base.step_s(b, 0)                       # plain decoding pays nothing
+        assert extra.step_s(b, 3) - base.step_s(b, 3) == pytest.approx(b * 100e-6)
+
+
+def test_stack_fit_on_synthetic_speedups_recovers_the_overhead():
+    # speed-ups made by the model itself with 120 µs of bookkeeping: the fit finds it, and the held-out
+    # check (fitted to the other series only) finds it too
+    made = replace(rf.SERVING, spec_row_overhead_s=120e-6)
+    series = []
+    for i, (draft, alpha) in enumerate((("EAGLE:Llama-3.1-8B", 0.7), ("EAGLE-3:Llama-3.1-8B", 0.85))):
+        s = profiles.PublishedSeries(f"s{i}", "x", "x", "synthetic", "H100 SXM", "Llama-3.1-8B", draft, 3, 800, 2,
+                                     [2, 8, 32, 64], [], "Other stack 1.0")
+        setup = profiles.series_setup(s, made)
+        series.append(replace(s, speedup=[setup.speedup(b, 3, alpha) for b in s.batch_sizes]))
+    fit = profiles.fit_stack("Other stack 1.0", rf.SERVING, series)
+    assert fit.row_overhead_s == pytest.approx(120e-6, abs=2e-6) and fit.max_error < 0.01
+    assert all(x == pytest.approx(120e-6, abs=2e-6) for _, x, _ in fit.held_out)
+    assert profiles.fit_stack(profiles.BASE_STACK, rf.SERVING, series) is None      # the fit's own stack
+    assert profiles.stack_calibration("Other stack 1.0", rf.SERVING, series).spec_row_overhead_s == fit.row_overhead_s
+
+
 def test_whatif_cli_published_and_sweeps_reports(capsys):
     rc, out, err = _whatif(capsys, "--published", "--json")
     assert rc == 0, err
     comps = json.loads(out)["comparisons"]
-    assert {c["model"] for c in comps} == {"calibrated", "ideal"}
-    assert all(c["label"] == "published measurement" and c["source"] for c in comps)
+    assert {c["model"] for c in comps} == {"calibrated", "calibrated, no stack fit", "ideal"}
+    assert all(c["label"] == "published measurement" and c["source"] and c["stack"] for c in comps)
+    # the SGLang series: the stack-fitted model closer than the pass-time fit alone, that closer than ideal
+    err = {(c["model"], c["series"]): c["max_abs_error"] for c in comps}
+    for sid in ("eagle3-table4-eagle", "eagle3-table4-eagle3"):
+        assert err[("calibrated", sid)] < err[("calibrated, no stack fit", sid)] < err[("ideal", sid)]
+    fits = json.loads(out)["stack_fits"]
+    assert [f["stack"] for f in fits] == ["SGLang v0.4.4"]
+    assert {h["series"] for h in fits[0]["held_out"]} == set(fits[0]["fitted_to"])
+    # a held-out series is never estimated better than when it was part of the fit's data
+    assert all(h["max_abs_error"] >= fits[0]["max_abs_error"] - 1e-9 for h in fits[0]["held_out"])
     rc, out, err = _whatif(capsys, "--sweeps")
     assert rc == 0 and "mean error" in out, err
 
@@ -225,6 +261,7 @@ def test_whatif_cli_published_and_sweeps_reports(capsys):
     (["--gpu", "H200", "--batch-sizes", "0,2"], "--batch-sizes"),
     (["--gpu", "H200", "--depths", "a"], "--depths"),
     (["--gpu", "H200", "--model", "magic"], "--model"),
+    (["--gpu", "H200", "--stack", "tgi"], "--stack"),
     (["--bandwidth", "3e12"], "bandwidth"),
     ([], "--gpu"),
 ])

@@ -40,6 +40,9 @@ def add_parser(sub) -> None:
     p.add_argument("--batch-sizes", default="1,2,4,8,16,32,64,128,256,512")
     p.add_argument("--depths", default="0,1,2,3,4,6,8")
     p.add_argument("--model", default="calibrated", help="calibrated (default) or ideal (the roofline)")
+    p.add_argument("--stack", default="vllm",
+                   help="calibrated model's serving stack: vllm (default; the pass-time fit's own) or sglang "
+                        "(adds its per-sequence bookkeeping, fitted to its published speed-ups)")
     p.add_argument("--overhead-ms", type=float, default=0.0, help="extra fixed time per forward pass")
     p.add_argument("--published", action="store_true",
                    help="compare both models with every published measurement instead")
@@ -77,10 +80,24 @@ def parse_ints(text: str, what: str) -> list[int]:
     return vals
 
 
-def calibration(model: str, gpu: rf.GpuSpec) -> rf.Calibration:
+def calibration(model: str, gpu: rf.GpuSpec, stack: str = "vllm") -> rf.Calibration:
     if model not in MODELS:
         raise WhatIfError(f"--model must be one of {', '.join(MODELS)}, got {model!r}")
-    return rf.IDEAL if model == "ideal" else profiles.gpu_calibration(gpu, profiles.load_profiles())
+    if model == "ideal":
+        return rf.IDEAL
+    base = profiles.gpu_calibration(gpu, profiles.load_profiles())
+    return profiles.stack_calibration(stack_name(stack), base, profiles.load_published())
+
+
+def stack_name(text: str) -> str:
+    """"vllm" / "sglang" (any case, or a full name such as "SGLang v0.4.4") → the stack's full name."""
+    names = sorted({profiles.BASE_STACK} | {s.stack for s in profiles.load_published()})
+    word = str(text).strip().lower()
+    found = [n for n in names if n.lower() == word or n.split()[0].lower() == word]
+    if not found:
+        short = ", ".join(n.split()[0].lower() for n in names)
+        raise WhatIfError(f"--stack must be one of {short}, got {text!r}")
+    return found[0]
 
 
 def setup_from(args) -> tuple[rf.Setup, rf.GpuSpec]:
@@ -97,7 +114,7 @@ def setup_from(args) -> tuple[rf.Setup, rf.GpuSpec]:
         raise WhatIfError(f"--overhead-ms must be 0-1000, got {args.overhead_ms}")
     target = rf.resolve_model(args.target)
     draft = rf.resolve_draft(args.draft, target)
-    cal = calibration(args.model, gpu)
+    cal = calibration(args.model, gpu, args.stack)
     return rf.Setup(target, draft, gpu.bandwidth, gpu.flops, args.context, cal, args.overhead_ms / 1000), gpu
 
 
@@ -113,7 +130,8 @@ def grid(args) -> dict:
         if k > 0:
             below = [r["batch_size"] for r in rows if r["depth"] == k and r["speedup"] < 1]
             by_depth[str(k)] = below[0] if below else None
-    return {"label": ESTIMATE, "model": args.model, "calibration": setup.calibration.name,
+    return {"label": ESTIMATE, "model": args.model, "stack": None if args.model == "ideal" else stack_name(args.stack),
+            "calibration": setup.calibration.name,
             "calibration_source": setup.calibration.source, "gpu": gpu.name, "target": args.target,
             "draft": args.draft, "alpha": args.alpha, "context": args.context,
             "rows": [{"batch_size": r["batch_size"], "depth": r["depth"], "tokens_per_s": r["tokens_per_s"],
@@ -128,17 +146,36 @@ def published_report() -> dict:
     series = profiles.load_published()
     if not series:
         raise WhatIfError(f"no published measurements readable in {profiles.PUBLISHED_FILE}")
+    gpu = rf.resolve_gpu(series[0].gpu)
+    base = calibration("calibrated", gpu)
     out = []
-    for model in MODELS:
-        for c in profiles.compare_all(series, calibration(model, rf.resolve_gpu(series[0].gpu))):
-            out.append({"model": model, "series": c.series.id, "label": profiles.PUBLISHED_LABEL,
+    # the calibrated model with each stack's fitted bookkeeping; without it (the pass-time fit alone); ideal
+    for model, cal, per_stack in (("calibrated", base, True), ("calibrated, no stack fit", base, False),
+                                  ("ideal", rf.IDEAL, False)):
+        for c in profiles.compare_all(series, cal, per_stack):
+            out.append({"model": model, "stack": c.series.stack, "series": c.series.id, "label": profiles.PUBLISHED_LABEL,
                         "source": c.series.source, "draft": c.series.draft, "depth": c.series.depth,
                         "context": c.series.context, "alpha": round(c.alpha, 4), "alpha_from": c.alpha_note,
                         "batch_sizes": c.series.batch_sizes, "published": c.series.speedup,
                         "estimate": [round(x, 3) for x in c.estimate],
                         "error": [round(x, 3) for x in c.errors], "max_abs_error": round(c.max_error, 3),
                         "crossover_estimate": c.crossover, "crossover_published": c.published_crossover})
-    return {"label": ESTIMATE, "comparisons": out}
+    return {"label": ESTIMATE, "comparisons": out, "stack_fits": stack_fits(series, base)}
+
+
+def stack_fits(series, base: rf.Calibration) -> list[dict]:
+    """Each stack's fitted bookkeeping, its worst error on the series it was fitted to, and each series'
+    error when fitted to the others only (the honest, held-out figure)."""
+    out = []
+    for stack in sorted({s.stack for s in series}):
+        fit = profiles.fit_stack(stack, base, series)
+        if fit is None:
+            continue
+        out.append({"stack": stack, "row_overhead_us": round(1e6 * fit.row_overhead_s, 1),
+                    "fitted_to": list(fit.fitted_to), "max_abs_error": round(fit.max_error, 3),
+                    "held_out": [{"series": sid, "row_overhead_us": round(1e6 * x, 1), "max_abs_error": round(e, 3)}
+                                 for sid, x, e in fit.held_out]})
+    return out
 
 
 def sweeps_report() -> dict:
@@ -176,7 +213,10 @@ def render(out: dict) -> str:
         lines.append(f"speculation stops paying from batch {cross}" if cross else
                      "speculation still pays at the largest batch")
         return "\n".join(lines)
-    lines = []
+    lines = [f"{f['stack']}: bookkeeping {f['row_overhead_us']:.0f} µs per sequence per speculative step, fitted "
+             f"to {', '.join(f['fitted_to'])} (max error {100 * f['max_abs_error']:.0f} %); held out: "
+             + "; ".join(f"{h['series']} {100 * h['max_abs_error']:.0f} %" for h in f["held_out"])
+             for f in out.get("stack_fits", [])]
     for c in out["comparisons"]:
         if "series" in c:
             lines.append(f"{c['model']:>10} {c['series']}: α = {c['alpha']:.3f} ({c['alpha_from']}), max error "

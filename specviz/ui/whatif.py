@@ -15,8 +15,8 @@ from specviz import roofline as rf
 from specviz.engine import EngineError
 from specviz.hardware import find_knee
 from specviz.models import ModelError
-from specviz.profiles import (Profile, compare, gpu_calibration, load_profiles, load_published,
-                              profile_calibration, profile_for_device)
+from specviz.profiles import (Profile, compare, fit_stack, gpu_calibration, load_profiles, load_published,
+                              profile_calibration, profile_for_device, stack_calibration)
 from specviz.roofline import GPUS, MODELS, crossover_from_rows, latency_curve, predicted_knee, whatif_rows
 from specviz.ui import runner
 from specviz.ui.errors import as_sentences
@@ -26,6 +26,9 @@ THIS_MACHINE = "This machine (calibrated peaks)"
 CUSTOM_GPU = "Custom GPU (bandwidth and FLOP/s below)"
 NGRAM = "n-gram lookup (no draft model)"
 CALIBRATED, IDEAL = "calibrated", "ideal"
+# the calibrated model plus the per-sequence bookkeeping fitted to SGLang's published speed-ups
+SGLANG, SGLANG_STACK = "calibrated-sglang", "SGLang v0.4.4"
+KINDS = (CALIBRATED, SGLANG, IDEAL)
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 DEPTHS = [0, 1, 2, 3, 4, 6, 8]
 PLOT_DEPTHS = {0, 1, 2, 4, 8}
@@ -69,13 +72,13 @@ def lang_of(app, request) -> str:
 
 def model_name(lang: str, kind: str) -> str:
     """"calibrated" / "ideal" as the reader's language says it (the API value stays `kind`)."""
-    return tx(lang, f"model_{kind}") if kind in (CALIBRATED, IDEAL) else str(kind)
+    return tx(lang, f"model_{kind}") if kind in KINDS else str(kind)
 
 
 def chart_labels(lang: str) -> dict:
     """Raw templates for the what-if figures (charts.py fills the numbers in), plus the models' names."""
     labels = {k: lessons.template(lang, f"whatif.chart.{k}") for k in charts.WHATIF_LABELS}
-    return {**labels, **{f"model_{k}": model_name(lang, k) for k in (CALIBRATED, IDEAL)}}
+    return {**labels, **{f"model_{k}": model_name(lang, k) for k in KINDS}}
 
 
 def _for_reader(fig, lang: str):
@@ -93,7 +96,7 @@ def gpu_options(lang: str) -> list[tuple[str, str]]:
 
 
 def model_options(lang: str) -> list[tuple[str, str]]:
-    return [(model_name(lang, k), k) for k in (CALIBRATED, IDEAL)]
+    return [(model_name(lang, k), k) for k in KINDS]
 
 
 def draft_options(target: str, lang: str) -> list[tuple[str, str]]:
@@ -152,15 +155,18 @@ def calibration_for(app, gpu: str, g: rf.GpuSpec, device_kind: str, model: str, 
     the serving stack's published fit (with a recorded GPU profile's rates when there is one)."""
     if model == IDEAL:
         return rf.IDEAL, tx(lang, "ideal_note")
-    if model != CALIBRATED:
+    if model not in KINDS:
         raise gr.Error(tx(lang, "unknown_model_kind", model=model))
     profiles = load_profiles()
     if gpu == THIS_MACHINE:
         prof = profile_for_device(profiles, device_kind)
         if prof is None:
             return rf.IDEAL, tx(lang, "no_profile")
-        return profile_calibration(prof), profile_calibration(prof).source
+        note = profile_calibration(prof).source
+        return profile_calibration(prof), note + ("; " + tx(lang, "stack_not_here") if model == SGLANG else "")
     cal = gpu_calibration(g, profiles)
+    if model == SGLANG:
+        cal = stack_calibration(SGLANG_STACK, cal, load_published())
     note = cal.source if gpu != CUSTOM_GPU else tx(lang, "custom_rates", source=cal.source)
     return cal, note
 
@@ -205,7 +211,7 @@ def compute(app, gpu, target, draft, alpha, context, overhead_ms, model=CALIBRAT
         t_spec, setup.bandwidth, setup.flops, TOKENS, setup.context, setup.overhead_s, cal)]
     rows = whatif_rows(t_spec, setup.draft, setup.bandwidth, setup.flops, alpha, setup.context, BATCHES, DEPTHS,
                        setup.overhead_s, cal)
-    kind = IDEAL if cal.is_ideal else CALIBRATED
+    kind = _kind(model, cal)
     labels = chart_labels(lang)
     fig_lat = charts.latency_figure(TOKENS, ideal_ms, knee, title=tx(lang, "latency_title", target=target, gpu=gpu),
                                     calibrated_ms=cal_ms, labels=labels)
@@ -214,6 +220,11 @@ def compute(app, gpu, target, draft, alpha, context, overhead_ms, model=CALIBRAT
     md = summary_md(rows, hw_desc, setup, draft, knee, alpha, kind, note, ideal_ms, cal_ms, lang)
     md += "\n\n" + published_md(setup, gpu, target, draft, alpha, kind, lang)
     return md, _for_reader(fig_lat, lang), _for_reader(fig_x, lang)
+
+
+def _kind(model: str, cal: rf.Calibration) -> str:
+    """The model that actually ran: "ideal" when the calibrated one had to fall back to it."""
+    return IDEAL if cal.is_ideal else str(model)
 
 
 def csv_rows(app, gpu, target, draft, alpha, context, overhead_ms, model=CALIBRATED,
@@ -282,12 +293,16 @@ def published_md(setup: rf.Setup, gpu: str, target: str, draft: str, alpha: floa
     if not series:
         setups = "; ".join(sorted({f"{s.gpu} + {s.target} + {s.draft}" for s in load_published()}))
         return tx(lang, "no_published", setups=setups or tx(lang, "no_setups"))
-    other = IDEAL if kind == CALIBRATED else CALIBRATED
-    other_cal = rf.IDEAL if other == IDEAL else gpu_calibration(rf.resolve_gpu(series[0].gpu), load_profiles())
+    other = IDEAL if kind != IDEAL else CALIBRATED
+    base = gpu_calibration(rf.resolve_gpu(series[0].gpu), load_profiles())
+    other_cal = rf.IDEAL if other == IDEAL else base
     pub = tx(lang, "published_label")
     lines = []
     for s in series:
-        if s.fit_batch is not None:
+        fit = fit_stack(s.stack, base, load_published()) if s.fit_batch is not None else None
+        if fit is not None:
+            lines.append(_stack_fit_md(lang, s, fit, base))
+        elif s.fit_batch is not None:
             mine, theirs = compare(s, setup.calibration), compare(s, other_cal)
             lines.append(tx(
                 lang, "published_fit", pub=pub, label=s.label, source=s.source, fit=s.fit_batch, alpha=mine.alpha,
@@ -297,11 +312,33 @@ def published_md(setup: rf.Setup, gpu: str, target: str, draft: str, alpha: floa
                 pcross=_batch_or(lang, mine.published_crossover, "none_measured"),
                 ecross=_batch_or(lang, mine.crossover, "none_estimated")))
         else:
-            c = compare(s, setup.calibration, alpha, context=setup.context)
+            # the series' own stack (its bookkeeping), unless the reader chose the ideal roofline
+            cal = setup.calibration if kind == IDEAL else stack_calibration(s.stack, base, load_published())
+            c = compare(s, cal, alpha, context=setup.context)
             lines.append(tx(lang, "published_point", pub=pub, label=s.label, source=s.source, alpha=alpha,
                             batch=s.batch_sizes[-1], est=c.estimate[-1], val=s.speedup[-1],
                             err=round(100 * c.errors[-1])))
     return "\n\n".join(lines)
+
+
+def _stack_fit_md(lang: str, s, fit, base: rf.Calibration) -> str:
+    """One published series measured on a stack whose bookkeeping was fitted: the error of every model,
+    the fit, and the held-out error (the bookkeeping fitted to the stack's other series only)."""
+    with_stack = compare(s, stack_calibration(s.stack, base, load_published()))
+    alone, ideal = compare(s, base), compare(s, rf.IDEAL)
+    held = next((e for sid, _, e in fit.held_out if sid == s.id), None)
+    return tx(lang, "published_fit_stack", pub=tx(lang, "published_label"), label=s.label, source=s.source,
+              fit=s.fit_batch, alpha=with_stack.alpha, lo=min(s.batch_sizes), hi=max(s.batch_sizes),
+              stack=s.stack, row_us=1e6 * fit.row_overhead_s, n_fit=len(fit.fitted_to),
+              err_stack=100 * with_stack.max_error,
+              held=tx(lang, "held_out", err=100 * held) if held is not None else tx(lang, "held_out_none"),
+              err_base=100 * alone.max_error, err_ideal=100 * ideal.max_error,
+              pcross=_batch_or(lang, with_stack.published_crossover, "none_measured"),
+              ecross_stack=_batch_or(lang, with_stack.crossover, "none_estimated"),
+              ecross_base=_batch_or(lang, alone.crossover, "none_estimated"),
+              ecross_ideal=_batch_or(lang, ideal.crossover, "none_estimated"), context=s.context,
+              model_stack=model_name(lang, SGLANG) if s.stack == SGLANG_STACK else s.stack,
+              model_base=model_name(lang, CALIBRATED), model_ideal=model_name(lang, IDEAL))
 
 
 def _batch_or(lang: str, batch: int | None, none_key: str) -> str:
@@ -316,7 +353,7 @@ def speedup_view(app, gpu, target, draft, alpha, context, overhead_ms, model=CAL
     setup, alpha, _, _ = _inputs(app, gpu, target, draft, alpha, context, overhead_ms, model, bw_tbs, flops_tflops,
                                  lang)
     series = _matching(gpu, target, draft)
-    kind = IDEAL if setup.calibration.is_ideal else CALIBRATED
+    kind = _kind(model, setup.calibration)
     labels = chart_labels(lang)
 
     def rows(cal, depths):
@@ -328,9 +365,12 @@ def speedup_view(app, gpu, target, draft, alpha, context, overhead_ms, model=CAL
             {kind: rows(setup.calibration, SPEEDUP_DEPTHS)}, SPEEDUP_DEPTHS, [],
             tx(lang, "speedup_title_plain", model=model_name(lang, kind)), labels), lang)
     k = series[0].depth
+    # with published points, every model's line, so the reader sees how far each one is from them
+    base = gpu_calibration(rf.resolve_gpu(series[0].gpu), load_profiles())
+    models = {CALIBRATED: base, SGLANG: stack_calibration(SGLANG_STACK, base, load_published()), IDEAL: rf.IDEAL}
     curves = {kind: rows(setup.calibration, [k])}
-    if kind == CALIBRATED:
-        curves[IDEAL] = rows(rf.IDEAL, [k])
+    if kind != IDEAL:
+        curves.update({m: rows(c, [k]) for m, c in models.items() if m != kind})
     points = [charts.PointSet(_legend(lang, s), s.batch_sizes, s.speedup) for s in series]
     return _for_reader(charts.speedup_figure(curves, [k], points,
                                              tx(lang, "speedup_title", k=k, pub=tx(lang, "published_label")),
