@@ -1,7 +1,7 @@
 """SpecViz web app: `python app.py [--target REF] [--draft REF] [--host H] [--port P]`.
 
 Env: SPECVIZ_TARGET, SPECVIZ_DRAFT, SPECVIZ_HOST, SPECVIZ_PORT, SPECVIZ_COMPILE (the fast path:
-auto | on | off, default off; `--compile`), and SPECVIZ_ALLOW_CUSTOM=1 to let
+auto | on | off, default auto; `--compile`), and SPECVIZ_ALLOW_CUSTOM=1 to let
 visitors type their own "draft → target" pair (off by default: on a shared Space any hub id would load). Serves on 127.0.0.1:7860 by default
 (on Hugging Face Spaces, where SPACE_ID is set, on 0.0.0.0 as Spaces expects)."""
 from __future__ import annotations
@@ -17,8 +17,10 @@ def parse_args(argv=None):
     p.add_argument("--draft", default=os.environ.get("SPECVIZ_DRAFT"))
     p.add_argument("--host", default=os.environ.get("SPECVIZ_HOST", "0.0.0.0" if on_space else "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(os.environ.get("SPECVIZ_PORT", "7860")))
-    p.add_argument("--compile", default=os.environ.get("SPECVIZ_COMPILE", "off"),
-                   help="fast path (static KV cache, compiled forward): auto | on | off (default off)")
+    p.add_argument("--compile", default=os.environ.get("SPECVIZ_COMPILE", "auto"),
+                   help="fast path (static KV cache, compact forward; compiled on CUDA): auto | on | off. "
+                        "Pairs are served eagerly while it warms up in the background; auto switches where "
+                        "it measured faster here (default auto; off on ZeroGPU)")
     args = p.parse_args(argv)
     from specviz.fastpath import CompileError, check_compile
 
@@ -42,7 +44,9 @@ def _exit_cleanly_on_sigterm() -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    # every pair the app loads (specviz.pipeline.load_pair) reads the forward path from here
+    if os.environ.get("SPACES_ZERO_GPU"):
+        args.compile = "off"       # ZeroGPU supports no torch.compile; its workers run the eager path
+    # every pair the app loads (specviz.ui.catalog.PairCache) reads the forward path from here
     os.environ["SPECVIZ_COMPILE"] = args.compile
     _exit_cleanly_on_sigterm()
     if os.environ.get("SPACES_ZERO_GPU"):

@@ -152,6 +152,13 @@ class SpeculativeEngine:
         self.admitting = set()
         return {i: secs + d_secs for i in {r.owner.id for r in new}}
 
+    def take_over(self, old: "SpeculativeEngine") -> None:
+        """Serve `old`'s requests from now on (the same pair on another forward path): their rows are
+        prefilled again into this engine's caches at the next step, from the tokens they hold."""
+        old.drop_caches()
+        self.requests, self._readmit, self.last = old.requests, old._readmit, old.last
+        old.requests, old._readmit = [], []
+
     def drop_caches(self) -> None:
         """Forget both KV caches (after an out-of-memory step left them half-written); every running
         row is prefilled again from its tokens at the next step."""
@@ -203,7 +210,8 @@ class SpeculativeEngine:
                       overhead_s=max(0.0, wall - prop.seconds - verify_s), wall_s=wall,
                       tokens_per_pass=B * (K + 1), context=L0, draft_flops=prop.cost.flops,
                       draft_bytes=prop.cost.bytes, target_flops=verify_cost.flops, target_bytes=verify_cost.bytes,
-                      users=len(owners), shared_emitted=sum(len(rs.emitted) for rs in row_steps))
+                      users=len(owners), shared_emitted=sum(len(rs.emitted) for rs in row_steps),
+                      path=self.fast_label)
         out = []
         for req in owners:
             mine = [i for i, r in enumerate(self.rows) if r.owner is req]

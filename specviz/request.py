@@ -107,6 +107,7 @@ class StepEvent:
     users: int = 1                  # distinct requests in this step
     shared_emitted: int = 0         # tokens all rows of the step emitted
     share: float = 1.0              # this request's rows ÷ rows in the step (its part of the FLOPs)
+    path: str = ""                  # the forward path that ran the passes (specviz.fastpath labels)
 
     @property
     def emitted(self) -> int:

@@ -231,6 +231,7 @@ class Scheduler:
         self._closed = False
         self._info = BatchInfo(0, 0, 0)
         self._step_s = 0.1                        # recent step time, for "try again in about N s"
+        self._swap: Callable[[], SpeculativeEngine] | None = None   # a new forward path, taken between steps
         self.engine: SpeculativeEngine | None = None
 
     # --- called from consumer threads ----------------------------------------------------------------
@@ -264,6 +265,14 @@ class Scheduler:
         with self._cond:
             self._cond.notify_all()
 
+    def swap(self, make_engine: Callable[[], SpeculativeEngine]) -> None:
+        """Serve from an engine made by `make_engine` from the next step on (the same pair on a faster
+        forward path, once it has warmed up). Running requests move over; their rows are prefilled again."""
+        with self._cond:
+            self.make_engine = make_engine
+            self._swap = make_engine
+            self._cond.notify_all()
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
@@ -283,6 +292,7 @@ class Scheduler:
                     break
                 pending = list(self._pending)
             try:
+                self._take_swap()
                 self._reap()
                 self._admit(pending)
                 if not self.engine.requests:
@@ -296,6 +306,14 @@ class Scheduler:
                 self._fail_all(UNEXPECTED.format(kind=type(exc).__name__))
         for t in list(self._active.values()) + self._pending:
             t.put(Update(final=True, stopped=True, error="the server is shutting down"))
+
+    def _take_swap(self) -> None:
+        with self._cond:
+            make, self._swap = self._swap, None
+        if make is not None:
+            new = make()
+            new.take_over(self.engine)
+            self.engine = new
 
     def _step_once(self) -> None:
         t0 = time.perf_counter()

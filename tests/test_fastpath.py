@@ -203,12 +203,108 @@ def test_app_compile_flag(monkeypatch):
     import app
 
     monkeypatch.delenv("SPECVIZ_COMPILE", raising=False)
-    assert app.parse_args([]).compile == "off"
-    assert app.parse_args(["--compile", "auto"]).compile == "auto"
+    assert app.parse_args([]).compile == "auto"
+    assert app.parse_args(["--compile", "off"]).compile == "off"
     monkeypatch.setenv("SPECVIZ_COMPILE", "on")
     assert app.parse_args([]).compile == "on"
     with pytest.raises(SystemExit):
         app.parse_args(["--compile", "sometimes"])
+
+
+# --- the app: served eagerly while the fast path warms up, then switched between two steps ----------------
+
+def _pair_cache(tiny_paths, compile, **kw):
+    from specviz.ui.catalog import PairCache, PairChoice
+
+    return PairCache("cpu", compile=compile, **kw), PairChoice("tiny", tiny_paths["target"], tiny_paths["draft"])
+
+
+def _wait_warm(cache, choice, timeout=120):
+    import time
+
+    deadline = time.time() + timeout
+    while cache.fast_status(choice).state == "warming":
+        assert time.time() < deadline, "the warm-up did not finish"
+        time.sleep(0.05)
+    return cache.fast_status(choice)
+
+
+def test_warm_up_swaps_a_running_request_onto_the_fast_path_losslessly(tiny_paths, prompts, reference):
+    import threading
+
+    from specviz.limits import Limits
+    from specviz.request import Request
+    from specviz.scheduler import DeviceGate
+    from specviz.ui.runner import Schedulers
+
+    gate = DeviceGate()
+    cache, choice = _pair_cache(tiny_paths, "static", exclusive=gate.exclusive)
+    sched = Schedulers(cache, Limits(), gate).get(choice)
+    assert cache.fast_status(choice).state == "warming"
+    # the scheduler runs a few steps eagerly, then waits (between steps, outside the device gate) until
+    # the warm-up has handed over the fast pair: the swap lands mid-request whatever the machine's speed
+    posted, loops = threading.Event(), []
+    take, swap = sched._take_swap, sched.swap
+    sched.swap = lambda make: (swap(make), posted.set())
+
+    def paced():
+        loops.append(1)
+        if len(loops) > 4:
+            posted.wait(120)
+        take()
+    sched._take_swap = paced
+    reqs = [Request([prompts[i]], Knobs(depth=d, batch_size=1), 48, 0.0, 0) for i, d in ((0, 3), (1, 0))]
+    tickets = [sched.submit(r) for r in reqs]
+    paths = {0: [], 1: []}
+
+    def consume(i):
+        for upd in tickets[i].updates():
+            paths[i] += [ev.path for ev in upd.events]
+    threads = [threading.Thread(target=consume, args=(i,)) for i in (0, 1)]
+    for th in threads:
+        th.start()
+    status = _wait_warm(cache, choice)
+    for th in threads:
+        th.join(120)
+    assert posted.is_set() and status.state == "ready" and "one-token pass" in status.note
+    assert cache.get(choice).fast.mode == "static"
+    for i, req in enumerate(reqs):
+        assert req.outputs()[0] == reference(i, 48)                 # identical across the swap
+        assert paths[i][0] == "eager (transformers)" and paths[i][-1] == "static (eager)", paths[i]
+
+
+def test_warm_up_stays_eager_when_the_fast_path_is_slower_or_differs(tiny_paths, monkeypatch):
+    from specviz import warmup
+
+    cache, choice = _pair_cache(tiny_paths, "auto")
+    monkeypatch.setattr(warmup, "_one_token_ms", lambda eager, fast, ids: (1.0, 2.0))
+    eager = cache.get(choice)
+    status = _wait_warm(cache, choice)
+    assert status.state == "eager" and "measured slower" in status.note and cache.get(choice) is eager
+    # a fast path that changes a token is never served
+    cache2, _ = _pair_cache(tiny_paths, "static")
+    real = warmup._greedy
+    monkeypatch.setattr(warmup, "_greedy", lambda pair, ids, rows, depth: (
+        [out[:-1] + [out[-1] + 1] for out in real(pair, ids, rows, depth)] if pair.fast.on else real(pair, ids, rows, depth)))
+    cache2.get(choice)
+    status = _wait_warm(cache2, choice)
+    assert status.state == "eager" and "other tokens" in status.note
+    # off: nothing warms
+    cache3, _ = _pair_cache(tiny_paths, "off")
+    cache3.get(choice)
+    assert cache3.fast_status(choice) is None
+    assert warmup.target_mode("auto", "cpu") == "static" and warmup.target_mode("auto", "cuda") == "compiled"
+
+
+def test_counters_say_which_path_ran():
+    from specviz.ui import counters
+    from specviz.ui.catalog import FastStatus
+
+    assert counters.path_md("en", "", None) == ""                  # an old recording: nothing to say
+    en = counters.path_md("en", "eager (transformers)", FastStatus("warming"))
+    assert "eager (transformers)" in en and "warming up" in en
+    assert "warming" not in counters.path_md("en", "static (eager)", FastStatus("ready"))
+    assert "static (eager)" in counters.path_md("fa", "static (eager)", None)
 
 
 def test_gpu_bench_says_when_there_is_no_gpu():

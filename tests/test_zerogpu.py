@@ -137,3 +137,28 @@ def test_knee_is_measured_in_the_worker(zero_app):
     assert final.done and final.tokens_per_pass[-1] == 128 and len(updates) == len(final.tokens_per_pass) + 1
     assert final.device.startswith("cpu") and final.peaks is not None      # the worker calibrated itself
     assert str(os.getpid()) not in set(probe.read_text().split())
+
+
+def test_offered_pairs_are_placed_at_start_up_and_the_worker_starts_with_them(tiny_paths, monkeypatch, reference):
+    """The documented ZeroGPU pattern: weights go to the (emulated) device in the main process before the
+    first worker forks; the worker decodes with them and loads nothing. Loading is made to fail after
+    start-up, in this process and so in every worker forked from it."""
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    monkeypatch.syspath_prepend(FAKE)
+    sys.modules.pop("spaces", None)
+    importlib.import_module("spaces")
+    from specviz import pipeline
+    from specviz.ui.playground import Playground
+    from specviz.ui.server import SpecVizApp
+
+    app = SpecVizApp(tiny_paths["target"], "layerskip:1-2", calibrate_peaks=False)
+    try:
+        def no_loading(ref, device=None):
+            raise AssertionError(f"{ref} was loaded after start-up")
+        monkeypatch.setattr(pipeline, "load_model", no_loading)
+        app.page = Playground(app)
+        (*_, status, _, _, result), _ = _run(app, app.choices[0].label, max_new=32)
+        assert result["done"] and result["worker_pid"] != os.getpid(), status
+        assert all(out == reference(0, 32) for out in result["outputs"])
+    finally:
+        sys.modules.pop("spaces", None)

@@ -18,6 +18,8 @@ The maths follows transformers' LlamaRMSNorm / rotate-half RoPE / SwiGLU MLP / G
 """
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -61,10 +63,23 @@ class LayerWeights:
                 self.ln2, self.w_gate, self.w_up, self.w_down)
 
 
+_COPIES: dict[int, tuple[weakref.ref, torch.Tensor]] = {}     # id(weight) → (the weight, its copy)
+_COPIES_LOCK = threading.Lock()
+
+
 def col_major(w: torch.Tensor) -> torch.Tensor:
     """The same [out, in] matrix stored column-major: `F.linear(x, w)` then hands MKL the [in, out]
-    layout it streams fastest for a few rows (values are equal; sums may round differently, ~1e-6)."""
-    return w.t().contiguous().t()
+    layout it streams fastest for a few rows (values are equal; sums may round differently, ~1e-6).
+    One copy per weight, however many pairs and drafters use it (a layer-skip draft and a self-draft
+    read the target's own layers); the copy goes when the weight does."""
+    key = id(w)
+    with _COPIES_LOCK:
+        ref, copy = _COPIES.get(key, (None, None))
+        if ref is not None and ref() is w:
+            return copy
+        copy = w.detach().t().contiguous().t()
+        _COPIES[key] = (weakref.ref(w, lambda _, k=key: _COPIES.pop(k, None)), copy)
+        return copy
 
 
 def _bias(linear) -> torch.Tensor | None:

@@ -1,12 +1,19 @@
 """Which draft/target pairs the app offers, and loading them once (shared by every session)."""
 from __future__ import annotations
 
+import logging
 import os
 import threading
+from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Callable
 
+from specviz.fastpath import check_compile
 from specviz.models import HUB_PRESETS, OFFLINE_ALIAS, ModelError, load_tokenizer
 from specviz.pipeline import Pair, load_pair
+from specviz.warmup import WarmResult, warm
+
+log = logging.getLogger("specviz")
 
 
 @dataclass(frozen=True)
@@ -73,13 +80,31 @@ def available_choices(target: str | None = None, draft: str | None = None) -> li
     return choices + (OFFLINE_CHOICES if offline else [])
 
 
-class PairCache:
-    """Loads each pair once; models are shared between pairs with the same target."""
+@dataclass(frozen=True)
+class FastStatus:
+    """Where a loaded pair's fast path stands: "warming" (served eagerly meanwhile), "ready" (served
+    on it), or "eager" (staying on the stock modules; `note` says why)."""
 
-    def __init__(self, device: str | None = None):
+    state: str
+    note: str = ""
+    result: WarmResult | None = None
+
+
+class PairCache:
+    """Loads each pair once; models are shared between pairs with the same target.
+
+    Pairs load on the stock modules; with a fast path chosen (`compile`, default SPECVIZ_COMPILE) each
+    is then warmed in a background thread (`specviz.warmup`) and, once checked, replaces the eager pair
+    here and is handed to every `on_fast` listener (the pair's scheduler swaps engines between steps)."""
+
+    def __init__(self, device: str | None = None, compile: str | None = None, exclusive=nullcontext):
         self.device = device
+        self.compile = check_compile(compile if compile is not None else os.environ.get("SPECVIZ_COMPILE", "off"))
+        self.exclusive = exclusive            # holds the device for the warm-up's timing (DeviceGate.exclusive)
         self._lock = threading.Lock()
         self._pairs: dict[tuple[str, str], Pair] = {}
+        self._fast: dict[tuple[str, str], FastStatus] = {}
+        self._listeners: list[Callable[[tuple[str, str], Pair], None]] = []
 
     def loaded(self, choice: PairChoice) -> bool:
         return (choice.target, choice.draft) in self._pairs
@@ -91,9 +116,43 @@ class PairCache:
                 return self._pairs[key]
             same_target = next((p.target for (t, _), p in self._pairs.items() if t == choice.target), None)
             draft_model = next((p.target for (t, _), p in self._pairs.items() if t == choice.draft), None)
-            pair = load_pair(choice.target, choice.draft, self.device, target=same_target, draft=draft_model)
+            pair = load_pair(choice.target, choice.draft, self.device, target=same_target, draft=draft_model,
+                             compile="off")
             self._pairs[key] = pair
-            return pair
+        self._warm_in_background(key, pair)
+        return pair
+
+    # --- the fast path ---------------------------------------------------------------------------------
+    def on_fast(self, listener: Callable[[tuple[str, str], Pair], None]) -> None:
+        """Call `listener(key, fast_pair)` whenever a pair has moved to its fast path."""
+        self._listeners.append(listener)
+
+    def fast_status(self, choice: PairChoice) -> FastStatus | None:
+        """None when the pair is not loaded or the fast path is off."""
+        return self._fast.get((choice.target, choice.draft))
+
+    def _warm_in_background(self, key: tuple[str, str], eager: Pair) -> None:
+        if self.compile == "off":
+            return
+        self._fast[key] = FastStatus("warming")
+
+        def work():
+            try:
+                res = warm(eager, self.compile, self.exclusive)
+            except Exception as exc:            # the eager path keeps serving; the log has the rest
+                log.exception("fast-path warm-up failed")
+                self._fast[key] = FastStatus("eager", f"the warm-up failed ({type(exc).__name__}); staying eager")
+                return
+            log.info("fast path for %s: %s", eager.label, res.note)
+            if res.pair is None:
+                self._fast[key] = FastStatus("eager", res.note, res)
+                return
+            with self._lock:
+                self._pairs[key] = res.pair
+            for listener in list(self._listeners):
+                listener(key, res.pair)
+            self._fast[key] = FastStatus("ready", res.note, res)
+        threading.Thread(target=work, name=f"specviz-warmup-{key[1]}", daemon=True).start()
 
     def preload(self, choice: PairChoice) -> threading.Thread:
         """Load the default pair in the background so the first Run starts fast."""

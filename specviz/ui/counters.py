@@ -34,7 +34,17 @@ def baseline_md(lang: str, totals, plain_tps: float | None) -> str:
     return t(lang, key, flops=totals.flops_ratio, speed=speed, plain=plain_tps)
 
 
-def counters_md(lang: str, totals, regime: str, sample=None, pass_md: str = "") -> str:
+def path_md(lang: str, path: str, fast) -> str:
+    """Which forward path ran the latest step, and where the fast path stands (`fast`: a FastStatus or None)."""
+    if not path:
+        return ""
+    text = t(lang, "playground.path", path=path)
+    if fast is not None and fast.state == "warming":
+        text += t(lang, "playground.path_warming")
+    return text
+
+
+def counters_md(lang: str, totals, regime: str, sample=None, pass_md: str = "", path_md: str = "") -> str:
     acc = "—" if totals.acceptance_rate is None else f"{totals.acceptance_rate:.0%}"
     parts = [t(lang, "playground.tokens_per_s", value=totals.tokens_per_s),
              t(lang, "playground.acceptance", value=acc),
@@ -44,6 +54,8 @@ def counters_md(lang: str, totals, regime: str, sample=None, pass_md: str = "") 
         parts.append(pass_md)
     if regime:
         parts.append(t(lang, "playground.regime", regime=regime))
+    if path_md:
+        parts.append(path_md)
     parts.append(device_md(lang, sample))
     return " · ".join(parts)
 

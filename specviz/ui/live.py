@@ -35,6 +35,7 @@ class LiveRun:
     worker_source: str | None = None
     spec: ModelSpec | None = None          # the target's shape, for the knee estimate
     last_pass: tuple[int, int, int] | None = None   # (tokens per pass, batch, context) of the latest step
+    path: str = ""                                  # the forward path that ran the latest step
     shared: bool = False                   # the run shares its batch with other users: chart the whole batch too
     shared_tps: charts.Series = field(default_factory=charts.Series)
     lock: threading.Lock = field(default_factory=threading.Lock)   # record() and figures() race
@@ -66,6 +67,7 @@ class LiveRun:
         m = step_metrics(ev.draft_flops + ev.target_flops, ev.draft_bytes + ev.target_bytes,
                          ev.draft_s + ev.verify_s, self.peaks)
         self.regime = m.regime
+        self.path = ev.path or self.path
         self.last_pass = (ev.tokens_per_pass, ev.batch_size, ev.context)
         self.mbu.add(now, None if m.mbu is None else 100 * m.mbu)
         self.mfu.add(now, None if m.mfu is None else 100 * m.mfu)

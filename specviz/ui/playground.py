@@ -172,6 +172,7 @@ class Playground:
         live = LiveRun(app.runner.control(knobs, (policy_name or "fixed", thr)), choice.label, app.peaks,
                        app.sampler, shared=not app.runner.zero_gpu)
         streamer = Streamer(app, live, pair.tokenizer, session, lang)
+        streamer.choice = choice
         packet = yield from self._run(req, choice, live, streamer, session)
         outs = packet.outputs or {}
         prompt_rows = [prompts[i % len(prompts)] for i in sorted(outs)]
@@ -348,6 +349,11 @@ class Streamer:
         self.batch, self.own_rows, self.users = 1, 1, 1
         self.steps: list[tuple[float, object]] = []       # (seconds since start, event): the recording
         self.t0 = time.perf_counter()
+        self.choice = None                                 # the pair (for its fast path's state), when live
+
+    def fast_status(self):
+        status = getattr(self.app.pairs, "fast_status", None)
+        return status(self.choice) if status is not None and self.choice is not None else None
 
     def add(self, ev, pieces: dict | None = None) -> None:
         """Fold one step into the per-row transcripts (`pieces`: the texts recorded with it, on replay)."""
@@ -374,7 +380,8 @@ class Streamer:
         first = self.views.get(min(self.views)) if self.views else None
         charts = self.live.figures() if final else (gr.skip(),) * 3   # the timer draws them meanwhile
         text = counters.counters_md(lang, totals, self.live.regime, self.live.latest_sample(),
-                                    counters.pass_md(lang, self.live.last_pass, self.live.knee_estimate()))
+                                    counters.pass_md(lang, self.live.last_pass, self.live.knee_estimate()),
+                                    counters.path_md(lang, self.live.path, self.fast_status()))
         text += "\n\n" + counters.sharing_md(lang, totals, zero_gpu)
         if final:
             text += "\n\n" + counters.baseline_md(lang, totals, plain)

@@ -133,12 +133,21 @@ class Schedulers:
         self.pairs, self.limits, self.gate = pairs, limits, gate
         self._lock = threading.Lock()
         self._by_pair: dict[tuple[str, str], Scheduler] = {}
+        pairs.on_fast(self._to_fast_path)
+
+    def _to_fast_path(self, key: tuple[str, str], pair) -> None:
+        """A pair finished warming up its fast path: its scheduler switches engines between two steps."""
+        with self._lock:
+            sched = self._by_pair.get(key)
+        if sched is not None:
+            sched.swap(pair.engine)
 
     def get(self, choice: PairChoice) -> Scheduler:
-        pair = self.pairs.get(choice)              # loads outside our lock: another pair may be served
+        self.pairs.get(choice)                     # loads outside our lock: another pair may be served
         key = (choice.target, choice.draft)
         with self._lock:
             if key not in self._by_pair:
+                pair = self.pairs.get(choice)      # again: it may have moved to its fast path meanwhile
                 device = pair.target.device
                 self._by_pair[key] = Scheduler(pair.engine, self.limits, self.gate, pair.target_spec, pair.draft_spec,
                                                free_memory=lambda: free_memory(device), name=choice.draft)

@@ -11,6 +11,7 @@ Each page module (`playground`, `whatif`) owns its layout and its handlers.
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -30,6 +31,7 @@ from specviz.ui.catalog import PairCache, PairChoice, TokenizerCache, available_
 from specviz.ui.errors import as_human_errors
 from specviz.ui.live import LiveRuns
 
+log = logging.getLogger("specviz")
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 
 
@@ -45,13 +47,19 @@ class SpecVizApp:
         self.gate = DeviceGate()
         spaces = zero_gpu_spaces()
         if spaces is not None:
-            # ZeroGPU: this process never touches CUDA; the GPU worker loads weights, samples, calibrates
+            # ZeroGPU, as its documentation says: the offered pairs' weights go to `cuda` here, at start-up,
+            # in the main process (the `spaces` package emulates the device), so every forked GPU worker
+            # starts with them; a pair typed by a visitor loads in the worker. Sampling and calibration
+            # happen in the worker. No fast path there: ZeroGPU does not support torch.compile.
             self.pairs = TokenizerCache()
-            self.runner = runner.ZeroGpuRunner(spaces, lambda: PairCache(device), as_human_errors)
+            weights = PairCache(zero_gpu_device(spaces), compile="off")
+            if preload:
+                place_weights(weights, self.choices)
+            self.runner = runner.ZeroGpuRunner(spaces, lambda: weights, as_human_errors)
             self.sampler = None
             calibrate_peaks = False
         else:
-            self.pairs = PairCache(device)
+            self.pairs = PairCache(device, exclusive=self.gate.exclusive)
             self.runner = runner.LocalRunner(self.pairs, self.limits, self.gate)
             self.sampler = Sampler().start()
         self.offline = hub_is_offline()
@@ -96,6 +104,22 @@ class SpecVizApp:
             loaded = [c.label for c in self.choices if self.pairs.loaded(c)]
             still = f" The app still serves {loaded[0]}." if loaded else ""
             raise gr.Error(f"Could not load {choice.label}: {exc}.{still}") from None
+
+
+def zero_gpu_device(spaces) -> str:
+    """Where a ZeroGPU main process places the weights: `cuda`, which `spaces` emulates there. The test
+    double (tests/fakespaces) has no GPU to emulate and says so with `EMULATED_DEVICE = "cpu"`."""
+    return getattr(spaces, "EMULATED_DEVICE", "cuda")
+
+
+def place_weights(weights: PairCache, choices) -> None:
+    """Load every offered pair now (before the first GPU worker forks); one that fails is logged and
+    tried again, with its error shown, when someone picks it."""
+    for choice in choices:
+        try:
+            weights.get(choice)
+        except Exception:
+            log.exception("could not place %s on the device at start-up", choice.label)
 
 
 def zero_gpu_spaces():

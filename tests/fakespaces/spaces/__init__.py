@@ -1,6 +1,7 @@
 """A stand-in for Hugging Face's `spaces` package on a ZeroGPU Space, for tests on a machine without one.
 
-It keeps the behaviour SpecViz depends on, read from `spaces` 0.51 (spaces/zero/wrappers.py): a
+It keeps the behaviour SpecViz depends on, read from `spaces` 0.51 (spaces/zero/wrappers.py) and the
+ZeroGPU documentation (models placed on `cuda` at start-up in the main process; a fork inherits them): a
 `@GPU(duration=...)` generator function runs in a *forked* worker process that is reused between calls;
 arguments go in and every yielded value comes back through pickling queues; closing the caller's
 generator sets a stop event that the worker checks after each value; a `gradio.Error` raised in the
@@ -14,6 +15,9 @@ import traceback
 import gradio as gr
 
 durations: list = []            # what each call asked for (seconds), for the tests to check
+# The real package emulates `cuda` in the main process, so an app places its weights there at start-up
+# and each forked worker starts with them on the GPU. This double has no GPU: the app places them here.
+EMULATED_DEVICE = "cpu"
 _ctx = multiprocessing.get_context("fork")
 
 
