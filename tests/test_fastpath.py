@@ -296,6 +296,23 @@ def test_warm_up_stays_eager_when_the_fast_path_is_slower_or_differs(tiny_paths,
     assert warmup.target_mode("auto", "cpu") == "static" and warmup.target_mode("auto", "cuda") == "compiled"
 
 
+def test_weight_layouts_compute_the_same_and_are_shared():
+    from specviz.fastpath import layout
+
+    g = torch.Generator().manual_seed(1)
+    w, b = torch.randn(40, 24, generator=g), torch.randn(40, generator=g)
+    cpu = torch.device("cpu")
+    for store in (layout.col_major, layout.pick(cpu, torch.float32, compiled=False)):
+        for shape in ((1, 24), (2, 5, 24)):
+            x = torch.randn(*shape, generator=g)
+            assert torch.allclose(layout.linear(x, store(w), b), torch.nn.functional.linear(x, w, b), atol=1e-5)
+        assert store(w) is store(w)                       # one copy per weight, however many users
+    assert layout.pick(cpu, torch.float32, compiled=True) is layout.col_major     # what the compiler traces
+    assert layout.pick(torch.device("cuda"), torch.bfloat16, compiled=False)(w) is w   # in place on CUDA
+    if torch.backends.mkldnn.is_available():
+        assert layout.pick(cpu, torch.float32, compiled=False) is layout.onednn
+
+
 def test_counters_say_which_path_ran():
     from specviz.ui import counters
     from specviz.ui.catalog import FastStatus

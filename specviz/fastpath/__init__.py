@@ -76,7 +76,7 @@ def cache_factory(model, fast: FastPath) -> tuple[Callable | None, FastPath]:
     from specviz.fastpath.llama import CompactLlama, Unsupported
 
     try:
-        compact = CompactLlama(model)
+        compact = CompactLlama(model, compiled=fast.mode == "compiled")
     except Unsupported as exc:
         return None, FastPath("off", f"{exc}; running eager")
     if fast.mode == "compiled":

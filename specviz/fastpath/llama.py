@@ -1,11 +1,9 @@
 """A compact Llama-family forward (Llama, SmolLM2, Qwen2) that reads a loaded transformers model's
 weights and runs against preallocated KV buffers (`specviz.fastpath.cache`).
 
-Weights are read in place on CUDA. On a CPU the matrices are copied once into column-major order
-(`col_major`): MKL multiplies one row by an [out, in] matrix at about 17 GB/s on the 2-core machine we
-measured, and by the same matrix stored [in, out] at about 27 GB/s — decode is one row per sequence,
-so the layout alone is worth about a third of a one-token pass. The copy costs the weights' size in
-memory once per loaded model (540 MB for SmolLM2-135M in fp32); the stock model is left untouched.
+Weights are read in place on CUDA; on a CPU the matrices are copied once into the layout this machine
+multiplies fastest (`specviz.fastpath.layout`: oneDNN's, else column-major — decode streams every
+matrix for a few rows, and the layout alone doubles that rate here). The stock model is left untouched.
 
 Why our own forward instead of the stock modules: per pass, transformers builds masks, walks a Cache
 object and goes through a dozen Python modules per layer; on a CPU that overhead is about as long as
@@ -18,12 +16,12 @@ The maths follows transformers' LlamaRMSNorm / rotate-half RoPE / SwiGLU MLP / G
 """
 from __future__ import annotations
 
-import threading
-import weakref
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from specviz.fastpath.layout import linear, pick
 
 SUPPORTED = ("llama", "qwen2")
 
@@ -63,25 +61,6 @@ class LayerWeights:
                 self.ln2, self.w_gate, self.w_up, self.w_down)
 
 
-_COPIES: dict[int, tuple[weakref.ref, torch.Tensor]] = {}     # id(weight) → (the weight, its copy)
-_COPIES_LOCK = threading.Lock()
-
-
-def col_major(w: torch.Tensor) -> torch.Tensor:
-    """The same [out, in] matrix stored column-major: `F.linear(x, w)` then hands MKL the [in, out]
-    layout it streams fastest for a few rows (values are equal; sums may round differently, ~1e-6).
-    One copy per weight, however many pairs and drafters use it (a layer-skip draft and a self-draft
-    read the target's own layers); the copy goes when the weight does."""
-    key = id(w)
-    with _COPIES_LOCK:
-        ref, copy = _COPIES.get(key, (None, None))
-        if ref is not None and ref() is w:
-            return copy
-        copy = w.detach().t().contiguous().t()
-        _COPIES[key] = (weakref.ref(w, lambda _, k=key: _COPIES.pop(k, None)), copy)
-        return copy
-
-
 def _bias(linear) -> torch.Tensor | None:
     return linear.bias if getattr(linear, "bias", None) is not None else None
 
@@ -109,7 +88,7 @@ class CompactLlama:
 
     Shared by every cache (and engine) that uses the model; holds no per-run state."""
 
-    def __init__(self, model):
+    def __init__(self, model, compiled: bool = False):
         check_supported(model)
         cfg, inner = model.config, model.model
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -117,8 +96,7 @@ class CompactLlama:
         self.embed = inner.embed_tokens.weight                     # [V, d]
         self.norm = inner.norm.weight                              # [d]
         self.norm_eps = float(inner.norm.variance_epsilon)
-        cpu = self.embed.device.type == "cpu"
-        self._w = col_major if cpu else (lambda w: w)               # see the module docstring
+        self._w = pick(self.embed.device, self.embed.dtype, compiled)   # the weights' layout, see above
         self.head = self._w(model.get_output_embeddings().weight)  # [V, d] (the embedding when tied)
         self.inv_freq = inner.rotary_emb.inv_freq                  # [head_dim / 2]
         self.rope_scale = float(inner.rotary_emb.attention_scaling)
@@ -160,7 +138,7 @@ class CompactLlama:
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """h: [B, T', d] → logits [B, T', V] (one matmul, outside any compiled graph)."""
-        return F.linear(h, self.head)
+        return linear(h, self.head)
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -183,9 +161,9 @@ def decoder_layer(x, cos, sin, bias, slots, kbuf, vbuf, w: tuple, dims: Dims) ->
     B, T, _ = x.shape
     H, Hkv, hd = dims.n_heads, dims.n_kv, dims.head_dim
     h = rms_norm(x, ln1, dims.eps)
-    q = F.linear(h, wq, bq).view(B, T, H, hd).transpose(1, 2)          # [B, H, T, hd]
-    k = F.linear(h, wk, bk).view(B, T, Hkv, hd).transpose(1, 2)        # [B, Hkv, T, hd]
-    v = F.linear(h, wv, bv).view(B, T, Hkv, hd).transpose(1, 2)
+    q = linear(h, wq, bq).view(B, T, H, hd).transpose(1, 2)          # [B, H, T, hd]
+    k = linear(h, wk, bk).view(B, T, Hkv, hd).transpose(1, 2)        # [B, Hkv, T, hd]
+    v = linear(h, wv, bv).view(B, T, Hkv, hd).transpose(1, 2)
     q = q * cos + _rotate_half(q) * sin
     k = k * cos + _rotate_half(k) * sin
     kbuf.index_copy_(2, slots, k)
@@ -197,6 +175,6 @@ def decoder_layer(x, cos, sin, bias, slots, kbuf, vbuf, w: tuple, dims: Dims) ->
     bg = bias[:, :, None].expand(B, 1, g, T, S).reshape(B, 1, g * T, S)
     att = F.scaled_dot_product_attention(qg, kbuf, vbuf, attn_mask=bg, scale=hd ** -0.5)   # [B, Hkv, gT, hd]
     att = att.reshape(B, H, T, hd).transpose(1, 2).reshape(B, T, H * hd)
-    x = x + F.linear(att, wo, bo)
+    x = x + linear(att, wo, bo)
     h = rms_norm(x, ln2, dims.eps)
-    return x + F.linear(F.silu(F.linear(h, w_gate)) * F.linear(h, w_up), w_down)
+    return x + linear(F.silu(linear(h, w_gate)) * linear(h, w_up), w_down)
