@@ -42,8 +42,21 @@ def _exit_cleanly_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
 
+def _log_to_stderr() -> None:
+    """The app's own notes (which forward path serves a pair, and why) on stderr; libraries stay quiet."""
+    import logging
+
+    log = logging.getLogger("specviz")
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s specviz: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
+    _log_to_stderr()
     if os.environ.get("SPACES_ZERO_GPU"):
         args.compile = "off"       # ZeroGPU supports no torch.compile; its workers run the eager path
     # every pair the app loads (specviz.ui.catalog.PairCache) reads the forward path from here
