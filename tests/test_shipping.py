@@ -24,7 +24,8 @@ def test_spacefile_is_valid_and_in_sync():
     assert micro["engine"].startswith("python")
     names = {e["name"] for e in micro["presets"]["env"]}
     assert names == app_env_names() == {"SPECVIZ_TARGET", "SPECVIZ_DRAFT", "SPECVIZ_HOST", "SPECVIZ_PORT",
-                                        "SPECVIZ_ALLOW_CUSTOM", "SPECVIZ_COMPILE", "SPECVIZ_MAX_ROWS_PER_USER",
+                                        "SPECVIZ_ALLOW_CUSTOM", "SPECVIZ_COMPILE", "SPECVIZ_THREADS",
+                                        "SPECVIZ_MAX_ROWS_PER_USER",
                                         "SPECVIZ_MAX_SHARED_ROWS", "SPECVIZ_MAX_QUEUE"}
     assert all(e.get("description") and "default" in e for e in micro["presets"]["env"])
 
