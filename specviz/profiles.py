@@ -10,11 +10,12 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from specviz.roofline import (GPUS, SERVING, Calibration, GpuSpec, ModelSpec, fit_calibration,
+from specviz.roofline import (GPUS, SERVING, Calibration, GpuSpec, ModelSpec, Setup, fit_calibration,
                               predicted_knee)
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
@@ -340,14 +341,44 @@ class SweepComparison:
         return out
 
 
-def compare_sweep(sweep: RecordedSweep, cal: Calibration, bandwidth: float, flops: float) -> SweepComparison:
+@dataclass(frozen=True)
+class CurveSetup(Setup):
+    """A what-if setup whose passes cost what a recorded profile measured on this machine: the latency of
+    n tokens in one pass, interpolated between the measured points (log-spaced tokens), linear beyond the
+    last one. A draft of the target's own shape with fewer layers (layer-skip) costs the target's time
+    scaled by the weights it streams; any other draft falls back to the calibration's rule."""
+
+    curve: tuple[tuple[int, float], ...] = ()
+
+    def pass_s(self, spec: ModelSpec, batch: int, tokens: int, context: int | None = None) -> float:
+        if not self.curve or (spec is not self.target and spec.d_model != self.target.d_model):
+            return Setup.pass_s(self, spec, batch, tokens, context)
+        share = spec.streamed_params / self.target.streamed_params
+        return share * curve_time(self.curve, batch * tokens) + self.overhead_s
+
+
+def curve_time(curve: tuple[tuple[int, float], ...], n: int) -> float:
+    """Seconds for n tokens in one pass from measured (tokens, seconds) points."""
+    ns = [p[0] for p in curve]
+    if n <= ns[0]:
+        return curve[0][1]
+    if n >= ns[-1]:
+        return curve[-1][1] * n / ns[-1]
+    i = next(i for i, x in enumerate(ns) if x >= n)
+    (n0, t0), (n1, t1) = curve[i - 1], curve[i]
+    return t0 + (t1 - t0) * (math.log(n) - math.log(n0)) / (math.log(n1) - math.log(n0))
+
+
+def compare_sweep(sweep: RecordedSweep, cal: Calibration, bandwidth: float, flops: float,
+                  curve: tuple[tuple[int, float], ...] = ()) -> SweepComparison:
     """The end-to-end tokens/s the model expects for every cell of a recorded sweep. α is the measured
     acceptance at depth 1 (at k = 1 the share of drafts accepted *is* α); bytes per parameter follow
     the profile's dtype (fp32 on a CPU)."""
-    from specviz.roofline import Setup, resolve_draft, resolve_model, run_seconds
+    from specviz.roofline import resolve_draft, resolve_model, run_seconds
 
     target = replace(resolve_model(sweep.target), bytes_per_param=4.0 if sweep.device.startswith("cpu") else 2.0)
-    setup = Setup(target, resolve_draft(sweep.draft, target), bandwidth, flops, sweep.prompt_tokens, cal)
+    setup = CurveSetup(target, resolve_draft(sweep.draft, target), bandwidth, flops, sweep.prompt_tokens, cal,
+                       curve=tuple(curve))
     alpha = sweep.acceptance[1]
     est = [[b * sweep.new_tokens / run_seconds(setup, b, k, alpha, sweep.prompt_tokens, sweep.new_tokens)
             for k in sweep.depths] for b in sweep.batch_sizes]

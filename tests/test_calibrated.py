@@ -160,6 +160,20 @@ def test_calibrated_beats_the_ideal_roofline_on_published_points():
     assert "from eagle3-table4-eagle" in calibrated["specdecode-bench-eagle-8b"].alpha_note
 
 
+def test_curve_setup_costs_what_the_profile_measured():
+    curve = ((1, 0.040), (4, 0.060), (16, 0.080))
+    assert profiles.curve_time(curve, 1) == 0.040 and profiles.curve_time(curve, 4) == pytest.approx(0.060)
+    assert 0.060 < profiles.curve_time(curve, 8) < 0.080 and profiles.curve_time(curve, 2) == pytest.approx(0.050)
+    assert profiles.curve_time(curve, 32) == pytest.approx(0.160)                # linear past the last point
+    target = replace(rf.MODELS["SmolLM2-135M"], bytes_per_param=4.0)
+    skip = rf.resolve_draft("layerskip:12-17", target)
+    s = profiles.CurveSetup(target, skip, 23e9, 0.2e12, 64, rf.IDEAL, curve=curve)
+    assert s.pass_s(target, 2, 2) == pytest.approx(0.060)                        # rows × tokens per pass
+    assert s.pass_s(skip, 1, 1) == pytest.approx(0.040 * skip.streamed_params / target.streamed_params)
+    other = rf.MODELS["SmolLM2-360M"]                                            # another model: the rule
+    assert s.pass_s(other, 1, 1) == rf.Setup(target, skip, 23e9, 0.2e12, 64, rf.IDEAL).pass_s(other, 1, 1)
+
+
 def test_recorded_sweeps_compare_end_to_end():
     sweeps = profiles.load_sweeps()
     prof = profiles.profile_for_device(profiles.load_profiles(), "cpu")
@@ -168,7 +182,9 @@ def test_recorded_sweeps_compare_end_to_end():
         cal = profiles.compare_sweep(sw, profiles.profile_calibration(prof), prof.bandwidth, prof.flops)
         ideal = profiles.compare_sweep(sw, rf.IDEAL, prof.bandwidth, prof.flops)
         mean = lambda e: sum(map(abs, e)) / len(e)  # noqa: E731
-        assert mean(cal.errors()) < mean(ideal.errors())
+        curve = profiles.compare_sweep(sw, rf.IDEAL, prof.bandwidth, prof.flops,
+                                       tuple(zip(prof.tokens_per_pass, prof.latency_s)))
+        assert mean(curve.errors()) < mean(cal.errors()) < mean(ideal.errors())
         assert len(cal.estimate) == len(sw.batch_sizes) and len(cal.estimate[0]) == len(sw.depths)
 
 

@@ -184,12 +184,16 @@ def sweeps_report() -> dict:
     if not sweeps or prof is None:
         raise WhatIfError("needs a recorded sweep in assets/sweeps/ and a CPU profile in assets/profiles/")
     out = []
-    for model, cal in (("calibrated", profiles.profile_calibration(prof)), ("ideal", rf.IDEAL)):
+    # the profile's measured pass times themselves; the calibrated rule fitted to them; the roofline
+    curve = tuple(zip(prof.tokens_per_pass, prof.latency_s))
+    for model, cal, pts in (("measured pass curve", rf.IDEAL, curve),
+                            ("calibrated", profiles.profile_calibration(prof), ()), ("ideal", rf.IDEAL, ())):
         for sw in sweeps:
-            c = profiles.compare_sweep(sw, cal, prof.bandwidth, prof.flops)
+            c = profiles.compare_sweep(sw, cal, prof.bandwidth, prof.flops, pts)
             abs_err, rel_err = c.errors(), c.errors(relative_to_plain=True)
             out.append({"model": model, "sweep": sw.name, "command": sw.command, "alpha": c.alpha,
-                        "calibration": cal.name, "batch_sizes": sw.batch_sizes, "depths": sw.depths,
+                        "calibration": f"{prof.name} measured pass times" if pts else cal.name,
+                        "batch_sizes": sw.batch_sizes, "depths": sw.depths,
                         "measured_tokens_per_s": sw.tokens_per_s,
                         "estimate_tokens_per_s": [[round(x, 1) for x in row] for row in c.estimate],
                         "mean_abs_error": round(sum(map(abs, abs_err)) / len(abs_err), 3),
