@@ -330,3 +330,38 @@ def test_gpu_bench_says_when_there_is_no_gpu():
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu-bench"), "--out", "/nonexistent"],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 2 and "no CUDA device" in r.stderr
+
+
+def test_served_app_serves_two_clients_on_the_fast_path(tiny_paths, tmp_path, greedy):
+    """`python app.py` with the fast path on: it warms up in the background, two clients at once get the
+    target's own greedy tokens, and the counters say which path ran."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gradio_client import Client
+
+    from apphelp import start_app, stop_app
+
+    log = tmp_path / "app.log"
+    proc, url = start_app(tiny_paths["target"], tiny_paths["draft"], log, {"SPECVIZ_COMPILE": "static"})
+    label = f"{tiny_paths['draft']} → {tiny_paths['target']}"
+    try:
+        def run(prompt):
+            job = Client(url, verbose=False).submit(prompt, label, 2, 3, "fixed", 8, 0, 96, api_name="/generate")
+            last = job.result()
+            return last[-1], last[2]
+        with ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(run, ["the quick brown", "memory"]))
+        deadline = time.time() + 60
+        while "fast path for" not in log.read_text():
+            assert time.time() < deadline, log.read_text()[-2000:]
+            time.sleep(0.2)
+        assert "ready after" in log.read_text()
+        results.append(run("speculative decoding spends"))
+        for final, counters in results:
+            assert final["done"] and "forward path:" in counters
+            for ids, out in zip(final["prompt_ids"], final["outputs"]):
+                assert out == greedy(ids, 96)
+        assert "forward path: **static (eager)**" in results[-1][1]
+    finally:
+        stop_app(proc)
