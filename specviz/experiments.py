@@ -309,7 +309,8 @@ def run_knee(pair, peaks: Peaks | None, context: int = 256, repeats: int = 3,
     extra = {"predicted_knee": predicted, "measured_knee": None}
     yield _snapshot("knee", pair, settings, 0.0, [], **extra)
     ns, lat, rows = [], [], []
-    for ns, lat in knee_steps(t.model, t.device, t.dtype, context, repeats, cap):
+    # through the forward path the pair's engine runs (the fast path once the app has switched to it)
+    for ns, lat in knee_steps(t.model, t.device, t.dtype, context, repeats, cap, pair.target_cache):
         rows = knee_rows(spec, peaks, context, ns, lat)
         yield _snapshot("knee", pair, settings, len(ns) / total, rows, **extra)
     values = knee_values(ns, lat, rows)

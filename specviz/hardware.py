@@ -281,25 +281,37 @@ def find_knee(tokens: list[int], seconds: list[float]) -> float:
     return a / b if b > 0 else float("inf")
 
 
-def measure_latency(model, tokens_per_pass: list[int], context: int, device, dtype, repeats: int = 5):
-    """Median target forward latency for n new tokens on top of a `context`-token cache."""
+def measure_latency(model, tokens_per_pass: list[int], context: int, device, dtype, repeats: int = 5,
+                    new_cache=None):
+    """Median target forward latency for n new tokens on top of a `context`-token cache: through the stock
+    modules, or through the forward path the engine runs when `new_cache` (batch → KV cache with
+    `forward(model, tokens, valid)`, e.g. the fast path's) is given."""
     import torch
     from transformers import DynamicCache
 
     out = []
     vocab = model.get_input_embeddings().weight.shape[0]
+
+    def pass_fn(ids):
+        if new_cache is None:
+            cache = DynamicCache()
+            model(input_ids=ctx_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            return lambda: model(input_ids=ids, past_key_values=cache, use_cache=True)
+        cache = new_cache(1)
+        cache.forward(model, ctx_ids, torch.ones_like(ctx_ids, dtype=torch.bool), 1)
+        return lambda: cache.forward(model, ids, torch.ones_like(ids, dtype=torch.bool))
+
     with torch.inference_mode():
         ctx_ids = torch.randint(0, vocab, (1, context), device=device)
         for n in tokens_per_pass:
             times = []
             for r in range(repeats + 1):
-                cache = DynamicCache()
-                model(input_ids=ctx_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
                 ids = torch.randint(0, vocab, (1, n), device=device)
+                run = pass_fn(ids)
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 t0 = time.perf_counter()
-                model(input_ids=ids, past_key_values=cache, use_cache=True)
+                run()
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 if r:
@@ -311,12 +323,14 @@ def measure_latency(model, tokens_per_pass: list[int], context: int, device, dty
 KNEE_TOKENS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 
 
-def knee_steps(model, device, dtype, context: int = 256, repeats: int = 3, cap: int | None = None):
+def knee_steps(model, device, dtype, context: int = 256, repeats: int = 3, cap: int | None = None,
+               new_cache=None):
     """Measure the latency curve one point at a time (log-spaced tokens per pass, up to 128 on CPU and
-    512 on GPU), yielding (tokens so far, latencies so far) so a UI can draw it as it grows."""
+    512 on GPU), yielding (tokens so far, latencies so far) so a UI can draw it as it grows. `new_cache`:
+    the forward path the engine runs (see measure_latency)."""
     cap = cap or (512 if getattr(device, "type", "") == "cuda" else 128)
     ns = [n for n in KNEE_TOKENS if n <= cap]
     lat: list[float] = []
     for n in ns:
-        lat += measure_latency(model, [n], context, device, dtype, repeats)
+        lat += measure_latency(model, [n], context, device, dtype, repeats, new_cache)
         yield ns[: len(lat)], list(lat)

@@ -313,6 +313,22 @@ def test_weight_layouts_compute_the_same_and_are_shared():
         assert layout.pick(cpu, torch.float32, compiled=False) is layout.onednn
 
 
+def test_knee_is_measured_through_the_pairs_forward_path(make_pair):
+    from specviz import experiments
+    from specviz.hardware import measure_latency
+
+    pair = make_pair("ngram", "static")
+    t, made = pair.target, []
+
+    def counting(batch):
+        made.append(batch)
+        return pair.target_cache(batch)
+    secs = measure_latency(t.model, [1, 4], 16, t.device, t.dtype, 2, counting)
+    assert len(secs) == 2 and all(s > 0 for s in secs) and len(made) == 2 * 3      # a fresh cache per pass
+    final = list(experiments.run_knee(pair, None, context=16, repeats=1, cap=4))[-1]
+    assert final["done"] and [r["tokens_per_pass"] for r in final["table"]] == [1, 2, 4]
+
+
 def test_counters_say_which_path_ran():
     from specviz.ui import counters
     from specviz.ui.catalog import FastStatus

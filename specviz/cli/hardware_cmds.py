@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from specviz.cli.common import DEFAULT_PROMPTS, add_pair_args
+from specviz.cli.common import DEFAULT_PROMPTS, add_compile_arg, add_pair_args
 
 
 def add_parsers(sub) -> None:
@@ -25,6 +25,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--out", default="runs/roofline", help="folder for JSON and HTML")
     p.add_argument("--profile", default=None,
                    help="also write the result as a recorded profile (e.g. assets/profiles/NAME.json)")
+    add_compile_arg(p)
     p.set_defaults(func=run_roofline)
 
     p = sub.add_parser("sweep", help="measure throughput over batch sizes × depths")
@@ -34,6 +35,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--prompt", default=DEFAULT_PROMPTS[0])
     p.add_argument("--out", default="runs/sweep", help="folder for CSV, JSON and HTML")
+    add_compile_arg(p)
     p.set_defaults(func=run_sweep)
 
 
@@ -69,13 +71,17 @@ def run_roofline(args) -> int:
     from specviz.profiles import spec_to_dict
     from specviz.roofline import pass_cost, predicted_knee, spec_from_config
 
+    from specviz.fastpath import cache_factory, resolve
+
     loaded = load_model(args.target, args.device)
     cap = args.max_tokens or (512 if loaded.device.type == "cuda" else 128)
     ns = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, 512} & set(range(1, cap + 1)) | {cap})
     peaks = calibrate(loaded.device, loaded.dtype)
-    secs = measure_latency(loaded.model, ns, args.context, loaded.device, loaded.dtype, args.repeats)
+    new_cache, fast = cache_factory(loaded.model, resolve(args.compile, loaded.device))   # --compile: which path
+    secs = measure_latency(loaded.model, ns, args.context, loaded.device, loaded.dtype, args.repeats, new_cache)
     spec = spec_from_config(loaded.config_dict, args.target, 2.0 if loaded.device.type == "cuda" else 4.0)
     result = {"target": args.target, "device": peaks.device, "device_name": device_name(loaded.device),
+              "path": fast.label,
               "dtype": peaks.dtype, "context": args.context, "model_spec": spec_to_dict(spec),
               "tokens_per_pass": ns, "latency_s": secs, "measured_knee": find_knee(ns, secs),
               "predicted_knee": predicted_knee(spec, peaks.bandwidth, peaks.flops, args.context),
@@ -108,7 +114,7 @@ def run_sweep(args) -> int:
 
     batches = _ints(args.batch_sizes, "batch-sizes", 1, 64)
     depths = _ints(args.depths, "depths", 0, 16)
-    pair = load_pair(args.target, args.draft, args.device)
+    pair = load_pair(args.target, args.draft, args.device, compile=args.compile)
     prompt = encode_prompt(pair.tokenizer, args.prompt)
     list(pair.engine().generate([prompt], Knobs(depth=max(depths), batch_size=1), 4))   # warm-up
     rows, total, done = [], len(batches) * len(depths), 0
@@ -135,7 +141,8 @@ def run_sweep(args) -> int:
         w.writerows(rows)
     best = best_depths(rows)
     cross = crossover_from_rows(rows)
-    (out / "sweep.json").write_text(json.dumps({"target": args.target, "draft": args.draft, "rows": rows,
+    (out / "sweep.json").write_text(json.dumps({"target": args.target, "draft": args.draft, "path": pair.fast.label,
+                                                "rows": rows,
                                                 "best_depth": best, "crossover_batch": cross}, indent=1))
     charts.sweep_figure(rows, batches, depths).write_html(out / "sweep.html", include_plotlyjs=True)
     charts.crossover_figure(rows, "Measured throughput vs batch size").write_html(

@@ -119,7 +119,7 @@ class KneeUpdate:
 def knee_updates(pair, peaks: Peaks | None, context: int) -> Iterator[KneeUpdate]:
     t = pair.target
     last = None
-    for ns, lat in knee_steps(t.model, t.device, t.dtype, context):
+    for ns, lat in knee_steps(t.model, t.device, t.dtype, context, new_cache=pair.target_cache):
         last = KneeUpdate(ns, lat, device_name(t.device), pair.target_spec, peaks)
         yield last
     if last is not None:
