@@ -23,6 +23,7 @@ PROFILES_DIR = ASSETS / "profiles"
 PUBLISHED_FILE = ASSETS / "published" / "speedups.json"
 SWEEPS_DIR = ASSETS / "sweeps"
 PUBLISHED_LABEL = "published measurement"
+EAGER = "eager (transformers)"        # specviz.fastpath.FastPath("off").label: the stock modules
 # the serving stack whose pass-time fit the calibrated model is built on (roofline.SERVING): its
 # per-step bookkeeping is inside that fit, so it needs no fitted extra
 BASE_STACK = "vLLM 0.10.1"
@@ -40,6 +41,7 @@ class Profile:
     flops: float               # calibrated FLOP/s
     measured_knee: float
     spec: ModelSpec | None     # the model shape (for the roofline prediction); None in old files
+    path: str = EAGER          # the forward path that ran the passes (`--compile`); eager in old files
 
     @property
     def predicted_knee(self) -> int | None:
@@ -49,7 +51,8 @@ class Profile:
 
     @property
     def label(self) -> str:
-        return f"{self.target} on {self.device} (measured)"
+        on = "" if self.path == EAGER else f", {self.path}"
+        return f"{self.target} on {self.device}{on} (measured)"
 
 
 def spec_to_dict(spec: ModelSpec) -> dict:
@@ -61,7 +64,8 @@ def load_profile(path: Path) -> Profile:
     spec = ModelSpec(**d["model_spec"]) if d.get("model_spec") else None
     return Profile(Path(path).stem, d.get("device_name") or d["device"], d["target"], int(d["context"]),
                    [int(n) for n in d["tokens_per_pass"]], [float(t) for t in d["latency_s"]],
-                   float(d["bandwidth"]), float(d["flops"]), float(d["measured_knee"]), spec)
+                   float(d["bandwidth"]), float(d["flops"]), float(d["measured_knee"]), spec,
+                   str(d.get("path") or EAGER))
 
 
 def load_profiles(folder: Path = PROFILES_DIR) -> list[Profile]:
@@ -87,9 +91,14 @@ def profile_calibration(prof: Profile) -> Calibration:
                            "`python -m specviz roofline`)")
 
 
-def profile_for_device(profiles: list[Profile], device_kind: str) -> Profile | None:
-    """The first profile (with a model shape) recorded on this kind of device ("cpu" or "cuda")."""
-    return next((p for p in profiles if p.spec is not None and p.device.split(":")[0] == device_kind), None)
+def profile_for_device(profiles: list[Profile], device_kind: str, path: str | None = None) -> Profile | None:
+    """A profile (with a model shape) recorded on this kind of device ("cpu" or "cuda"): on the forward
+    path `path` when one was recorded on it, else preferring the fast path (what the app serves where it
+    measured faster), then the first by name."""
+    found = [p for p in profiles if p.spec is not None and p.device.split(":")[0] == device_kind]
+    if path is not None:
+        found = [p for p in found if p.path == path] or found
+    return min(found, key=lambda p: p.path == EAGER, default=None)
 
 
 def gpu_calibration(gpu: GpuSpec, profiles: list[Profile]) -> Calibration:
@@ -175,6 +184,7 @@ class RecordedSweep:
     batch_sizes: list[int]
     depths: list[int]
     tokens_per_s: list[list[float]]  # [batch][depth], end to end
+    path: str = EAGER                # the forward path that ran it (`sweep --compile`)
 
 
 def load_sweeps(folder: Path = SWEEPS_DIR) -> list[RecordedSweep]:
@@ -186,7 +196,8 @@ def load_sweeps(folder: Path = SWEEPS_DIR) -> list[RecordedSweep]:
                                      str(d["draft"]), int(d["prompt_tokens"]), int(d["new_tokens"]),
                                      {int(k): float(v) for k, v in d["acceptance_rate"].items()},
                                      [int(b) for b in d["batch_sizes"]], [int(k) for k in d["depths"]],
-                                     [[float(x) for x in row] for row in d["tokens_per_s"]]))
+                                     [[float(x) for x in row] for row in d["tokens_per_s"]],
+                                     str(d.get("path") or EAGER)))
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return out

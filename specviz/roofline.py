@@ -473,12 +473,11 @@ class Setup:
 
 def whatif_rows(target: ModelSpec, draft: ModelSpec | None, bandwidth: float, flops: float, alpha: float,
                 context: int, batches: list[int], depths: list[int], overhead_s: float = 0.0,
-                calibration: Calibration | None = None, setup: "Setup | None" = None) -> list[dict]:
+                calibration: Calibration | None = None) -> list[dict]:
     """Estimated tokens/s, speed-up over depth 0 and FLOPs factor at each (batch, depth): k draft steps
     of one token per row, then one target pass over batch × (k + 1) tokens. `draft` None = a free draft
-    (n-gram lookup). `calibration` None = the ideal roofline (every pass also pays `overhead_s`). A given
-    `setup` (one whose passes cost what a profile measured) replaces the one these arguments make."""
-    setup = setup or Setup(target, draft, bandwidth, flops, context, calibration or IDEAL, overhead_s)
+    (n-gram lookup). `calibration` None = the ideal roofline (every pass also pays `overhead_s`)."""
+    setup = Setup(target, draft, bandwidth, flops, context, calibration or IDEAL, overhead_s)
     plain = pass_cost(target, 1, 1, context, logits=1).flops
     c_hat = 0.0 if draft is None else pass_cost(draft, 1, 1, context, logits=1).flops / plain
     rows = []

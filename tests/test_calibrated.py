@@ -176,15 +176,17 @@ def test_curve_setup_costs_what_the_profile_measured():
 
 def test_recorded_sweeps_compare_end_to_end():
     sweeps = profiles.load_sweeps()
-    prof = profiles.profile_for_device(profiles.load_profiles(), "cpu")
-    assert {s.draft for s in sweeps} == {"ngram", "layerskip:12-17"} and prof is not None
+    assert {s.draft for s in sweeps} == {"ngram", "layerskip:12-17"}
     for sw in sweeps:
+        prof = profiles.profile_for_device(profiles.load_profiles(), "cpu", sw.path)
+        assert prof is not None and prof.path == sw.path            # each sweep meets its own path's passes
         cal = profiles.compare_sweep(sw, profiles.profile_calibration(prof), prof.bandwidth, prof.flops)
         ideal = profiles.compare_sweep(sw, rf.IDEAL, prof.bandwidth, prof.flops)
         mean = lambda e: sum(map(abs, e)) / len(e)  # noqa: E731
-        curve = profiles.compare_sweep(sw, rf.IDEAL, prof.bandwidth, prof.flops,
-                                       tuple(zip(prof.tokens_per_pass, prof.latency_s)))
-        assert mean(curve.errors()) < mean(cal.errors()) < mean(ideal.errors())
+        assert mean(cal.errors()) < mean(ideal.errors())
+        if sw.path != profiles.EAGER:     # the engine the app serves, measured on a quiet machine: the goal
+            errs = cal.errors()
+            assert sum(abs(e) <= 0.2 for e in errs) / len(errs) >= 0.95 and mean(errs) < 0.15
         assert len(cal.estimate) == len(sw.batch_sizes) and len(cal.estimate[0]) == len(sw.depths)
 
 

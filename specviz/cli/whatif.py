@@ -179,29 +179,33 @@ def stack_fits(series, base: rf.Calibration) -> list[dict]:
 
 
 def sweeps_report() -> dict:
+    """Every recorded sweep against three models, each sweep with the profile recorded on its forward path."""
     sweeps, recorded = profiles.load_sweeps(), profiles.load_profiles()
-    prof = profiles.profile_for_device(recorded, "cpu")
-    if not sweeps or prof is None:
+    pairs = [(sw, profiles.profile_for_device(recorded, "cpu", sw.path)) for sw in sweeps]
+    if not pairs or any(prof is None for _, prof in pairs):
         raise WhatIfError("needs a recorded sweep in assets/sweeps/ and a CPU profile in assets/profiles/")
     out = []
-    # the profile's measured pass times themselves; the calibrated rule fitted to them; the roofline
-    curve = tuple(zip(prof.tokens_per_pass, prof.latency_s))
-    for model, cal, pts in (("measured pass curve", rf.IDEAL, curve),
-                            ("calibrated", profiles.profile_calibration(prof), ()), ("ideal", rf.IDEAL, ())):
-        for sw in sweeps:
-            c = profiles.compare_sweep(sw, cal, prof.bandwidth, prof.flops, pts)
-            abs_err, rel_err = c.errors(), c.errors(relative_to_plain=True)
-            out.append({"model": model, "sweep": sw.name, "command": sw.command, "alpha": c.alpha,
-                        "calibration": f"{prof.name} measured pass times" if pts else cal.name,
-                        "batch_sizes": sw.batch_sizes, "depths": sw.depths,
-                        "measured_tokens_per_s": sw.tokens_per_s,
-                        "estimate_tokens_per_s": [[round(x, 1) for x in row] for row in c.estimate],
-                        "mean_abs_error": round(sum(map(abs, abs_err)) / len(abs_err), 3),
-                        "max_abs_error": round(max(map(abs, abs_err)), 3),
-                        "share_within_20pct": round(sum(abs(e) <= 0.2 for e in abs_err) / len(abs_err), 3),
-                        "speedup_mean_abs_error": round(sum(map(abs, rel_err)) / len(rel_err), 3),
-                        "speedup_max_abs_error": round(max(map(abs, rel_err)), 3)})
-    return {"label": ESTIMATE, "profile": prof.name, "comparisons": out}
+    for model in ("measured pass curve", "calibrated", "ideal"):
+        for sw, prof in pairs:
+            # the profile's measured pass times themselves; the calibrated rule fitted to them; the roofline
+            curve = tuple(zip(prof.tokens_per_pass, prof.latency_s)) if model == "measured pass curve" else ()
+            cal = profiles.profile_calibration(prof) if model == "calibrated" else rf.IDEAL
+            out.append(_sweep_row(model, sw, prof, cal, curve))
+    return {"label": ESTIMATE, "profiles": sorted({prof.name for _, prof in pairs}), "comparisons": out}
+
+
+def _sweep_row(model: str, sw, prof, cal: rf.Calibration, curve: tuple) -> dict:
+    c = profiles.compare_sweep(sw, cal, prof.bandwidth, prof.flops, curve)
+    abs_err, rel_err = c.errors(), c.errors(relative_to_plain=True)
+    return {"model": model, "sweep": sw.name, "path": sw.path, "profile": prof.name, "command": sw.command,
+            "alpha": c.alpha, "calibration": f"{prof.name} measured pass times" if curve else cal.name,
+            "batch_sizes": sw.batch_sizes, "depths": sw.depths, "measured_tokens_per_s": sw.tokens_per_s,
+            "estimate_tokens_per_s": [[round(x, 1) for x in row] for row in c.estimate],
+            "mean_abs_error": round(sum(map(abs, abs_err)) / len(abs_err), 3),
+            "max_abs_error": round(max(map(abs, abs_err)), 3),
+            "share_within_20pct": round(sum(abs(e) <= 0.2 for e in abs_err) / len(abs_err), 3),
+            "speedup_mean_abs_error": round(sum(map(abs, rel_err)) / len(rel_err), 3),
+            "speedup_max_abs_error": round(max(map(abs, rel_err)), 3)}
 
 
 # --- plain text -----------------------------------------------------------------------------------------

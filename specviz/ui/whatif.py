@@ -15,8 +15,8 @@ from specviz import roofline as rf
 from specviz.engine import EngineError
 from specviz.hardware import find_knee
 from specviz.models import ModelError
-from specviz.profiles import (CurveSetup, Profile, compare, fit_stack, gpu_calibration, load_profiles,
-                              load_published, profile_calibration, profile_for_device, stack_calibration)
+from specviz.profiles import (Profile, compare, fit_stack, gpu_calibration, load_profiles, load_published,
+                              profile_calibration, profile_for_device, stack_calibration)
 from specviz.roofline import GPUS, MODELS, crossover_from_rows, latency_curve, predicted_knee, whatif_rows
 from specviz.ui import runner
 from specviz.ui.errors import as_sentences
@@ -194,22 +194,7 @@ def _inputs(app, gpu, target, draft, alpha, context, overhead_ms, model, bw_tbs,
     if d_spec is not None:
         d_spec = replace(d_spec, bytes_per_param=bpp)
     cal, note = calibration_for(app, gpu, g, kind, model, lang)
-    setup = rf.Setup(t_spec, d_spec, g.bandwidth, g.flops, context, cal, overhead)
-    prof = _measured_here(gpu, kind, model, t_spec)
-    if prof is not None:         # this machine, the very model it recorded: its measured pass times
-        setup = CurveSetup(**{f: getattr(setup, f) for f in setup.__dataclass_fields__},
-                           curve=tuple(zip(prof.tokens_per_pass, prof.latency_s)))
-        note = tx(lang, "measured_curve", name=prof.name, context=prof.context)
-    return setup, alpha, hw_desc, note
-
-
-def _measured_here(gpu: str, device_kind: str, model: str, t_spec: rf.ModelSpec):
-    """The recorded profile of this machine when it measured a model of `t_spec`'s shape, else None."""
-    if gpu != THIS_MACHINE or model == IDEAL:
-        return None
-    prof = profile_for_device(load_profiles(), device_kind)
-    shape = lambda s: (s.n_layers, s.d_model, s.d_ff, s.n_heads, s.n_kv_heads, s.vocab)   # noqa: E731
-    return prof if prof is not None and prof.spec is not None and shape(prof.spec) == shape(t_spec) else None
+    return rf.Setup(t_spec, d_spec, g.bandwidth, g.flops, context, cal, overhead), alpha, hw_desc, note
 
 
 def compute(app, gpu, target, draft, alpha, context, overhead_ms, model=CALIBRATED,
@@ -222,9 +207,10 @@ def compute(app, gpu, target, draft, alpha, context, overhead_ms, model=CALIBRAT
     knee = predicted_knee(t_spec, setup.bandwidth, setup.flops, setup.context)
     ideal_ms = [1000 * s for s in latency_curve(t_spec, setup.bandwidth, setup.flops, TOKENS, setup.context,
                                                 setup.overhead_s)]
-    cal_ms = None if cal.is_ideal else [1000 * setup.pass_s(t_spec, 1, n) for n in TOKENS]
+    cal_ms = None if cal.is_ideal else [1000 * s for s in latency_curve(
+        t_spec, setup.bandwidth, setup.flops, TOKENS, setup.context, setup.overhead_s, cal)]
     rows = whatif_rows(t_spec, setup.draft, setup.bandwidth, setup.flops, alpha, setup.context, BATCHES, DEPTHS,
-                       setup.overhead_s, cal, setup)
+                       setup.overhead_s, cal)
     kind = _kind(model, cal)
     labels = chart_labels(lang)
     fig_lat = charts.latency_figure(TOKENS, ideal_ms, knee, title=tx(lang, "latency_title", target=target, gpu=gpu),
@@ -248,11 +234,12 @@ def csv_rows(app, gpu, target, draft, alpha, context, overhead_ms, model=CALIBRA
                                  lessons.DEFAULT_LANG)
     cal = setup.calibration
     ideal = latency_curve(setup.target, setup.bandwidth, setup.flops, TOKENS, setup.context, setup.overhead_s)
-    calib = None if cal.is_ideal else [setup.pass_s(setup.target, 1, n) for n in TOKENS]
+    calib = None if cal.is_ideal else latency_curve(setup.target, setup.bandwidth, setup.flops, TOKENS,
+                                                    setup.context, setup.overhead_s, cal)
     out = [{"chart": "latency per pass (estimate)", "tokens_per_pass": n, "ideal_ms": 1000 * a,
             "calibrated_ms": None if calib is None else 1000 * calib[i]} for i, (n, a) in enumerate(zip(TOKENS, ideal))]
     rows = whatif_rows(setup.target, setup.draft, setup.bandwidth, setup.flops, alpha, setup.context, BATCHES,
-                       DEPTHS, setup.overhead_s, cal, setup)
+                       DEPTHS, setup.overhead_s, cal)
     out += [{"chart": "tokens/s vs batch (estimate)", **r} for r in rows]
     return out
 
@@ -370,9 +357,8 @@ def speedup_view(app, gpu, target, draft, alpha, context, overhead_ms, model=CAL
     labels = chart_labels(lang)
 
     def rows(cal, depths):
-        mine = setup if cal is setup.calibration else None       # the chosen model keeps its measured passes
         return whatif_rows(setup.target, setup.draft, setup.bandwidth, setup.flops, alpha, setup.context,
-                           BATCHES, [0] + depths, setup.overhead_s, cal, mine)
+                           BATCHES, [0] + depths, setup.overhead_s, cal)
 
     if not series:
         return _for_reader(charts.speedup_figure(
