@@ -171,8 +171,7 @@ class Playground:
                                 policy_name or "fixed", thr, args.temperature, args.max_new)
         live = LiveRun(app.runner.control(knobs, (policy_name or "fixed", thr)), choice.label, app.peaks,
                        app.sampler, shared=not app.runner.zero_gpu)
-        streamer = Streamer(app, live, pair.tokenizer, session, lang)
-        streamer.choice = choice
+        streamer = Streamer(app, live, pair.tokenizer, session, lang, choice)
         packet = yield from self._run(req, choice, live, streamer, session)
         outs = packet.outputs or {}
         prompt_rows = [prompts[i % len(prompts)] for i in sorted(outs)]
@@ -341,19 +340,18 @@ class Playground:
 class Streamer:
     """Turns engine steps into the playground's outputs (one object per Run or replay)."""
 
-    def __init__(self, app, live: LiveRun, tokenizer, session: str, lang: str = "en"):
+    def __init__(self, app, live: LiveRun, tokenizer, session: str, lang: str = "en", choice=None):
         self.app, self.live, self.session, self.lang = app, live, session, lang
+        self.choice = choice                               # the live pair (its fast path's state); None on replay
         self.decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
         self.views: dict[int, RowView] = {}
         self.state: dict[int, str] = {}
         self.batch, self.own_rows, self.users = 1, 1, 1
         self.steps: list[tuple[float, object]] = []       # (seconds since start, event): the recording
         self.t0 = time.perf_counter()
-        self.choice = None                                 # the pair (for its fast path's state), when live
 
     def fast_status(self):
-        status = getattr(self.app.pairs, "fast_status", None)
-        return status(self.choice) if status is not None and self.choice is not None else None
+        return None if self.choice is None else self.app.pairs.fast_status(self.choice)
 
     def add(self, ev, pieces: dict | None = None) -> None:
         """Fold one step into the per-row transcripts (`pieces`: the texts recorded with it, on replay)."""
