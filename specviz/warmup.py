@@ -43,8 +43,8 @@ def target_mode(choice: str, device_type: str) -> str | None:
     CUDA graphs, where eager decode is bound by kernel launches."""
     if choice == "off":
         return None
-    if choice in ("static", "compiled"):
-        return choice
+    if choice == "static":
+        return "static"
     if choice == "on":
         return "compiled"
     return "static" if device_type == "cpu" else "compiled"

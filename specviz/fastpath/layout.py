@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
@@ -57,6 +58,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
     return F.linear(x, w, b)
 
 
+@lru_cache(maxsize=1)
 def _onednn_agrees() -> bool:
     """oneDNN's linear exists here and computes what F.linear does (a probe, not a proof: the fast path's
     warm-up then compares whole greedy generations before the app switches)."""
@@ -71,15 +73,10 @@ def _onednn_agrees() -> bool:
         return False
 
 
-_AGREES: list[bool] = []
-
-
 def pick(device: torch.device, dtype: torch.dtype, compiled: bool):
     """The function that stores a weight for the fast path on this device (see the module docstring)."""
     if device.type != "cpu":
         return lambda w: w
     if compiled or dtype != torch.float32:
         return col_major
-    if not _AGREES:
-        _AGREES.append(_onednn_agrees())
-    return onednn if _AGREES[0] else col_major
+    return onednn if _onednn_agrees() else col_major

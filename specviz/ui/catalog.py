@@ -172,12 +172,19 @@ class TokenizerOnly:
 
 
 class TokenizerCache(PairCache):
-    """What a ZeroGPU main process holds per pair: the target's tokenizer, to encode prompts and decode
-    tokens. The weights are loaded by the GPU worker (`specviz.ui.runner`)."""
+    """What a ZeroGPU main process's pages use per pair: the target's tokenizer, to encode prompts and
+    decode tokens — the one of a pair placed on the device at start-up (`weights`), else loaded alone
+    (a typed pair, whose weights the GPU worker loads; `specviz.ui.runner`)."""
+
+    def __init__(self, weights: PairCache | None = None):
+        super().__init__(compile="off")
+        self.weights = weights
 
     def get(self, choice: PairChoice) -> TokenizerOnly:
         key = (choice.target, choice.draft)
         with self._lock:
             if key not in self._pairs:
-                self._pairs[key] = TokenizerOnly(load_tokenizer(choice.target))
+                placed = self.weights is not None and self.weights.loaded(choice)
+                tok = self.weights.get(choice).tokenizer if placed else load_tokenizer(choice.target)
+                self._pairs[key] = TokenizerOnly(tok)
             return self._pairs[key]

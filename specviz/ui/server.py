@@ -51,10 +51,10 @@ class SpecVizApp:
             # in the main process (the `spaces` package emulates the device), so every forked GPU worker
             # starts with them; a pair typed by a visitor loads in the worker. Sampling and calibration
             # happen in the worker. No fast path there: ZeroGPU does not support torch.compile.
-            self.pairs = TokenizerCache()
             weights = PairCache(zero_gpu_device(spaces), compile="off")
             if preload:
                 place_weights(weights, self.choices)
+            self.pairs = TokenizerCache(weights)
             self.runner = runner.ZeroGpuRunner(spaces, lambda: weights, as_human_errors)
             self.sampler = None
             calibrate_peaks = False
