@@ -35,7 +35,7 @@ class Pair:
         """A fresh engine with its own caches and drafter (the weights are shared, read-only)."""
         t = self.target
         return SpeculativeEngine(t.model, self.target_spec, self.make_drafter(), t.eos_ids, self.vocab,
-                                 t.device, t.dtype, self.target_cache, self.fast.label)
+                                 t.device, t.dtype, self.target_cache, self.fast.shown)
 
     @property
     def label(self) -> str:

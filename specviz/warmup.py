@@ -72,9 +72,11 @@ def warm(eager: Pair, choice: str, exclusive=nullcontext, prompt_ids: list[int] 
     seconds = time.perf_counter() - t0
     if choice == "auto" and fast_ms >= eager_ms:
         return WarmResult(None, mode, seconds, eager_ms, fast_ms,
-                          f"measured slower here ({fast_ms:.1f} vs {eager_ms:.1f} ms a pass); staying eager")
+                          f"measured slower here ({fast_ms:.1f} vs {eager_ms:.1f} ms a pass, {fast.fast.layout}); "
+                          "staying eager")
     return WarmResult(fast, mode, seconds, eager_ms, fast_ms,
-                      f"ready after {seconds:.1f} s: a one-token pass {fast_ms:.1f} ms vs {eager_ms:.1f} ms eager")
+                      f"ready after {seconds:.1f} s: a one-token pass {fast_ms:.1f} ms vs {eager_ms:.1f} ms eager "
+                      f"({fast.fast.layout})")
 
 
 def _greedy(pair: Pair, ids: list[int], rows: int, depth: int) -> list[list[int]]:

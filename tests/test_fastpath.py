@@ -270,7 +270,7 @@ def test_warm_up_swaps_a_running_request_onto_the_fast_path_losslessly(tiny_path
     assert cache.get(choice).fast.mode == "static"
     for i, req in enumerate(reqs):
         assert req.outputs()[0] == reference(i, 48)                 # identical across the swap
-        assert paths[i][0] == "eager (transformers)" and paths[i][-1] == "static (eager)", paths[i]
+        assert paths[i][0] == "eager (transformers)" and paths[i][-1].startswith("static (eager); weights"), paths[i]
 
 
 def test_warm_up_stays_eager_when_the_fast_path_is_slower_or_differs(tiny_paths, monkeypatch):
@@ -301,16 +301,96 @@ def test_weight_layouts_compute_the_same_and_are_shared():
 
     g = torch.Generator().manual_seed(1)
     w, b = torch.randn(40, 24, generator=g), torch.randn(40, generator=g)
-    cpu = torch.device("cpu")
-    for store in (layout.col_major, layout.pick(cpu, torch.float32, compiled=False)):
-        for shape in ((1, 24), (2, 5, 24)):
+    cpu = layout.available(torch.float32)
+    routed = layout.Routed(tuple(layout.stored(w, name) for name in (cpu[-1], "colmajor", "stock")))
+    for store in [lambda t, n=name: layout.stored(t, n) for name in cpu] + [lambda t: routed]:
+        for shape in ((1, 24), (1, 5, 24), (16, 5, 24)):       # every row class
             x = torch.randn(*shape, generator=g)
             assert torch.allclose(layout.linear(x, store(w), b), torch.nn.functional.linear(x, w, b), atol=1e-5)
         assert store(w) is store(w)                       # one copy per weight, however many users
-    assert layout.pick(cpu, torch.float32, compiled=True) is layout.col_major     # what the compiler traces
-    assert layout.pick(torch.device("cuda"), torch.bfloat16, compiled=False)(w) is w   # in place on CUDA
-    if torch.backends.mkldnn.is_available():
-        assert layout.pick(cpu, torch.float32, compiled=False) is layout.onednn
+    assert layout.stored(w, "stock") is w                 # the model's own matrix: no copy
+    assert [layout.row_class(n) for n in (1, 2, 16, 17, 80)] == [0, 1, 1, 2, 2]
+    assert layout.plan_for([w.to("meta")]) is layout.IDENTITY            # off the CPU: in place
+
+
+def _t(*rows):
+    """times[class][layout] from rows of (stock, colmajor, onednn) seconds."""
+    return [dict(zip(("stock", "colmajor", "onednn"), r)) for r in rows]
+
+
+def test_layout_choice_follows_the_timings():
+    """Which layout serves each row class follows the numbers (injected: no timing in tests)."""
+    from specviz.fastpath.layout import choose
+
+    # oneDNN fastest everywhere (the development CPU) → oneDNN everywhere; reverse the numbers → stock
+    assert choose(_t((3, 2, 1), (3, 2, 1), (3, 2, 1))) == ("onednn",) * 3
+    assert choose(_t((1, 2, 3), (1, 2, 3), (1, 2, 3))) == ("stock",) * 3
+    # the Xeon of issue 18 (GB/s, two threads; time = 1 / rate): column-major best at one row (28.2 vs
+    # 23.8 stock, 23.6 oneDNN), oneDNN at five (22.0 vs 15.6 / 18.0) → a copy of each, stock unused
+    xeon = [(1 / 23.8, 1 / 28.2, 1 / 23.6), (1 / 15.6, 1 / 18.0, 1 / 22.0), (1 / 15.6, 1 / 18.0, 1 / 22.0)]
+    assert choose(_t(*xeon)) == ("colmajor", "onednn", "onednn")
+    # a gain under MIN_GAIN (5 %) buys no copy: stock serves
+    assert choose(_t((1.0, 0.95, 0.96), (1.0, 0.97, 0.99), (1.0, 1.0, 1.0))) == ("stock",) * 3
+    # each class its own winner, and stock kept where it is fastest (it costs no memory)
+    assert choose(_t((1, 0.5, 0.8), (1, 0.9, 0.5), (1, 1.2, 1.1))) == ("colmajor", "onednn", "stock")
+    # no oneDNN on this CPU (ARM, bf16): only what is there
+    assert choose([{"stock": 2, "colmajor": 1}] * 3) == ("colmajor",) * 3
+
+
+def test_layout_plan_is_measured_once_kept_in_the_cache_and_reported(tmp_path, monkeypatch):
+    from specviz.fastpath import layout
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    monkeypatch.delenv("SPECVIZ_LAYOUT", raising=False)
+    calls = []
+
+    def fake(shape, count, names, dtype=torch.float32, **kw):
+        calls.append((shape, count))
+        fast = "colmajor" if shape == (8, 4) else "stock"       # oneDNN slowest at one row, fastest beyond
+        return [{n: (1.0 if n == fast else 3.0) for n in names}] + [{n: (1.0 if n == names[-1] else 2.0)
+                                                                        for n in names}] * 2
+    monkeypatch.setattr(layout, "time_layouts", fake)
+    ws = [torch.randn(8, 4), torch.randn(8, 4), torch.randn(4, 8)]
+    plan = layout.plan_for(ws)
+    last = layout.available(torch.float32)[-1]
+    assert sorted(calls) == [((4, 8), 1), ((8, 4), 2)] and plan.source == "measured"
+    assert plan.choice[(8, 4)] == ("colmajor", last, last) and plan.choice[(4, 8)] == ("stock", last, last)
+    routed = plan.store(ws[0])
+    assert isinstance(routed, layout.Routed) and routed.by_class[1] is layout.stored(ws[0], last)
+    assert "(1 row)" in plan.summary() and plan.summary().startswith("weights colmajor")
+    again = layout.plan_for(ws)                                # a restart: from the cache, not re-timed
+    assert len(calls) == 2 and again.source == "cached" and again.choice == plan.choice
+    assert (tmp_path / "layouts.json").exists()
+    monkeypatch.setenv("SPECVIZ_LAYOUT", "colmajor")            # forced (measurements, tests)
+    assert layout.plan_for(ws).choice[(4, 8)] == ("colmajor",) * 3
+    monkeypatch.delenv("SPECVIZ_LAYOUT")
+    layout.forget()                                            # `calibrate` re-times with the peaks
+    layout.plan_for(ws)
+    assert len(calls) == 4
+    assert layout.plan_for(ws, compiled=True).choice[(8, 4)] == ("colmajor",) * 3   # what the compiler traces
+
+
+@pytest.mark.parametrize("forced", ["stock", "colmajor", "onednn", "mixed"])
+def test_every_layout_gives_the_target_s_greedy_tokens(make_pair, prompts, reference, monkeypatch, forced):
+    from specviz.fastpath import layout
+
+    if forced == "onednn" and "onednn" not in layout.available(torch.float32):
+        pytest.skip("no oneDNN linear on this CPU")
+    if forced == "mixed":           # a different layout per row class (Routed weights)
+        monkeypatch.delenv("SPECVIZ_LAYOUT", raising=False)
+        names = layout.available(torch.float32)
+        monkeypatch.setattr(layout, "_cached_times", lambda counts, dtype, refresh: (
+            {s: [{n: (0.5 if n == names[(i + c) % len(names)] else 1.0) for n in names} for c in range(3)]
+             for i, s in enumerate(counts)}, False))
+    else:
+        monkeypatch.setenv("SPECVIZ_LAYOUT", forced)
+    for draft in ("ngram", "draft"):
+        pair = make_pair(draft, "static")
+        assert pair.fast.layout and pair.fast.layout in pair.fast.shown
+        eng, _ = run(pair, prompts, Knobs(depth=4, batch_size=4 if draft == "ngram" else 1))
+        assert_exact(eng, reference)
+        eng, _ = run(pair, prompts[:1], Knobs(depth=0, batch_size=1))
+        assert_exact(eng, reference)
 
 
 def test_knee_is_measured_through_the_pairs_forward_path(make_pair):
@@ -378,6 +458,6 @@ def test_served_app_serves_two_clients_on_the_fast_path(tiny_paths, tmp_path, gr
             assert final["done"] and "forward path:" in counters
             for ids, out in zip(final["prompt_ids"], final["outputs"]):
                 assert out == greedy(ids, 96)
-        assert "forward path: **static (eager)**" in results[-1][1]
+        assert "forward path: **static (eager); weights " in results[-1][1]
     finally:
         stop_app(proc)

@@ -42,6 +42,12 @@ class FastPath:
 
     mode: str = "off"
     note: str = ""
+    layout: str = ""          # which weight layouts serve (fastpath.layout.Plan.summary), "" when off
+
+    @property
+    def shown(self) -> str:
+        """The label with the weights' layout: what the counters and benchmarks print."""
+        return f"{self.label}; {self.layout}" if self.on and self.layout else self.label
 
     @property
     def on(self) -> bool:
@@ -81,9 +87,11 @@ def cache_factory(model, fast: FastPath) -> tuple[Callable | None, FastPath]:
         return None, FastPath("off", f"{exc}; running eager")
     if fast.mode == "compiled":
         compile_compact(compact)
+    from dataclasses import replace
+
     from specviz.fastpath.cache import StaticCache
 
-    return (lambda batch: StaticCache(compact, batch)), fast
+    return (lambda batch: StaticCache(compact, batch)), replace(fast, layout=compact.plan.summary())
 
 
 def compile_compact(compact, scope: str | None = None) -> None:

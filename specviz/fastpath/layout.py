@@ -1,30 +1,56 @@
-"""How the fast path stores the weight matrices it multiplies by, on a CPU.
+"""How the fast path stores the weight matrices it multiplies by, on a CPU — chosen by measuring.
 
-Decode multiplies a few rows (one per sequence, k + 1 when verifying) by every weight matrix, so the pass
-is the time to stream the weights through the matrix kernel. Measured on the 2-core development CPU
-(120 layer-shaped fp32 matrices, 425 MB, one row; /tmp micro-benchmarks quoted in the README):
-- stock [out, in] layout, `F.linear` → MKL:                 ~17–22 GB/s
-- the same matrix stored column-major ([in, out] in memory): ~22–27 GB/s          ("colmajor")
-- oneDNN's linear with the weight reordered for it once:    ~50–56 GB/s; 5 rows ~46, 16 rows ~31
-  (against ~12 and ~9 for MKL)                                                   ("onednn")
-So on a CPU the fast path keeps one copy of each matrix in the best layout this machine runs: oneDNN
-where the op exists and agrees with `F.linear` on a probe, else column-major. Copies are shared per
-weight (a layer-skip draft and a self-draft reuse the target's) and go when the weight goes; they cost
-the weights' size in memory once per model. On CUDA the weights are used in place.
+Decode multiplies a few rows (one per sequence, k + 1 when verifying) by every weight matrix, so a pass
+is the time to stream the weights through the matrix kernel, and which kernel streams fastest is a
+property of the CPU, not of the code. Candidate layouts, all exact fp32 (the same products; sums may
+round differently, ~1e-6, and the warm-up compares whole greedy generations before any is served):
+- "stock":    the model's own [out, in] matrix, `F.linear` (MKL, or OpenBLAS/Accelerate on ARM); no copy
+- "colmajor": the same matrix stored column-major ([in, out] in memory); `F.linear` then runs the
+              non-transposed GEMM, the same call as `torch.mm(x, wᵀ-contiguous)`
+- "onednn":   oneDNN's linear with the weight reordered for it once (where the op exists and agrees)
+Measured, one row through 120 layer-shaped matrices (425 MB): on the 2-core development CPU stock
+17–22 GB/s, colmajor 22–27, oneDNN 50–56; on an Intel Xeon with AVX-512 stock 15.3, colmajor 16.3,
+oneDNN 14.5 (five rows: 15.6 / 18.0 / 22.0). No one layout wins everywhere, or at every row count.
+
+So `plan_for` times the candidates on this model's own matrix shapes at three row classes — one row
+(decode), a verify's rows (k + 1 = 5) and a shared batch (16 × (k + 1) = 80) — interleaved, best of
+several rounds, and keeps per matrix shape the fastest layout per class. Stock costs no memory; a copy
+in another layout is kept only where it wins by `MIN_GAIN`, at most `MAX_COPIES` per matrix, and a
+matrix whose classes want different layouts holds each (`Routed`; `linear` picks by row count). The
+timings and the choice are kept per machine in the user cache beside the calibrated peaks
+(`layouts.json`), so a restart does not re-time. SPECVIZ_LAYOUT=stock|colmajor|onednn forces one layout
+(for measurements and tests). Copies are shared per weight (a layer-skip draft and a self-draft reuse
+the target's) and go when the weight goes. On CUDA the weights are used in place.
 
 A compiled forward (`torch.compile`) gets the column-major copies: oneDNN's reordered weights are
 opaque tensors that the compiler does not trace.
 """
 from __future__ import annotations
 
+import json
+import logging
+import os
 import threading
+import time
 import weakref
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
 
+log = logging.getLogger("specviz.fastpath")
+
 PACK_ROWS = 8          # oneDNN reorders for this many rows: 1–16 rows all ran at their best with it
+LAYOUTS = ("stock", "colmajor", "onednn")
+PROBE_ROWS = ((1, 1), (1, 5), (16, 5))     # (rows, tokens) timed per class: decode, verify, shared batch
+CLASS_NAMES = ("1 row", "2-16 rows", "17+ rows")
+FEW_ROWS = 16          # the upper bound of the middle class (rows × tokens of one pass)
+MIN_GAIN = 0.10        # a copy in another layout must be this much faster than what is already kept
+MAX_COPIES = 2         # copies besides the model's own matrix, per matrix
+PROBE_BYTES = 128 * 2**20   # matrices of one shape timed per round: more than a CPU's last-level cache
+ROUNDS = 5
+SHAPE_BUDGET_S = 3.0   # per matrix shape: stop after this long once 2 rounds are in (a busy machine is slow)
 
 _COPIES: dict[tuple[int, str], tuple[weakref.ref, torch.Tensor]] = {}   # (id(weight), layout) → copy
 _LOCK = threading.Lock()
@@ -41,18 +67,50 @@ def _shared(w: torch.Tensor, layout: str, make) -> torch.Tensor:
         return copy
 
 
+def _colmajor_copy(t: torch.Tensor) -> torch.Tensor:
+    return t.t().contiguous().t()
+
+
+def _onednn_copy(t: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(t.contiguous(), PACK_ROWS)
+
+
+_MAKERS = {"stock": lambda t: t, "colmajor": _colmajor_copy, "onednn": _onednn_copy}
+
+
 def col_major(w: torch.Tensor) -> torch.Tensor:
     """The same [out, in] matrix stored column-major (values equal; sums may round differently, ~1e-6)."""
-    return _shared(w, "colmajor", lambda t: t.t().contiguous().t())
+    return _shared(w, "colmajor", _colmajor_copy)
 
 
 def onednn(w: torch.Tensor) -> torch.Tensor:
     """The matrix reordered once for oneDNN's linear (an opaque tensor only `linear` below can use)."""
-    return _shared(w, "onednn", lambda t: torch.ops.mkldnn._reorder_linear_weight(t.contiguous(), PACK_ROWS))
+    return _shared(w, "onednn", _onednn_copy)
 
 
-def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ wᵀ + b for a weight in any of the layouts above."""
+def stored(w: torch.Tensor, layout: str) -> torch.Tensor:
+    """`w` in `layout` (the model's own tensor for "stock"; one shared copy otherwise)."""
+    if layout == "stock":
+        return w
+    return _shared(w, layout, _MAKERS[layout])
+
+
+@dataclass(frozen=True)
+class Routed:
+    """One weight held in a layout per row class (`linear` takes the one for the rows it multiplies)."""
+
+    by_class: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def row_class(rows: int) -> int:
+    """0: one row (decode); 1: up to FEW_ROWS (a verify); 2: more (a shared batch, a prefill)."""
+    return 0 if rows <= 1 else 1 if rows <= FEW_ROWS else 2
+
+
+def linear(x: torch.Tensor, w, b: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ wᵀ + b for a weight in any of the layouts above (or a `Routed` one)."""
+    if type(w) is Routed:
+        w = w.by_class[row_class(x.numel() // x.shape[-1])]
     if w.is_mkldnn:
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), w, b, "none", [], "")
     return F.linear(x, w, b)
@@ -73,10 +131,210 @@ def _onednn_agrees() -> bool:
         return False
 
 
-def pick(device: torch.device, dtype: torch.dtype, compiled: bool):
-    """The function that stores a weight for the fast path on this device (see the module docstring)."""
-    if device.type != "cpu":
-        return lambda w: w
-    if compiled or dtype != torch.float32:
-        return col_major
-    return onednn if _onednn_agrees() else col_major
+def available(dtype: torch.dtype) -> tuple[str, ...]:
+    """The layouts this CPU can run for `dtype` (oneDNN's only in fp32 and where it agrees)."""
+    if dtype == torch.float32 and _onednn_agrees():
+        return LAYOUTS
+    return ("stock", "colmajor")
+
+
+# --- choosing from timings (pure: tests inject the numbers) ---------------------------------------
+def choose(times: list[dict[str, float]]) -> tuple[str, ...]:
+    """The layout serving each row class, from `times[class][layout]` (seconds; a missing layout is not
+    available). Stock is free and always kept; other layouts are added greedily — first the one with the
+    largest relative gain in any class over what is kept — while that gain is at least MIN_GAIN, up to
+    MAX_COPIES. Each class then takes the fastest kept layout."""
+    names = {n for t in times for n in t}
+    kept = ["stock"] if "stock" in names else []
+
+    def best_kept(t: dict[str, float]) -> float:
+        return min((t[n] for n in kept if n in t), default=float("inf"))
+
+    while sum(k != "stock" for k in kept) < MAX_COPIES:
+        gains = {n: max(1 - t[n] / best_kept(t) if n in t else 0.0 for t in times)
+                 for n in sorted(names - set(kept))}
+        if not gains:
+            break
+        name = max(gains, key=gains.get)            # ties: the first name alphabetically
+        if kept and gains[name] < MIN_GAIN:
+            break
+        kept.append(name)
+    return tuple(min((n for n in kept if n in t), key=t.get) for t in times)
+
+
+# --- timing the candidates on this machine --------------------------------------------------------
+def time_layouts(shape: tuple[int, int], count: int, layouts: tuple[str, ...], dtype=torch.float32,
+                 rounds: int = ROUNDS, budget_s: float = SHAPE_BUDGET_S) -> list[dict[str, float]]:
+    """Seconds per matrix of `shape` for each layout at each probe of PROBE_ROWS: `count` matrices (as
+    many as the model has, up to PROBE_BYTES) streamed in turn, layouts interleaved, best of `rounds`
+    (the least disturbed run: other programs only ever add time), fewer (not under 2) past `budget_s`."""
+    out_f, in_f = shape
+    n = max(1, min(count, PROBE_BYTES // max(1, out_f * in_f * torch.finfo(dtype).bits // 8)))
+    g = torch.Generator().manual_seed(0)
+    base = [torch.randn(out_f, in_f, generator=g).to(dtype) for _ in range(n)]   # values do not change timing
+    mats = {name: [_MAKERS[name](w) for w in base] for name in layouts}
+    xs = [torch.randn(r, t, in_f, generator=g).to(dtype) for r, t in PROBE_ROWS]
+    best = [{name: float("inf") for name in layouts} for _ in PROBE_ROWS]
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for rnd in range(rounds + 1):               # round 0 warms caches, allocators and kernels
+            if rnd > 2 and time.perf_counter() - start > budget_s:
+                break
+            for c, x in enumerate(xs):
+                for name in layouts:
+                    t0 = time.perf_counter()
+                    for w in mats[name]:
+                        linear(x, w)
+                    if rnd:
+                        best[c][name] = min(best[c][name], (time.perf_counter() - t0) / n)
+    return best
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which layout serves each matrix shape at each row class, and where that decision came from."""
+
+    choice: dict[tuple[int, int], tuple[str, ...]]
+    source: str                                     # "measured", "cached", "forced …", "default …"
+    times: dict[tuple[int, int], list[dict[str, float]]] = field(default_factory=dict)
+    nbytes: dict[tuple[int, int], int] = field(default_factory=dict)   # weight bytes per shape (summary)
+
+    def store(self, w: torch.Tensor):
+        """`w` as the fast path keeps it: one tensor, or a `Routed` one when its classes differ."""
+        per_class = self.choice.get(tuple(w.shape), ("stock",) * len(PROBE_ROWS))
+        if len(set(per_class)) == 1:
+            return stored(w, per_class[0])
+        return Routed(tuple(stored(w, name) for name in per_class))
+
+    def by_class(self) -> list[dict[str, float]]:
+        """Per row class, each layout's share of the weight bytes it serves."""
+        out = []
+        for c in range(len(PROBE_ROWS)):
+            shares: dict[str, float] = {}
+            for shape, names in self.choice.items():
+                shares[names[c]] = shares.get(names[c], 0) + self.nbytes.get(shape, 1)
+            total = sum(shares.values()) or 1
+            out.append({k: v / total for k, v in sorted(shares.items(), key=lambda kv: -kv[1])})
+        return out
+
+    def summary(self) -> str:
+        """A short line for logs, counters and benchmarks: "weights onednn (1 row), stock (2+ rows)"."""
+        parts = []
+        for name, shares in zip(CLASS_NAMES, self.by_class()):
+            text = " + ".join(k if len(shares) == 1 else f"{k} {round(100 * v)} %" for k, v in shares.items())
+            parts.append((text, name))
+        merged: list[list] = []
+        for text, name in parts:                       # "stock (1 row, 2-16 rows)" instead of repeating
+            if merged and merged[-1][0] == text:
+                merged[-1][1].append(name)
+            else:
+                merged.append([text, [name]])
+        if len(merged) == 1:
+            return f"weights {merged[0][0]}"
+        return "weights " + ", ".join(f"{text} ({', '.join(names)})" for text, names in merged)
+
+    def as_json(self) -> dict:
+        return {"source": self.source, "summary": self.summary(),
+                "choice": {f"{o}x{i}": list(v) for (o, i), v in self.choice.items()},
+                "us_per_matrix": {f"{o}x{i}": [{k: round(1e6 * s, 2) for k, s in t.items()} for t in v]
+                                  for (o, i), v in self.times.items()}}
+
+
+IDENTITY = Plan({}, "in place")
+
+
+def plan_for(weights: list[torch.Tensor], compiled: bool = False, refresh: bool = False) -> Plan:
+    """The layout plan for a model's matrices `weights` (see the module docstring)."""
+    if not weights or weights[0].device.type != "cpu":
+        return IDENTITY
+    dtype = weights[0].dtype
+    counts: dict[tuple[int, int], int] = {}
+    for w in weights:
+        counts[tuple(w.shape)] = counts.get(tuple(w.shape), 0) + 1
+    nbytes = {s: n * s[0] * s[1] * weights[0].element_size() for s, n in counts.items()}
+    forced = os.environ.get("SPECVIZ_LAYOUT", "").strip().lower()
+    if compiled:
+        forced = "colmajor"                          # what the compiler traces
+    if forced:
+        if forced not in available(dtype):
+            log.warning("SPECVIZ_LAYOUT=%s is not one of %s here; measuring instead", forced, available(dtype))
+        else:
+            return Plan({s: (forced,) * len(PROBE_ROWS) for s in counts}, f"forced {forced}", {}, nbytes)
+    times, cached = _cached_times(counts, dtype, refresh)
+    plan = Plan({s: choose(t) for s, t in times.items()}, "cached" if cached else "measured", times, nbytes)
+    log.info("fast path: %s (%s on this CPU)", plan.summary(), plan.source)
+    return plan
+
+
+_CACHE_LOCK = threading.Lock()
+
+
+def _cache_key(dtype: torch.dtype) -> str:
+    from specviz.hardware import machine_key
+
+    return f"{machine_key(torch.device('cpu'), dtype)} | {torch.get_num_threads()} threads"
+
+
+def _cached_times(counts: dict[tuple[int, int], int], dtype: torch.dtype,
+                  refresh: bool) -> tuple[dict[tuple[int, int], list[dict[str, float]]], bool]:
+    """Timings per shape from `<cache>/layouts.json` (this machine, dtype, thread count), measuring the
+    shapes not there yet (or all, with `refresh`) and storing them; and whether all came from the cache."""
+    from specviz.models import cache_root
+
+    path = cache_root() / "layouts.json"
+    key, names = _cache_key(dtype), available(dtype)
+    with _CACHE_LOCK:                           # two models loading at once measure one at a time
+        table = _read_table(path)
+        entry = table.get(key) if isinstance(table.get(key), dict) else {}
+        out, missing = {}, []
+        for shape in sorted(counts):
+            got = entry.get(f"{shape[0]}x{shape[1]}")
+            if not refresh and _valid(got, names):
+                out[shape] = [{n: float(t[n]) for n in names} for t in got]
+            else:
+                missing.append(shape)
+        if missing:
+            log.info("fast path: timing %s weight layouts on this CPU for %d matrix shapes (once; cached)",
+                     "/".join(names), len(missing))
+        for shape in missing:
+            out[shape] = time_layouts(shape, counts[shape], names, dtype)
+            entry[f"{shape[0]}x{shape[1]}"] = out[shape]
+        if missing:
+            table[key] = entry
+            _write_table(path, table)
+    return out, not missing
+
+
+def _valid(got, names) -> bool:
+    return (isinstance(got, list) and len(got) == len(PROBE_ROWS)
+            and all(isinstance(t, dict) and all(isinstance(t.get(n), (int, float)) for n in names) for t in got))
+
+
+def _read_table(path) -> dict:
+    try:
+        table = json.loads(path.read_text())
+        return table if isinstance(table, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_table(path, table: dict) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(table, indent=1))
+        os.replace(tmp, path)
+    except OSError:
+        pass                                     # a read-only cache only costs a re-measurement next time
+
+
+def forget(dtype: torch.dtype = torch.float32) -> None:
+    """Drop this machine's layout timings (`python -m specviz calibrate` does, so the next load re-times
+    alongside the fresh peaks)."""
+    from specviz.models import cache_root
+
+    path = cache_root() / "layouts.json"
+    with _CACHE_LOCK:
+        table = _read_table(path)
+        if table.pop(_cache_key(dtype), None) is not None:
+            _write_table(path, table)

@@ -1,9 +1,10 @@
 """A compact Llama-family forward (Llama, SmolLM2, Qwen2) that reads a loaded transformers model's
 weights and runs against preallocated KV buffers (`specviz.fastpath.cache`).
 
-Weights are read in place on CUDA; on a CPU the matrices are copied once into the layout this machine
-multiplies fastest (`specviz.fastpath.layout`: oneDNN's, else column-major — decode streams every
-matrix for a few rows, and the layout alone doubles that rate here). The stock model is left untouched.
+Weights are read in place on CUDA; on a CPU each matrix is served in the layout this machine multiplies
+fastest at the rows a pass brings (`specviz.fastpath.layout`, chosen by timing the candidates here once:
+decode streams every matrix for a few rows, and the layout alone can double that rate). The stock model
+is left untouched.
 
 Why our own forward instead of the stock modules: per pass, transformers builds masks, walks a Cache
 object and goes through a dozen Python modules per layer; on a CPU that overhead is about as long as
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from specviz.fastpath.layout import linear, pick
+from specviz.fastpath.layout import Plan, linear, plan_for
 
 SUPPORTED = ("llama", "qwen2")
 
@@ -61,6 +62,11 @@ class LayerWeights:
                 self.ln2, self.w_gate, self.w_up, self.w_down)
 
 
+def _matrices(block) -> list[torch.Tensor]:
+    a, m = block.self_attn, block.mlp
+    return [lin.weight for lin in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj)]
+
+
 def _bias(linear) -> torch.Tensor | None:
     return linear.bias if getattr(linear, "bias", None) is not None else None
 
@@ -96,8 +102,10 @@ class CompactLlama:
         self.embed = inner.embed_tokens.weight                     # [V, d]
         self.norm = inner.norm.weight                              # [d]
         self.norm_eps = float(inner.norm.variance_epsilon)
-        self._w = pick(self.embed.device, self.embed.dtype, compiled)   # the weights' layout, see above
-        self.head = self._w(model.get_output_embeddings().weight)  # [V, d] (the embedding when tied)
+        head = model.get_output_embeddings().weight                # [V, d] (the embedding when tied)
+        self.plan: Plan = plan_for([head] + [w for b in inner.layers for w in _matrices(b)], compiled)
+        self._w = self.plan.store                                  # the weights' layout, see above
+        self.head = self._w(head)
         self.inv_freq = inner.rotary_emb.inv_freq                  # [head_dim / 2]
         self.rope_scale = float(inner.rotary_emb.attention_scaling)
         self.layers = [self._layer(block) for block in inner.layers]
