@@ -194,9 +194,16 @@ def test_cli_compile_flag(tiny_paths, tmp_path):
         outs[choice] = (final["outputs"], final["path"])
         assert all(step["path"] == final["path"] for step in lines[:-1])
     assert outs["off"][0] == outs["auto"][0] == outs["static"][0]
-    assert outs["auto"][1] == "eager (transformers)" and outs["static"][1] == "static (eager)"
+    assert outs["auto"][1] == "eager (transformers)" and outs["static"][1].startswith("static (eager); weights ")
     r = _cli("bench-hf", "--help", cache=tmp_path)
     assert "--compile" in r.stdout
+    # bench-hf says which path and which weight layouts ran, in its text and its JSON
+    r = _cli("bench-hf", "--target", tiny_paths["target"], "--draft", "ngram", "--depth", "2", "--max-new-tokens",
+             "4", "--repeats", "1", "--raw", "--prompt", "the quick", "--compile", "static", cache=tmp_path)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["path"] == "static (eager)" and res["fast_path"] is True and res["layout"].startswith("weights ")
+    assert f"path: static (eager) (fast); {res['layout']}" in r.stdout and res["identical"] is True
 
 
 def test_app_compile_flag(monkeypatch):

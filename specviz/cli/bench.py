@@ -13,7 +13,8 @@ With --compile on|auto, "ours" runs the fast path (specviz.fastpath); the warm-u
 includes compiling, reported as `warmup_s`, and the extra variants `ours_k_eager` / `ours_k0_eager`
 (our engine on the stock modules, interleaved with the rest, so before/after meet the same machine
 noise) measure whether the fast path paid on this machine — recorded for `--compile auto`.
-`verify_ms_k0` is the median one-token target pass inside our engine at depth 0 (B rows).
+`verify_ms_k0` is the median one-token target pass inside our engine at depth 0 (B rows). `path` and
+`layout` say which forward path ran "ours" and which weight layouts served it (specviz.fastpath.layout).
 """
 from __future__ import annotations
 
@@ -143,7 +144,8 @@ def run(args) -> int:
         "identical": identical, "acceptance_rate": totals.acceptance_rate,
         "overhead_share": totals.overhead_share, "repeats": args.repeats,
         "tokens": len(outputs["plain"][0]),
-        "path": pair.fast.label, "warmup_s": warmup,
+        "path": pair.fast.label, "fast_path": pair.fast.on, "layout": pair.fast.layout or "stock (transformers)",
+        "warmup_s": warmup,
         "verify_ms_k0": 1e3 * statistics.median(last_totals["verify_k0"] or [0.0]),
     }
     if "ours_k0_eager" in med:
@@ -154,6 +156,7 @@ def run(args) -> int:
         result["verify_ms_k0_eager"] = 1e3 * statistics.median(last_totals["verify_k0_eager"] or [0.0])
         if pair.fast.mode == "compiled":
             record_auto(pair.target.device, med["ours_k0_eager"], med["ours_k0"])
+    print(f"     path: {pair.fast.label} ({'fast' if pair.fast.on else 'eager'}); {result['layout']}")
     for name, v in med.items():
         print(f"{name:>9}: {v:8.2f} tok/s (median of {args.repeats})")
     print(json.dumps(result))

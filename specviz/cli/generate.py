@@ -69,7 +69,7 @@ def run(args) -> int:
                 print(colour_row(first, decode), end="", flush=True)
     outs = engine.outputs()
     t = engine.totals
-    final = {"done": True, "target": args.target, "draft": args.draft, "path": pair.fast.label,
+    final = {"done": True, "target": args.target, "draft": args.draft, "path": pair.fast.shown,
              "prompt_ids": [engine.prompt_of(i) for i in outs], "outputs": list(outs.values()),
              "texts": [tok.decode(o, skip_special_tokens=True) for o in outs.values()], **t.as_dict()}
     if args.json:
