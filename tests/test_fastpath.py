@@ -320,6 +320,24 @@ def test_weight_layouts_compute_the_same_and_are_shared():
     assert layout.plan_for([w.to("meta")]) is layout.IDENTITY            # off the CPU: in place
 
 
+def test_fused_norm_and_stacked_matrices_give_the_same_bits():
+    """The fast path's cuts that are not the layout change no value: F.rms_norm equals transformers'
+    written-out RMSNorm, and one stacked q/k/v (gate/up) matmul equals the separate ones, in every layout."""
+    from specviz.fastpath import layout
+    from specviz.fastpath.llama import rms_norm
+
+    g = torch.Generator().manual_seed(2)
+    for shape in ((1, 1, 576), (1, 5, 576), (16, 5, 576)):
+        x, w = torch.randn(*shape, generator=g), torch.randn(576, generator=g)
+        assert torch.equal(rms_norm(x, w, 1e-5), w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)))
+        ws = tuple(torch.randn(n, 576, generator=g) for n in (576, 192, 192))
+        st = layout.stacked(ws)
+        assert st is layout.stacked(ws) and st.shape == (960, 576)
+        for name in layout.available(torch.float32):
+            sep = torch.cat([layout.linear(x, layout.stored(m, name)) for m in ws], -1)
+            assert torch.equal(layout.linear(x, layout.stored(st, name)), sep), name
+
+
 def _t(*rows):
     """times[class][layout] from rows of (stock, colmajor, onednn) seconds."""
     return [dict(zip(("stock", "colmajor", "onednn"), r)) for r in rows]

@@ -95,6 +95,12 @@ def stored(w: torch.Tensor, layout: str) -> torch.Tensor:
     return _shared(w, layout, _MAKERS[layout])
 
 
+def stacked(ws: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """The matrices `ws` stacked row-wise into one (q/k/v, gate/up), made once per first weight and
+    shared like the layout copies (a layer-skip draft reuses the target's)."""
+    return _shared(ws[0], f"stacked{len(ws)}", lambda _: torch.cat([w.detach() for w in ws]))
+
+
 @dataclass(frozen=True)
 class Routed:
     """One weight held in a layout per row class (`linear` takes the one for the rows it multiplies)."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from specviz.fastpath.layout import Plan, linear, plan_for
+from specviz.fastpath.layout import Plan, linear, plan_for, stacked
 
 SUPPORTED = ("llama", "qwen2")
 
@@ -41,30 +41,38 @@ class Dims:
 
 @dataclass(frozen=True)
 class LayerWeights:
-    """References to one decoder layer's parameters (biases None where the family has none)."""
+    """One decoder layer's parameters as the fast path multiplies them: q, k and v stacked into one
+    matrix, gate and up into another (4 matmuls a layer instead of 7: fewer calls, larger streams; each
+    output is the same dot product, so the values are bit-for-bit those of the separate matrices),
+    each stored in its layout (`specviz.fastpath.layout`). Biases None where the family has none."""
 
     ln1: torch.Tensor
-    wq: torch.Tensor
-    bq: torch.Tensor | None
-    wk: torch.Tensor
-    bk: torch.Tensor | None
-    wv: torch.Tensor
-    bv: torch.Tensor | None
-    wo: torch.Tensor
+    wqkv: object            # [(H + 2 Hkv) hd, d]: a tensor, or a layout.Routed
+    bqkv: torch.Tensor | None
+    wo: object
     bo: torch.Tensor | None
     ln2: torch.Tensor
-    w_gate: torch.Tensor
-    w_up: torch.Tensor
-    w_down: torch.Tensor
+    w_gu: object            # [2 I, d]: gate rows, then up rows
+    w_down: object
 
     def as_tuple(self) -> tuple:
-        return (self.ln1, self.wq, self.bq, self.wk, self.bk, self.wv, self.bv, self.wo, self.bo,
-                self.ln2, self.w_gate, self.w_up, self.w_down)
+        return (self.ln1, self.wqkv, self.bqkv, self.wo, self.bo, self.ln2, self.w_gu, self.w_down)
 
 
-def _matrices(block) -> list[torch.Tensor]:
+def _matrices(block) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The layer's four matrices as multiplied: [q; k; v], o, [gate; up], down (stacked ones are copies,
+    made once per weight and shared by every view of the model, e.g. a layer-skip draft)."""
     a, m = block.self_attn, block.mlp
-    return [lin.weight for lin in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj)]
+    return (stacked((a.q_proj.weight, a.k_proj.weight, a.v_proj.weight)), a.o_proj.weight,
+            stacked((m.gate_proj.weight, m.up_proj.weight)), m.down_proj.weight)
+
+
+def _qkv_bias(a) -> torch.Tensor | None:
+    parts = [_bias(lin) for lin in (a.q_proj, a.k_proj, a.v_proj)]
+    if all(p is None for p in parts):
+        return None
+    return torch.cat([p.detach() if p is not None else lin.weight.new_zeros(lin.weight.shape[0])
+                      for p, lin in zip(parts, (a.q_proj, a.k_proj, a.v_proj))])
 
 
 def _bias(linear) -> torch.Tensor | None:
@@ -103,35 +111,39 @@ class CompactLlama:
         self.norm = inner.norm.weight                              # [d]
         self.norm_eps = float(inner.norm.variance_epsilon)
         head = model.get_output_embeddings().weight                # [V, d] (the embedding when tied)
-        self.plan: Plan = plan_for([head] + [w for b in inner.layers for w in _matrices(b)], compiled)
+        mats = [_matrices(block) for block in inner.layers]
+        self.plan: Plan = plan_for([head] + [w for ms in mats for w in ms], compiled)
         self._w = self.plan.store                                  # the weights' layout, see above
         self.head = self._w(head)
         self.inv_freq = inner.rotary_emb.inv_freq                  # [head_dim / 2]
         self.rope_scale = float(inner.rotary_emb.attention_scaling)
-        self.layers = [self._layer(block) for block in inner.layers]
+        self.layers = [self._layer(block, ms) for block, ms in zip(inner.layers, mats)]
+        self._tuples = [w.as_tuple() for w in self.layers]        # built once, not per layer per pass
         self.device, self.dtype = self.embed.device, self.embed.dtype
         # what a short block (decode, verify, draft) runs: `hidden` itself, or a compiled twin set by
         # specviz.fastpath.cache_factory; long blocks (prefill) always run `hidden` eagerly
         self.fast_hidden = self.hidden
         self.graphs = False             # True when fast_hidden replays CUDA graphs
 
-    def _layer(self, block) -> LayerWeights:
-        a, m, w = block.self_attn, block.mlp, self._w
-        return LayerWeights(block.input_layernorm.weight, w(a.q_proj.weight), _bias(a.q_proj), w(a.k_proj.weight),
-                            _bias(a.k_proj), w(a.v_proj.weight), _bias(a.v_proj), w(a.o_proj.weight),
-                            _bias(a.o_proj), block.post_attention_layernorm.weight, w(m.gate_proj.weight),
-                            w(m.up_proj.weight), w(m.down_proj.weight))
+    def _layer(self, block, mats) -> LayerWeights:
+        wqkv, wo, w_gu, w_down = (self._w(m) for m in mats)
+        return LayerWeights(block.input_layernorm.weight, wqkv, _qkv_bias(block.self_attn), wo,
+                            _bias(block.self_attn.o_proj), block.post_attention_layernorm.weight, w_gu, w_down)
 
     @property
     def n_layers(self) -> int:
         return len(self.layers)
 
     def rope(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """pos: [B, T] → cos, sin: [B, 1, T, head_dim] (as transformers computes them, in fp32)."""
+        """pos: [B, T] → cos, sin: [B, T, 1, head_dim] (as transformers computes them, in fp32), with
+        rotate-half's minus sign moved into the first half of sin (x·(−s) is exactly −(x·s)), so a layer
+        rotates by swapping halves without negating."""
         freqs = pos[..., None].float() * self.inv_freq.float()
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos() * self.rope_scale, emb.sin() * self.rope_scale
-        return cos.to(self.dtype)[:, None], sin.to(self.dtype)[:, None]
+        half = sin.shape[-1] // 2
+        sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+        return cos.to(self.dtype)[:, :, None], sin.to(self.dtype)[:, :, None]
 
     def hidden(self, tokens, pos, bias, slots, kbufs, vbufs, layer_fn=None) -> torch.Tensor:
         """Run every layer. tokens, pos: [B, T]; bias: [B, 1, T, S] additive mask; slots: [T] cache
@@ -140,8 +152,13 @@ class CompactLlama:
         fn = layer_fn or decoder_layer
         x = F.embedding(tokens, self.embed)
         cos, sin = self.rope(pos)
-        for w, kb, vb in zip(self.layers, kbufs, vbufs):
-            x = fn(x, cos, sin, bias, slots, kb, vb, w.as_tuple(), self.dims)
+        # GQA without repeating K/V: the g query heads of one KV head attend as g×T queries of it, so
+        # the mask repeats g times — built once a pass here, not once a layer
+        B, _, T, S = bias.shape
+        g = self.dims.n_heads // self.dims.n_kv
+        bias = bias[:, :, None].expand(B, 1, g, T, S).reshape(B, 1, g * T, S)
+        for w, kb, vb in zip(self._tuples, kbufs, vbufs):
+            x = fn(x, cos, sin, bias, slots, kb, vb, w, self.dims)
         return rms_norm(x, self.norm, self.norm_eps)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
@@ -150,39 +167,44 @@ class CompactLlama:
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """LlamaRMSNorm. In fp32 one fused call (`F.rms_norm`: the same values bit for bit, checked in
+    tests/test_fastpath.py); other dtypes as transformers writes it (normalised in fp32, cast back)."""
+    if x.dtype == torch.float32 and w.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), w, eps)
     dtype = x.dtype
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return w * xf.to(dtype)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE with transformers' rotate-half convention; `sin` carries the sign (see CompactLlama.rope)."""
     half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * sin
 
 
 def decoder_layer(x, cos, sin, bias, slots, kbuf, vbuf, w: tuple, dims: Dims) -> torch.Tensor:
-    """One pre-norm decoder block. x: [B, T, d]; cos, sin: [B, 1, T, hd]; bias: [B, 1, T, S];
-    slots: [T]; kbuf, vbuf: [B, n_kv, S, hd], the block's keys/values are written at `slots`.
-    Returns x: [B, T, d]."""
-    ln1, wq, bq, wk, bk, wv, bv, wo, bo, ln2, w_gate, w_up, w_down = w
+    """One pre-norm decoder block. x: [B, T, d]; cos, sin: [B, T, 1, hd]; bias: [B, 1, g·T, S] (the mask
+    repeated for the g query heads of a KV head); slots: [T]; kbuf, vbuf: [B, n_kv, S, hd], the block's
+    keys/values are written at `slots`. Returns x: [B, T, d]."""
+    ln1, wqkv, bqkv, wo, bo, ln2, w_gu, w_down = w
     B, T, _ = x.shape
     H, Hkv, hd = dims.n_heads, dims.n_kv, dims.head_dim
     h = rms_norm(x, ln1, dims.eps)
-    q = linear(h, wq, bq).view(B, T, H, hd).transpose(1, 2)          # [B, H, T, hd]
-    k = linear(h, wk, bk).view(B, T, Hkv, hd).transpose(1, 2)        # [B, Hkv, T, hd]
-    v = linear(h, wv, bv).view(B, T, Hkv, hd).transpose(1, 2)
-    q = q * cos + _rotate_half(q) * sin
-    k = k * cos + _rotate_half(k) * sin
+    qkv = linear(h, wqkv, bqkv)                                       # [B, T, (H + 2 Hkv) hd]
+    nqk = (H + Hkv) * hd
+    qk = rotate(qkv[..., :nqk].view(B, T, H + Hkv, hd), cos, sin)     # q and k rotated together
+    q = qk[:, :, :H].transpose(1, 2)                                  # [B, H, T, hd]
+    k = qk[:, :, H:].transpose(1, 2)                                  # [B, Hkv, T, hd]
+    v = qkv[..., nqk:].view(B, T, Hkv, hd).transpose(1, 2)
     kbuf.index_copy_(2, slots, k)
     vbuf.index_copy_(2, slots, v)
-    # GQA without repeating K/V: the g query heads of one KV head become g×T queries of that head
     g = H // Hkv
     qg = q.reshape(B, Hkv, g * T, hd)
-    S = kbuf.shape[2]
-    bg = bias[:, :, None].expand(B, 1, g, T, S).reshape(B, 1, g * T, S)
-    att = F.scaled_dot_product_attention(qg, kbuf, vbuf, attn_mask=bg, scale=hd ** -0.5)   # [B, Hkv, gT, hd]
+    att = F.scaled_dot_product_attention(qg, kbuf, vbuf, attn_mask=bias, scale=hd ** -0.5)   # [B, Hkv, gT, hd]
     att = att.reshape(B, H, T, hd).transpose(1, 2).reshape(B, T, H * hd)
     x = x + linear(att, wo, bo)
     h = rms_norm(x, ln2, dims.eps)
-    return x + linear(F.silu(linear(h, w_gate)) * linear(h, w_up), w_down)
+    gu = linear(h, w_gu)                                              # [B, T, 2 I]
+    inter = gu.shape[-1] // 2
+    return x + linear(F.silu(gu[..., :inter]) * gu[..., inter:], w_down)
