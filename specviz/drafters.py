@@ -195,10 +195,14 @@ class NgramDrafter:
 
     def lookup(self, seq: list[int], k: int) -> list[int]:
         """The k tokens that followed the latest earlier occurrence of seq's last n tokens (n = 3..1)."""
+        if not seq:
+            return []
+        last = seq[-1]
         for n in range(min(self.max_ngram, len(seq) - 1), 0, -1):
             tail = seq[-n:]
             for start in range(len(seq) - n - 1, -1, -1):
-                if seq[start:start + n] == tail:
+                # one int comparison first: slicing every candidate cost ~5 ms a step at 16 rows
+                if seq[start + n - 1] == last and seq[start:start + n] == tail:
                     return seq[start + n:start + n + k]
         return []
 

@@ -8,6 +8,8 @@ its persistent cache — and checks it before the app may switch:
   output is never served);
 - with --compile auto, a one-token target pass must be faster than the eager one, timed with the device
   to itself (`exclusive`), interleaved, medians.
+Building the fast twin holds the device too: on a machine seen for the first time it times the weight
+layouts (`specviz.fastpath.layout`, a few seconds, then cached), and a Run beside it would skew them.
 Only then does it return the fast pair; the caller swaps it in between steps.
 """
 from __future__ import annotations
@@ -56,8 +58,9 @@ def warm(eager: Pair, choice: str, exclusive=nullcontext, prompt_ids: list[int] 
     if mode is None:
         return WarmResult(None, "off", 0.0, None, None, "the fast path is off (--compile off)")
     t0 = time.perf_counter()
-    fast = load_pair(eager.target.ref, eager.draft_ref, eager.target.device, target=eager.target,
-                     draft=eager.draft, compile="on" if mode == "compiled" else mode)
+    with exclusive():     # on a machine seen for the first time this times the weight layouts (fastpath.layout)
+        fast = load_pair(eager.target.ref, eager.draft_ref, eager.target.device, target=eager.target,
+                         draft=eager.draft, compile="on" if mode == "compiled" else mode)
     if not fast.fast.on:
         return WarmResult(None, mode, time.perf_counter() - t0, None, None, fast.fast.note)
     ids = (prompt_ids or encode_prompt(eager.tokenizer, DEFAULT_PROMPT))[-PROMPT_TOKENS:]

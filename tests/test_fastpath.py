@@ -486,3 +486,22 @@ def test_served_app_serves_two_clients_on_the_fast_path(tiny_paths, tmp_path, gr
         assert "forward path: **static (eager); weights " in results[-1][1]
     finally:
         stop_app(proc)
+
+
+def test_ngram_lookup_is_the_latest_earlier_match():
+    """The n-gram drafter's lookup (sped up with a last-token check) finds what a plain scan finds."""
+    import random
+
+    from specviz.drafters import NgramDrafter
+
+    def plain(seq, k):
+        for n in range(min(3, len(seq) - 1), 0, -1):
+            hits = [s for s in range(len(seq) - n) if seq[s:s + n] == seq[-n:]]
+            if hits:
+                return seq[hits[-1] + n:hits[-1] + n + k]
+        return []
+    d, rnd = NgramDrafter("cpu"), random.Random(0)
+    assert d.lookup([], 4) == [] and d.lookup([5], 4) == [] and d.lookup([1, 2, 3, 1, 2], 4) == [3, 1, 2]
+    for _ in range(2000):
+        seq = [rnd.randrange(rnd.choice([2, 5, 50])) for _ in range(rnd.randrange(40))]
+        assert d.lookup(seq, 4) == plain(seq, 4), seq
