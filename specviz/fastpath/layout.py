@@ -275,10 +275,24 @@ def plan_for(weights: list[torch.Tensor], compiled: bool = False, refresh: bool 
 _CACHE_LOCK = threading.Lock()
 
 
+def _cpu_model() -> str:
+    """The CPU's model name (a VM image, and its cache, can move to another kind of CPU under one host name)."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith(("model name", "cpu model", "hardware")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def _cache_key(dtype: torch.dtype) -> str:
     from specviz.hardware import machine_key
 
-    return f"{machine_key(torch.device('cpu'), dtype)} | {torch.get_num_threads()} threads"
+    return f"{machine_key(torch.device('cpu'), dtype)} | {_cpu_model()} | {torch.get_num_threads()} threads"
 
 
 def _cached_times(counts: dict[tuple[int, int], int], dtype: torch.dtype,
