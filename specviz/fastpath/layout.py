@@ -63,7 +63,8 @@ def _shared(w: torch.Tensor, layout: str, make) -> torch.Tensor:
         if ref is not None and ref() is w:
             return copy
         copy = make(w.detach())
-        _COPIES[key] = (weakref.ref(w, lambda _, k=key: _COPIES.pop(k, None)), copy)
+        # the dict is bound as a default: at interpreter exit module globals may already be None
+        _COPIES[key] = (weakref.ref(w, lambda _, k=key, table=_COPIES: table.pop(k, None)), copy)
         return copy
 
 
