@@ -223,3 +223,19 @@ def test_measure_knee_in_the_app(app_url):
     assert len(job.outputs()) >= 4                       # the curve grew point by point
     assert md.startswith("**Measured**") and "Measured knee" in md and "128 →" in md
     assert "overhead-bound" in md                        # a 64-wide model: launches dominate, said so
+
+
+@needs_chromium
+def test_browser_stop_pressed_with_run_stops_it(app_url):
+    """Run and Stop in one go (the Run still queued when the Stop lands): the Run is stopped, it does
+    not decode its 4 × 512 tokens to the end."""
+    with browser_page(1100) as page:
+        page.goto(app_url + "?tab=playground&batch=4")
+        page.wait_for_selector("#run", timeout=60000)
+        page.wait_for_timeout(1500)
+        page.evaluate("""() => { const n = document.querySelector('#max-new-tokens input[type=number]');
+            n.value = '512'; n.dispatchEvent(new Event('input', {bubbles: true}));
+            n.dispatchEvent(new Event('change', {bubbles: true})); }""")
+        page.wait_for_timeout(500)
+        page.evaluate("() => { document.querySelector('#run').click(); document.querySelector('#stop').click(); }")
+        _wait_status(page, "Stopped")
