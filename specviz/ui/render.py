@@ -3,9 +3,17 @@ text goes through html.escape, so a token such as `<script>` shows as text, neve
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, field
 
 CLASS = {"accepted": "tok-accepted", "rejected": "tok-rejected", "bonus": "tok-bonus", "plain": "tok-plain"}
+
+# Chat-template and control tokens (`<|im_start|>`, `</s>`, …) are markup, not text a model "says":
+# they show as small neutral badges so a student never reads them as words. A bare `<s>` is left out on
+# purpose: it is also an HTML tag a model may legitimately write.
+_SPECIAL = re.compile(r"<\|[^|<>\s]{1,40}\|>|</s>|<unk>|<pad>|<eos>|<bos>")
+# The role name right after `<|im_start|>` belongs to the same markup line.
+_ROLES = {"system", "user", "assistant", "tool"}
 
 
 def piece_texts(decode, context: list[int], new: list[int], window: int = 6) -> list[str]:
@@ -30,6 +38,7 @@ class RowView:
     ids: list[int] = field(default_factory=list)
     drafted: int = 0
     accepted: int = 0
+    last_piece: str = ""           # the last kept piece: a role name after `<|im_start|>` is markup too
 
     def add_step(self, step: int, rs, decode, pieces: list | None = None) -> list:
         """Append one step of this row. `pieces` ([kept, rejected, own] texts, e.g. from a recording)
@@ -45,10 +54,15 @@ class RowView:
         ok_txt, bad_txt, own_txt = pieces
         if self.parts:
             self.parts.append('<i class="step-sep"></i>')
-        self.parts += [_span("accepted", t, title) for t in ok_txt]
-        self.parts += [_span("rejected", t, title) for t in bad_txt]
         kind = "plain" if rs.last_kind == "plain" else "bonus"
-        self.parts += [_span(kind, t, title) for t in own_txt]
+        after_ok = self.last_piece
+        self.parts += _spans("accepted", ok_txt, title, self.last_piece)
+        if ok_txt:
+            after_ok = ok_txt[-1]
+        self.parts += _spans("rejected", bad_txt, title, after_ok)     # drafts continue the kept prefix
+        self.parts += _spans(kind, own_txt, title, after_ok)          # and so does the target's own token
+        if own_txt or ok_txt:
+            self.last_piece = (list(ok_txt) + list(own_txt))[-1]
         self.ids += rs.emitted
         self.drafted += len(rs.drafted)
         self.accepted += rs.accepted
@@ -58,8 +72,32 @@ class RowView:
         return "".join(self.parts)
 
 
-def _span(kind: str, text: str, title: str) -> str:
-    return f'<span class="{CLASS[kind]}" title="{html.escape(title)}">{html.escape(text)}</span>'
+def special_name(text: str, previous: str = "") -> str | None:
+    """The badge name of a piece that is chat markup (`<|im_start|>` → `im_start`, the role after it →
+    `assistant`), else None."""
+    core = text.strip()
+    if core and _SPECIAL.fullmatch(core):
+        return core.strip("<>|/")
+    if core in _ROLES and previous.strip() == "<|im_start|>":
+        return core
+    return None
+
+
+def _spans(kind: str, texts: list[str], title: str, previous: str) -> list[str]:
+    out = []
+    for text in texts:
+        out.append(_span(kind, text, title, special_name(text, previous)))
+        previous = text
+    return out
+
+
+def _span(kind: str, text: str, title: str, special: str | None = None) -> str:
+    """One token, one span, one `tok-*` class (a contract); markup keeps its class and becomes a badge
+    marked by `data-special`, its raw text in the tooltip."""
+    if special is None:
+        return f'<span class="{CLASS[kind]}" title="{html.escape(title)}">{html.escape(text)}</span>'
+    tip = html.escape(f"{title} · {text.strip()}")
+    return f'<span class="{CLASS[kind]}" data-special="1" title="{tip}">⟨{html.escape(special)}⟩</span>'
 
 
 def tokens_html(view: RowView | None, note: str = "") -> str:
