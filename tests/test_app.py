@@ -48,6 +48,26 @@ def test_generate_endpoint_streams_exact_tokens(app_url, reference, prompts, tin
         assert out == greedy(ids, 160)
 
 
+def test_api_names_every_parameter_and_output_in_english(app_url):
+    """`view_api()` and "Use via API" read the server-side labels: each one is set (English), none is
+    gradio's `parameter_N` / `value_N` fallback — while the page itself still switches language."""
+    import re
+
+    from specviz import lessons
+
+    api = _client(app_url).view_api(return_format="dict", print_info=False)
+    labels = [(name, p["label"]) for name, ep in api["named_endpoints"].items()
+              for p in ep["parameters"] + ep["returns"]]
+    assert len(api["named_endpoints"]) >= 10
+    unnamed = [(n, lab) for n, lab in labels if not lab or re.fullmatch(r"(parameter|value)_\d+", str(lab))]
+    assert not unnamed
+    gen = api["named_endpoints"]["/generate"]
+    en = [lessons.text("en", f"app.label_{k}") for k in ("prompt", "pair", "batch_size", "depth")]
+    assert [p["label"] for p in gen["parameters"]][:4] == en
+    assert {"Tokens", "Result"} <= {p["label"] for p in gen["returns"]}
+    assert not [lab for _, lab in labels if re.search("[\u0600-\u06ff]", str(lab))]     # none in Persian
+
+
 def test_bad_input_is_a_message_not_a_crash(app_url):
     from gradio_client.exceptions import AppError
 
