@@ -176,10 +176,11 @@ class Playground:
         outs = packet.outputs or {}
         prompt_rows = [prompts[i % len(prompts)] for i in sorted(outs)]
         plain = None
-        if not packet.stopped and not packet.error and packet.totals.drafted:
+        engine = getattr(choice, "engine", "specviz")
+        if not packet.stopped and not packet.error and packet.totals.drafted and engine == "specviz":
             yield pack(status=t(lang, "playground.baseline_pending"))
             plain = self._baseline(req, choice, knobs.max_batch)
-        result = {"done": True, "stopped": packet.stopped, "prompt_ids": prompt_rows,
+        result = {"done": True, "engine": engine, "stopped": packet.stopped, "prompt_ids": prompt_rows,
                   "outputs": [outs[i] for i in sorted(outs)], "worker_pid": packet.worker_pid, "error": packet.error,
                   "plain_tokens_per_s": plain,
                   "speedup_vs_plain": packet.totals.tokens_per_s / plain if plain else None,

@@ -38,7 +38,7 @@ ASSETS = Path(__file__).resolve().parents[2] / "assets"
 class SpecVizApp:
     def __init__(self, target: str | None = None, draft: str | None = None, device: str | None = None,
                  preload: bool = True, calibrate_peaks: bool = True, allow_custom: bool = False,
-                 limits: Limits | None = None):
+                 limits: Limits | None = None, vllm: list | None = None):
         self.choices = available_choices(target, draft)
         self.allow_custom = allow_custom
         self.limits = limits or limits_from_env()
@@ -62,6 +62,11 @@ class SpecVizApp:
             self.pairs = PairCache(device, exclusive=self.gate.exclusive)
             self.runner = runner.LocalRunner(self.pairs, self.limits, self.gate)
             self.sampler = Sampler().start()
+        if vllm:                        # vLLM servers (specviz.vllm.backend.Endpoint), after our own pairs
+            from specviz.ui.vllm_runner import VllmRouter, vllm_choices
+
+            self.choices = self.choices + vllm_choices(vllm)
+            self.runner = VllmRouter(self.runner, vllm)
         self.offline = hub_is_offline()
         self.startup_note = self.startup_md("en")
         if preload:
