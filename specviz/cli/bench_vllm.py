@@ -22,6 +22,7 @@ import threading
 import time
 
 from specviz.cli.classroom import POOL, _pct
+from specviz.cli.common import add_compile_arg
 
 WARMUP_TOKENS = 8
 
@@ -35,6 +36,9 @@ def add_parser(sub) -> None:
     p.add_argument("--vllm-url", default=None, help="an already running vLLM server (default: launch one)")
     p.add_argument("--vllm-model", default=None, help="its served model name (default: the only one)")
     p.add_argument("--port", type=int, default=0, help="port for a launched server (default: a free one)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="our engine's CPU threads (default: all cores but one, as vLLM's CPU build uses)")
+    add_compile_arg(p)
     p.add_argument("--json", action="store_true", help="only the JSON lines")
     p.set_defaults(func=run)
 
@@ -122,6 +126,38 @@ def _margin(pair, prompt: list[int], ours: list[int], pos: int, theirs: int | No
     return out
 
 
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (as lscpu shows it), reported beside every figure."""
+    import os
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return f"cpu ({os.cpu_count()} cores)"
+
+
+def _threads(n: int) -> int:
+    """Like for like on a CPU: vLLM's CPU build serves on all cores but one (it logs "Reducing Torch
+    threads from 2 to 1" on 2 cores, keeping one for its API server); ours gets the same by default."""
+    import os
+
+    import torch
+
+    n = n if n > 0 else max(1, (os.cpu_count() or 2) - 1)
+    torch.set_num_threads(n)
+    return n
+
+
 def run(args) -> int:
     from specviz.limits import LimitError, check_request
     from specviz.pipeline import encode_prompt, load_pair
@@ -135,7 +171,8 @@ def run(args) -> int:
     if args.vllm_url:                          # fail fast, before any model loads
         client = VllmClient(args.vllm_url, timeout_s=600)
         served = client.model(args.vllm_model)
-    pair = load_pair(args.target, "ngram", "cpu", compile="off")
+    _threads(args.threads)
+    pair = load_pair(args.target, "ngram", "cpu", compile=args.compile)
     prompts = [encode_prompt(pair.tokenizer, POOL[i % len(POOL)]) for i in range(args.users)]
     N, k = args.max_new_tokens, args.depth
     _note(args, f"our engine: {args.users} users × {N} tokens, n-gram k={k}")
@@ -167,7 +204,8 @@ def run(args) -> int:
               "ratio": s["tokens_per_s"] / v["tokens_per_s"] if v["tokens_per_s"] else None,
               "rows": args.users, "identical_rows": args.users - len(differ), "differing": differ,
               "users": args.users, "depth": k, "max_new_tokens": N, "target": args.target,
-              "vllm_model": served.name, "vllm_url": client.url, "launched": args.vllm_url is None}
+              "vllm_model": served.name, "vllm_url": client.url, "launched": args.vllm_url is None,
+              "threads": torch_threads(), "cpu": _cpu_name()}
     if not args.json:
         for name, side in (("specviz", s), ("vllm", v)):
             print(f"{name:>8}: {side['tokens_per_s']:.1f} tok/s, p50 {side['p50_s']:.2f} s, p95 {side['p95_s']:.2f} s",

@@ -43,6 +43,7 @@ class LaunchSpec:
     max_model_len: int = 4096
     schedule: tuple[tuple[int, int, int], ...] = ()   # num_speculative_tokens_per_batch_size rows
     served_name: str | None = None                    # default: the model directory
+    eager: bool = False                               # --enforce-eager: no compile at start (tests start faster)
 
 
 def free_port() -> int:
@@ -90,6 +91,8 @@ def server_argv(spec: LaunchSpec, model: str, python: Path | None = None) -> lis
             "--model", model, "--host", spec.host, "--port", str(spec.port),
             "--dtype", "float32", "--max-model-len", str(spec.max_model_len),
             "--served-model-name", spec.served_name or model, "--disable-uvicorn-access-log"]
+    if spec.eager:
+        argv.append("--enforce-eager")
     cfg = speculative_config(spec.draft, spec.depth, spec.schedule)
     if cfg is not None:
         argv += ["--speculative-config", json.dumps(cfg),
