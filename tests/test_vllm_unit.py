@@ -170,3 +170,42 @@ def test_router_sends_only_vllm_pairs_to_vllm():
     assert list(router.packets(None, PairChoice("ours", "t", "ngram"), None)) == ["ours"]
     with pytest.raises(VllmError, match="not reachable"):          # a sentence, not a traceback
         next(router.packets(None, choice, None))
+
+
+class FakeServer:
+    """A launched server's stand-in: dead, and failing to start again."""
+
+    url = "http://127.0.0.1:9"
+
+    def __init__(self):
+        self.starts = 0
+
+    def alive(self):
+        return False
+
+    def start(self, progress=None):
+        self.starts += 1
+        raise VllmError("the vLLM server exited while starting (code 1): boom")
+
+    def stop(self):
+        pass
+
+
+def test_launched_server_states_are_sentences():
+    import time
+
+    from specviz.vllm.backend import Endpoint, Status
+
+    server = FakeServer()
+    ep = Endpoint(server.url, "vLLM (m, n-gram, k=4)", "ngram", 4, server, "smollm2-135m-offline")
+    with pytest.raises(VllmError, match="still starting"):
+        ep.ready_model()
+    ep.status = Status("ready")                  # it was up, then died: reported, and started again
+    with pytest.raises(VllmError, match="has stopped; it is being started again"):
+        ep.ready_model()
+    deadline = time.time() + 5
+    while ep.status.state == "starting" and time.time() < deadline:
+        time.sleep(0.05)
+    assert server.starts == 1 and ep.status.state == "failed"
+    with pytest.raises(VllmError, match="could not start: the vLLM server exited while starting"):
+        ep.ready_model()
