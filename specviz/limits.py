@@ -27,7 +27,8 @@ class Limits:
     max_rows_per_user: int = 64        # rows one request (one student's batch-size slider) may open
     max_shared_rows: int = 64          # rows in the shared batch, all users together
     max_depth: int = MAX_DEPTH
-    max_new_tokens: int = 4096
+    min_new_tokens: int = 1
+    max_new_tokens: int = 512         # the playground's slider, the API and the CLI: one range everywhere
     max_prompt_tokens: int = 4096      # after the chat template
     max_prompt_chars: int = 20_000     # checked before tokenizing: a huge paste is refused at once
     max_temperature: float = 2.0
@@ -41,8 +42,9 @@ def limits_from_env(base: Limits = Limits()) -> Limits:
         return int(raw) if raw.isdigit() and int(raw) > 0 else default
     per_user = env_int("SPECVIZ_MAX_ROWS_PER_USER", 16)
     shared = env_int("SPECVIZ_MAX_SHARED_ROWS", base.max_shared_rows)
-    return Limits(min(per_user, shared), shared, base.max_depth, base.max_new_tokens, base.max_prompt_tokens,
-                  base.max_prompt_chars, base.max_temperature, env_int("SPECVIZ_MAX_QUEUE", base.max_queue))
+    return Limits(min(per_user, shared), shared, base.max_depth, base.min_new_tokens, base.max_new_tokens,
+                  base.max_prompt_tokens, base.max_prompt_chars, base.max_temperature,
+                  env_int("SPECVIZ_MAX_QUEUE", base.max_queue))
 
 
 def whole(value, what: str, lo: int, hi: int) -> int:
@@ -52,11 +54,11 @@ def whole(value, what: str, lo: int, hi: int) -> int:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise LimitError(f"{what} must be a whole number from {lo} to {hi}, not {_show(value)}") from None
+        raise LimitError(f"{what} must be a whole number from {lo} to {hi}, not {brief(value)}") from None
     if not math.isfinite(number) or number != int(number):
-        raise LimitError(f"{what} must be a whole number from {lo} to {hi}, not {_show(value)}")
+        raise LimitError(f"{what} must be a whole number from {lo} to {hi}, not {brief(value)}")
     if not lo <= number <= hi:
-        raise LimitError(f"{what} must be from {lo} to {hi}; {int(number)} is out of range")
+        raise LimitError(f"{what} must be from {lo} to {hi}; {brief(value)} is out of range")
     return int(number)
 
 
@@ -65,15 +67,22 @@ def between(value, what: str, lo: float, hi: float) -> float:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise LimitError(f"{what} must be a number from {lo:g} to {hi:g}, not {_show(value)}") from None
+        raise LimitError(f"{what} must be a number from {lo:g} to {hi:g}, not {brief(value)}") from None
     if not math.isfinite(number) or not lo <= number <= hi:
-        raise LimitError(f"{what} must be a number from {lo:g} to {hi:g}, not {_show(value)}")
+        raise LimitError(f"{what} must be a number from {lo:g} to {hi:g}, not {brief(value)}")
     return number
 
 
-def _show(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "…"
+def brief(value, width: int = 40) -> str:
+    """A value quoted in a refusal: short, whatever was sent (1e308 stays "1e+308", not 309 digits)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+            and abs(value) >= 1e9:
+        return f"{value:.3g}"
+    try:
+        text = repr(value)
+    except RecursionError:
+        text = f"a deeply nested {type(value).__name__}"
+    return text if len(text) <= width else text[:width - 3] + "…"
 
 
 def check_prompt_text(text, limits: Limits = Limits()) -> str:
@@ -111,4 +120,4 @@ def check_request(batch, depth, temperature, max_new, limits: Limits = Limits())
     return RunArgs(whole(batch, "batch size (rows)", 1, limits.max_rows_per_user),
                    whole(depth, "speculation depth", 0, limits.max_depth),
                    between(temperature, "temperature", 0.0, limits.max_temperature),
-                   whole(max_new, "max new tokens", 1, limits.max_new_tokens))
+                   whole(max_new, "max new tokens", limits.min_new_tokens, limits.max_new_tokens))

@@ -64,8 +64,9 @@ class Lesson:
     def run(self, chapter: str, pair_label, request: gr.Request = None):
         """Stream one chapter's experiment: queue position, then the chart as it fills, then the conclusion."""
         session = getattr(request, "session_hash", None) or "default"
-        with as_sentences():
-            yield from self._run(chapter, pair_label, self.lang(session))
+        lang = self.lang(session)
+        with as_sentences(lang):
+            yield from self._run(chapter, pair_label, lang)
 
     def _run(self, chapter: str, pair_label, lang: str):
         app = self.app

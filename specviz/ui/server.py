@@ -28,7 +28,7 @@ from specviz.policies import POLICY_NAMES
 from specviz.ui import lesson, playground, runner, whatif
 from specviz.ui.i18n import SWITCH_JS, Translations, pick_lang
 from specviz.ui.catalog import PairCache, PairChoice, TokenizerCache, available_choices, hub_is_offline
-from specviz.ui.errors import as_human_errors
+from specviz.ui.errors import as_human_errors, guard_blocks
 from specviz.ui.live import LiveRuns
 
 log = logging.getLogger("specviz")
@@ -196,7 +196,8 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
                     js=SWITCH_JS)
         copy.click(None, [tab_state, chapter, c["pair"], c["prompt"], c["batch"], c["depth"], c["policy"], lang],
                    [link], js=LINK_JS, api_name=False)
-    return blocks
+    # one error boundary for every handler and for gradio's own input check (specviz.ui.errors)
+    return guard_blocks(blocks, lambda session: tr.lang_of(session or "default"))
 
 
 def _session(request) -> str:
