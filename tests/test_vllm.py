@@ -194,7 +194,7 @@ def test_server_killed_mid_run_is_a_sentence(app_on_vllm, vllm_server):
     if vllm_server.server is None:
         pytest.skip("the server was not started by the tests (SPECVIZ_TEST_VLLM_URL)")
     job = c.submit("Write a long story about a dragon who learns to count, at least 1000 words.", label, 2, 4,
-                   "fixed", 8, 0, 2048, True, api_name="/generate")
+                   "fixed", 8, 0, 512, True, api_name="/generate")
     deadline = time.time() + 120
     while time.time() < deadline and not any("tok-" in str(o[0]) for o in job.outputs()):
         time.sleep(0.1)

@@ -36,6 +36,8 @@ def add_parser(sub) -> None:
     p.add_argument("--vllm-url", default=None, help="an already running vLLM server (default: launch one)")
     p.add_argument("--vllm-model", default=None, help="its served model name (default: the only one)")
     p.add_argument("--port", type=int, default=0, help="port for a launched server (default: a free one)")
+    p.add_argument("--vllm-eager", action="store_true",
+                   help="launch the server with --enforce-eager (starts in minutes less on a busy CPU; slower)")
     p.add_argument("--threads", type=int, default=0,
                    help="our engine's CPU threads (default: all cores but one, as vLLM's CPU build uses)")
     add_compile_arg(p)
@@ -182,7 +184,7 @@ def run(args) -> int:
     try:
         if client is None:
             port = args.port or free_port()
-            server = VllmServer(LaunchSpec(args.target, "ngram", k, port))
+            server = VllmServer(LaunchSpec(args.target, "ngram", k, port, eager=args.vllm_eager))
             server.start(progress=lambda line: _note(args, line))
             client = VllmClient(server.url, timeout_s=600)
             served = client.model()

@@ -174,7 +174,7 @@ class Playground:
         if app.runs.stopped_early(session):
             app.runs.end(session)
             yield pack(status=t(lang, "playground.status_stopped", tokens=0),
-                       result={"done": True, "stopped": True, "stopped_before_start": True, "prompt_ids": [],
+                       result={"done": True, "engine": choice.engine, "stopped": True, "stopped_before_start": True, "prompt_ids": [],
                                "outputs": [], **RunTotals().as_dict()})
             return
         req = runner.RunRequest(choice.target, choice.draft, tuple(map(tuple, prompts)), args.depth, args.batch,
@@ -186,7 +186,7 @@ class Playground:
         outs = packet.outputs or {}
         prompt_rows = [prompts[i % len(prompts)] for i in sorted(outs)]
         plain = None
-        engine = getattr(choice, "engine", "specviz")
+        engine = choice.engine
         if not packet.stopped and not packet.error and packet.totals.drafted and engine == "specviz":
             yield pack(status=t(lang, "playground.baseline_pending"))
             plain = self._baseline(req, choice, knobs.max_batch)
