@@ -94,9 +94,9 @@ def test_live_step_and_closing_step():
     one = steps.live_step(0, [4])
     assert (one.drafted, one.accepted, one.last_kind) == ([], 0, "plain")
     spec = {"num_draft_tokens": 12, "num_accepted_draft_tokens": 5}
-    close = steps.closing_step(0, 5, spec, "length")
+    close = steps.closing_step(0, spec, "length")
     assert close.drafted == [steps.REJECTED] * 7 and close.accepted == 0 and close.emitted == []
-    assert steps.closing_step(0, 5, {"num_draft_tokens": 5, "num_accepted_draft_tokens": 5}, "length") is None
+    assert steps.closing_step(0, {"num_draft_tokens": 5, "num_accepted_draft_tokens": 5}, "length") is None
 
 
 def test_align_explains_chunks_with_per_step_arrays():
@@ -145,7 +145,7 @@ def test_rejected_drafts_show_as_marks_never_as_text():
 
     view = RowView()
     view.add_step(0, steps.live_step(0, [5, 6, 7]), lambda ids: "".join(f"<{i}>" for i in ids))
-    view.add_step(1, steps.closing_step(0, 2, {"num_draft_tokens": 5, "num_accepted_draft_tokens": 2}, "length"),
+    view.add_step(1, steps.closing_step(0, {"num_draft_tokens": 5, "num_accepted_draft_tokens": 2}, "length"),
                   lambda ids: "".join(f"<{i}>" for i in ids))
     html = view.html()
     assert html.count('class="tok-rejected"') == 3 and html.count("✗") == 3 and "&lt;-1&gt;" not in html

@@ -28,7 +28,6 @@ class RowState:
     chunks: list[list[int]] = field(default_factory=list)
     spec: dict | None = None
     finish: str = ""
-    live_accepted: int = 0
     t_first: float | None = None
     t_end: float | None = None
 
@@ -98,7 +97,7 @@ class VllmRun:
                 open_rows.discard(i)
                 st.t_end = t
                 if st.spec is not None or st.finish:
-                    rs = closing_step(i, st.live_accepted, st.spec, st.finish or "length")
+                    rs = closing_step(i, st.spec, st.finish or "length")
                     if rs is not None:
                         step += 1
                         yield self._event(step, [rs], 0.0, 0.0, st)
@@ -115,7 +114,6 @@ class VllmRun:
             st.tokens += ch.token_ids
             st.chunks.append(list(ch.token_ids))
             rs = live_step(i, ch.token_ids, bool(ch.finish), st.finish)
-            st.live_accepted += rs.accepted
             wall, last_t = t - last_t, t
             step += 1
             yield self._event(step, [rs], wall, (t - t0) if first else 0.0, st)

@@ -31,7 +31,7 @@ def rejected_total(spec: dict | None) -> int:
     return int(spec.get("num_draft_tokens", 0)) - int(spec.get("num_accepted_draft_tokens", 0))
 
 
-def closing_step(row: int, live_accepted: int, spec: dict | None, finish: str) -> RowStep | None:
+def closing_step(row: int, spec: dict | None, finish: str) -> RowStep | None:
     """The row's rejected drafts (counted, no text), reported when vLLM sends its per-request metrics.
     Where chunks merged several steps, the live reading over-counted accepted drafts; the exact figures
     are in `spec` (see `RowFigures`)."""
