@@ -170,6 +170,12 @@ def test_router_sends_only_vllm_pairs_to_vllm():
     assert list(router.packets(None, PairChoice("ours", "t", "ngram"), None)) == ["ours"]
     with pytest.raises(VllmError, match="not reachable"):          # a sentence, not a traceback
         next(router.packets(None, choice, None))
+    with pytest.raises(VllmError, match="not reachable"):
+        router.ready(choice)
+    down = Endpoint("http://127.0.0.1:9", "vLLM (server not reachable at start-up)", "?", None)
+    (down_choice,) = vllm_choices([down])
+    with pytest.raises(VllmError, match="not reachable"):
+        VllmRouter(Inner(), [down]).ready(down_choice)
 
 
 class FakeServer:

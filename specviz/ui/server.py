@@ -102,7 +102,11 @@ class SpecVizApp:
         raise gr.Error(f"Unknown model pair: {shown!r}. Pick one from the list.")
 
     def load(self, choice: PairChoice):
-        """The pair's models, loading them if needed; a failure leaves the pairs already loaded serving."""
+        """The pair's models, loading them if needed; a failure leaves the pairs already loaded serving.
+        A vLLM pair loads our copy of the served model (its tokenizer, the lossless check) once its
+        server is known to serve it; otherwise the sentence says why (starting, stopped, unreachable)."""
+        if choice.engine == "vllm":
+            self.runner.ready(choice)
         try:
             return self.pairs.get(choice)
         except ModelError as exc:

@@ -75,6 +75,16 @@ class VllmRouter:
             raise VllmError("the knee is measured on SpecViz's own engine; pick one of its pairs")
         return self.inner.knee(choice, context, peaks)
 
+    def ready(self, choice) -> None:
+        """A sentence (VllmError) unless the vLLM pair's server can take a Run now."""
+        ep = self.endpoint(choice)
+        if ep is None:
+            raise VllmError("this vLLM pair is not configured any more; pick another pair")
+        ep.ready_model()
+        if ep.model_ref is None or choice.target != ep.model_ref:
+            raise VllmError("this vLLM server was not reachable when the app started, so its model is unknown "
+                            "to the page: restart the app once the server is up")
+
     def packets(self, req: RunRequest, choice, control) -> Iterator[Packet]:
         ep = self.endpoint(choice)
         if ep is None:
