@@ -31,6 +31,8 @@ def parse_args(argv=None):
                    help="start a local vLLM server (offline SmolLM2-135M, n-gram draft, k = --vllm-depth) from "
                         ".venv-vllm (bash scripts/vllm-setup); stopped when the app stops")
     p.add_argument("--vllm-depth", type=int, default=4, help="k of the launched vLLM server (default 4)")
+    p.add_argument("--vllm-eager", action="store_true",
+                   help="launch it with --enforce-eager: no compile at start (minutes sooner on a busy CPU, slower)")
     args = p.parse_args(argv)
     if args.vllm_url is None:
         args.vllm_url = [u for u in os.environ.get("SPECVIZ_VLLM_URL", "").split(",") if u.strip()]
@@ -93,7 +95,7 @@ def _vllm_endpoints(args) -> list:
     eps = [Endpoint.from_url(u.strip()) for u in args.vllm_url]
     if args.vllm_launch:
         port = int(os.environ.get("SPECVIZ_VLLM_PORT", "0")) or free_port()
-        eps.append(Endpoint.launch("smollm2-135m-offline", "ngram", args.vllm_depth, port))
+        eps.append(Endpoint.launch("smollm2-135m-offline", "ngram", args.vllm_depth, port, eager=args.vllm_eager))
     return eps
 
 

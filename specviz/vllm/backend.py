@@ -70,9 +70,9 @@ class Endpoint:
         return ep
 
     @classmethod
-    def launch(cls, target: str, draft: str, depth: int, port: int) -> "Endpoint":
+    def launch(cls, target: str, draft: str, depth: int, port: int, eager: bool = False) -> "Endpoint":
         """A server SpecViz starts in the background (~1.5-2.5 min on 2 cores) and stops at exit."""
-        server = VllmServer(LaunchSpec(target, draft, depth, port, served_name=target))
+        server = VllmServer(LaunchSpec(target, draft, depth, port, served_name=target, eager=eager))
         ep = cls(server.url, pair_label(target, "n-gram" if draft == "ngram" else draft, depth),
                  draft, depth, server, target)
         threading.Thread(target=ep._start_server, name=f"specviz-vllm-launch-{port}", daemon=True).start()
