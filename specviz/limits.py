@@ -53,7 +53,7 @@ def whole(value, what: str, lo: int, hi: int) -> int:
         raise LimitError(f"{what} must be a whole number from {lo} to {hi}, not {value!r}")
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise LimitError(f"{what} must be a whole number from {lo} to {hi}, not {brief(value)}") from None
     if not math.isfinite(number) or number != int(number):
         raise LimitError(f"{what} must be a whole number from {lo} to {hi}, not {brief(value)}")
@@ -66,7 +66,7 @@ def between(value, what: str, lo: float, hi: float) -> float:
     """A finite number in [lo, hi]."""
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise LimitError(f"{what} must be a number from {lo:g} to {hi:g}, not {brief(value)}") from None
     if not math.isfinite(number) or not lo <= number <= hi:
         raise LimitError(f"{what} must be a number from {lo:g} to {hi:g}, not {brief(value)}")
@@ -75,6 +75,8 @@ def between(value, what: str, lo: float, hi: float) -> float:
 
 def brief(value, width: int = 40) -> str:
     """A value quoted in a refusal: short, whatever was sent (1e308 stays "1e+308", not 309 digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 1000:
+        return f"a number of about {int(value.bit_length() * 0.30103) + 1} digits"
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
             and abs(value) >= 1e9:
         return f"{value:.3g}"

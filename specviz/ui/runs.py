@@ -26,6 +26,7 @@ from specviz.ui.live import LiveRun
 
 NEAR_TIE = 0.05        # a logit margin below this is within float noise of a tie (fp32 or bf16 kernels)
 REPLAY_MAX_GAP_S = 2.0  # a replay never waits longer than this between two steps
+KEEP_RUNS = 500         # sessions whose last finished Run is kept (lossless check, downloads)
 REPLAY_AT_ONCE = 48     # replays playing at once (each holds a worker thread while it sleeps between steps)
 REPLAY_MAX_S = 90.0     # a replay plays at most this long: a longer recording plays faster (and says so)
 
@@ -73,6 +74,7 @@ class RunStore:
         self._last: dict[str, FinishedRun] = {}
         self._files = TempFiles()
         self._replaying = 0
+        self._uploads = UploadSweeper(float(os.environ.get("SPECVIZ_UPLOAD_KEEP_S", "") or 60.0))
 
     @contextmanager
     def replay_slot(self, lang: str):
@@ -107,9 +109,10 @@ class RunStore:
             f.write(rec.to_json())
         run = FinishedRun(choice, prompt_text, req, result, csv_path, rec_path)
         with self._lock:
-            if len(self._last) > 2000:
-                self._last.clear()
-            self._last[session] = run
+            self._last.pop(session, None)
+            self._last[session] = run            # newest last: the oldest tab's run goes first
+            while len(self._last) > KEEP_RUNS:
+                del self._last[next(iter(self._last))]
         return run
 
     def last(self, session: str) -> FinishedRun | None:
@@ -131,7 +134,7 @@ class RunStore:
         try:
             return recordings.load(path)
         finally:
-            _discard_upload(path)
+            self._uploads.discard_later(path)
 
     def play(self, rec: Recording, app, lang: str, session: str, streamer_cls, pack):
         """Replay a recording through the same views at its recorded pace, labelled with its origin."""
@@ -250,16 +253,46 @@ def replay_speed(rec: Recording) -> float:
     return max(1.0, paced / REPLAY_MAX_S)
 
 
-def _discard_upload(path: str) -> None:
-    """An uploaded file is read once; keep nothing of it (only files in gradio's upload folder)."""
-    from gradio.utils import get_upload_folder
+class UploadSweeper:
+    """Uploaded recordings are deleted once read — a little later, not at once: gradio stores an upload
+    under its content's hash, so thirty students uploading the teacher's file share one path, and the
+    first replay must not delete it under the others. One daemon thread deletes what is due."""
 
-    try:
+    def __init__(self, delay_s: float = 60.0):
+        self.delay_s = delay_s
+        self._lock = threading.Lock()
+        self._due: dict[str, float] = {}
+        self._thread: threading.Thread | None = None
+
+    def discard_later(self, path: str) -> None:
+        from gradio.utils import get_upload_folder
+
         real = os.path.realpath(path)
-        if real.startswith(os.path.realpath(get_upload_folder()) + os.sep):
-            os.remove(real)
-    except OSError:
-        pass
+        if not real.startswith(os.path.realpath(get_upload_folder()) + os.sep):
+            return                      # only files gradio received; never anything else on the disk
+        with self._lock:
+            self._due[real] = time.monotonic() + self.delay_s
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="specviz-uploads", daemon=True)
+                self._thread.start()
+
+    def sweep(self, now: float | None = None) -> int:
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            due = [p for p, t in self._due.items() if t <= now]
+            for p in due:
+                del self._due[p]
+        for p in due:
+            try:
+                os.remove(p)
+            except OSError:
+                pass
+        return len(due)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(min(5.0, self.delay_s))
+            self.sweep()
 
 
 def _upload_path(upload) -> str | None:

@@ -33,6 +33,7 @@ from specviz.ui.live import LiveRuns
 
 log = logging.getLogger("specviz")
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
+MAX_TYPED_PAIRS = 4        # pairs typed by visitors (SPECVIZ_ALLOW_CUSTOM) that one server loads
 
 
 class SpecVizApp:
@@ -95,11 +96,22 @@ class SpecVizApp:
         if self.allow_custom:
             parts = re.split(r"\s*(?:→|->)\s*", str(label or "").strip())
             if len(parts) == 2 and all(parts):
-                return PairChoice(f"{parts[0]} → {parts[1]}", parts[1], parts[0], "Custom pair.")
+                return self._typed(PairChoice(f"{parts[0]} → {parts[1]}", parts[1], parts[0], "Custom pair."))
             raise gr.Error('Type a custom pair as "DRAFT → TARGET" (or DRAFT -> TARGET), e.g. '
                            '"ngram -> HuggingFaceTB/SmolLM2-360M-Instruct".')
         shown = str(label)[:60]
         raise gr.Error(f"Unknown model pair: {shown!r}. Pick one from the list.")
+
+    def _typed(self, choice: PairChoice) -> PairChoice:
+        """A typed pair, unless this server already holds MAX_TYPED_PAIRS of them: each loaded pair keeps
+        its engine (and maybe weights) in memory for good, so a class typing pairs must not grow it."""
+        offered = {(c.target, c.draft) for c in self.choices}
+        loaded = getattr(self.pairs, "loaded_keys", lambda: [])()
+        typed = [k for k in loaded if k not in offered]
+        if (choice.target, choice.draft) not in loaded and len(typed) >= MAX_TYPED_PAIRS:
+            raise gr.Error(f"This server already holds {len(typed)} typed pairs, its limit; pick a pair from "
+                           "the list or one typed before.")
+        return choice
 
     def load(self, choice: PairChoice):
         """The pair's models, loading them if needed; a failure leaves the pairs already loaded serving.
@@ -158,7 +170,9 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
     What-if tabs. URL parameters restore a state (deep links): tab, chapter, pair, prompt, batch, depth,
     policy, lang."""
     app.tr = tr = Translations()
-    with gr.Blocks(title="SpecViz — speculative decoding, measured") as blocks:
+    # uploads and download copies in gradio's cache older than an hour go every half hour (a class's
+    # server runs for days; a student downloads a file right after a Run)
+    with gr.Blocks(title="SpecViz — speculative decoding, measured", delete_cache=(1800, 3600)) as blocks:
         with gr.Row(elem_id="sv-header"):
             tr.add(gr.Markdown("# SpecViz", elem_id="sv-title"),
                    lambda lang: gr.update(value=f"# {lessons.text(lang, 'app.title')}\n"
