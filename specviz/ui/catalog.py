@@ -22,6 +22,7 @@ class PairChoice:
     target: str
     draft: str
     note: str = ""
+    engine: str = "specviz"        # "vllm": served by a vLLM server (specviz.ui.vllm_runner)
 
 
 NGRAM_NOTE = ("The n-gram draft copies what followed the same words earlier in the text: free to run, and "

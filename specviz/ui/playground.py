@@ -176,7 +176,7 @@ class Playground:
         if app.runs.stopped_early(session):
             app.runs.end(session)
             yield pack(status=t(lang, "playground.status_stopped", tokens=0),
-                       result={"done": True, "stopped": True, "stopped_before_start": True, "prompt_ids": [],
+                       result={"done": True, "engine": choice.engine, "stopped": True, "stopped_before_start": True, "prompt_ids": [],
                                "outputs": [], **RunTotals().as_dict()})
             return
         req = runner.RunRequest(choice.target, choice.draft, tuple(map(tuple, prompts)), args.depth, args.batch,
@@ -188,10 +188,11 @@ class Playground:
         outs = packet.outputs or {}
         prompt_rows = [prompts[i % len(prompts)] for i in sorted(outs)]
         plain = None
-        if not packet.stopped and not packet.error and packet.totals.drafted:
+        engine = choice.engine
+        if not packet.stopped and not packet.error and packet.totals.drafted and engine == "specviz":
             yield pack(status=t(lang, "playground.baseline_pending"))
             plain = self._baseline(req, choice, knobs.max_batch)
-        result = {"done": True, "stopped": packet.stopped, "prompt_ids": prompt_rows,
+        result = {"done": True, "engine": engine, "stopped": packet.stopped, "prompt_ids": prompt_rows,
                   "outputs": [outs[i] for i in sorted(outs)], "worker_pid": packet.worker_pid, "error": packet.error,
                   "plain_tokens_per_s": plain,
                   "speedup_vs_plain": packet.totals.tokens_per_s / plain if plain else None,

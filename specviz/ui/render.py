@@ -49,8 +49,9 @@ class RowView:
         title = (f"step {step + 1}: kept {rs.accepted} of {len(rs.drafted)} drafts" if rs.drafted
                  else f"step {step + 1}: plain decoding")
         if pieces is None:
-            pieces = [piece_texts(decode, self.ids, ok), piece_texts(decode, self.ids + ok, bad),
-                      piece_texts(decode, self.ids + ok, own)]
+            # a negative id is a rejected draft counted but not returned (vLLM): a mark, never invented text
+            bad_txt = (["✗"] * len(bad) if any(t < 0 for t in bad) else piece_texts(decode, self.ids + ok, bad))
+            pieces = [piece_texts(decode, self.ids, ok), bad_txt, piece_texts(decode, self.ids + ok, own)]
         ok_txt, bad_txt, own_txt = pieces
         if self.parts:
             self.parts.append('<i class="step-sep"></i>')

@@ -39,7 +39,7 @@ MAX_TYPED_PAIRS = 4        # pairs typed by visitors (SPECVIZ_ALLOW_CUSTOM) that
 class SpecVizApp:
     def __init__(self, target: str | None = None, draft: str | None = None, device: str | None = None,
                  preload: bool = True, calibrate_peaks: bool = True, allow_custom: bool = False,
-                 limits: Limits | None = None):
+                 limits: Limits | None = None, vllm: list | None = None):
         self.choices = available_choices(target, draft)
         self.allow_custom = allow_custom
         self.limits = limits or limits_from_env()
@@ -63,6 +63,11 @@ class SpecVizApp:
             self.pairs = PairCache(device, exclusive=self.gate.exclusive)
             self.runner = runner.LocalRunner(self.pairs, self.limits, self.gate)
             self.sampler = Sampler().start()
+        if vllm:                        # vLLM servers (specviz.vllm.backend.Endpoint), after our own pairs
+            from specviz.ui.vllm_runner import VllmRouter, vllm_choices
+
+            self.choices = self.choices + vllm_choices(vllm)
+            self.runner = VllmRouter(self.runner, vllm)
         self.offline = hub_is_offline()
         self.startup_note = self.startup_md("en")
         if preload:
@@ -109,7 +114,11 @@ class SpecVizApp:
         return choice
 
     def load(self, choice: PairChoice):
-        """The pair's models, loading them if needed; a failure leaves the pairs already loaded serving."""
+        """The pair's models, loading them if needed; a failure leaves the pairs already loaded serving.
+        A vLLM pair loads our copy of the served model (its tokenizer, the lossless check) once its
+        server is known to serve it; otherwise the sentence says why (starting, stopped, unreachable)."""
+        if choice.engine == "vllm":
+            self.runner.ready(choice)
         try:
             return self.pairs.get(choice)
         except ModelError as exc:
