@@ -13,6 +13,7 @@ import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specviz.lessons import Said
 from specviz.request import RowStep, RunTotals, StepEvent
 
 RECORDINGS_DIR = Path(__file__).resolve().parents[1] / "assets" / "recordings"
@@ -57,7 +58,7 @@ def from_json(text: str) -> Recording:
     try:
         data = json.loads(text)
         if data.get("format") != FORMAT:
-            raise RecordingError("this file is not a SpecViz recording")
+            raise RecordingError(Said("errors.not_recording"))
         steps = [(float(t), _event(ev), {int(r): list(p) for r, p in pieces.items()})
                  for t, ev, pieces in data["steps"]]
         return Recording(str(data["device"]), str(data["date"]), str(data["pair"]), str(data["prompt"]),
@@ -67,7 +68,7 @@ def from_json(text: str) -> Recording:
     except RecordingError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise RecordingError(f"this recording cannot be read ({type(exc).__name__})") from None
+        raise RecordingError(Said("errors.recording_unreadable", kind=type(exc).__name__)) from None
 
 
 def _event(d: dict) -> StepEvent:
@@ -80,7 +81,7 @@ def load(path: str | Path) -> Recording:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
-        raise RecordingError("this recording file cannot be opened") from None
+        raise RecordingError(Said("errors.recording_unopenable")) from None
     return from_json(text)
 
 

@@ -17,6 +17,7 @@ import gradio as gr
 from specviz import lessons, recordings
 from specviz.hardware import device_name
 from specviz.recordings import Recording, RecordingError
+from specviz.ui.errors import error
 from specviz.ui.i18n import t
 from specviz.ui.live import LiveRun
 
@@ -86,20 +87,20 @@ class RunStore:
     def shipped_titles(self) -> list[str]:
         return list(recordings.shipped())
 
-    def open_recording(self, title, upload) -> Recording:
+    def open_recording(self, title, upload, lang: str = lessons.DEFAULT_LANG) -> Recording:
         path = _upload_path(upload)
         if path is None:
             path = recordings.shipped().get(title)
         if path is None:
-            raise gr.Error("Pick a recorded run from the list, or upload a recording file.")
+            raise error(lang, "errors.pick_recording")
         try:
             return recordings.load(path)
         except RecordingError as exc:
-            raise gr.Error(str(exc)) from None
+            raise gr.Error(lessons.say(lang, exc)) from None
 
     def play(self, rec: Recording, app, lang: str, session: str, streamer_cls, pack):
         """Replay a recording through the same views at its recorded pace, labelled with its origin."""
-        live = LiveRun(_NoControl(), rec.pair, None, None, shared=False)
+        live = LiveRun(_NoControl(), rec.pair, None, None, shared=False, lang=lang)
         live.worker_source = "recording"
         streamer = streamer_cls(app, live, _NoTokenizer(), session, lang)
         status = t(lang, "playground.status_replay", device=rec.device, date=rec.date[:16].replace("T", " "),
@@ -128,8 +129,8 @@ class RunStore:
         if run.req.temperature > 0:
             return lessons.text(lang, "app.lossless_needs_greedy")
         if app.runner.zero_gpu:
-            return "The lossless check runs where the app owns its device; on ZeroGPU, run the CLI's bench-hf instead."
-        pair = app.load(run.choice)
+            return lessons.say(lang, lessons.Said("errors.lossless_zerogpu"))
+        pair = app.load(run.choice, lang)
         prompt, ours = list(run.result["prompt_ids"][0]), list(run.result["outputs"][0])
         ref = target_alone(pair, prompt, len(ours))
         for pos, (a, b) in enumerate(zip(ours, ref)):
@@ -142,7 +143,7 @@ class RunStore:
     def _difference(self, pair, prompt, ours, ref, pos, lang) -> str:
         margin = logit_margin(pair, prompt + ours[:pos])
         dec = pair.tokenizer.decode
-        msg = t(lang, "app.lossless_differs", pos=pos + 1, target_tok=dec([ref[pos]]) if ref[pos] >= 0 else "(end)",
+        msg = t(lang, "app.lossless_differs", pos=pos + 1, target_tok=dec([ref[pos]]) if ref[pos] >= 0 else lessons.text(lang, "app.end_of_text"),
                 ours_tok=dec([ours[pos]]), margin=f"{margin:.2g}")
         if margin < NEAR_TIE:
             msg += " " + lessons.text(lang, "app.lossless_near_tie")
