@@ -138,14 +138,19 @@ def isolates_off(value: str) -> str:
 
 
 def text(lang: str, key: str, /, **values) -> str:
-    """Lesson text for `key` in `lang`, with `{placeholders}` filled from `values`."""
-    return fill(template(lang, key), values)
+    """Lesson text for `key` in `lang`, with `{placeholders}` filled from `values` (a `Said` or `Key` value
+    is shown in `lang` too)."""
+    return fill(template(lang, key), _said_in(lang, values))
 
 
 def text_bidi(lang: str, key: str, /, **values) -> str:
     """Like `text`, but every filled-in value is wrapped in LRI…PDI so numbers, code and tokens stay
     left-to-right inside right-to-left sentences (harmless in English). Persian values stay as they are."""
-    return fill(template(lang, key), values, wrap=isolate_ltr)
+    return fill(template(lang, key), _said_in(lang, values), wrap=isolate_ltr)
+
+
+def _said_in(lang: str, values: dict) -> dict:
+    return {k: (say(lang, v) if isinstance(v, (Key, Said)) else v) for k, v in values.items()}
 
 
 def chart_fill(template_text: str, values: dict) -> str:
@@ -181,7 +186,7 @@ def _said(key: str, values: dict) -> Said:
 
 
 def _render(lang: str, key: str, values: dict) -> str:
-    plain = {k: (say(lang, v) if isinstance(v, (Key, Said)) else v) for k, v in values.items()}
+    plain = _said_in(lang, values)
     if lang in RTL_LANGS:
         return fill(template(lang, key), plain, wrap=isolate_ltr)
     return fill(template(lang, key), plain)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from specviz.fastpath import check_compile
-from specviz.lessons import Key, Said, isolate_rtl, say
+from specviz.lessons import Key, Said, direction, isolate_ltr, isolate_rtl, say
 from specviz.models import HUB_PRESETS, OFFLINE_ALIAS, ModelError, load_tokenizer
 from specviz.pipeline import Pair, load_pair
 from specviz.warmup import WarmResult, warm
@@ -28,7 +28,10 @@ class PairChoice:
 def pair_options(choices, lang: str) -> list[tuple[str, str]]:
     """(shown, value) for a pair dropdown: the label in the reader's language, the English label as value.
     A Persian label is isolated right-to-left: the dropdown's box lays its text out left-to-right."""
-    return [(isolate_rtl(say(lang, c.label)), str(c.label)) for c in choices]
+    if direction(lang) != "rtl":
+        return [(say(lang, c.label), str(c.label)) for c in choices]
+    # a Persian label right-to-left; a label that is only names and paths ("ngram → /models/x") left-to-right
+    return [(isolate_ltr(isolate_rtl(say(lang, c.label))), str(c.label)) for c in choices]
 
 
 OFFLINE_MODEL = "SmolLM2-135M (offline)"

@@ -134,9 +134,10 @@ def build(app) -> tuple[Lesson, gr.Radio, gr.Dropdown]:
     tr = app.tr
     labels = app.pair_options("en")
     with gr.Row():
+        # the label is not shown, but screen readers say it (gradio would say "Radio")
         chapter = tr.add(gr.Radio(chapter_choices("en"), value=lessons.CHAPTERS[0], elem_id="chapter",
-                                  show_label=False),
-                         lambda lang: gr.update(choices=chapter_choices(lang)))
+                                  show_label=False, label=lessons.text("en", "app.chapters")),
+                         lambda lang: gr.update(choices=chapter_choices(lang), label=lessons.text(lang, "app.chapters")))
     pair = tr.add(gr.Dropdown(labels, value=labels[0][1], elem_id="lesson-pair"),
                   lambda lang: gr.update(label=lessons.text(lang, "app.label_pair"), choices=app.pair_options(lang)))
     panels = []
