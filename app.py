@@ -79,6 +79,9 @@ def main(argv=None) -> None:
     # every pair the app loads (specviz.ui.catalog.PairCache) reads the forward path from here
     os.environ["SPECVIZ_COMPILE"] = args.compile
     _exit_cleanly_on_sigterm()
+    from specviz.heap import limit_arenas
+
+    limit_arenas()       # a classroom runs handlers on many threads: not one malloc arena each
     if os.environ.get("SPACES_ZERO_GPU"):
         try:
             import spaces  # noqa: F401  (ZeroGPU: must be imported before anything initialises CUDA)

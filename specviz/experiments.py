@@ -42,6 +42,7 @@ from specviz.profiles import PUBLISHED_LABEL, load_published
 from specviz.request import Knobs, RunTotals, StepEvent
 from specviz.roofline import (best_depths, crossover_from_rows, expected_tokens_per_pass, latency_curve,
                               predicted_knee, walltime_improvement)
+from specviz.torchmode import inference_steps
 
 Result = dict[str, Any]
 
@@ -252,6 +253,7 @@ def _lane_summary(run: TimedRun) -> dict:
             "draft_s": t.draft_s, "verify_s": t.verify_s, "tokens_per_s": run.tokens_per_s}
 
 
+@inference_steps
 def run_race(pair, prompt_ids: list[int], depth: int = 4, max_new: int = 48,
              policy: Policy | str | None = None) -> Iterator[Result]:
     """Plain decoding (k = 0), then speculative decoding (k = depth) of the same prompt, greedy, one after
@@ -294,6 +296,7 @@ def race_values(plain: TimedRun, spec: TimedRun) -> dict:
 
 # --- chapter: the knee -----------------------------------------------------------------------------------
 
+@inference_steps
 def run_knee(pair, peaks: Peaks | None, context: int = 256, repeats: int = 3,
              cap: int | None = None) -> Iterator[Result]:
     """Latency of one target pass against tokens per pass (hardware.knee_steps: log-spaced up to 128 on
@@ -365,6 +368,7 @@ def _pass_seconds(model, cache, device, rows: int, tokens: int, context: int, vo
     return statistics.median(times)
 
 
+@inference_steps
 def run_breadth_depth(pair, context: int = 256, ns: Iterable[int] = (1, 2, 4, 8, 16, 32, 64),
                       repeats: int = 3) -> Iterator[Result]:
     """At each tokens per pass n: one target pass of n rows × 1 token (breadth: every row has its own
@@ -379,19 +383,18 @@ def run_breadth_depth(pair, context: int = 256, ns: Iterable[int] = (1, 2, 4, 8,
     settings = _settings(pair, context=context, ns=ns, repeats=repeats)
     yield _snapshot("breadth_depth", pair, settings, 0.0, [], breakpoint=None)
     rows: list[dict] = []
-    with torch.inference_mode():
-        one = DynamicCache()
-        model(input_ids=torch.randint(0, vocab, (1, context), device=device), past_key_values=one,
-              use_cache=True, logits_to_keep=1)
-        for i, n in enumerate(ns):
-            depth_s = _pass_seconds(model, one, device, 1, n, context, vocab, repeats)
-            wide = copy.deepcopy(one)
-            wide.batch_repeat_interleave(n)            # n rows with the same context, n caches to read
-            breadth_s = _pass_seconds(model, wide, device, n, 1, context, vocab, repeats)
-            del wide
-            rows.append({"tokens_per_pass": n, "breadth_ms": 1000 * breadth_s, "depth_ms": 1000 * depth_s,
-                         "breadth_over_depth": breadth_s / depth_s if depth_s > 0 else None})
-            yield _snapshot("breadth_depth", pair, settings, (i + 1) / len(ns), rows, breakpoint=None)
+    one = DynamicCache()
+    model(input_ids=torch.randint(0, vocab, (1, context), device=device), past_key_values=one,
+          use_cache=True, logits_to_keep=1)
+    for i, n in enumerate(ns):
+        depth_s = _pass_seconds(model, one, device, 1, n, context, vocab, repeats)
+        wide = copy.deepcopy(one)
+        wide.batch_repeat_interleave(n)            # n rows with the same context, n caches to read
+        breadth_s = _pass_seconds(model, wide, device, n, 1, context, vocab, repeats)
+        del wide
+        rows.append({"tokens_per_pass": n, "breadth_ms": 1000 * breadth_s, "depth_ms": 1000 * depth_s,
+                     "breadth_over_depth": breadth_s / depth_s if depth_s > 0 else None})
+        yield _snapshot("breadth_depth", pair, settings, (i + 1) / len(ns), rows, breakpoint=None)
     values, key = breadth_depth_values(rows)
     yield _final(_snapshot("breadth_depth", pair, settings, 1.0, rows,
                            breakpoint=values["n"] if key == "conclusion_stops" else None), values, key, [key])
@@ -469,6 +472,7 @@ def ledger_of(run: TimedRun) -> FlopsLedger:
     return led
 
 
+@inference_steps
 def run_ledger(pair, prompt_ids: list[int], depth: int = 4, max_new: int = 48) -> Iterator[Result]:
     """One speculative run (k = depth) with its FLOPs ledger, wall-time parts and acceptance by draft
     position; a plain run (k = 0) of the same prompt for the measured speed-up; Leviathan's theory from
@@ -557,6 +561,7 @@ def published_points() -> list[dict]:
     return out
 
 
+@inference_steps
 def run_sweep(pair, prompt_ids: list[int], batches: Iterable[int] = (1, 2, 4, 8, 16, 32),
               depths: Iterable[int] = (0, 1, 2, 4), max_new: int = 24) -> Iterator[Result]:
     """Every (batch B, depth k) cell: B rows of the prompt, greedy, end-to-end tokens/s, speed-up over
@@ -602,6 +607,7 @@ def _best(rows: list[dict]) -> list[dict]:
 
 # --- chapter: policies -----------------------------------------------------------------------------------
 
+@inference_steps
 def run_policies(pair, prompt_ids_pool: list[list[int]], batches: Iterable[int] = (1, 4, 12), depth: int = 4,
                  max_new: int = 16, policies: Iterable[str] = POLICY_NAMES) -> Iterator[Result]:
     """At each batch size: plain decoding (the baseline), then every policy at the requested depth with

@@ -39,7 +39,8 @@ class Limits:
     max_rows_per_user: int = 64        # rows one request (one student's batch-size slider) may open
     max_shared_rows: int = 64          # rows in the shared batch, all users together
     max_depth: int = MAX_DEPTH
-    max_new_tokens: int = 4096
+    min_new_tokens: int = 1
+    max_new_tokens: int = 512         # the playground's slider, the API and the CLI: one range everywhere
     max_prompt_tokens: int = 4096      # after the chat template
     max_prompt_chars: int = 20_000     # checked before tokenizing: a huge paste is refused at once
     max_temperature: float = 2.0
@@ -53,8 +54,9 @@ def limits_from_env(base: Limits = Limits()) -> Limits:
         return int(raw) if raw.isdigit() and int(raw) > 0 else default
     per_user = env_int("SPECVIZ_MAX_ROWS_PER_USER", 16)
     shared = env_int("SPECVIZ_MAX_SHARED_ROWS", base.max_shared_rows)
-    return Limits(min(per_user, shared), shared, base.max_depth, base.max_new_tokens, base.max_prompt_tokens,
-                  base.max_prompt_chars, base.max_temperature, env_int("SPECVIZ_MAX_QUEUE", base.max_queue))
+    return Limits(min(per_user, shared), shared, base.max_depth, base.min_new_tokens, base.max_new_tokens,
+                  base.max_prompt_tokens, base.max_prompt_chars, base.max_temperature,
+                  env_int("SPECVIZ_MAX_QUEUE", base.max_queue))
 
 
 def whole(value, what: str, lo: int, hi: int) -> int:
@@ -63,12 +65,12 @@ def whole(value, what: str, lo: int, hi: int) -> int:
         raise LimitError(Said("errors.not_whole", what=_what(what), lo=lo, hi=hi, value=repr(value)))
     try:
         number = float(value)
-    except (TypeError, ValueError):
-        raise LimitError(Said("errors.not_whole", what=_what(what), lo=lo, hi=hi, value=_show(value))) from None
+    except (TypeError, ValueError, OverflowError):
+        raise LimitError(Said("errors.not_whole", what=_what(what), lo=lo, hi=hi, value=brief(value))) from None
     if not math.isfinite(number) or number != int(number):
-        raise LimitError(Said("errors.not_whole", what=_what(what), lo=lo, hi=hi, value=_show(value)))
+        raise LimitError(Said("errors.not_whole", what=_what(what), lo=lo, hi=hi, value=brief(value)))
     if not lo <= number <= hi:
-        raise LimitError(Said("errors.out_of_range", what=_what(what), lo=lo, hi=hi, number=int(number)))
+        raise LimitError(Said("errors.out_of_range", what=_what(what), lo=lo, hi=hi, number=brief(value)))
     return int(number)
 
 
@@ -76,16 +78,25 @@ def between(value, what: str, lo: float, hi: float) -> float:
     """A finite number in [lo, hi]."""
     try:
         number = float(value)
-    except (TypeError, ValueError):
-        raise LimitError(Said("errors.not_number", what=_what(what), lo=lo, hi=hi, value=_show(value))) from None
+    except (TypeError, ValueError, OverflowError):
+        raise LimitError(Said("errors.not_number", what=_what(what), lo=lo, hi=hi, value=brief(value))) from None
     if not math.isfinite(number) or not lo <= number <= hi:
-        raise LimitError(Said("errors.not_number", what=_what(what), lo=lo, hi=hi, value=_show(value)))
+        raise LimitError(Said("errors.not_number", what=_what(what), lo=lo, hi=hi, value=brief(value)))
     return number
 
 
-def _show(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "…"
+def brief(value, width: int = 40) -> str:
+    """A value quoted in a refusal: short, whatever was sent (1e308 stays "1e+308", not 309 digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 1000:
+        return f"a number of about {int(value.bit_length() * 0.30103) + 1} digits"
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+            and abs(value) >= 1e9:
+        return f"{value:.3g}"
+    try:
+        text = repr(value)
+    except RecursionError:
+        text = f"a deeply nested {type(value).__name__}"
+    return text if len(text) <= width else text[:width - 3] + "…"
 
 
 def check_prompt_text(text, limits: Limits = Limits()) -> str:
@@ -121,4 +132,4 @@ def check_request(batch, depth, temperature, max_new, limits: Limits = Limits())
     return RunArgs(whole(batch, "batch size (rows)", 1, limits.max_rows_per_user),
                    whole(depth, "speculation depth", 0, limits.max_depth),
                    between(temperature, "temperature", 0.0, limits.max_temperature),
-                   whole(max_new, "max new tokens", 1, limits.max_new_tokens))
+                   whole(max_new, "max new tokens", limits.min_new_tokens, limits.max_new_tokens))

@@ -215,7 +215,9 @@ def load_model(ref: str, device: str | None = None) -> LoadedModel:
         raise _load_error(ref, exc) from exc
     model.to(dev)
     model.eval()
-    torch.set_grad_enabled(False)
+    # no autograd graph on any thread: grad mode is thread-local, so switching it off here would only
+    # cover the loading thread, while gradio runs handlers on many
+    model.requires_grad_(False)
     return LoadedModel(ref=ref, model=model, tokenizer=tok, device=dev, dtype=dtype)
 
 
@@ -240,7 +242,9 @@ def random_model(ref: str, dev, dtype) -> LoadedModel:
     with torch.device(dev):
         model = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation="sdpa")
     model.eval()
-    torch.set_grad_enabled(False)
+    # no autograd graph on any thread: grad mode is thread-local, so switching it off here would only
+    # cover the loading thread, while gradio runs handlers on many
+    model.requires_grad_(False)
     return LoadedModel(ref=ref, model=model, tokenizer=None, device=dev, dtype=dtype)
 
 

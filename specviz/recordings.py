@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specviz.lessons import Said
+from specviz import recording_check as check
+from specviz.recording_check import LIMITS
 from specviz.request import RowStep, RunTotals, StepEvent
 
 RECORDINGS_DIR = Path(__file__).resolve().parents[1] / "assets" / "recordings"
@@ -55,20 +57,27 @@ class RecordingError(ValueError):
 
 
 def from_json(text: str) -> Recording:
+    """A recording from its JSON text, every field checked first (specviz.recording_check)."""
+    if len(text) > LIMITS.max_bytes:
+        raise RecordingError(too_big(len(text.encode("utf-8", "surrogatepass"))))
     try:
         data = json.loads(text)
-        if data.get("format") != FORMAT:
-            raise RecordingError(Said("errors.not_recording"))
-        steps = [(float(t), _event(ev), {int(r): list(p) for r, p in pieces.items()})
-                 for t, ev, pieces in data["steps"]]
-        return Recording(str(data["device"]), str(data["date"]), str(data["pair"]), str(data["prompt"]),
-                         dict(data["settings"]), steps, list(data.get("samples", [])),
-                         RunTotals(**data["totals"]), {int(k): v for k, v in data["outputs"].items()},
-                         list(data.get("prompt_ids", [])), dict(data.get("versions", {})))
-    except RecordingError:
-        raise
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise RecordingError(Said("errors.recording_unreadable", kind=type(exc).__name__)) from None
+    except RecursionError:
+        raise RecordingError("this recording cannot be read: it is nested far too deeply") from None
+    except ValueError as exc:
+        raise RecordingError(f"this recording is not valid JSON ({str(exc)[:80]})") from None
+    try:
+        d = check.check(data, FORMAT)
+    except check.Bad as exc:
+        raise RecordingError(f"this recording cannot be replayed: {exc}") from None
+    steps = [(t, _event(ev), pieces) for t, ev, pieces in d["steps"]]
+    return Recording(d["device"], d["date"], d["pair"], d["prompt"], d["settings"], steps, d["samples"],
+                     RunTotals(**d["totals"]), d["outputs"], d["prompt_ids"], d["versions"])
+
+
+def too_big(size: int) -> str:
+    return (f"this recording is {size / 1e6:.1f} MB; at most {LIMITS.max_bytes / 1e6:.0f} MB can be replayed "
+            "here (a long Run at batch 16 records about 1 MB)")
 
 
 def _event(d: dict) -> StepEvent:
@@ -78,10 +87,14 @@ def _event(d: dict) -> StepEvent:
 
 
 def load(path: str | Path) -> Recording:
+    """Read a recording file; its size is checked before a byte is read."""
     try:
+        size = Path(path).stat().st_size
+        if size > LIMITS.max_bytes:
+            raise RecordingError(too_big(size))
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
-        raise RecordingError(Said("errors.recording_unopenable")) from None
+        raise RecordingError("this recording file cannot be opened (it must be a UTF-8 JSON file)") from None
     return from_json(text)
 
 

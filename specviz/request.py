@@ -207,7 +207,7 @@ class Request:
                  seed: int = 0, refill: bool = False, device=None):
         if not prompts or any(len(p) == 0 for p in prompts):
             raise LimitError(Said("errors.prompt_needs_token"))
-        self.max_new = whole(max_new_tokens, "max new tokens", 1, Limits().max_new_tokens)
+        self.max_new = whole(max_new_tokens, "max new tokens", Limits().min_new_tokens, Limits().max_new_tokens)
         self.temperature = between(temperature, "temperature", 0.0, 10.0)
         self.id = next(_request_ids)
         self.prompts = [list(p) for p in prompts]

@@ -35,6 +35,7 @@ import torch
 
 from specviz.engine import SpeculativeEngine
 from specviz.lessons import Key, Said
+from specviz.heap import trim_heap
 from specviz.limits import LimitError, Limits
 from specviz.request import Request, RunTotals, StepEvent
 from specviz.roofline import ModelSpec
@@ -237,6 +238,7 @@ class Scheduler:
         self._step_s = 0.1                        # recent step time, for "try again in about N s"
         self._swap: Callable[[], SpeculativeEngine] | None = None   # a new forward path, taken between steps
         self.engine: SpeculativeEngine | None = None
+        self._used = False                        # steps ran since the caches were last given back
 
     # --- called from consumer threads ----------------------------------------------------------------
     def submit(self, request: Request) -> Ticket:
@@ -299,16 +301,26 @@ class Scheduler:
                 self._reap()
                 self._admit(pending)
                 if not self.engine.requests:
+                    if not pending and self._used:
+                        self._release_memory()
                     with self._cond:
                         self._cond.wait(0.05)    # only queued requests that cannot start yet
                     continue
                 with self.gate.step():
                     self._step_once()
+                self._used = True
             except Exception as exc:          # never let the loop die: end what runs, keep serving
                 log.exception("scheduler loop failed")
                 self._fail_all(unexpected(type(exc).__name__))
         for t in list(self._active.values()) + self._pending:
             t.put(Update(final=True, stopped=True, error=Said("errors.shut_down")))
+
+    def _release_memory(self) -> None:
+        """The class went quiet: give back the KV caches the last batch grew (a 16 × 512 batch of the
+        135M model holds ~450 MB of them), and the freed heap to the system."""
+        self.engine.drop_caches()
+        self._used = False
+        trim_heap()
 
     def _take_swap(self) -> None:
         with self._cond:
@@ -410,7 +422,7 @@ class Scheduler:
         for req in list(eng.requests):
             if req.id in culprits:
                 s = req.knobs.snapshot()
-                req.error = Said("errors.out_of_memory", rows=s.batch_size, depth=s.depth)
+                req.error = Said("errors.step_out_of_memory", rows=s.batch_size, depth=s.depth)
                 eng.remove(req, "error")
         _free_cached_memory()
         self._finish_done()

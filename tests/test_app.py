@@ -56,7 +56,7 @@ def test_bad_input_is_a_message_not_a_crash(app_url):
         c.predict("   ", _pair_label(c), 1, 4, "fixed", 8, 0, 16, api_name="/generate")
     with pytest.raises(AppError, match="out of range"):
         c.predict("hi", _pair_label(c), 99, 4, "fixed", 8, 0, 16, api_name="/generate")
-    with pytest.raises(AppError, match="Unknown model pair|not in the list of choices"):
+    with pytest.raises(AppError, match="Unknown model pair|not in the list of choices|one of the listed choices"):
         c.predict("hi", "no such pair", 1, 4, "fixed", 8, 0, 16, api_name="/generate")
     # the app still works afterwards
     out = c.predict("the quick", _pair_label(c), 1, 2, "fixed", 8, 0, 8, api_name="/generate")
@@ -177,7 +177,7 @@ def test_whatif_endpoints(app_url):
     md, lat, cross = c.predict("H100 SXM", "Qwen3.5-27B (article)", "Qwen2.5-0.5B", 0.8, 1024, 0,
                                api_name="/whatif")
     assert "Estimates" in md and "H100 SXM" in md and "| 1 |" in md
-    with pytest.raises(AppError, match="Unknown GPU|not in the list of choices"):
+    with pytest.raises(AppError, match="Unknown GPU|not in the list of choices|one of the listed choices"):
         c.predict("no-gpu", "Qwen2.5-7B", "Qwen2.5-0.5B", 0.8, 1024, 0, api_name="/whatif")
     # this machine's calibrated peaks (the app calibrates at start; give it a moment)
     import time

@@ -95,7 +95,7 @@ def test_conclusion_templates_carry_their_numbers(tables):
         "app.lossless_differs": {"pos", "target_tok", "ours_tok", "margin"},
         "errors.prompt_too_long": {"tokens", "limit"},
         "errors.busy": {"seconds"},
-        "errors.out_of_memory": {"rows", "depth"},
+        "errors.step_out_of_memory": {"rows", "depth"},
     }
     for key, names in expect.items():
         assert names <= {name for name, _, _ in fields(en[key])}, key

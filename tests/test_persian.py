@@ -122,7 +122,7 @@ def test_scheduler_sentences_speak_persian():
     from specviz.lessons import Key, Said
     from specviz.scheduler import unexpected
 
-    for msg in (Said("errors.busy", seconds=12.4), Said("errors.out_of_memory", rows=8, depth=4),
+    for msg in (Said("errors.busy", seconds=12.4), Said("errors.step_out_of_memory", rows=8, depth=4),
                 unexpected("RuntimeError"), unexpected(Key("errors.kind_scheduler_stopped")),
                 Said("errors.shutting_down")):
         persian = lessons.say("fa", msg)

@@ -117,6 +117,10 @@ class PairCache:
     def loaded(self, choice: PairChoice) -> bool:
         return (choice.target, choice.draft) in self._pairs
 
+    def loaded_keys(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return list(self._pairs)
+
     def get(self, choice: PairChoice) -> Pair:
         key = (choice.target, choice.draft)
         with self._lock:

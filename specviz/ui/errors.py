@@ -1,21 +1,35 @@
 """How errors reach a student: a sentence in the page, never a traceback or a bare "the upstream app
-raised an exception". Human errors (bad input, a model that will not load, a limit) pass through as
-they are, in the student's language (`lang`: their sentences are `lessons.Said`, English by default);
-anything unexpected becomes a sentence, and the traceback goes to the server log."""
+raised an exception".
+
+One boundary (`guard_blocks`) wraps every event handler of the page and gradio's own input check:
+- refusals (bad input, a limit, a model that will not load, a recording that is not one) become a
+  `gr.Error` with their sentence, and the log keeps one line per refusal;
+- anything unexpected becomes a sentence in the user's language, and the log keeps its traceback;
+- values gradio itself cannot read (a word where a number goes, a list where text goes) are refused
+  before our code runs, naming the parameter, with the value quoted briefly.
+Handlers may still raise `gr.Error` or the human errors themselves; the boundary only makes sure nothing
+else gets through.
+"""
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 from contextlib import contextmanager
+from typing import Callable
 
 import gradio as gr
 
 from specviz import lessons
-from specviz.limits import LimitError
+from specviz.limits import LimitError, brief
 from specviz.models import ModelError
 from specviz.policies import PolicyError
 from specviz.recordings import RecordingError
 
 log = logging.getLogger("specviz.app")
+HUMAN = (ModelError, LimitError, PolicyError, RecordingError)
+UNEXPECTED = ("Something went wrong on the server ({kind}). The details are in the server log; "
+              "please try again.")
 
 
 def human(lang: str, message) -> str:
@@ -24,8 +38,29 @@ def human(lang: str, message) -> str:
 
 
 def error(lang: str, key: str, /, **values) -> gr.Error:
-    """A gradio message for a lesson key (`errors.*`), in `lang`."""
-    return gr.Error(lessons.say(lang, lessons.Said(key, **values)))
+    """A refusal for a lesson key (`errors.*`), in `lang`."""
+    return refusal(lessons.say(lang, lessons.Said(key, **values)))
+
+
+def refusal(message: str, where: str = "") -> gr.Error:
+    """A refusal: shown as it is, one line in the log (gradio would print a whole traceback)."""
+    log.info("refused%s: %s", f" {where}" if where else "", message[:300].replace("\n", " "))
+    return gr.Error(message, print_exception=False)
+
+
+def as_error(exc: Exception, lang: str = lessons.DEFAULT_LANG, where: str = "") -> gr.Error:
+    """Any exception as the error a user sees."""
+    if isinstance(exc, gr.Error):
+        return exc if not exc.print_exception else refusal(exc.message, where)   # not logged twice
+    if isinstance(exc, HUMAN):
+        return refusal(human(lang, exc), where)        # its sentence in the reader's language
+    if isinstance(exc, RecursionError):
+        return refusal(lessons.text(lang, "errors.too_deep"), where)
+    if isinstance(exc, MemoryError) or "out of memory" in str(exc).lower():
+        log.warning("out of memory in %s: %s", where or "a handler", str(exc)[:200])
+        return gr.Error(lessons.text(lang, "errors.out_of_memory"), print_exception=False)
+    log.error("handler %s failed", where or "?", exc_info=exc)
+    return gr.Error(lessons.text(lang, "errors.server_error"), print_exception=False)
 
 
 @contextmanager
@@ -34,18 +69,136 @@ def as_human_errors(lang: str = lessons.DEFAULT_LANG):
     exceptions reach the browser only as "ZeroGPU worker error")."""
     try:
         yield
-    except (ModelError, LimitError, PolicyError, RecordingError) as exc:
-        raise gr.Error(human(lang, exc)) from None
+    except HUMAN as exc:
+        raise refusal(human(lang, exc)) from None
 
 
 @contextmanager
-def as_sentences(lang: str = lessons.DEFAULT_LANG):
-    """Around a whole handler: human errors as they are, anything unexpected as a sentence."""
+def as_sentences(lang: str = lessons.DEFAULT_LANG, where: str = ""):
+    """Around a block of a handler: human errors as they are, anything unexpected as a sentence."""
     try:
-        with as_human_errors(lang):
-            yield
-    except gr.Error:
-        raise
+        yield
     except Exception as exc:
-        log.exception("handler failed")
-        raise error(lang, "errors.server_error", kind=type(exc).__name__) from None
+        raise as_error(exc, lang, where) from None
+
+
+# --- the boundary around every handler ------------------------------------------------------------------
+
+def _session_of(args, kwargs) -> str | None:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, gr.Request):
+            return getattr(value, "session_hash", None)
+    return None
+
+
+def guard(fn: Callable, where: str, lang_of: Callable[[str | None], str]) -> Callable:
+    """`fn` with every exception turned into the error a user sees; the same kind of callable (plain,
+    generator, coroutine, async generator), so gradio streams and awaits it as before."""
+    def fail(exc, args, kwargs):
+        return as_error(exc, lang_of(_session_of(args, kwargs)), where)
+
+    if inspect.isasyncgenfunction(fn):
+        @functools.wraps(fn)
+        async def agen(*args, **kwargs):
+            try:
+                async for item in fn(*args, **kwargs):
+                    yield item
+            except Exception as exc:
+                raise fail(exc, args, kwargs) from None
+        return agen
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def coro(*args, **kwargs):
+            try:
+                return await fn(*args, **kwargs)
+            except Exception as exc:
+                raise fail(exc, args, kwargs) from None
+        return coro
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def gen(*args, **kwargs):
+            try:
+                return (yield from fn(*args, **kwargs))
+            except Exception as exc:
+                raise fail(exc, args, kwargs) from None
+        return gen
+
+    @functools.wraps(fn)
+    def plain(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            raise fail(exc, args, kwargs) from None
+    return plain
+
+
+KINDS = {"Slider": "a number", "Number": "a number", "Textbox": "text", "Checkbox": "true or false",
+         "Dropdown": "one of the listed choices", "Radio": "one of the listed choices", "File": "a file"}
+
+
+def input_sentence(block_fn, index: int | None, value, exc: Exception) -> str:
+    """What was wrong with an input gradio could not read, in a sentence a person (or script) can act on."""
+    if isinstance(exc, RecursionError):
+        return lessons.text(lessons.DEFAULT_LANG, "errors.too_deep")
+    if index is None:
+        want = len(block_fn.inputs)
+        names = ", ".join(_param_name(block_fn, i) for i in range(want))
+        if isinstance(value, list) and len(value) != want:
+            return f"This call sent {len(value)} value(s); it takes {want}: {names}."
+        return f"This call sent values that could not be read; it takes {want}: {names}."
+    kind = KINDS.get(type(block_fn.inputs[index]).__name__, "a valid value")
+    return f"'{_param_name(block_fn, index)}' must be {kind}, not {brief(value)}."
+
+
+def _param_name(block_fn, index: int) -> str:
+    """The parameter's name as the API page shows it (the handler's argument), else the component's."""
+    try:
+        params = [p for p in inspect.signature(block_fn.fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                  and p.annotation not in (gr.Request, "gr.Request")]
+    except (TypeError, ValueError):
+        params = []
+    if index < len(params):
+        return params[index].name
+    block = block_fn.inputs[index]
+    return str(getattr(block, "elem_id", None) or getattr(block, "label", None) or f"input {index + 1}")
+
+
+def _guard_preprocess(blocks: gr.Blocks) -> None:
+    """Gradio checks and converts inputs before calling a handler; its errors there would reach the
+    user as the generic "upstream app raised an exception" (or as a message listing every choice).
+    Here they become one short sentence that names the parameter."""
+    original = blocks.preprocess_data
+
+    async def preprocess_data(block_fn, inputs, state, explicit_call=False):
+        try:
+            return await original(block_fn, inputs, state, explicit_call)
+        except Exception as exc:
+            index, value = _failing_input(block_fn, inputs, exc)
+            raise refusal(input_sentence(block_fn, index, value, exc), str(block_fn.api_name or "")) from None
+    blocks.preprocess_data = preprocess_data
+
+
+def _failing_input(block_fn, inputs, exc) -> tuple[int | None, object]:
+    """Which input gradio failed on: the first that its component's own data model or preprocess refuses."""
+    if not isinstance(inputs, list) or len(inputs) != len(block_fn.inputs):
+        return None, inputs
+    for i, (block, value) in enumerate(zip(block_fn.inputs, inputs)):
+        try:
+            model = getattr(block, "data_model", None)
+            checked = model.model_validate(value) if model is not None and value is not None else value
+            if block_fn.preprocess:
+                block.preprocess(checked)
+        except Exception:
+            return i, value
+    return None, inputs
+
+
+def guard_blocks(blocks: gr.Blocks, lang_of: Callable[[str | None], str]) -> gr.Blocks:
+    """Install the boundary on every handler of the page (call once, after the page is built)."""
+    for block_fn in blocks.fns.values():
+        if block_fn.fn is not None and not getattr(block_fn.fn, "_specviz_guarded", False):
+            block_fn.fn = guard(block_fn.fn, str(block_fn.api_name or block_fn.name), lang_of)
+            block_fn.fn._specviz_guarded = True
+    _guard_preprocess(blocks)
+    return blocks

@@ -164,19 +164,75 @@ def _last_nonzero(xs: list[int]) -> int:
     return max([i for i, x in enumerate(xs) if x] + [0])
 
 
+STOP_MEMORY_S = 5.0      # a Stop with no Run to stop yet waits this long for one (API: /stop before /generate starts)
+
+
 class LiveRuns:
-    """Session id → its current LiveRun."""
+    """Session id → its current LiveRun, and the Stops that arrived before their Run did.
+
+    A Run's life in a session: `arm` (the Run button was pressed; the UI calls it at once, before the
+    queued handler starts), then `start` (the run streams) or `end` (it never did). A Stop before
+    `start` is kept as a pending stop: the Run checks it (`stopped_early`) before it asks for rows, and
+    `start` applies one that lands in between. A Stop with no Run in sight (an API client that calls
+    /stop right after submitting /generate) is kept for STOP_MEMORY_S, unless the same tab presses Run
+    again meanwhile."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._runs: dict[str, LiveRun] = {}
+        self._armed: dict[str, float] = {}      # session → when its Run button was last pressed
+        self._stops: dict[str, float] = {}      # session → when a Stop with nothing to stop arrived
+
+    def arm(self, session: str) -> None:
+        with self._lock:
+            self._forget_old()
+            self._armed[session] = time.monotonic()
+            self._stops.pop(session, None)      # an earlier stray Stop does not stop this new Run
+
+    def stop(self, session: str) -> bool:
+        """Stop the session's Run, or the one about to start. True when a streaming run was stopped."""
+        with self._lock:
+            run = self._runs.get(session)
+            if run is None:
+                self._forget_old()
+                self._stops[session] = time.monotonic()
+        if run is not None:
+            run.control.stop()
+        return run is not None
+
+    def stopped_early(self, session: str) -> bool:
+        """A Stop arrived for this session's Run before it started streaming (consumed here)."""
+        with self._lock:
+            return self._take_stop(session)
+
+    def _take_stop(self, session: str) -> bool:
+        at, armed = self._stops.pop(session, None), self._armed.get(session)
+        if at is None:
+            return False
+        return at >= armed if armed is not None else time.monotonic() - at < STOP_MEMORY_S
 
     def start(self, session: str, run: LiveRun) -> None:
         with self._lock:
             old = self._runs.get(session)
-            if old is not None:
-                old.control.stop()         # a new Run in the same tab replaces the old one
             self._runs[session] = run
+            stop_now = self._take_stop(session)
+            self._armed.pop(session, None)
+        if old is not None:
+            old.control.stop()         # a new Run in the same tab replaces the old one
+        if stop_now:
+            run.control.stop()
+
+    def end(self, session: str) -> None:
+        """A Run's handler ended before it streamed (refused, stopped early)."""
+        with self._lock:
+            self._armed.pop(session, None)
+
+    def _forget_old(self) -> None:
+        """Stops and arms older than a minute mean nothing any more (bounded in a long-running class)."""
+        now = time.monotonic()
+        for table in (self._stops, self._armed):
+            for k in [k for k, t in table.items() if now - t > 60.0]:
+                del table[k]
 
     def get(self, session: str) -> LiveRun | None:
         with self._lock:

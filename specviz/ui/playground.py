@@ -18,7 +18,7 @@ from specviz.limits import MAX_DEPTH, LimitError, check_prompt_text, check_reque
 from specviz.pipeline import encode_prompt
 from specviz.policies import POLICY_NAMES, PolicyError
 from specviz.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, EXAMPLES, ROW_POOL
-from specviz.request import Knobs
+from specviz.request import Knobs, RunTotals
 from specviz.ui import counters, runner
 from specviz.ui.control import policy_from
 from specviz.ui.errors import as_sentences, error, human
@@ -71,7 +71,8 @@ def build(app) -> "Playground":
             threshold = tr.add(gr.Number(8, elem_id="threshold"), label="app.label_threshold")
             temperature = tr.add(gr.Slider(0, app.limits.max_temperature, value=0, step=0.05, elem_id="temperature"),
                                  label="app.label_temperature")
-            max_new = tr.add(gr.Slider(8, 512, value=128, step=8, elem_id="max-new-tokens"),
+            max_new = tr.add(gr.Slider(app.limits.min_new_tokens, app.limits.max_new_tokens, value=128, step=1,
+                                       elem_id="max-new-tokens"),
                              label="app.label_max_new_tokens")
             with gr.Group():
                 replay_pick = tr.add(gr.Dropdown(page.runs.shipped_titles(), value=None, elem_id="replay-pick"),
@@ -117,10 +118,13 @@ def build(app) -> "Playground":
                show_progress="hidden")
     # preprocess=False: the API bypasses the sliders, so the raw values go straight to our one check
     # (`limits.check_request`), whose sentences a student understands — not to gradio's type errors
-    run.click(page.generate, [prompt, pair, batch, depth, policy, threshold, temperature, max_new, same], outputs,
+    # the press is noted at once (queue=False), so a Stop pressed before the queued Run starts stops it
+    run.click(page.on_arm, None, None, api_name=False, queue=False, show_progress="hidden").then(
+              page.generate, [prompt, pair, batch, depth, policy, threshold, temperature, max_new, same], outputs,
               api_name="generate", concurrency_limit=app.limits.max_shared_rows + app.limits.max_queue,
               preprocess=False)
-    replay.click(page.replay, [replay_pick, replay_file], outputs, api_name="replay", concurrency_limit=8)
+    # a replay mostly sleeps: it never waits for another user's replay or Run (RunStore.replay_slot)
+    replay.click(page.replay, [replay_pick, replay_file], outputs, api_name="replay", concurrency_limit=None)
     check.click(page.check_lossless, None, [lossless], api_name="check_lossless", concurrency_limit=2)
     knob = dict(outputs=None, api_name=False, queue=False, show_progress="hidden")
     depth.change(page.on_depth, [depth], **knob)
@@ -173,6 +177,12 @@ class Playground:
             prompts = [encode_prompt(pair.tokenizer, prompt_text, limits=app.limits)]
             if not (same_prompt is True or str(same_prompt).lower() == "true"):
                 prompts += self._pool(choice, pair)
+        if app.runs.stopped_early(session):
+            app.runs.end(session)
+            yield pack(status=t(lang, "playground.status_stopped", tokens=0),
+                       result={"done": True, "stopped": True, "stopped_before_start": True, "prompt_ids": [],
+                               "outputs": [], **RunTotals().as_dict()})
+            return
         req = runner.RunRequest(choice.target, choice.draft, tuple(map(tuple, prompts)), args.depth, args.batch,
                                 policy_name or "fixed", thr, args.temperature, args.max_new)
         live = LiveRun(app.runner.control(knobs, (policy_name or "fixed", thr)), choice.label, app.peaks,
@@ -267,7 +277,8 @@ class Playground:
         lang = self.lang(session)
         with as_sentences(lang):
             rec = self.runs.open_recording(title, upload, lang)
-        yield from self.runs.play(rec, self.app, lang, session, Streamer, pack)
+        with self.runs.replay_slot(lang):
+            yield from self.runs.play(rec, self.app, lang, session, Streamer, pack)
 
     def check_lossless(self, request: gr.Request = None):
         session = _session(request)
@@ -307,12 +318,13 @@ class Playground:
         return gr.update(value=value, label=lessons.text(lang, key))
 
     def stop(self, session: str) -> None:
-        live = self.app.runs.get(session)
-        if live is not None:
-            live.control.stop()
+        self.app.runs.stop(session)          # the streaming Run, or the one about to start
 
     def on_stop(self, request: gr.Request):
         self.stop(_session(request))
+
+    def on_arm(self, request: gr.Request):
+        self.app.runs.arm(_session(request))
 
     # --- the 4 Hz timer --------------------------------------------------------------------------------
     def figures(self, session: str):

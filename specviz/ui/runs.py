@@ -5,11 +5,15 @@ Each session's last run belongs to that session only; files go to this app's own
 """
 from __future__ import annotations
 
+import atexit
+import collections
 import csv
 import os
+import shutil
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import gradio as gr
@@ -23,6 +27,8 @@ from specviz.ui.live import LiveRun
 
 NEAR_TIE = 0.05        # a logit margin below this is within float noise of a tie (fp32 or bf16 kernels)
 REPLAY_MAX_GAP_S = 2.0  # a replay never waits longer than this between two steps
+REPLAY_AT_ONCE = 48     # replays playing at once (each holds a worker thread while it sleeps between steps)
+REPLAY_MAX_S = 90.0     # a replay plays at most this long: a longer recording plays faster (and says so)
 
 
 @dataclass
@@ -36,17 +42,30 @@ class FinishedRun:
 
 
 class TempFiles:
-    """Unique file names in this app's own temporary folder (downloads: CSV, recordings)."""
+    """Unique file names in this app's own temporary folder (downloads: CSV, recordings). The newest
+    `keep` files stay (a student downloads a file soon after a Run); older ones are deleted, and the
+    folder goes when the app exits, so a long-running classroom server does not fill its disk."""
 
-    def __init__(self):
+    def __init__(self, keep: int = 1000):
         self._lock = threading.Lock()
         self._dir = tempfile.mkdtemp(prefix="specviz-files-")
         self._n = 0
+        self._made: collections.deque[str] = collections.deque()
+        self._keep = keep
+        atexit.register(shutil.rmtree, self._dir, True)
 
     def path(self, stem: str, ext: str) -> str:
         with self._lock:
             self._n += 1
-            return os.path.join(self._dir, f"{stem}-{self._n}.{ext}")
+            path = os.path.join(self._dir, f"{stem}-{self._n}.{ext}")
+            self._made.append(path)
+            old = self._made.popleft() if len(self._made) > self._keep else None
+        if old is not None:
+            try:
+                os.remove(old)
+            except OSError:
+                pass
+        return path
 
 
 class RunStore:
@@ -54,6 +73,22 @@ class RunStore:
         self._lock = threading.Lock()
         self._last: dict[str, FinishedRun] = {}
         self._files = TempFiles()
+        self._replaying = 0
+        self._uploads = UploadSweeper(float(os.environ.get("SPECVIZ_UPLOAD_KEEP_S", "") or 60.0))
+
+    @contextmanager
+    def replay_slot(self, lang: str):
+        """A replay is light (it mostly sleeps), so it never queues behind others; only a flood of them
+        at once is refused, with a sentence, to keep worker threads for Runs."""
+        with self._lock:
+            if self._replaying >= REPLAY_AT_ONCE:
+                raise gr.Error(t(lang, "playground.replays_busy", limit=REPLAY_AT_ONCE), print_exception=False)
+            self._replaying += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._replaying -= 1
 
     def _path(self, stem: str, ext: str) -> str:
         return self._files.path(stem, ext)
@@ -88,15 +123,17 @@ class RunStore:
         return list(recordings.shipped())
 
     def open_recording(self, title, upload, lang: str = lessons.DEFAULT_LANG) -> Recording:
+        """The uploaded recording (read, checked, then its file deleted) or a shipped one by title."""
         path = _upload_path(upload)
         if path is None:
-            path = recordings.shipped().get(title)
-        if path is None:
-            raise error(lang, "errors.pick_recording")
+            path = recordings.shipped().get(title) if isinstance(title, str) else None
+            if path is None:
+                raise error(lang, "errors.pick_recording")
+            return recordings.load(path)
         try:
             return recordings.load(path)
-        except RecordingError as exc:
-            raise gr.Error(lessons.say(lang, exc)) from None
+        finally:
+            self._uploads.discard_later(path)
 
     def play(self, rec: Recording, app, lang: str, session: str, streamer_cls, pack):
         """Replay a recording through the same views at its recorded pace, labelled with its origin."""
@@ -105,10 +142,15 @@ class RunStore:
         streamer = streamer_cls(app, live, _NoTokenizer(), session, lang)
         status = t(lang, "playground.status_replay", device=rec.device, date=rec.date[:16].replace("T", " "),
                    pair=rec.pair)
+        speed = replay_speed(rec)
+        if speed > 1:
+            status += " · " + t(lang, "playground.replay_faster", speed=round(speed, 1), limit=int(REPLAY_MAX_S))
         yield pack(status=status)
-        start, last_yield = time.perf_counter(), 0.0
+        start, last_yield, due, prev = time.perf_counter(), 0.0, 0.0, 0.0
         for at, ev, pieces in rec.steps:
-            wait = min(at - (time.perf_counter() - start), REPLAY_MAX_GAP_S)
+            due += min(max(at - prev, 0.0), REPLAY_MAX_GAP_S) / speed       # when this step is shown
+            prev = at
+            wait = due - (time.perf_counter() - start)
             if wait > 0:
                 time.sleep(wait)
             live.record(ev)
@@ -198,6 +240,58 @@ class _NoControl:
 
     def set(self, **_):
         pass
+
+
+def replay_speed(rec: Recording) -> float:
+    """How much faster than recorded a replay plays so that it ends within REPLAY_MAX_S. Each gap between
+    two steps is first capped at REPLAY_MAX_GAP_S (a pause in the recording is not worth watching)."""
+    paced, prev = 0.0, 0.0
+    for at, _, _ in rec.steps:
+        paced += min(max(at - prev, 0.0), REPLAY_MAX_GAP_S)
+        prev = at
+    return max(1.0, paced / REPLAY_MAX_S)
+
+
+class UploadSweeper:
+    """Uploaded recordings are deleted once read — a little later, not at once: gradio stores an upload
+    under its content's hash, so thirty students uploading the teacher's file share one path, and the
+    first replay must not delete it under the others. One daemon thread deletes what is due."""
+
+    def __init__(self, delay_s: float = 60.0):
+        self.delay_s = delay_s
+        self._lock = threading.Lock()
+        self._due: dict[str, float] = {}
+        self._thread: threading.Thread | None = None
+
+    def discard_later(self, path: str) -> None:
+        from gradio.utils import get_upload_folder
+
+        real = os.path.realpath(path)
+        if not real.startswith(os.path.realpath(get_upload_folder()) + os.sep):
+            return                      # only files gradio received; never anything else on the disk
+        with self._lock:
+            self._due[real] = time.monotonic() + self.delay_s
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="specviz-uploads", daemon=True)
+                self._thread.start()
+
+    def sweep(self, now: float | None = None) -> int:
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            due = [p for p, t in self._due.items() if t <= now]
+            for p in due:
+                del self._due[p]
+        for p in due:
+            try:
+                os.remove(p)
+            except OSError:
+                pass
+        return len(due)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(min(5.0, self.delay_s))
+            self.sweep()
 
 
 def _upload_path(upload) -> str | None:

@@ -28,11 +28,12 @@ from specviz.policies import POLICY_NAMES
 from specviz.ui import lesson, playground, runner, whatif
 from specviz.ui.i18n import Translations, pick_lang, switch_js
 from specviz.ui.catalog import PairCache, PairChoice, TokenizerCache, available_choices, hub_is_offline, pair_options
-from specviz.ui.errors import as_human_errors, error
+from specviz.ui.errors import as_human_errors, error, guard_blocks
 from specviz.ui.live import LiveRuns
 
 log = logging.getLogger("specviz")
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
+MAX_TYPED_PAIRS = 4        # pairs typed by visitors (SPECVIZ_ALLOW_CUSTOM) that one server loads
 
 
 class SpecVizApp:
@@ -94,9 +95,20 @@ class SpecVizApp:
         if self.allow_custom:
             parts = re.split(r"\s*(?:→|->)\s*", str(label or "").strip())
             if len(parts) == 2 and all(parts):
-                return PairChoice(f"{parts[0]} → {parts[1]}", parts[1], parts[0], lessons.Said("pairs.custom_note"))
+                return self._typed(PairChoice(f"{parts[0]} → {parts[1]}", parts[1], parts[0], lessons.Said("pairs.custom_note")))
             raise error(lang, "errors.custom_pair")
         raise error(lang, "errors.unknown_pair", pair=str(label)[:60])
+
+    def _typed(self, choice: PairChoice) -> PairChoice:
+        """A typed pair, unless this server already holds MAX_TYPED_PAIRS of them: each loaded pair keeps
+        its engine (and maybe weights) in memory for good, so a class typing pairs must not grow it."""
+        offered = {(c.target, c.draft) for c in self.choices}
+        loaded = getattr(self.pairs, "loaded_keys", lambda: [])()
+        typed = [k for k in loaded if k not in offered]
+        if (choice.target, choice.draft) not in loaded and len(typed) >= MAX_TYPED_PAIRS:
+            raise gr.Error(f"This server already holds {len(typed)} typed pairs, its limit; pick a pair from "
+                           "the list or one typed before.")
+        return choice
 
     def load(self, choice: PairChoice, lang: str = lessons.DEFAULT_LANG):
         """The pair's models, loading them if needed; a failure leaves the pairs already loaded serving."""
@@ -170,7 +182,9 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
     What-if tabs. URL parameters restore a state (deep links): tab, chapter, pair, prompt, batch, depth,
     policy, lang."""
     app.tr = tr = Translations()
-    with gr.Blocks(title=lessons.text("en", "app.page_title")) as blocks:
+    # uploads and download copies in gradio's cache older than an hour go every half hour (a class's
+    # server runs for days; a student downloads a file right after a Run)
+    with gr.Blocks(title=lessons.text("en", "app.page_title"), delete_cache=(1800, 3600)) as blocks:
         with gr.Row(elem_id="sv-header"):
             tr.add(gr.Markdown("# SpecViz", elem_id="sv-title"),
                    lambda lang: gr.update(value=f"# {lessons.text(lang, 'app.title')}\n"
@@ -212,7 +226,8 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
                     js=switch_js())
         copy.click(None, [tab_state, chapter, c["pair"], c["prompt"], c["batch"], c["depth"], c["policy"], lang],
                    [link], js=link_js(), api_name=False)
-    return blocks
+    # one error boundary for every handler and for gradio's own input check (specviz.ui.errors)
+    return guard_blocks(blocks, lambda session: tr.lang_of(session or "default"))
 
 
 def _session(request) -> str:

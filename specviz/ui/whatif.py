@@ -122,15 +122,21 @@ def _hardware(app, gpu: str, bw_tbs: float, flops_tflops: float, lang: str = les
         g = rf.resolve_gpu(None, bw_tbs * 1e12, flops_tflops * 1e12)
         return g, tx(lang, "custom_desc", name=g.name), 2.0, "cuda"
     if gpu not in GPUS:
-        raise gr.Error(tx(lang, "unknown_gpu", gpu=gpu))
+        raise gr.Error(tx(lang, "unknown_gpu", gpu=_short(gpu)))
     g = GPUS[gpu]
     desc = tx(lang, "preset_desc", name=g.name, bw=g.bandwidth / 1e12, fl=g.flops / 1e12, source=g.source)
     return g, desc, 2.0, "cuda"
 
 
+def _short(value) -> str:
+    """A name quoted in a refusal, cut short (a script may send 10,000 characters)."""
+    text = str(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
 def _model(name: str, bytes_per_param: float, lang: str = lessons.DEFAULT_LANG) -> rf.ModelSpec:
     if name not in MODELS:
-        raise gr.Error(tx(lang, "unknown_model", name=name))
+        raise gr.Error(tx(lang, "unknown_model", name=_short(name)))
     return replace(MODELS[name], bytes_per_param=bytes_per_param)
 
 
@@ -160,7 +166,7 @@ def calibration_for(app, gpu: str, g: rf.GpuSpec, device_kind: str, model: str, 
     if model == IDEAL:
         return rf.IDEAL, tx(lang, "ideal_note")
     if model not in KINDS:
-        raise gr.Error(tx(lang, "unknown_model_kind", model=model))
+        raise gr.Error(tx(lang, "unknown_model_kind", model=_short(model)))
     profiles = load_profiles()
     if gpu == THIS_MACHINE:
         prof = profile_for_device(profiles, device_kind)
@@ -386,7 +392,7 @@ def speedup_view(app, gpu, target, draft, alpha, context, overhead_ms, model=CAL
 def profile_view(profiles: list[Profile], name: str, lang: str = lessons.DEFAULT_LANG):
     prof = next((p for p in profiles if p.label == name), None)
     if prof is None:
-        raise gr.Error(tx(lang, "unknown_profile", name=name))
+        raise gr.Error(tx(lang, "unknown_profile", name=_short(name)))
     est = cal = None
     if prof.spec is not None:
         est = [1000 * s for s in latency_curve(prof.spec, prof.bandwidth, prof.flops, prof.tokens_per_pass,
@@ -486,6 +492,7 @@ def build(app) -> None:
                             lang=lang_of(app, request))
 
     def on_target(new_target, current, request: gr.Request):
+        _model(new_target, 2.0, lang_of(app, request))          # an unknown target is refused by name
         return gr.update(choices=draft_options(new_target, lang_of(app, request)),
                          value=remap_draft(current, new_target))
 

@@ -1,0 +1,409 @@
+"""Every door of the served app, driven as an outside tester did: every API endpoint with wrong types,
+NaN/inf and nesting; hostile recordings (wrong field types, lone surrogates, NaN totals, 35 MB, 50,000
+steps); long replays that must not block others; Stop before start; calls in parallel; each lesson
+chapter while other clients use the What-if and the Playground. Asserts: never the generic gradio
+error, never a hang, one log line per refusal (no traceback), the app alive and exact afterwards, and
+resident memory within +150 MB of the warmed-up app."""
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from apphelp import client, pair_label, start_app, stop_app
+
+GENERIC = "upstream Gradio app has raised an exception"
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "assets" / "recordings" / "cpu-2core-ngram-pays.json"
+WHATIF = ["H100 SXM", "SmolLM2-135M", "SmolLM2-135M", 0.7, 2048, 0.0, "calibrated", 3350, 989]
+BAD = [None, "abc", [1, 2], {"a": 1}, 1e308, -1e308, True, "x" * 5000]
+MEMORY_BOUND = 150 * 2**20
+CALLS = {"n": 0}
+
+
+@pytest.fixture(scope="module")
+def door(tiny_paths, tmp_path_factory):
+    """A served app of its own (its memory is measured), warmed up as a class would: Runs, a replay,
+    the What-if, one lesson chapter. Yields (client, pair label, url, log path, process, uploads dir)."""
+    tmp = tmp_path_factory.mktemp("doors")
+    uploads = tmp / "uploads"
+    log = tmp / "app.log"
+    env = {"SPECVIZ_ALLOW_CUSTOM": "1", "SPECVIZ_MAX_ROWS_PER_USER": "4", "GRADIO_TEMP_DIR": str(uploads),
+           "SPECVIZ_UPLOAD_KEEP_S": "10"}
+    proc, url = start_app(tiny_paths["target"], "layerskip:1-2", log, env)
+    c = client(url)
+    label = pair_label(c)
+    for i in range(6):
+        c.predict("the quick brown", label, 1 + i % 4, i % 3, "fixed", 8, 0, 16, False, api_name="/generate")
+    from gradio_client import handle_file
+    c.predict(None, handle_file(str(SHIPPED)), api_name="/replay")
+    c.predict(*WHATIF, api_name="/whatif")
+    c.predict(label, api_name="/lesson_race")
+    yield c, label, url, log, proc, uploads
+    stop_app(proc)
+
+
+def sentence_or_result(fn):
+    """A call either works or fails with a short sentence — never the generic error, never a traceback."""
+    from gradio_client.exceptions import AppError
+
+    CALLS["n"] += 1
+    try:
+        return fn()
+    except AppError as exc:
+        msg = str(exc)
+        assert msg and GENERIC not in msg and "Traceback" not in msg and len(msg) < 600, msg
+        return msg
+
+
+def endpoints(c) -> dict[str, list[dict]]:
+    return {name: ep["parameters"] for name, ep in
+            c.view_api(return_format="dict", print_info=False)["named_endpoints"].items()}
+
+
+def valid_args(c, label, name, params) -> list:
+    """Arguments that work for this endpoint (quick ones: 8 new tokens, a short prompt)."""
+    known = {"/generate": ["the quick brown", label, 1, 2, "fixed", 8, 0, 8, True],
+             "/replay": [None, None]}
+    if name in known:
+        return known[name]
+    if len(params) == len(WHATIF):
+        return list(WHATIF)
+    return [label if p["parameter_name"] in ("pair_label", "label") else p.get("parameter_default")
+            for p in params]
+
+
+SLOW = {"/lesson_race", "/lesson_knee", "/lesson_breadth_depth", "/lesson_ledger", "/lesson_sweep",
+        "/lesson_policies", "/measure_knee"}
+
+
+def test_every_endpoint_refuses_wrong_types_with_a_sentence(door):
+    c, label, *_ = door
+    eps = endpoints(c)
+    assert len(eps) >= 15
+    n = 0
+    for name, params in eps.items():
+        base = valid_args(c, label, name, params)
+        for i in range(len(params)):
+            values = BAD if name in ("/generate", "/whatif", "/whatif_csv", "/replay") or name in SLOW else BAD[:3]
+            for v in values:
+                args = list(base)
+                args[i] = v
+                if name in SLOW and isinstance(v, bool):
+                    continue                       # True is not a pair label either, but a slow one to prove
+                sentence_or_result(lambda: c.predict(*args, api_name=name))
+                n += 1
+    assert n >= 150, n
+
+
+def raw_call(url: str, api: str, body: str) -> str:
+    """POST a raw JSON body (NaN, Infinity, deep nesting: what gradio_client cannot send) and return
+    the error the page would show, or '' when the call worked."""
+    r = httpx.post(f"{url}gradio_api/call/{api}", content=body, headers={"content-type": "application/json"},
+                   timeout=60)
+    CALLS["n"] += 1
+    if r.status_code != 200:
+        assert r.status_code in (400, 422) and "Traceback" not in r.text, r.text[:300]
+        return r.text
+    with httpx.stream("GET", f"{url}gradio_api/call/{api}/{r.json()['event_id']}", timeout=120) as s:
+        text = "".join(s.iter_text())
+    if "event: error" not in text:
+        return ""
+    data = json.loads(text.split("event: error", 1)[1].split("data:", 1)[1].split("\n", 1)[0])
+    assert data["error"] and GENERIC not in data["error"], data
+    return data["error"]
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e999", "[" * 300 + "]" * 300,
+                                   '{"a":' * 300 + "1" + "}" * 300, "[" * 50000 + "]" * 50000])
+def test_raw_values_nan_inf_and_nesting(door, value):
+    c, label, url, *_ = door
+    whatif = json.dumps(WHATIF).replace("2048", value)
+    assert raw_call(url, "whatif", '{"data": %s}' % whatif)
+    run = json.dumps(["hi", label, 1, 2, "fixed", 8, 0, 8, True]).replace(", 0, 8", f", {value}, 8")
+    assert raw_call(url, "generate", '{"data": %s}' % run)
+
+
+def test_wrong_number_of_values_names_the_parameters(door):
+    _, _, url, *_ = door
+    msg = raw_call(url, "whatif", '{"data": ["H100 SXM"]}')
+    assert "takes 9" in msg and "alpha" in msg, msg
+
+
+# --- recordings ------------------------------------------------------------------------------------------
+
+def recording() -> dict:
+    return json.loads(SHIPPED.read_text(encoding="utf-8"))
+
+
+def broken(kind: str):
+    rec = recording()
+    if kind == "accepted":
+        rec["steps"][1][1]["rows"][0]["accepted"] = "lots"
+    elif kind == "batch_size":
+        rec["steps"][1][1]["batch_size"] = "many"
+    elif kind == "totals":
+        rec["totals"]["tokens"] = "x"
+    elif kind == "piece":
+        rec["steps"][1][2]["0"] = [["a"], ["b"]]
+    elif kind == "accepted_too_many":
+        rec["steps"][1][1]["rows"][0]["accepted"] = 99
+    elif kind == "steps_not_list":
+        rec["steps"] = {"0": 1}
+    elif kind == "deep":
+        rec["settings"]["x"] = json.loads("[" * 100 + "]" * 100)
+    elif kind == "row_kind":
+        rec["steps"][1][1]["rows"][0]["last_kind"] = "<script>"
+    return json.dumps(rec)
+
+
+RAW_BAD = {"surrogate": lambda: json.dumps(recording()).replace('"pair": "', '"pair": "\\ud800', 1),
+           "nan_totals": lambda: json.dumps(recording()).replace('"wall_s": 0.5699649779999163', '"wall_s": NaN'),
+           "inf_time": lambda: json.dumps(recording()).replace("[0.2643825539998943", "[Infinity", 1),
+           "not_json": lambda: '{"format": "specviz-recording/1", "steps": [',
+           "binary": lambda: "\x00\x01\x02" * 10}
+KINDS = ["accepted", "batch_size", "totals", "piece", "accepted_too_many", "steps_not_list", "deep", "row_kind"]
+
+
+def replay_file(c, path: Path):
+    from gradio_client import handle_file
+
+    return sentence_or_result(lambda: c.predict(None, handle_file(str(path)), api_name="/replay"))
+
+
+@pytest.mark.parametrize("kind", KINDS + list(RAW_BAD))
+def test_hostile_recordings_are_refused_with_a_sentence(door, tmp_path, kind):
+    c, *_ = door
+    path = tmp_path / f"{kind}.json"
+    path.write_text(RAW_BAD[kind]() if kind in RAW_BAD else broken(kind), encoding="utf-8", errors="surrogatepass")
+    msg = replay_file(c, path)
+    assert isinstance(msg, str) and "recording" in msg, msg
+
+
+def test_huge_recordings_are_refused_at_once(door, tmp_path):
+    """35 MB, and 50,000 steps: refused with a sentence, before the file is parsed."""
+    c, *_, uploads = door
+    big = recording()
+    big["prompt"] = "x" * 35_000_000
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps(big))
+    rec = recording()
+    rec["steps"] = [[0.0, {}, {}]] * 50_000            # small steps: 0.6 MB, refused by their count
+    many = tmp_path / "many.json"
+    many.write_text(json.dumps(rec))
+    for path, words in ((huge, "MB"), (many, "50,000 entries")):
+        t0 = time.perf_counter()
+        msg = replay_file(c, path)
+        took = time.perf_counter() - t0
+        print(f"{path.name}: {path.stat().st_size / 1e6:.1f} MB refused in {took:.2f} s (upload included)")
+        assert isinstance(msg, str) and words in msg, msg
+
+
+def test_step_limit_without_the_size_limit():
+    """50,000 tiny steps under the size limit are refused by their count (specviz.recording_check)."""
+    from specviz.recording_check import Bad, check
+
+    rec = recording()
+    rec["steps"] = [[0.0, {}, {}]] * 50_000
+    with pytest.raises(Bad, match="50,000 entries"):
+        check(rec, rec["format"])
+
+
+def test_uploads_are_deleted_after_reading(door, tmp_path):
+    """Read, then deleted (a few seconds later here: SPECVIZ_UPLOAD_KEEP_S), refused or replayed."""
+    c, *_, uploads = door
+    marker = "deleted-after-reading-" + str(time.time_ns())
+    path = tmp_path / f"{marker}.json"
+    path.write_text(broken("accepted"))
+    replay_file(c, path)
+    ok = tmp_path / f"{marker}-ok.json"
+    ok.write_text(SHIPPED.read_text(encoding="utf-8").replace("Repeat", "Repeat " + marker, 1))
+    assert not isinstance(replay_file(c, ok), str)
+    assert [p for p in uploads.rglob("*.json") if marker in p.name], "the uploads never reached the app"
+    deadline = time.time() + 40
+    while time.time() < deadline and [p for p in uploads.rglob("*.json") if marker in p.name]:
+        time.sleep(1)
+    assert not [p for p in uploads.rglob("*.json") if marker in p.name]
+
+
+def test_upload_sweeper_waits_then_deletes(tmp_path, monkeypatch):
+    from specviz.ui.runs import UploadSweeper
+
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))
+    inside, outside = tmp_path / "x" / "a.json", tmp_path.parent / f"{tmp_path.name}-outside.json"
+    inside.parent.mkdir()
+    inside.write_text("{}")
+    outside.write_text("{}")
+    sweeper = UploadSweeper(delay_s=1000)
+    sweeper.discard_later(str(inside))
+    sweeper.discard_later(str(outside))               # not gradio's: never touched
+    assert sweeper.sweep() == 0 and inside.exists()   # not yet due: another student may be reading it
+    assert sweeper.sweep(now=time.monotonic() + 2000) == 1
+    assert not inside.exists() and outside.exists()
+
+
+def paced(n_steps: int, gap_s: float) -> str:
+    rec = recording()
+    one = rec["steps"][1]
+    rec["steps"] = [[i * gap_s, one[1], one[2]] for i in range(n_steps)]
+    return json.dumps(rec)
+
+
+def test_long_replays_never_block_another_replay(door, tmp_path):
+    """Ten long paced replays at once; a short one still plays through meanwhile."""
+    from gradio_client import handle_file
+
+    c, _, url, *_ = door
+    long_file = tmp_path / "long.json"
+    long_file.write_text(paced(40, 1.5))              # 60 s at its recorded pace
+    clients = [client(url) for _ in range(10)]
+    jobs = [k.submit(None, handle_file(str(long_file)), api_name="/replay") for k in clients]
+    time.sleep(2)
+    short = c.predict(None, handle_file(str(SHIPPED)), api_name="/replay")
+    assert short[-1]["replay"] and short[-1]["done"]
+    assert sum(not j.done() for j in jobs) >= 8, "the long replays ended early"
+    for j in jobs:
+        j.cancel()
+    CALLS["n"] += 11
+
+
+def test_replay_duration_is_capped():
+    from specviz.recordings import from_json
+    from specviz.ui.runs import REPLAY_MAX_S, replay_speed
+
+    rec = from_json(paced(3000, 1.0))                 # 50 minutes at its recorded pace
+    assert replay_speed(rec) == pytest.approx(2999 / REPLAY_MAX_S)
+    assert replay_speed(from_json(SHIPPED.read_text(encoding="utf-8"))) == 1.0
+
+
+# --- stop, limits, parallel calls ------------------------------------------------------------------------
+
+def test_stop_before_start_stops_the_run(door):
+    c, label, *_ = door
+    c.predict(api_name="/stop")                       # nothing runs yet: the next Run is stopped at once
+    out = c.predict("the quick brown", label, 4, 2, "fixed", 8, 0, 512, False, api_name="/generate")
+    final = out[-1]
+    assert final["stopped"] and all(len(o) < 512 for o in final["outputs"])
+    later = c.predict("the quick brown", label, 1, 2, "fixed", 8, 0, 8, True, api_name="/generate")
+    assert not later[-1]["stopped"] and len(later[-1]["outputs"][0]) == 8   # consumed: the next Run runs
+    CALLS["n"] += 3
+
+
+def test_stop_before_start_rules():
+    """The session's pending Stop: kept for the Run about to start; a new press of Run forgets an
+    earlier stray Stop; a Stop with no Run in sight is forgotten after a few seconds."""
+    from specviz.ui import live as lv
+
+    runs = lv.LiveRuns()
+    runs.stop("a")
+    assert runs.stopped_early("a") and not runs.stopped_early("a")       # consumed once
+    runs.stop("b")
+    runs.arm("b")                                      # the Stop came before this press: it does not count
+    assert not runs.stopped_early("b")
+    runs.arm("c")
+    runs.stop("c")                                     # after the press, before the handler: it counts
+    assert runs.stopped_early("c")
+    runs.stop("d")
+    runs._stops["d"] -= lv.STOP_MEMORY_S + 1           # long ago, nothing armed
+    assert not runs.stopped_early("d")
+
+
+def test_limits_are_the_same_on_every_entry_point(door, capsys, tiny_paths):
+    from specviz.__main__ import main
+    from specviz.limits import Limits
+
+    c, label, *_ = door
+    top = Limits().max_new_tokens
+    msg = sentence_or_result(lambda: c.predict("hi", label, 1, 2, "fixed", 8, 0, top + 1, True, api_name="/generate"))
+    rc = main(["generate", "--target", tiny_paths["target"], "--draft", "ngram", "--max-new-tokens", str(top + 1)])
+    err = capsys.readouterr().err
+    assert rc != 0 and f"from 1 to {top}" in msg and f"from 1 to {top}" in err
+    slider = next(p for p in endpoints(c)["/generate"] if p["parameter_name"] == "max_tokens")
+    assert slider["python_type"]["type"] == "float"
+    huge = sentence_or_result(lambda: c.predict("hi", label, 1, 1e308, "fixed", 8, 0, 8, True, api_name="/generate"))
+    assert "1e+308" in huge and len(huge) < 120, huge
+
+
+def test_parallel_hostile_mix_then_exact(door, greedy):
+    c, label, url, *_ = door
+    calls = [lambda k: k.predict(*WHATIF[:3], None, *WHATIF[4:], api_name="/whatif"),
+             lambda k: k.predict("hi", label, "many", 2, "fixed", 8, 0, 8, True, api_name="/generate"),
+             lambda k: k.predict("the quick", label, 2, 3, "fixed", 8, 0, 12, False, api_name="/generate"),
+             lambda k: k.predict(None, None, api_name="/replay"),
+             lambda k: k.predict("no such", "x", api_name="/on_target"),
+             lambda k: k.predict(*WHATIF, api_name="/whatif_csv")]
+    clients = [client(url) for _ in range(6)]
+
+    def worker(i):
+        k = clients[i % len(clients)]
+        return sentence_or_result(lambda: calls[i % len(calls)](k))
+    with ThreadPoolExecutor(12) as pool:
+        list(pool.map(worker, range(48)))
+    out = c.predict("the quick brown", label, 1, 3, "fixed", 8, 0, 16, True, api_name="/generate")[-1]
+    assert out["outputs"][0] == greedy(out["prompt_ids"][0], 16)
+
+
+CHAPTERS = ["race", "knee", "breadth_depth", "ledger", "sweep", "policies"]
+
+
+def test_each_chapter_under_concurrent_use(door):
+    """Each lesson experiment succeeds while other clients use the What-if and the Playground."""
+    c, label, url, *_ = door
+    stop = threading.Event()
+    errors: list[str] = []
+
+    def busy(kind):
+        k = client(url)
+        while not stop.is_set():
+            try:
+                if kind == "whatif":
+                    k.predict(*WHATIF, api_name="/whatif")
+                else:
+                    k.predict("the quick", label, 2, 2, "fixed", 8, 0, 8, False, api_name="/generate")
+            except Exception as exc:
+                errors.append(f"{kind}: {exc}")
+            CALLS["n"] += 1
+    threads = [threading.Thread(target=busy, args=(k,), daemon=True) for k in ("whatif", "whatif", "playground")]
+    for t in threads:
+        t.start()
+    try:
+        for ch in CHAPTERS:
+            result = c.predict(label, api_name=f"/lesson_{ch}")[-1]
+            assert result["done"] and result["chapter"] == ch
+            CALLS["n"] += 1
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(120)
+    assert not errors, errors[:3]
+
+
+# --- after everything: the log, the calls, the memory -----------------------------------------------------
+
+def test_zz_after_the_suite(door):
+    """Run last in this module: at least 100 calls made, no traceback for any refusal, memory bounded."""
+    c, label, url, log, proc, _ = door
+    text = log.read_text(encoding="utf-8", errors="replace")
+    assert "Traceback" not in text, text[text.index("Traceback") - 200:][:1500]
+    assert CALLS["n"] >= 100, CALLS
+    assert c.predict("the quick", label, 1, 2, "fixed", 8, 0, 8, True, api_name="/generate")[-1]["done"]
+    rss = psutil.Process(proc.pid).memory_info().rss
+    base = door_baseline.get("rss")
+    print(f"RSS after {CALLS['n']} calls: {rss / 2**20:.0f} MiB (warmed up: {base / 2**20:.0f} MiB)")
+    assert rss - base < MEMORY_BOUND
+
+
+door_baseline: dict = {}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _baseline(door):
+    door_baseline["rss"] = psutil.Process(door[4].pid).memory_info().rss
+    yield
