@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from specviz.lessons import Key, Said
 
 MAX_DEPTH = 16          # draft tokens per step; deeper chains are accepted whole only by near-copies
+ENGINE_MAX_NEW = 4096   # what the engine itself accepts (experiments, benchmarks); users get Limits.max_new_tokens
 
 
 class LimitError(ValueError):

@@ -278,10 +278,16 @@ class Scheduler:
             self._swap = make_engine
             self._cond.notify_all()
 
-    def close(self) -> None:
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop serving and wait for the loop to end its step: a daemon thread still inside torch when the
+        interpreter exits is killed mid-call, and the C++ runtime aborts ("terminate called without an
+        active exception")."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
 
     def _retry_after(self) -> float:
         left = [t.request.max_new for t in self._active.values()]

@@ -4,6 +4,11 @@ Pages register their components with `Translations.add(component, label=KEY, val
 on page load and when the switch (`#lang`) moves, one handler returns an update for each of them in
 the chosen language. Texts made at run time (counters, conclusions) ask `lang_of(session)`.
 The text itself lives in `specviz/lessons/{en,fa}.toml`.
+
+A component registered with `label=KEY` (or `info=`, `placeholder=`) and created without one gets the
+English text as its own attribute at registration, before the Blocks' config is built: gradio names API
+parameters and outputs after the server-side label (`view_api()`, "Use via API"), and per-session
+updates never reach that page — so the API keeps English names while the page switches language.
 """
 from __future__ import annotations
 
@@ -61,6 +66,9 @@ class Translations:
     def add(self, component, fn=None, **keys: str):
         """Register `component`; keys name its attributes (label=, value=, info=, placeholder=) by lesson
         key, or `fn(lang)` builds its whole update (text assembled from several keys)."""
+        for attr in ("label", "info", "placeholder"):
+            if attr in keys and getattr(component, attr, "") is None:
+                setattr(component, attr, lessons.text("en", keys[attr]))   # see the module docstring
         self._items.append((component, fn if fn is not None else keys))
         return component
 

@@ -164,10 +164,11 @@ def build(app) -> tuple[Lesson, gr.Radio, gr.Dropdown]:
 
 def _experiment_panel(lesson: Lesson, tr, ch: str, pair) -> None:
     button = tr.add(gr.Button(variant="primary", elem_id=BUTTON_IDS[ch]), value=f"chapter.{ch}.button")
-    note = tr.direction(gr.Markdown("", elem_id=f"conclusion-{ch}", elem_classes=["sv-conclusion"]))
-    plot = gr.Plot(elem_id=f"plot-{ch}", show_label=False)
+    note = tr.direction(gr.Markdown("", label="Conclusion", elem_id=f"conclusion-{ch}",
+                                     elem_classes=["sv-conclusion"]))
+    plot = gr.Plot(label="Chart", elem_id=f"plot-{ch}", show_label=False)
     csv = tr.add(gr.DownloadButton(value=None, size="sm", elem_id=f"csv-{ch}"), label="app.download_csv")
-    data = gr.JSON(visible=False)
+    data = gr.JSON(label="Measurements", visible=False)
     def run(pair_label, request: gr.Request):
         yield from lesson.run(ch, pair_label, request)
     button.click(run, [pair], [note, plot, csv, data], api_name=f"lesson_{ch}", concurrency_limit=4)

@@ -66,7 +66,8 @@ def build(app) -> "Playground":
             depth = tr.add(gr.Slider(0, MAX_DEPTH, value=DEFAULT_DEPTH, step=1, elem_id="depth"),
                            label="app.label_depth")
             same = tr.add(gr.Checkbox(False, elem_id="same-prompt"), label="app.label_same_prompt")
-            policy = tr.add(gr.Radio(list(POLICY_NAMES), value="fixed", elem_id="policy"),
+            policy = tr.add(gr.Radio(list(POLICY_NAMES), value="fixed", label=lessons.text("en", "app.label_policy"),
+                                     elem_id="policy"),
                             lambda lang: gr.update(label=lessons.text(lang, "app.label_policy"), info=_policy_info(lang)))
             threshold = tr.add(gr.Number(8, elem_id="threshold"), label="app.label_threshold")
             temperature = tr.add(gr.Slider(0, app.limits.max_temperature, value=0, step=0.05, elem_id="temperature"),
@@ -87,14 +88,15 @@ def build(app) -> "Playground":
             with gr.Row():
                 run = tr.add(gr.Button(variant="primary", elem_id="run"), value="app.label_run")
                 stop = tr.add(gr.Button(variant="stop", elem_id="stop"), value="app.label_stop")
-            status = tr.add(gr.Markdown(app.startup_note, elem_id="status"),
+            status = tr.add(gr.Markdown(app.startup_note, label="Status", elem_id="status"),
                             lambda lang: gr.update(value=app.startup_md(lang)))
             tr.add(gr.HTML(legend_html("en")), lambda lang: gr.update(value=legend_html(lang)))
-            tokens = tr.add(gr.HTML(tokens_html(None, lessons.text("en", "playground.press_run")), elem_id="tokens"),
+            tokens = tr.add(gr.HTML(tokens_html(None, lessons.text("en", "playground.press_run")), label="Tokens",
+                                    elem_id="tokens"),
                             lambda lang: gr.update(value=tokens_html(None, lessons.text(lang, "playground.press_run"))))
-            batch_now = tr.direction(gr.Markdown("", elem_id="batch-now"))
-            counters_box = tr.direction(gr.Markdown("", elem_id="counters"))
-            rows = gr.HTML("", elem_id="rows")
+            batch_now = tr.direction(gr.Markdown("", label="Batch now", elem_id="batch-now"))
+            counters_box = tr.direction(gr.Markdown("", label="Counters", elem_id="counters"))
+            rows = gr.HTML("", label="Rows", elem_id="rows")
             with gr.Row():
                 chart_t = tr.add(gr.Plot(label="Throughput", elem_id="chart-throughput"),
                                  label="playground.chart.plot_throughput")
@@ -106,8 +108,8 @@ def build(app) -> "Playground":
                              label="playground.download_label")
                 save = tr.add(gr.DownloadButton(value=None, elem_id="save-run", size="sm"), label="app.save_run")
                 check = tr.add(gr.Button(size="sm", elem_id="check-lossless"), value="app.check_lossless")
-            lossless = tr.direction(gr.Markdown("", elem_id="lossless"))
-            result = gr.JSON(visible=False, elem_id="result")
+            lossless = tr.direction(gr.Markdown("", label="Lossless check", elem_id="lossless"))
+            result = gr.JSON(label="Result", visible=False, elem_id="result")
             examples = gr.Examples(EXAMPLES, inputs=prompt, label=lessons.text("en", "playground.examples"))
             tr.add(examples.dataset, label="playground.examples")
 

@@ -27,6 +27,7 @@ from specviz.ui.live import LiveRun
 
 NEAR_TIE = 0.05        # a logit margin below this is within float noise of a tie (fp32 or bf16 kernels)
 REPLAY_MAX_GAP_S = 2.0  # a replay never waits longer than this between two steps
+KEEP_RUNS = 500         # sessions whose last finished Run is kept (lossless check, downloads)
 REPLAY_AT_ONCE = 48     # replays playing at once (each holds a worker thread while it sleeps between steps)
 REPLAY_MAX_S = 90.0     # a replay plays at most this long: a longer recording plays faster (and says so)
 
@@ -109,9 +110,10 @@ class RunStore:
             f.write(rec.to_json())
         run = FinishedRun(choice, prompt_text, req, result, csv_path, rec_path)
         with self._lock:
-            if len(self._last) > 2000:
-                self._last.clear()
-            self._last[session] = run
+            self._last.pop(session, None)
+            self._last[session] = run            # newest last: the oldest tab's run goes first
+            while len(self._last) > KEEP_RUNS:
+                del self._last[next(iter(self._last))]
         return run
 
     def last(self, session: str) -> FinishedRun | None:

@@ -469,7 +469,7 @@ def build(app) -> None:
         with gr.Column(scale=3, min_width=420):
             vals = list(DEFAULTS.values())
             md0, lat0, x0 = compute(app, *vals)
-            summary = _generated_md(tr, value=md0, elem_id="whatif-summary")
+            summary = _generated_md(tr, value=md0, label="Summary", elem_id="whatif-summary")
     fig_speedup = tr.add(gr.Plot(speedup_view(app, *vals), label=tx("en", "label.speedup"),
                                  elem_id="whatif-speedup"), **_label("speedup"))
     with gr.Row():
@@ -513,7 +513,7 @@ def build(app) -> None:
                       api_name=False, show_progress="hidden")
     with gr.Row():
         csv_btn = tr.add(gr.Button(size="sm", elem_id="whatif-csv"), value="app.download_csv")
-        csv_file = gr.File(elem_id="whatif-csv-file", show_label=False, height=60)
+        csv_file = gr.File(label="CSV", elem_id="whatif-csv-file", show_label=False, height=60)
     files = TempFiles()
 
     def on_csv(*vals):
@@ -564,7 +564,7 @@ def _build_measure(app) -> None:
                                   scale=3),
                       lambda lang: gr.update(label=tx(lang, "label.knee_pair"), choices=pair_options(app.choices, lang)))
         go = tr.add(gr.Button(tx("en", "label.knee_run"), elem_id="knee-run", scale=1), value="whatif.label.knee_run")
-    md = _generated_md(tr, value="", elem_id="knee-summary")
+    md = _generated_md(tr, value="", label="Knee summary", elem_id="knee-summary")
     fig = tr.add(gr.Plot(label=tx("en", "label.measured_latency"), elem_id="knee-plot"), **_label("measured_latency"))
 
     def measure(label, request: gr.Request):
@@ -597,7 +597,7 @@ def _build_profiles(app, lang_box) -> None:
     pick = tr.add(gr.Dropdown(options("en"), value=str(labels[0]), label=tx("en", "label.profile"), elem_id="profile"),
                   lambda lang: gr.update(label=tx(lang, "label.profile"), choices=options(lang)))
     md0, fig0 = profile_view(profiles, labels[0])
-    md = _generated_md(tr, value=md0, elem_id="profile-summary")
+    md = _generated_md(tr, value=md0, label="Profile summary", elem_id="profile-summary")
     fig = tr.add(gr.Plot(fig0, label=tx("en", "label.measured_latency"), elem_id="profile-latency"),
                  **_label("measured_latency"))
 
