@@ -13,6 +13,7 @@ import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specviz.lessons import Said
 from specviz import recording_check as check
 from specviz.recording_check import LIMITS
 from specviz.request import RowStep, RunTotals, StepEvent

@@ -6,6 +6,9 @@ import html
 import re
 from dataclasses import dataclass, field
 
+from specviz import lessons
+from specviz.ui.i18n import t
+
 CLASS = {"accepted": "tok-accepted", "rejected": "tok-rejected", "bonus": "tok-bonus", "plain": "tok-plain"}
 
 # Chat-template and control tokens (`<|im_start|>`, `</s>`, …) are markup, not text a model "says":
@@ -38,6 +41,7 @@ class RowView:
     ids: list[int] = field(default_factory=list)
     drafted: int = 0
     accepted: int = 0
+    lang: str = lessons.DEFAULT_LANG     # the reader's language, for the tooltips
     header_left: int = 0           # role pieces still expected after a kept `<|im_start|>`
 
     def add_step(self, step: int, rs, decode, pieces: list | None = None) -> list:
@@ -46,8 +50,8 @@ class RowView:
         ok = rs.drafted[: rs.accepted]
         bad = rs.drafted[rs.accepted:]
         own = rs.emitted[len(ok):]
-        title = (f"step {step + 1}: kept {rs.accepted} of {len(rs.drafted)} drafts" if rs.drafted
-                 else f"step {step + 1}: plain decoding")
+        title = (t(self.lang, "playground.rows.step_kept", step=step + 1, kept=rs.accepted, drafted=len(rs.drafted))
+                 if rs.drafted else t(self.lang, "playground.rows.step_plain", step=step + 1))
         if pieces is None:
             # a negative id is a rejected draft counted but not returned (vLLM): a mark, never invented text
             bad_txt = (["✗"] * len(bad) if any(t < 0 for t in bad) else piece_texts(decode, self.ids + ok, bad))
@@ -106,12 +110,11 @@ def _span(kind: str, text: str, title: str, special: str | None = None, role: bo
 def tokens_html(view: RowView | None, note: str = "") -> str:
     body = view.html() if view else ""
     hint = f'<div class="tok-note">{html.escape(note)}</div>' if note else ""
-    return f'<div class="tok-stream">{body}</div>{hint}'
+    # dir="auto": model output (mostly English) keeps its punctuation on the right side in a Persian page
+    return f'<div class="tok-stream" dir="auto">{body}</div>{hint}'
 
 
 def legend_html(lang: str = "en") -> str:
-    from specviz import lessons
-
     def txt(key: str) -> str:
         return html.escape(lessons.text(lang, "playground." + key))
     return (f'<div class="legend"><b>{txt("legend")}</b> '
@@ -120,17 +123,20 @@ def legend_html(lang: str = "en") -> str:
 
 
 
-def rows_html(views: dict[int, RowView], status: dict[int, str], limit: int = 64) -> str:
+def rows_html(views: dict[int, RowView], status: dict[int, str], limit: int = 64,
+              lang: str = lessons.DEFAULT_LANG) -> str:
     """Compact view of every row: tokens so far and a kept/drafted bar."""
     lines = []
     for row in sorted(views)[:limit]:
         v = views[row]
         share = v.accepted / v.drafted if v.drafted else 0.0
         width = int(round(100 * share))
+        name = html.escape(t(lang, "playground.rows.row", n=row + 1))
+        bar = html.escape(t(lang, "playground.rows.bar", kept=v.accepted, drafted=v.drafted))
+        stat = html.escape(t(lang, "playground.rows.stat", tokens=len(v.ids), kept=v.accepted, drafted=v.drafted))
         lines.append(
-            f'<div class="row-line"><div class="row-name">row {row + 1}</div>'
-            f'<div class="row-bar" title="{v.accepted} of {v.drafted} drafts kept">'
+            f'<div class="row-line"><div class="row-name">{name}</div>'
+            f'<div class="row-bar" title="{bar}">'
             f'<div class="row-fill" style="width:{width}%"></div></div>'
-            f'<div class="row-stat">{len(v.ids)} tokens · {v.accepted}/{v.drafted} kept '
-            f'{html.escape(status.get(row, ""))}</div></div>')
-    return '<div class="rows">' + "".join(lines) + "</div>"
+            f'<div class="row-stat" dir="auto">{stat} {html.escape(status.get(row, ""))}</div></div>')
+    return '<div class="rows" dir="auto">' + "".join(lines) + "</div>"

@@ -21,6 +21,7 @@ import gradio as gr
 from specviz import lessons, recordings
 from specviz.hardware import device_name
 from specviz.recordings import Recording, RecordingError
+from specviz.ui.errors import error
 from specviz.ui.i18n import t
 from specviz.ui.live import LiveRun
 
@@ -123,13 +124,13 @@ class RunStore:
     def shipped_titles(self) -> list[str]:
         return list(recordings.shipped())
 
-    def open_recording(self, title, upload) -> Recording:
+    def open_recording(self, title, upload, lang: str = lessons.DEFAULT_LANG) -> Recording:
         """The uploaded recording (read, checked, then its file deleted) or a shipped one by title."""
         path = _upload_path(upload)
         if path is None:
             path = recordings.shipped().get(title) if isinstance(title, str) else None
             if path is None:
-                raise gr.Error("Pick a recorded run from the list, or upload a recording file.")
+                raise error(lang, "errors.pick_recording")
             return recordings.load(path)
         try:
             return recordings.load(path)
@@ -138,7 +139,7 @@ class RunStore:
 
     def play(self, rec: Recording, app, lang: str, session: str, streamer_cls, pack):
         """Replay a recording through the same views at its recorded pace, labelled with its origin."""
-        live = LiveRun(_NoControl(), rec.pair, None, None, shared=False)
+        live = LiveRun(_NoControl(), rec.pair, None, None, shared=False, lang=lang)
         live.worker_source = "recording"
         streamer = streamer_cls(app, live, _NoTokenizer(), session, lang)
         status = t(lang, "playground.status_replay", device=rec.device, date=rec.date[:16].replace("T", " "),
@@ -172,8 +173,8 @@ class RunStore:
         if run.req.temperature > 0:
             return lessons.text(lang, "app.lossless_needs_greedy")
         if app.runner.zero_gpu:
-            return "The lossless check runs where the app owns its device; on ZeroGPU, run the CLI's bench-hf instead."
-        pair = app.load(run.choice)
+            return lessons.say(lang, lessons.Said("errors.lossless_zerogpu"))
+        pair = app.load(run.choice, lang)
         prompt, ours = list(run.result["prompt_ids"][0]), list(run.result["outputs"][0])
         ref = target_alone(pair, prompt, len(ours))
         for pos, (a, b) in enumerate(zip(ours, ref)):
@@ -186,7 +187,7 @@ class RunStore:
     def _difference(self, pair, prompt, ours, ref, pos, lang) -> str:
         margin = logit_margin(pair, prompt + ours[:pos])
         dec = pair.tokenizer.decode
-        msg = t(lang, "app.lossless_differs", pos=pos + 1, target_tok=dec([ref[pos]]) if ref[pos] >= 0 else "(end)",
+        msg = t(lang, "app.lossless_differs", pos=pos + 1, target_tok=dec([ref[pos]]) if ref[pos] >= 0 else lessons.text(lang, "app.end_of_text"),
                 ours_tok=dec([ours[pos]]), margin=f"{margin:.2g}")
         if margin < NEAR_TIE:
             msg += " " + lessons.text(lang, "app.lossless_near_tie")
