@@ -28,8 +28,6 @@ from specviz.recordings import RecordingError
 
 log = logging.getLogger("specviz.app")
 HUMAN = (ModelError, LimitError, PolicyError, RecordingError)
-UNEXPECTED = ("Something went wrong on the server ({kind}). The details are in the server log; "
-              "please try again.")
 
 
 def human(lang: str, message) -> str:
@@ -51,7 +49,8 @@ def refusal(message: str, where: str = "", lang: str = lessons.DEFAULT_LANG) -> 
 def as_error(exc: Exception, lang: str = lessons.DEFAULT_LANG, where: str = "") -> gr.Error:
     """Any exception as the error a user sees."""
     if isinstance(exc, gr.Error):
-        return exc if not exc.print_exception else refusal(exc.message, where, lang)   # not logged twice
+        # not logged twice; a keyed message (lessons.Said) in the reader's language
+        return exc if not exc.print_exception else refusal(human(lang, exc.message), where, lang)
     if isinstance(exc, HUMAN):
         return refusal(human(lang, exc), where, lang)        # its sentence in the reader's language
     if isinstance(exc, RecursionError):

@@ -111,8 +111,7 @@ class SpecVizApp:
         loaded = getattr(self.pairs, "loaded_keys", lambda: [])()
         typed = [k for k in loaded if k not in offered]
         if (choice.target, choice.draft) not in loaded and len(typed) >= MAX_TYPED_PAIRS:
-            raise gr.Error(f"This server already holds {len(typed)} typed pairs, its limit; pick a pair from "
-                           "the list or one typed before.")
+            raise gr.Error(lessons.Said("errors.typed_pairs_full", count=len(typed)))
         return choice
 
     def load(self, choice: PairChoice, lang: str = lessons.DEFAULT_LANG):
