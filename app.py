@@ -2,7 +2,10 @@
 
 Env: SPECVIZ_TARGET, SPECVIZ_DRAFT, SPECVIZ_HOST, SPECVIZ_PORT, SPECVIZ_COMPILE (the fast path:
 auto | on | off, default auto; `--compile`), and SPECVIZ_ALLOW_CUSTOM=1 to let
-visitors type their own "draft → target" pair (off by default: on a shared Space any hub id would load). Serves on 127.0.0.1:7860 by default
+visitors type their own "draft → target" pair (off by default: on a shared Space any hub id would load),
+SPECVIZ_VLLM_URL (`--vllm-url`: a vLLM server whose model the pair list then offers), `--vllm-launch`
+(start a local vLLM server for the offline n-gram pair from .venv-vllm; SPECVIZ_VLLM_PORT picks its port).
+Serves on 127.0.0.1:7860 by default
 (on Hugging Face Spaces, where SPACE_ID is set, on 0.0.0.0 as Spaces expects)."""
 from __future__ import annotations
 
@@ -21,7 +24,18 @@ def parse_args(argv=None):
                    help="fast path (static KV cache, compact forward; compiled on CUDA): auto | on | off. "
                         "Pairs are served eagerly while it warms up in the background; auto switches where "
                         "it measured faster here (default auto; off on ZeroGPU)")
+    p.add_argument("--vllm-url", action="append", default=None,
+                   help="a vLLM server (http://HOST:PORT) to offer as pairs labelled 'vLLM (…)'; repeatable. "
+                        "Env SPECVIZ_VLLM_URL (comma-separated). Operator only: the page never takes a URL")
+    p.add_argument("--vllm-launch", action="store_true",
+                   help="start a local vLLM server (offline SmolLM2-135M, n-gram draft, k = --vllm-depth) from "
+                        ".venv-vllm (bash scripts/vllm-setup); stopped when the app stops")
+    p.add_argument("--vllm-depth", type=int, default=4, help="k of the launched vLLM server (default 4)")
+    p.add_argument("--vllm-eager", action="store_true",
+                   help="launch it with --enforce-eager: no compile at start (minutes sooner on a busy CPU, slower)")
     args = p.parse_args(argv)
+    if args.vllm_url is None:
+        args.vllm_url = [u for u in os.environ.get("SPECVIZ_VLLM_URL", "").split(",") if u.strip()]
     from specviz.fastpath import CompileError, check_compile
 
     try:
@@ -71,6 +85,20 @@ def _leave_a_core_for_the_server() -> None:
     logging.getLogger("specviz").info("model threads on this CPU: %d of %d cores", n, os.cpu_count() or 0)
 
 
+def _vllm_endpoints(args) -> list:
+    """The operator's vLLM servers (none unless asked for: the default stays our own engine)."""
+    if not args.vllm_url and not args.vllm_launch:
+        return []
+    from specviz.vllm.backend import Endpoint
+    from specviz.vllm.launcher import free_port
+
+    eps = [Endpoint.from_url(u.strip()) for u in args.vllm_url]
+    if args.vllm_launch:
+        port = int(os.environ.get("SPECVIZ_VLLM_PORT", "0")) or free_port()
+        eps.append(Endpoint.launch("smollm2-135m-offline", "ngram", args.vllm_depth, port, eager=args.vllm_eager))
+    return eps
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     _log_to_stderr()
@@ -93,7 +121,7 @@ def main(argv=None) -> None:
     from specviz.ui.server import launch_kwargs
 
     allow_custom = os.environ.get("SPECVIZ_ALLOW_CUSTOM", "0").lower() in ("1", "true", "yes")
-    app = SpecVizApp(args.target, args.draft, allow_custom=allow_custom)
+    app = SpecVizApp(args.target, args.draft, allow_custom=allow_custom, vllm=_vllm_endpoints(args))
     blocks = build_blocks(app)
     # Runs share one batch per pair (specviz.scheduler), so many may stream at once; the generate
     # event sets its own limit from the classroom limits

@@ -40,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     classroom.add_parser(sub)
     from specviz.cli import whatif
     whatif.add_parser(sub)
+    from specviz.cli import bench_vllm
+    bench_vllm.add_parser(sub)
     return p
 
 

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
 
+from specviz import lessons
 from specviz.roofline import best_depths
 
 ACCEPT, REJECT, BONUS, PLAIN = "#1a9850", "#d73027", "#2c7bb6", "#7f7f7f"
@@ -27,6 +28,24 @@ class Series:
             del self.x[0], self.y[0]
 
 
+# The live figures' words, in English; callers pass the same keys in another language (`labels=`), as
+# specviz/lessons' [playground.chart] table has them.
+LIVE_LABELS = dict(throughput_title="Tokens per second", seconds="seconds", tokens_per_s="tokens/s", row="row {n}",
+                   your_rows="your rows", all_rows="all rows", whole_batch="whole shared batch (all users)",
+                   hardware_title="Hardware: busy ≠ used", mbu="MBU (est. bytes ÷ time ÷ peak)",
+                   mfu="MFU (est. FLOPs ÷ time ÷ peak)", accept_title="Accepted drafts per row-step",
+                   accepted_tokens="accepted tokens", row_steps="row-steps")
+
+
+def _live_labels(labels: dict | None) -> dict:
+    return {**LIVE_LABELS, **(labels or {})}
+
+
+def _fill(template: str, **values) -> str:
+    """A label with its numbers filled in (isolated left-to-right inside a Persian label)."""
+    return lessons.chart_fill(template, values)
+
+
 def _markers(fig, markers: list[tuple[float, str]]) -> None:
     for x, label in markers[-12:]:
         fig.add_vline(x=x, line_dash="dot", line_color="#999")
@@ -35,40 +54,42 @@ def _markers(fig, markers: list[tuple[float, str]]) -> None:
 
 
 def throughput_figure(total: Series, per_row: dict[int, Series] | None = None,
-                      markers: list[tuple[float, str]] | None = None, title: str = "Tokens per second",
-                      shared: Series | None = None) -> go.Figure:
+                      markers: list[tuple[float, str]] | None = None, title: str | None = None,
+                      shared: Series | None = None, labels: dict | None = None) -> go.Figure:
     """Your rows' tokens/s (and each row's); with `shared`, the whole shared batch's (every user)."""
+    lab = _live_labels(labels)
     fig = go.Figure()
     for row, s in sorted((per_row or {}).items())[:8]:
-        fig.add_trace(go.Scatter(x=s.x, y=s.y, mode="lines", name=f"row {row + 1}", line=dict(width=1),
+        fig.add_trace(go.Scatter(x=s.x, y=s.y, mode="lines", name=_fill(lab["row"], n=row + 1), line=dict(width=1),
                                  opacity=0.5))
-    fig.add_trace(go.Scatter(x=total.x, y=total.y, mode="lines", name="your rows" if shared else "all rows",
+    fig.add_trace(go.Scatter(x=total.x, y=total.y, mode="lines", name=lab["your_rows"] if shared else lab["all_rows"],
                              line=dict(width=3, color=BONUS)))
     if shared is not None:
-        fig.add_trace(go.Scatter(x=shared.x, y=shared.y, mode="lines", name="whole shared batch (all users)",
+        fig.add_trace(go.Scatter(x=shared.x, y=shared.y, mode="lines", name=lab["whole_batch"],
                                  line=dict(width=2, color="#762a83", dash="dash")))
     _markers(fig, markers or [])
-    fig.update_layout(title=title, xaxis_title="seconds", yaxis_title="tokens/s", **LAYOUT)
+    fig.update_layout(title=title or lab["throughput_title"], xaxis_title=lab["seconds"],
+                      yaxis_title=lab["tokens_per_s"], **LAYOUT)
     return fig
 
 
-def hardware_figure(util: Series, mbu: Series, mfu: Series, util_label: str) -> go.Figure:
+def hardware_figure(util: Series, mbu: Series, mfu: Series, util_label: str, labels: dict | None = None) -> go.Figure:
+    lab = _live_labels(labels)
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=util.x, y=util.y, mode="lines", name=util_label, line=dict(color=PLAIN)))
-    fig.add_trace(go.Scatter(x=mbu.x, y=mbu.y, mode="lines+markers", name="MBU (est. bytes ÷ time ÷ peak)",
-                             line=dict(color=BONUS)))
-    fig.add_trace(go.Scatter(x=mfu.x, y=mfu.y, mode="lines+markers", name="MFU (est. FLOPs ÷ time ÷ peak)",
-                             line=dict(color=REJECT)))
-    fig.update_layout(title="Hardware: busy ≠ used", xaxis_title="seconds", yaxis_title="%",
+    fig.add_trace(go.Scatter(x=mbu.x, y=mbu.y, mode="lines+markers", name=lab["mbu"], line=dict(color=BONUS)))
+    fig.add_trace(go.Scatter(x=mfu.x, y=mfu.y, mode="lines+markers", name=lab["mfu"], line=dict(color=REJECT)))
+    fig.update_layout(title=lab["hardware_title"], xaxis_title=lab["seconds"], yaxis_title="%",
                       yaxis_range=[0, 105], **LAYOUT)
     return fig
 
 
-def acceptance_histogram(counts: list[int]) -> go.Figure:
+def acceptance_histogram(counts: list[int], labels: dict | None = None) -> go.Figure:
     """counts[n] = row-steps that kept n draft tokens."""
+    lab = _live_labels(labels)
     fig = go.Figure(go.Bar(x=list(range(len(counts))), y=counts, marker_color=ACCEPT))
-    fig.update_layout(title="Accepted drafts per row-step", xaxis_title="accepted tokens",
-                      yaxis_title="row-steps", **LAYOUT)
+    fig.update_layout(title=lab["accept_title"], xaxis_title=lab["accepted_tokens"],
+                      yaxis_title=lab["row_steps"], **LAYOUT)
     return fig
 
 
@@ -135,7 +156,7 @@ def crossover_figure(rows: list[dict], title: str, labels: dict | None = None) -
     for i, k in enumerate(depths):
         pts = sorted((r["batch_size"], r["tokens_per_s"]) for r in rows if r["depth"] == k)
         fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[t for _, t in pts], mode="lines+markers",
-                                 name=lab["plain"] if k == 0 else lab["depth"].format(k=k),
+                                 name=lab["plain"] if k == 0 else _fill(lab["depth"], k=k),
                                  line=dict(color=DEPTH_COLOURS[i % len(DEPTH_COLOURS)], width=3 if k == 0 else 2)))
     by = {(r["batch_size"], r["depth"]): r["tokens_per_s"] for r in rows}
     pts = sorted(best_depths(rows).items())
@@ -165,9 +186,9 @@ def latency_figure(tokens: list[int], estimate_ms: list[float], predicted: float
         fig.add_trace(go.Scatter(x=measured[0], y=[1000 * s for s in measured[1]], mode="lines+markers",
                                  name=lab["measured"], line=dict(color=BONUS, width=3)))
     if predicted is not None:
-        _vline(fig, predicted, lab["predicted_knee"].format(knee=predicted), PLAIN, "dash")
+        _vline(fig, predicted, _fill(lab["predicted_knee"], knee=predicted), PLAIN, "dash")
     if measured_knee is not None:
-        _vline(fig, measured_knee, lab["measured_knee"].format(knee=measured_knee), REJECT, "dot")
+        _vline(fig, measured_knee, _fill(lab["measured_knee"], knee=measured_knee), REJECT, "dot")
     fig.update_layout(title=title, xaxis_type="log", yaxis_type="log", xaxis_title=lab["tokens_per_pass"],
                       yaxis_title=lab["ms_per_pass"], **LAYOUT)
     return fig
@@ -197,7 +218,7 @@ def speedup_figure(curves: dict[str, list[dict]], depths: list[int], points: lis
         for i, k in enumerate(depths):
             pts = sorted((r["batch_size"], r["speedup"]) for r in rows if r["depth"] == k)
             fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[s for _, s in pts], mode="lines",
-                                     name=lab["estimate_line"].format(k=k, model=lab.get(f"model_{model}", model)),
+                                     name=_fill(lab["estimate_line"], k=k, model=lab.get(f"model_{model}", model)),
                                      line=dict(color=DEPTH_COLOURS[(i + 1) % len(DEPTH_COLOURS)],
                                                dash=ESTIMATE_DASH.get(model, "dot"),
                                                width=3 if model.startswith("calibrated") else 2)))

@@ -106,7 +106,7 @@ def figure_race(result: dict, labels: dict | None = None, dark: bool = False) ->
     note = L["replay_note"]
     if result.get("done") and result.get("values"):
         v = result["values"]
-        note += "<br>" + lessons.fill(L["headline"] if v.get("speedup", 0) >= 1 else L["headline_slower"], v)
+        note += "<br>" + lessons.chart_fill(L["headline"] if v.get("speedup", 0) >= 1 else L["headline_slower"], v)
     fig.add_annotation(text=note, x=0, y=1.12, xref="paper", yref="paper", showarrow=False, xanchor="left",
                        align="left", font=dict(size=12))
     fig.update_yaxes(categoryorder="array", categoryarray=[names["plain"], names["spec"]])
@@ -133,10 +133,10 @@ def figure_knee(result: dict, labels: dict | None = None, dark: bool = False) ->
     fig.add_trace(go.Scatter(x=ns, y=[r["measured_ms"] for r in rows], mode="lines+markers", name=L["measured"],
                              line=dict(color=VERIFY, width=3)))
     if result.get("measured_knee"):
-        _vline(fig, result["measured_knee"], lessons.fill(L["knee_measured"], {"knee": result["measured_knee"]}),
+        _vline(fig, result["measured_knee"], lessons.chart_fill(L["knee_measured"], {"knee": result["measured_knee"]}),
                REJECTED, "dot")
     if result.get("predicted_knee") and ns and result["predicted_knee"] <= 4 * max(ns):
-        _vline(fig, result["predicted_knee"], lessons.fill(L["knee_predicted"], {"knee": result["predicted_knee"]}),
+        _vline(fig, result["predicted_knee"], lessons.chart_fill(L["knee_predicted"], {"knee": result["predicted_knee"]}),
                PLAIN, "dash")
     return _style(fig, dark, xaxis_type="log", yaxis_type="log", xaxis_title=L["axis_tokens"],
                   yaxis_title=L["axis_time"])
@@ -158,7 +158,7 @@ def figure_breadth_depth(result: dict, labels: dict | None = None, dark: bool = 
     bp = result.get("breakpoint")
     if bp is not None and str(bp) in x:
         # by position: a numeric-looking category name would be read as an index on a category axis
-        fig.add_annotation(x=x.index(str(bp)), y=1, yref="paper", text=lessons.fill(L["breakpoint"], {"n": bp}),
+        fig.add_annotation(x=x.index(str(bp)), y=1, yref="paper", text=lessons.chart_fill(L["breakpoint"], {"n": bp}),
                            showarrow=True, arrowhead=2, arrowcolor=REJECTED, ax=0, ay=-20, yanchor="bottom",
                            font=dict(color=REJECTED))
     return _style(fig, dark, barmode="group", xaxis_title=L["axis_tokens"], yaxis_title=L["axis_time"],
@@ -253,7 +253,7 @@ def _published(fig: go.Figure, points: list[dict], L: dict) -> None:
     symbols = ["circle", "diamond", "square", "triangle-up"]
     for i, (name, pts) in enumerate(series.items()):
         pts = sorted(pts, key=lambda p: p["batch"])
-        src = lessons.fill(L["source"], {"source": pts[0]["source"]})
+        src = lessons.chart_fill(L["source"], {"source": pts[0]["source"]})
         fig.add_trace(go.Scatter(x=[p["batch"] for p in pts], y=[p["speedup"] for p in pts], mode="lines+markers",
                                  name=f"{name}, {L['published']}", marker=dict(symbol=symbols[i % 4], size=9),
                                  line=dict(width=2, color=POLICY_COLOURS[(i + 1) % len(POLICY_COLOURS)]),
@@ -269,7 +269,7 @@ def _published(fig: go.Figure, points: list[dict], L: dict) -> None:
             by_load.setdefault(name, []).append(f"{p['speedup']:.2f}× ({p['load']})")
     if by_load:
         note = "<br>".join(f"{name}: {' → '.join(v)}" for name, v in by_load.items())
-        fig.add_annotation(text=lessons.fill(L["vllm_note"], {"published": L["published"], "points": "<br>" + note}),
+        fig.add_annotation(text=lessons.chart_fill(L["vllm_note"], {"published": L["published"], "points": "<br>" + note}),
                            x=0, y=-0.45, xref="paper", yref="paper", showarrow=False, xanchor="left",
                            yanchor="top", align="left", font=dict(size=11))
 

@@ -15,11 +15,24 @@ import math
 import os
 from dataclasses import dataclass
 
+from specviz.lessons import Key, Said
+
 MAX_DEPTH = 16          # draft tokens per step; deeper chains are accepted whole only by near-copies
+ENGINE_MAX_NEW = 4096   # what the engine itself accepts (experiments, benchmarks); users get Limits.max_new_tokens
 
 
 class LimitError(ValueError):
-    """A request outside the limits; the message is meant for a student."""
+    """A request outside the limits; the message is meant for a student (a `lessons.Said`: English as its
+    text, shown in the student's language by the page)."""
+
+
+# what each checked number is called in a sentence (lesson keys, so a page can say it in Persian)
+WHAT = {"batch size (rows)": "errors.what_batch", "speculation depth": "errors.what_depth",
+        "temperature": "errors.what_temperature", "max new tokens": "errors.what_max_new"}
+
+
+def _what(what: str):
+    return Key(WHAT[what]) if what in WHAT else what
 
 
 @dataclass(frozen=True)
@@ -50,15 +63,15 @@ def limits_from_env(base: Limits = Limits()) -> Limits:
 def whole(value, what: str, lo: int, hi: int) -> int:
     """A whole number in [lo, hi], from an int, a float with no fraction, or a numeric string."""
     if isinstance(value, bool):
-        raise LimitError(f"{what} must be a whole number from {lo} to {hi}, not {value!r}")
+        raise LimitError(Said("errors.not_whole", what=_what(what), lo=lo, hi=hi, value=repr(value)))
     try:
         number = float(value)
     except (TypeError, ValueError, OverflowError):
-        raise LimitError(f"{what} must be a whole number from {lo} to {hi}, not {brief(value)}") from None
+        raise LimitError(Said("errors.not_whole", what=_what(what), lo=lo, hi=hi, value=brief(value))) from None
     if not math.isfinite(number) or number != int(number):
-        raise LimitError(f"{what} must be a whole number from {lo} to {hi}, not {brief(value)}")
+        raise LimitError(Said("errors.not_whole", what=_what(what), lo=lo, hi=hi, value=brief(value)))
     if not lo <= number <= hi:
-        raise LimitError(f"{what} must be from {lo} to {hi}; {brief(value)} is out of range")
+        raise LimitError(Said("errors.out_of_range", what=_what(what), lo=lo, hi=hi, number=brief(value)))
     return int(number)
 
 
@@ -67,9 +80,9 @@ def between(value, what: str, lo: float, hi: float) -> float:
     try:
         number = float(value)
     except (TypeError, ValueError, OverflowError):
-        raise LimitError(f"{what} must be a number from {lo:g} to {hi:g}, not {brief(value)}") from None
+        raise LimitError(Said("errors.not_number", what=_what(what), lo=lo, hi=hi, value=brief(value))) from None
     if not math.isfinite(number) or not lo <= number <= hi:
-        raise LimitError(f"{what} must be a number from {lo:g} to {hi:g}, not {brief(value)}")
+        raise LimitError(Said("errors.not_number", what=_what(what), lo=lo, hi=hi, value=brief(value)))
     return number
 
 
@@ -89,21 +102,19 @@ def brief(value, width: int = 40) -> str:
 
 def check_prompt_text(text, limits: Limits = Limits()) -> str:
     if text is None or not isinstance(text, str):
-        raise LimitError("the prompt must be text")
+        raise LimitError(Said("errors.prompt_not_text"))
     if not text.strip():
-        raise LimitError("the prompt is empty: type something for the model to continue")
+        raise LimitError(Said("errors.prompt_empty"))
     if len(text) > limits.max_prompt_chars:
-        raise LimitError(f"the prompt is {len(text):,} characters long; at most {limits.max_prompt_chars:,} "
-                         "fit here — please shorten it")
+        raise LimitError(Said("errors.prompt_too_many_chars", chars=len(text), limit=limits.max_prompt_chars))
     return text
 
 
 def check_prompt_ids(ids: list[int], limits: Limits = Limits()) -> list[int]:
     if not ids:
-        raise LimitError("the prompt encodes to no tokens")
+        raise LimitError(Said("errors.prompt_no_tokens"))
     if len(ids) > limits.max_prompt_tokens:
-        raise LimitError(f"the prompt is {len(ids):,} tokens long; at most {limits.max_prompt_tokens:,} fit "
-                         "here — please shorten it")
+        raise LimitError(Said("errors.prompt_too_long", tokens=len(ids), limit=limits.max_prompt_tokens))
     return ids
 
 

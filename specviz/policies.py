@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from specviz.lessons import Said
 from specviz.limits import MAX_DEPTH
 from specviz.roofline import expected_tokens_per_pass
 
@@ -207,34 +208,34 @@ def make_policy(name: str, threshold: float | None = None, table: dict[int, int]
         try:
             threshold = float(threshold)
         except (TypeError, ValueError):
-            raise PolicyError(f"the policy threshold must be a number, not {threshold!r}") from None
+            raise PolicyError(Said("errors.threshold_not_number", value=repr(threshold))) from None
         if not math.isfinite(threshold):
-            raise PolicyError("the policy threshold must be a finite number")
+            raise PolicyError(Said("errors.threshold_not_finite"))
     if name == "fixed":
         return FixedPolicy()
     if name == "disable-by-batch-size":
         t = 8 if threshold is None else threshold
         if t < 0 or int(t) != t:
-            raise PolicyError(f"disable-by-batch-size needs a whole-number batch threshold ≥ 0, got {t}")
+            raise PolicyError(Said("errors.threshold_batch", value=t))
         return DisableByBatchSize(int(t))
     if name == "batch-table":
         if table is not None:
             if not table or any(b < 1 or not 0 <= k <= MAX_DEPTH for b, k in table.items()):
-                raise PolicyError(f"batch table needs batch sizes ≥ 1 and depths 0..{MAX_DEPTH}")
+                raise PolicyError(Said("errors.batch_table_range", max_depth=MAX_DEPTH))
             return BatchTable(dict(table))
         return BatchTable()
     if name == "adaptive":
         m = 8 if max_depth is None else max_depth
         if not 0 <= m <= MAX_DEPTH:
-            raise PolicyError(f"adaptive max depth must be 0..{MAX_DEPTH}, got {m}")
+            raise PolicyError(Said("errors.adaptive_range", max_depth=MAX_DEPTH, value=m))
         return AdaptiveGoodput(max_depth=m)
     if name == "confidence":
         t = 0.5 if threshold is None else threshold
         if not 0.0 <= t <= 1.0:
-            raise PolicyError(f"the confidence threshold is a probability between 0 and 1, not {t:g}")
+            raise PolicyError(Said("errors.confidence_range", value=t))
         return ConfidencePolicy(float(t))
     shown = name if len(name) <= 40 else name[:37] + "…"
-    raise PolicyError(f"unknown policy {shown!r}; choose one of: {', '.join(POLICY_NAMES)}")
+    raise PolicyError(Said("errors.unknown_policy", name=shown, names=", ".join(POLICY_NAMES)))
 
 
 def parse_table(text: str) -> dict[int, int]:
@@ -243,4 +244,4 @@ def parse_table(text: str) -> dict[int, int]:
         pairs = [p.split(":") for p in text.split(",") if p.strip()]
         return {int(b): int(k) for b, k in pairs}
     except ValueError as exc:
-        raise PolicyError(f"bad batch table '{text}': write B:K pairs like 1:6,8:2,32:0") from exc
+        raise PolicyError(Said("errors.bad_batch_table", text=text)) from exc

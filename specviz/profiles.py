@@ -15,6 +15,7 @@ import re
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from specviz.lessons import Said
 from specviz.roofline import (GPUS, SERVING, Calibration, GpuSpec, ModelSpec, Setup, fit_calibration,
                               predicted_knee)
 
@@ -51,8 +52,9 @@ class Profile:
 
     @property
     def label(self) -> str:
+        """English (the value the dropdown and the API exchange); a page shows it in its reader's language."""
         on = "" if self.path == EAGER else f", {self.path}"
-        return f"{self.target} on {self.device}{on} (measured)"
+        return Said("whatif.profile_label", target=self.target, device=self.device, path=on)
 
 
 def spec_to_dict(spec: ModelSpec) -> dict:
@@ -86,9 +88,8 @@ def profile_calibration(prof: Profile) -> Calibration:
     if prof.spec is None:
         raise ValueError(f"profile {prof.name} has no model shape to fit")
     return fit_calibration(prof.spec, prof.tokens_per_pass, prof.latency_s, prof.context, prof.bandwidth,
-                           prof.flops, f"recorded profile {prof.name}",
-                           f"fitted to {prof.name}.json ({prof.target} on {prof.device}, measured with "
-                           "`python -m specviz roofline`)")
+                           prof.flops, Said("whatif.profile_source", name=prof.name),
+                           Said("whatif.profile_note", name=prof.name, target=prof.target, device=prof.device))
 
 
 def profile_for_device(profiles: list[Profile], device_kind: str, path: str | None = None) -> Profile | None:

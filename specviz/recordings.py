@@ -13,6 +13,7 @@ import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specviz.lessons import Said
 from specviz import recording_check as check
 from specviz.recording_check import LIMITS
 from specviz.request import RowStep, RunTotals, StepEvent
@@ -62,21 +63,20 @@ def from_json(text: str) -> Recording:
     try:
         data = json.loads(text)
     except RecursionError:
-        raise RecordingError("this recording cannot be read: it is nested far too deeply") from None
+        raise RecordingError(Said("errors.recording_nested")) from None
     except ValueError as exc:
-        raise RecordingError(f"this recording is not valid JSON ({str(exc)[:80]})") from None
+        raise RecordingError(Said("errors.recording_not_json", detail=str(exc)[:80])) from None
     try:
         d = check.check(data, FORMAT)
     except check.Bad as exc:
-        raise RecordingError(f"this recording cannot be replayed: {exc}") from None
+        raise RecordingError(Said("errors.recording_bad_field", detail=str(exc))) from None
     steps = [(t, _event(ev), pieces) for t, ev, pieces in d["steps"]]
     return Recording(d["device"], d["date"], d["pair"], d["prompt"], d["settings"], steps, d["samples"],
                      RunTotals(**d["totals"]), d["outputs"], d["prompt_ids"], d["versions"])
 
 
-def too_big(size: int) -> str:
-    return (f"this recording is {size / 1e6:.1f} MB; at most {LIMITS.max_bytes / 1e6:.0f} MB can be replayed "
-            "here (a long Run at batch 16 records about 1 MB)")
+def too_big(size: int) -> Said:
+    return Said("errors.recording_too_big", size=round(size / 1e6, 1), limit=round(LIMITS.max_bytes / 1e6))
 
 
 def _event(d: dict) -> StepEvent:
@@ -93,7 +93,7 @@ def load(path: str | Path) -> Recording:
             raise RecordingError(too_big(size))
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
-        raise RecordingError("this recording file cannot be opened (it must be a UTF-8 JSON file)") from None
+        raise RecordingError(Said("errors.recording_unreadable")) from None
     return from_json(text)
 
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specviz.limits import MAX_DEPTH, LimitError, Limits, between, whole
+from specviz.lessons import Said
+from specviz.limits import ENGINE_MAX_NEW, MAX_DEPTH, LimitError, Limits, between, whole
 from specviz.policies import FixedPolicy, PlanContext, Policy, StepPlan
 
 MAX_BATCH = Limits().max_rows_per_user
@@ -205,8 +206,8 @@ class Request:
     def __init__(self, prompts: list[list[int]], knobs: Knobs, max_new_tokens: int, temperature: float = 0.0,
                  seed: int = 0, refill: bool = False, device=None):
         if not prompts or any(len(p) == 0 for p in prompts):
-            raise LimitError("every prompt needs at least one token")
-        self.max_new = whole(max_new_tokens, "max new tokens", Limits().min_new_tokens, Limits().max_new_tokens)
+            raise LimitError(Said("errors.prompt_needs_token"))
+        self.max_new = whole(max_new_tokens, "max new tokens", 1, ENGINE_MAX_NEW)
         self.temperature = between(temperature, "temperature", 0.0, 10.0)
         self.id = next(_request_ids)
         self.prompts = [list(p) for p in prompts]

@@ -34,6 +34,7 @@ from typing import Callable, Iterator
 import torch
 
 from specviz.engine import SpeculativeEngine
+from specviz.lessons import Key, Said
 from specviz.heap import trim_heap
 from specviz.limits import LimitError, Limits
 from specviz.request import Request, RunTotals, StepEvent
@@ -43,8 +44,11 @@ log = logging.getLogger("specviz.scheduler")
 
 POLL_S = 0.5          # how often a waiting consumer wakes to show it is still there
 ABANDON_S = 30.0      # a ticket nobody has read for this long is cancelled (its tab is gone)
-UNEXPECTED = ("Something went wrong on the server while generating ({kind}). The details are in the "
-              "server log; please press Run again.")
+
+
+def unexpected(kind) -> Said:
+    """The sentence for a generation that failed unexpectedly (`kind`: an exception's class name)."""
+    return Said("errors.generation_failed", kind=kind)
 
 
 class Busy(LimitError):
@@ -175,7 +179,7 @@ class Ticket:
                 upd = self._q.get(timeout=POLL_S)
             except queue.Empty:
                 if not self.scheduler.alive() and self._q.empty():
-                    yield Update(final=True, error=UNEXPECTED.format(kind="the scheduler stopped"))
+                    yield Update(final=True, error=unexpected(Key("errors.kind_scheduler_stopped")))
                     return
                 continue
             upd = self._merge(upd, flush_s)
@@ -240,13 +244,12 @@ class Scheduler:
     def submit(self, request: Request) -> Ticket:
         with self._cond:
             if self._closed:
-                raise LimitError("the server is shutting down; please try again in a minute")
+                raise LimitError(Said("errors.shutting_down"))
             # requests that would wait even once everyone pending whom the batch has room for is in
             # (about one row each): only those count against the queue
             beyond_room = len(self._pending) - max(0, self.limits.max_shared_rows - self._info.rows)
             if beyond_room >= self.limits.max_queue:
-                raise Busy(f"busy — the shared batch and its queue are full; try again in about "
-                           f"{self._retry_after():.0f} s")
+                raise Busy(Said("errors.busy", seconds=self._retry_after()))
             t = Ticket(request, self)
             self._pending.append(t)
             if self._thread is None or not self._thread.is_alive():
@@ -275,10 +278,16 @@ class Scheduler:
             self._swap = make_engine
             self._cond.notify_all()
 
-    def close(self) -> None:
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop serving and wait for the loop to end its step: a daemon thread still inside torch when the
+        interpreter exits is killed mid-call, and the C++ runtime aborts ("terminate called without an
+        active exception")."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
 
     def _retry_after(self) -> float:
         left = [t.request.max_new for t in self._active.values()]
@@ -308,9 +317,9 @@ class Scheduler:
                 self._used = True
             except Exception as exc:          # never let the loop die: end what runs, keep serving
                 log.exception("scheduler loop failed")
-                self._fail_all(UNEXPECTED.format(kind=type(exc).__name__))
+                self._fail_all(unexpected(type(exc).__name__))
         for t in list(self._active.values()) + self._pending:
-            t.put(Update(final=True, stopped=True, error="the server is shutting down"))
+            t.put(Update(final=True, stopped=True, error=Said("errors.shut_down")))
 
     def _release_memory(self) -> None:
         """The class went quiet: give back the KV caches the last batch grew (a 16 × 512 batch of the
@@ -336,7 +345,7 @@ class Scheduler:
             return
         except Exception as exc:  # keep serving: end the running requests with a sentence, log the rest
             log.exception("scheduler step failed")
-            self._fail_all(UNEXPECTED.format(kind=type(exc).__name__))
+            self._fail_all(unexpected(type(exc).__name__))
             return
         if results:
             self._step_s = 0.8 * self._step_s + 0.2 * (time.perf_counter() - t0)
@@ -406,9 +415,8 @@ class Scheduler:
         alone = bytes_needed(self.specs[0], self.specs[1], state.batch_size, context, state.depth)
         if alone <= free and self.engine.requests:
             return "wait"
-        return (f"not enough memory: {state.batch_size} rows × {context} tokens need about {alone / 2**30:.1f} GiB "
-                f"and this device has {free / 2**30:.1f} GiB free — lower the batch size, the max new "
-                "tokens or the prompt length")
+        return Said("errors.not_enough_memory", rows=state.batch_size, context=context, need=alone / 2**30,
+                    free=free / 2**30)
 
     def _out_of_memory(self, exc: BaseException) -> None:
         eng = self.engine
@@ -420,9 +428,7 @@ class Scheduler:
         for req in list(eng.requests):
             if req.id in culprits:
                 s = req.knobs.snapshot()
-                req.error = (f"out of memory on this device with {s.batch_size} rows × (depth {s.depth} + 1) tokens "
-                             "per pass — lower the batch size or the depth and press Run again. The other "
-                             "students' runs go on.")
+                req.error = Said("errors.step_out_of_memory", rows=s.batch_size, depth=s.depth)
                 eng.remove(req, "error")
         _free_cached_memory()
         self._finish_done()

@@ -48,6 +48,26 @@ def test_generate_endpoint_streams_exact_tokens(app_url, reference, prompts, tin
         assert out == greedy(ids, 160)
 
 
+def test_api_names_every_parameter_and_output_in_english(app_url):
+    """`view_api()` and "Use via API" read the server-side labels: each one is set (English), none is
+    gradio's `parameter_N` / `value_N` fallback — while the page itself still switches language."""
+    import re
+
+    from specviz import lessons
+
+    api = _client(app_url).view_api(return_format="dict", print_info=False)
+    labels = [(name, p["label"]) for name, ep in api["named_endpoints"].items()
+              for p in ep["parameters"] + ep["returns"]]
+    assert len(api["named_endpoints"]) >= 10
+    unnamed = [(n, lab) for n, lab in labels if not lab or re.fullmatch(r"(parameter|value)_\d+", str(lab))]
+    assert not unnamed
+    gen = api["named_endpoints"]["/generate"]
+    en = [lessons.text("en", f"app.label_{k}") for k in ("prompt", "pair", "batch_size", "depth")]
+    assert [p["label"] for p in gen["parameters"]][:4] == en
+    assert {"Tokens", "Result"} <= {p["label"] for p in gen["returns"]}
+    assert not [lab for _, lab in labels if re.search("[\u0600-\u06ff]", str(lab))]     # none in Persian
+
+
 def test_bad_input_is_a_message_not_a_crash(app_url):
     from gradio_client.exceptions import AppError
 
@@ -223,3 +243,19 @@ def test_measure_knee_in_the_app(app_url):
     assert len(job.outputs()) >= 4                       # the curve grew point by point
     assert md.startswith("**Measured**") and "Measured knee" in md and "128 →" in md
     assert "overhead-bound" in md                        # a 64-wide model: launches dominate, said so
+
+
+@needs_chromium
+def test_browser_stop_pressed_with_run_stops_it(app_url):
+    """Run and Stop in one go (the Run still queued when the Stop lands): the Run is stopped, it does
+    not decode its 4 × 512 tokens to the end."""
+    with browser_page(1100) as page:
+        page.goto(app_url + "?tab=playground&batch=4")
+        page.wait_for_selector("#run", timeout=60000)
+        page.wait_for_timeout(1500)
+        page.evaluate("""() => { const n = document.querySelector('#max-new-tokens input[type=number]');
+            n.value = '512'; n.dispatchEvent(new Event('input', {bubbles: true}));
+            n.dispatchEvent(new Event('change', {bubbles: true})); }""")
+        page.wait_for_timeout(500)
+        page.evaluate("() => { document.querySelector('#run').click(); document.querySelector('#stop').click(); }")
+        _wait_status(page, "Stopped")

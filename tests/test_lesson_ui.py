@@ -7,6 +7,7 @@ import shutil
 import pytest
 
 from apphelp import client, pair_label
+from specviz import lessons
 from test_app import CHROMIUM, browser_page, needs_chromium
 
 CHAPTERS = ["race", "knee", "breadth_depth", "ledger", "sweep", "policies"]
@@ -94,6 +95,9 @@ def test_browser_deep_link_and_persian(api, tmp_path):
         assert page.locator("#depth input[type=number]").input_value() == "2"
         assert page.locator("#policy input[value=adaptive]").is_checked()
         page.wait_for_function("document.querySelector('#run').innerText.includes('اجرا')", timeout=30000)
+        # labels are created in English (the API's names) and still follow the language switch
+        fa_label = json.dumps(lessons.text("fa", "app.label_prompt"))
+        page.wait_for_function(f"document.querySelector('#prompt').innerText.includes({fa_label})", timeout=30000)
         page.screenshot(path=str(tmp_path / "fa.png"), full_page=True)
         shutil.copy(tmp_path / "fa.png", "/tmp/specviz-playground-fa.png")
         # copy link gives the link to the current state

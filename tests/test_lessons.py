@@ -94,7 +94,8 @@ def test_conclusion_templates_carry_their_numbers(tables):
         "app.lossless_identical": {"n"},
         "app.lossless_differs": {"pos", "target_tok", "ours_tok", "margin"},
         "errors.prompt_too_long": {"tokens", "limit"},
-        "errors.too_many_rows": {"limit"},
+        "errors.busy": {"seconds"},
+        "errors.step_out_of_memory": {"rows", "depth"},
     }
     for key, names in expect.items():
         assert names <= {name for name, _, _ in fields(en[key])}, key

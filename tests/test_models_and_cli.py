@@ -124,3 +124,28 @@ def test_cli_bench_hf_reports_ratios_and_identity(tiny_paths):
     assert res["identical"] is True
     assert res["vs_assisted"] > 0 and res["vs_plain"] > 0 and 0 <= res["overhead_share"] < 1
     assert set(res["tokens_per_s"]) == {"ours_k", "ours_k0", "plain", "assisted"}
+
+
+ABORTS = ("terminate called", "Aborted", "core dumped", "Traceback", "Fatal Python error")
+
+
+def assert_clean_exit(r) -> None:
+    """Exit code 0 and no abort or traceback on stderr (a thread left inside torch at interpreter exit
+    aborts the process with "terminate called without an active exception", exit code 134 / -6)."""
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not [a for a in ABORTS if a in r.stderr], r.stderr[-2000:]
+
+
+def test_cli_bench_classroom_exits_cleanly(tiny_paths):
+    r = cli("bench-classroom", "--target", tiny_paths["target"], "--draft", tiny_paths["draft"], "--users", "3",
+            "--depth", "2", "--max-new-tokens", "8", "--separate-concurrency", "2")
+    assert_clean_exit(r)
+    final = json.loads(r.stdout.strip().splitlines()[-1])
+    assert final["done"] and final["identical"] is True and final["shared"]["tokens"] == 3 * 8
+
+
+def test_cli_whatif_exits_cleanly():
+    r = cli("whatif", "--gpu", "H100 SXM", "--target", "Llama-3.1-8B", "--draft", "EAGLE:Llama-3.1-8B",
+            "--alpha", "0.7", "--batch-sizes", "1,8", "--depths", "0,3", "--json")
+    assert_clean_exit(r)
+    assert r.stderr.strip() == "" and json.loads(r.stdout)["rows"]

@@ -68,6 +68,7 @@ def test_eight_concurrent_requests_share_steps_and_stay_exact(make_pair, prompts
     assert max(shared) > 2, "the requests never shared a step"
     assert max(r.totals.users_max for r in reqs) > 1
     sched.close()
+    assert not sched.alive()      # close() waits for the loop: no thread left inside torch at exit
 
 
 def test_policy_sees_the_shared_batch(make_pair, prompts, reference):

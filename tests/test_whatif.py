@@ -202,7 +202,7 @@ def _fake_app():
     from specviz.ui.i18n import Translations
 
     return SimpleNamespace(peaks=None, tr=Translations(), choices=[SimpleNamespace(label="tiny → tiny")],
-                           choice=lambda label: SimpleNamespace(label=label))
+                           choice=lambda label, lang="en": SimpleNamespace(label=label))
 
 
 def _handler(blocks, name: str):

@@ -13,6 +13,7 @@ shown as best it can be.
 from __future__ import annotations
 
 import copy
+import re
 import string
 import tomllib
 from functools import lru_cache
@@ -106,17 +107,98 @@ def fill(template_text: str, values: dict, wrap=None) -> str:
     """Format a template with named values; never raises (a broken template comes back unformatted).
     `wrap`, if given, is applied to each filled-in field."""
     try:
-        return _Formatter(wrap).vformat(template_text, (), values)
+        out = _Formatter(wrap).vformat(template_text, (), values)
     except (ValueError, IndexError, KeyError, AttributeError):
         return template_text
+    # "1.45×" reads as one number: a "×" right after an isolated number goes inside its isolate, or a
+    # right-to-left sentence shows it on the number's other side ("×1.45")
+    return out.replace(PDI + "×", "×" + PDI) if wrap is not None else out
+
+
+ARABIC_SCRIPT = re.compile(r"[\u0600-\u06FF\uFB50-\uFDFF\uFE70-\uFEFF]")
+RLI = "\u2067"
+
+
+def isolate_ltr(value: str) -> str:
+    """A filled-in number, name, token or code kept left-to-right inside a right-to-left sentence. A value
+    that is itself Persian text (a nested sentence, a translated term) stays in the right-to-left flow:
+    an LTR isolate would reverse its words."""
+    return value if ARABIC_SCRIPT.search(value) else LRI + value + PDI
+
+
+def isolate_rtl(value: str) -> str:
+    """A whole Persian label made right-to-left where its container lays text out left-to-right
+    (plotly's SVG text): otherwise "token در هر pass" reads with its words in reverse order."""
+    return RLI + value + PDI if ARABIC_SCRIPT.search(value) else value
+
+
+def isolates_off(value: str) -> str:
+    """The text without its directional isolates (for comparing or searching it)."""
+    return re.sub("[\u2066-\u2069]", "", value)
 
 
 def text(lang: str, key: str, /, **values) -> str:
-    """Lesson text for `key` in `lang`, with `{placeholders}` filled from `values`."""
-    return fill(template(lang, key), values)
+    """Lesson text for `key` in `lang`, with `{placeholders}` filled from `values` (a `Said` or `Key` value
+    is shown in `lang` too)."""
+    return fill(template(lang, key), _said_in(lang, values))
 
 
 def text_bidi(lang: str, key: str, /, **values) -> str:
     """Like `text`, but every filled-in value is wrapped in LRI…PDI so numbers, code and tokens stay
-    left-to-right inside right-to-left sentences (harmless in English)."""
-    return fill(template(lang, key), values, wrap=lambda s: LRI + s + PDI)
+    left-to-right inside right-to-left sentences (harmless in English). Persian values stay as they are."""
+    return fill(template(lang, key), _said_in(lang, values), wrap=isolate_ltr)
+
+
+def _said_in(lang: str, values: dict) -> dict:
+    return {k: (say(lang, v) if isinstance(v, (Key, Said)) else v) for k, v in values.items()}
+
+
+def chart_fill(template_text: str, values: dict) -> str:
+    """Fill a chart label: in a Persian label the numbers are isolated left-to-right (plotly lays the
+    whole label out left-to-right; `isolate_rtl` makes the label itself right-to-left)."""
+    return fill(template_text, values, wrap=isolate_ltr if ARABIC_SCRIPT.search(template_text) else None)
+
+
+# --- sentences made deep in the package, shown later in the reader's language --------------------------
+class Key(str):
+    """A lesson key given as the value of another sentence (a word such as "speculation depth"): shown in
+    the language the sentence is shown in."""
+
+    __slots__ = ()
+
+
+class Said(str):
+    """A sentence made where no reader is known (limits, policies, models, the scheduler): it *is* the
+    English text (what the CLI, the logs and `str()` show) and remembers its lesson key and values, so a
+    page renders it in its reader's language with `say(lang, ...)`. Values may be `Key`s or `Said`s."""
+
+    def __new__(cls, key: str, /, **values) -> "Said":
+        self = super().__new__(cls, _render(DEFAULT_LANG, key, values))
+        self.key, self.values = key, values
+        return self
+
+    def __reduce__(self):          # across processes (a ZeroGPU worker) it stays a Said
+        return (_said, (self.key, self.values))
+
+
+def _said(key: str, values: dict) -> Said:
+    return Said(key, **values)
+
+
+def _render(lang: str, key: str, values: dict) -> str:
+    plain = _said_in(lang, values)
+    if lang in RTL_LANGS:
+        return fill(template(lang, key), plain, wrap=isolate_ltr)
+    return fill(template(lang, key), plain)
+
+
+def say(lang: str, message) -> str:
+    """A message in `lang`: a `Said` or `Key` in that language, an exception by its `Said` argument,
+    anything else as its English text."""
+    if isinstance(message, BaseException):
+        message = message.args[0] if len(message.args) == 1 else str(message)
+    if isinstance(message, Said):
+        return _render(lang, message.key, message.values)
+    if isinstance(message, Key):
+        return text(lang, message)
+    return str(message)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from specviz.fastpath import check_compile
+from specviz.lessons import Key, Said, direction, isolate_ltr, isolate_rtl, say
 from specviz.models import HUB_PRESETS, OFFLINE_ALIAS, ModelError, load_tokenizer
 from specviz.pipeline import Pair, load_pair
 from specviz.warmup import WarmResult, warm
@@ -18,24 +19,31 @@ log = logging.getLogger("specviz")
 
 @dataclass(frozen=True)
 class PairChoice:
-    label: str
+    label: str          # the value the dropdowns and the API exchange: English (a `Said` shows it translated)
     target: str
     draft: str
     note: str = ""
+    engine: str = "specviz"        # "vllm": served by a vLLM server (specviz.ui.vllm_runner)
 
 
-NGRAM_NOTE = ("The n-gram draft copies what followed the same words earlier in the text: free to run, and "
-              "right whenever the answer copies the input — rewrite, summarise, edit code. ")
-OFFLINE_NGRAM = PairChoice("SmolLM2-135M (offline) · n-gram draft (prompt lookup): pays on input-grounded prompts",
-                           OFFLINE_ALIAS, "ngram", "Offline pair. " + NGRAM_NOTE)
-HUB_NGRAM = PairChoice("SmolLM2-135M · n-gram draft (prompt lookup): pays on input-grounded prompts",
-                       "HuggingFaceTB/SmolLM2-135M-Instruct", "ngram", NGRAM_NOTE)
+def pair_options(choices, lang: str) -> list[tuple[str, str]]:
+    """(shown, value) for a pair dropdown: the label in the reader's language, the English label as value.
+    A Persian label is isolated right-to-left: the dropdown's box lays its text out left-to-right."""
+    if direction(lang) != "rtl":
+        return [(say(lang, c.label), str(c.label)) for c in choices]
+    # a Persian label right-to-left; a label that is only names and paths ("ngram → /models/x") left-to-right
+    return [(isolate_ltr(isolate_rtl(say(lang, c.label))), str(c.label)) for c in choices]
+
+
+OFFLINE_MODEL = "SmolLM2-135M (offline)"
+OFFLINE_NGRAM = PairChoice(Said("pairs.ngram_label", model=OFFLINE_MODEL), OFFLINE_ALIAS, "ngram",
+                           Said("pairs.offline_ngram_note"))
+HUB_NGRAM = PairChoice(Said("pairs.ngram_label", model="SmolLM2-135M"), "HuggingFaceTB/SmolLM2-135M-Instruct",
+                       "ngram", Said("pairs.ngram_note"))
 OFFLINE_CHOICES = [
-    PairChoice("SmolLM2-135M (offline) · expensive draft: itself with layers 12-17 skipped", OFFLINE_ALIAS,
-               "layerskip:12-17", "Offline pair: the draft is the target itself with 6 of 30 layers skipped — "
-               "it agrees often, but costs 80 % of a target pass, so on a CPU it does not pay (that is a lesson too)."),
-    PairChoice("SmolLM2-135M (offline) · itself as draft (everything accepted)", OFFLINE_ALIAS, OFFLINE_ALIAS,
-               "Upper bracket: every draft is accepted, but drafting costs as much as the target."),
+    PairChoice(Said("pairs.layerskip_label", model=OFFLINE_MODEL, layers="12-17"), OFFLINE_ALIAS, "layerskip:12-17",
+               Said("pairs.layerskip_note")),
+    PairChoice(Said("pairs.self_label", model=OFFLINE_MODEL), OFFLINE_ALIAS, OFFLINE_ALIAS, Said("pairs.self_note")),
 ]
 
 
@@ -66,7 +74,7 @@ def available_choices(target: str | None = None, draft: str | None = None) -> li
     Offline, a hub model is listed only if it sits in the local cache."""
     choices = []
     if target and draft:
-        choices.append(PairChoice(f"{draft} → {target}", target, draft, "Pair given on the command line."))
+        choices.append(PairChoice(f"{draft} → {target}", target, draft, Said("pairs.cli_note")))
     offline = offline_model_installed()
     if offline:
         choices.append(OFFLINE_NGRAM)
@@ -75,8 +83,9 @@ def available_choices(target: str | None = None, draft: str | None = None) -> li
     for label, (d, t) in HUB_PRESETS.items():
         cached = _cached(d) and _cached(t)
         if cached or not hub_is_offline():
-            note = "cached locally" if cached else "downloads on first use"
-            choices.append(PairChoice(f"{label} ({note})", t, d, f"Hub pair {d} → {t}."))
+            state = Key("pairs.cached" if cached else "pairs.downloads")
+            choices.append(PairChoice(Said("pairs.hub_label", preset=label, state=state), t, d,
+                                      Said("pairs.hub_note", pair=f"{d} → {t}")))
     return choices + (OFFLINE_CHOICES if offline else [])
 
 

@@ -28,39 +28,50 @@ from specviz.recordings import RecordingError
 
 log = logging.getLogger("specviz.app")
 HUMAN = (ModelError, LimitError, PolicyError, RecordingError)
-UNEXPECTED = ("Something went wrong on the server ({kind}). The details are in the server log; "
-              "please try again.")
 
 
-def refusal(message: str, where: str = "") -> gr.Error:
+def human(lang: str, message) -> str:
+    """An exception or a message (a `lessons.Said`, a plain string) as a sentence in `lang`."""
+    return lessons.say(lang, message)
+
+
+def error(lang: str, key: str, /, **values) -> gr.Error:
+    """A refusal for a lesson key (`errors.*`), in `lang`."""
+    return refusal(lessons.say(lang, lessons.Said(key, **values)), lang=lang)
+
+
+def refusal(message: str, where: str = "", lang: str = lessons.DEFAULT_LANG) -> gr.Error:
     """A refusal: shown as it is, one line in the log (gradio would print a whole traceback)."""
     log.info("refused%s: %s", f" {where}" if where else "", message[:300].replace("\n", " "))
-    return gr.Error(message, print_exception=False)
+    return gr.Error(message, print_exception=False, title=lessons.text(lang, "app.error_title"))
 
 
 def as_error(exc: Exception, lang: str = lessons.DEFAULT_LANG, where: str = "") -> gr.Error:
     """Any exception as the error a user sees."""
     if isinstance(exc, gr.Error):
-        return exc if not exc.print_exception else refusal(exc.message, where)   # not logged twice
+        # not logged twice; a keyed message (lessons.Said) in the reader's language
+        return exc if not exc.print_exception else refusal(human(lang, exc.message), where, lang)
     if isinstance(exc, HUMAN):
-        return refusal(str(exc), where)
+        return refusal(human(lang, exc), where, lang)        # its sentence in the reader's language
     if isinstance(exc, RecursionError):
-        return refusal(lessons.text(lang, "errors.too_deep"), where)
+        return refusal(lessons.text(lang, "errors.too_deep"), where, lang)
     if isinstance(exc, MemoryError) or "out of memory" in str(exc).lower():
         log.warning("out of memory in %s: %s", where or "a handler", str(exc)[:200])
-        return gr.Error(lessons.text(lang, "errors.out_of_memory"), print_exception=False)
+        return gr.Error(lessons.text(lang, "errors.out_of_memory"), print_exception=False,
+                        title=lessons.text(lang, "app.error_title"))
     log.error("handler %s failed", where or "?", exc_info=exc)
-    return gr.Error(lessons.text(lang, "errors.server_error"), print_exception=False)
+    return gr.Error(lessons.text(lang, "errors.server_error"), print_exception=False,
+                    title=lessons.text(lang, "app.error_title"))
 
 
 @contextmanager
-def as_human_errors():
+def as_human_errors(lang: str = lessons.DEFAULT_LANG):
     """Errors meant for a human become a gradio message (also inside a ZeroGPU worker, whose other
     exceptions reach the browser only as "ZeroGPU worker error")."""
     try:
         yield
     except HUMAN as exc:
-        raise refusal(str(exc)) from None
+        raise refusal(human(lang, exc), lang=lang) from None
 
 
 @contextmanager

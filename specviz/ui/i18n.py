@@ -4,6 +4,11 @@ Pages register their components with `Translations.add(component, label=KEY, val
 on page load and when the switch (`#lang`) moves, one handler returns an update for each of them in
 the chosen language. Texts made at run time (counters, conclusions) ask `lang_of(session)`.
 The text itself lives in `specviz/lessons/{en,fa}.toml`.
+
+A component registered with `label=KEY` (or `info=`, `placeholder=`) and created without one gets the
+English text as its own attribute at registration, before the Blocks' config is built: gradio names API
+parameters and outputs after the server-side label (`view_api()`, "Use via API"), and per-session
+updates never reach that page — so the API keeps English names while the page switches language.
 """
 from __future__ import annotations
 
@@ -18,8 +23,22 @@ SWITCH_JS = """(lang) => {
   document.documentElement.setAttribute('dir', rtl ? 'rtl' : 'ltr');
   document.documentElement.setAttribute('lang', lang);
   document.body.classList.toggle('sv-rtl', rtl);
+  const titles = __TITLES__;
+  if (titles[lang]) { document.title = titles[lang]; }
+  // gradio's own words (upload boxes, the footer) follow its locale: switch it with ours
+  const core = performance.getEntriesByType('resource').map((r) => r.name)
+    .find((n) => /\/assets\/core-[\w-]+\.js$/.test(n));
+  if (core) { import(core).then((m) => m.changeLocale && m.changeLocale(lang)).catch(() => {}); }
   return lang;
 }"""
+
+
+def switch_js() -> str:
+    """The language switch's browser side: direction, `lang`, and the page title (the tab's name)."""
+    import json
+
+    titles = {lang: lessons.text(lang, "app.page_title") for lang in lessons.LANGS}
+    return SWITCH_JS.replace("__TITLES__", json.dumps(titles, ensure_ascii=False))
 
 
 def pick_lang(request: gr.Request | None, asked: str | None = None) -> str:
@@ -47,6 +66,9 @@ class Translations:
     def add(self, component, fn=None, **keys: str):
         """Register `component`; keys name its attributes (label=, value=, info=, placeholder=) by lesson
         key, or `fn(lang)` builds its whole update (text assembled from several keys)."""
+        for attr in ("label", "info", "placeholder"):
+            if attr in keys and getattr(component, attr, "") is None:
+                setattr(component, attr, lessons.text("en", keys[attr]))   # see the module docstring
         self._items.append((component, fn if fn is not None else keys))
         return component
 
@@ -66,6 +88,8 @@ class Translations:
             upd = spec(lang) if callable(spec) else gr.update(**{a: lessons.text(lang, k) for a, k in spec.items()})
             if isinstance(comp, gr.Markdown):
                 upd["rtl"] = rtl          # gradio lays Markdown out left-to-right unless told otherwise
+            elif rtl and not isinstance(comp, gr.HTML):
+                upd = _right_to_left(upd)
             out.append(upd)
         return out
 
@@ -78,6 +102,24 @@ class Translations:
     def lang_of(self, session: str) -> str:
         with self._lock:
             return self._langs.get(session, lessons.DEFAULT_LANG)
+
+
+# plain-text attributes a component lays out in its own box (a label chip, a button, an option), which need
+# not follow the page's direction: a Persian one is isolated right-to-left there
+PLAIN_TEXT = ("label", "info", "placeholder")
+
+
+def _right_to_left(upd: dict) -> dict:
+    upd = dict(upd)
+    for attr in PLAIN_TEXT:
+        if isinstance(upd.get(attr), str):
+            upd[attr] = lessons.isolate_rtl(upd[attr])
+    if isinstance(upd.get("value"), str) and "\n" not in upd["value"]:     # a button's or a tab's text
+        upd["value"] = lessons.isolate_rtl(upd["value"])
+    if isinstance(upd.get("choices"), list):
+        upd["choices"] = [(lessons.isolate_rtl(c[0]), c[1]) if isinstance(c, (tuple, list)) and isinstance(c[0], str)
+                          else c for c in upd["choices"]]
+    return upd
 
 
 def t(lang: str, key: str, **values) -> str:

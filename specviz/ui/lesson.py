@@ -14,7 +14,7 @@ from specviz import charts_lesson, experiments, lessons
 from specviz.pipeline import encode_prompt
 from specviz.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, ROW_POOL
 from specviz.ui import runner
-from specviz.ui.errors import as_sentences
+from specviz.ui.errors import as_sentences, error
 from specviz.ui.i18n import t
 from specviz.ui.runs import TempFiles, write_csv
 
@@ -30,14 +30,25 @@ def chapter_title(lang: str, chapter: str) -> str:
     return lessons.text(lang, f"chapter.{chapter}.title")
 
 
+def numbered_title(lang: str, i: int, chapter: str) -> str:
+    """ "3. Why checking k + 1 tokens is almost free". In Persian the whole label is isolated right-to-left,
+    so it reads the same wherever it sits (a radio label, a heading, a left-to-right container): the number
+    first at the right with its dot after it, and a title that starts with an English term ("breadth در
+    برابر depth") keeps its words in order."""
+    label = f"{i + 1}. {chapter_title(lang, chapter)}"
+    return lessons.isolate_rtl(label) if lessons.direction(lang) == "rtl" else label
+
+
 def chapter_choices(lang: str) -> list[tuple[str, str]]:
-    return [(f"{i + 1}. {chapter_title(lang, c)}", c) for i, c in enumerate(lessons.CHAPTERS)]
+    return [(numbered_title(lang, i, c), c) for i, c in enumerate(lessons.CHAPTERS)]
 
 
 def chart_labels(lang: str, chapter: str) -> dict:
-    """Every short string of a chapter's table (chart labels), in this language."""
+    """Every short string of a chapter's table (chart labels), in this language. Plotly lays its text out
+    left-to-right, so a Persian label is made right-to-left as a whole (its numbers are isolated
+    left-to-right when charts_lesson fills them in)."""
     table = lessons.load(lang).get("chapter", {}).get(chapter, {})
-    return {k: v for k, v in table.items() if isinstance(v, str) and k not in ("title", "body")}
+    return {k: lessons.isolate_rtl(v) for k, v in table.items() if isinstance(v, str) and k not in ("title", "body")}
 
 
 def conclusion_md(lang: str, result: dict) -> str:
@@ -46,7 +57,12 @@ def conclusion_md(lang: str, result: dict) -> str:
     keys = result.get("conclusions") or ([result["conclusion"]] if result.get("conclusion") else [])
     values = result.get("conclusion_values") or [result.get("values", {})] * len(keys)
     parts = [t(lang, f"chapter.{chapter}.{k}", **v) for k, v in zip(keys, values)]
-    parts.append(f"_{lessons.text(lang, 'app.measured_here')} ({result.get('device', '?')}) · "
+    if chapter == "sweep":          # the same curve on real GPUs, from published measurements (right panel)
+        parts.append(lessons.text(lang, "chapter.sweep.published_intro"))
+    device = str(result.get("device", "?"))
+    if lessons.direction(lang) == "rtl":
+        device = lessons.isolate_ltr(device)
+    parts.append(f"_{lessons.text(lang, 'app.measured_here')} ({device}) · "
                  f"{lessons.text(lang, 'app.measured_alone')}._")
     return "\n\n".join(parts)
 
@@ -70,12 +86,11 @@ class Lesson:
 
     def _run(self, chapter: str, pair_label, lang: str):
         app = self.app
-        choice = app.choice(pair_label)
+        choice = app.choice(pair_label, lang)
         if app.runner.zero_gpu:
-            raise gr.Error("The lesson's experiments time the device they run on; on ZeroGPU the GPU exists "
-                           "only inside each Run's worker, so run them where the app owns its device.")
-        pair = app.load(choice)
-        make = self._experiment(chapter, pair)
+            raise error(lang, "errors.lesson_zerogpu")
+        pair = app.load(choice, lang)
+        make = self._experiment(chapter, pair, lang)
         labels = chart_labels(lang, chapter)
         running = lessons.text(lang, f"chapter.{chapter}.running")
         yield running, gr.skip(), gr.skip(), gr.skip()
@@ -89,12 +104,12 @@ class Lesson:
             if not result["done"]:
                 yield f"{running} ({result['progress']:.0%})", fig, gr.skip(), gr.skip()
         if result is None:
-            raise gr.Error("The experiment ended without a result. Please try again.")
+            raise error(lang, "errors.experiment_no_result")
         path = self._files.path(f"specviz-{chapter}", "csv")
         write_csv(path, result["table"] or [{"chart": chapter}])
         yield conclusion_md(lang, result), fig, gr.update(value=path), result
 
-    def _experiment(self, chapter: str, pair):
+    def _experiment(self, chapter: str, pair, lang: str = lessons.DEFAULT_LANG):
         prompt = encode_prompt(pair.tokenizer, DEFAULT_PROMPT)
         peaks = self.app.peaks
         if chapter == "race":
@@ -110,24 +125,26 @@ class Lesson:
         if chapter == "policies":
             pool = [prompt] + [encode_prompt(pair.tokenizer, p) for p in ROW_POOL]
             return lambda: experiments.run_policies(pair, pool)
-        raise gr.Error(f"Unknown chapter: {str(chapter)[:40]!r}")
+        raise error(lang, "errors.unknown_chapter", chapter=str(chapter)[:40])
 
 
 def build(app) -> tuple[Lesson, gr.Radio, gr.Dropdown]:
     """Lay out the lesson: a chapter picker, one panel per chapter (shown one at a time), next/previous."""
     lesson = Lesson(app)
     tr = app.tr
-    labels = [c.label for c in app.choices]
+    labels = app.pair_options("en")
     with gr.Row():
+        # the label is not shown, but screen readers say it (gradio would say "Radio")
         chapter = tr.add(gr.Radio(chapter_choices("en"), value=lessons.CHAPTERS[0], elem_id="chapter",
-                                  show_label=False),
-                         lambda lang: gr.update(choices=chapter_choices(lang)))
-    pair = tr.add(gr.Dropdown(labels, value=labels[0], elem_id="lesson-pair"), label="app.label_pair")
+                                  show_label=False, label=lessons.text("en", "app.chapters")),
+                         lambda lang: gr.update(choices=chapter_choices(lang), label=lessons.text(lang, "app.chapters")))
+    pair = tr.add(gr.Dropdown(labels, value=labels[0][1], elem_id="lesson-pair"),
+                  lambda lang: gr.update(label=lessons.text(lang, "app.label_pair"), choices=app.pair_options(lang)))
     panels = []
     for i, ch in enumerate(lessons.CHAPTERS):
         with gr.Column(visible=i == 0, elem_id=f"chapter-{ch}", elem_classes=["sv-chapter"]) as panel:
-            tr.add(gr.Markdown(f"## {chapter_title('en', ch)}", elem_classes=["sv-title"]),
-                   lambda lang, ch=ch: gr.update(value=f"## {chapter_title(lang, ch)}"))
+            tr.add(gr.Markdown(f"## {numbered_title('en', i, ch)}", elem_classes=["sv-title"]),
+                   lambda lang, i=i, ch=ch: gr.update(value=f"## {numbered_title(lang, i, ch)}"))
             tr.add(gr.Markdown(lessons.text("en", f"chapter.{ch}.body")), value=f"chapter.{ch}.body")
             if ch in EXPERIMENT_CHAPTERS:
                 _experiment_panel(lesson, tr, ch, pair)
@@ -147,10 +164,11 @@ def build(app) -> tuple[Lesson, gr.Radio, gr.Dropdown]:
 
 def _experiment_panel(lesson: Lesson, tr, ch: str, pair) -> None:
     button = tr.add(gr.Button(variant="primary", elem_id=BUTTON_IDS[ch]), value=f"chapter.{ch}.button")
-    note = tr.direction(gr.Markdown("", elem_id=f"conclusion-{ch}", elem_classes=["sv-conclusion"]))
-    plot = gr.Plot(elem_id=f"plot-{ch}", show_label=False)
+    note = tr.direction(gr.Markdown("", label="Conclusion", elem_id=f"conclusion-{ch}",
+                                     elem_classes=["sv-conclusion"]))
+    plot = gr.Plot(label="Chart", elem_id=f"plot-{ch}", show_label=False)
     csv = tr.add(gr.DownloadButton(value=None, size="sm", elem_id=f"csv-{ch}"), label="app.download_csv")
-    data = gr.JSON(visible=False)
+    data = gr.JSON(label="Measurements", visible=False)
     def run(pair_label, request: gr.Request):
         yield from lesson.run(ch, pair_label, request)
     button.click(run, [pair], [note, plot, csv, data], api_name=f"lesson_{ch}", concurrency_limit=4)

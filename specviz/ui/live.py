@@ -9,7 +9,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from specviz import charts
+from specviz import charts, lessons
 from specviz.engine import StepEvent
 from specviz.hardware import Peaks, Sample, Sampler, step_metrics
 from specviz.roofline import ModelSpec, predicted_knee
@@ -38,6 +38,7 @@ class LiveRun:
     path: str = ""                                  # the forward path that ran the latest step
     shared: bool = False                   # the run shares its batch with other users: chart the whole batch too
     shared_tps: charts.Series = field(default_factory=charts.Series)
+    lang: str = lessons.DEFAULT_LANG       # the reader's language, for the charts' words
     lock: threading.Lock = field(default_factory=threading.Lock)   # record() and figures() race
 
     def elapsed(self) -> float:
@@ -140,12 +141,23 @@ class LiveRun:
         return self.sampler.source if self.sampler else "none"
 
     def _figures(self):
-        util_label = {"nvml": "GPU busy (NVML)", "psutil": "CPU busy (psutil)"}.get(
-            self._source(), "utilisation unavailable")
-        return (charts.throughput_figure(self.tps, self.per_row, self.markers,
-                                         shared=self.shared_tps if self.shared else None),
-                charts.hardware_figure(self.util, self.mbu, self.mfu, util_label),
-                charts.acceptance_histogram(self.hist[: max(2, _last_nonzero(self.hist) + 2)]))
+        labels = live_labels(self.lang)
+        util_label = labels["util_" + self._source()] if self._source() in ("nvml", "psutil") else labels["util_none"]
+        figs = (charts.throughput_figure(self.tps, self.per_row, self.markers,
+                                         shared=self.shared_tps if self.shared else None, labels=labels),
+                charts.hardware_figure(self.util, self.mbu, self.mfu, util_label, labels=labels),
+                charts.acceptance_histogram(self.hist[: max(2, _last_nonzero(self.hist) + 2)], labels=labels))
+        if lessons.direction(self.lang) == "rtl":      # a Persian title starts at the right, where it is read
+            for fig in figs:
+                fig.update_layout(title_x=0.98, title_xanchor="right", title_font_size=14)
+        return figs
+
+
+def live_labels(lang: str) -> dict:
+    """The live charts' words in `lang` ([playground.chart]); a Persian label is right-to-left as a whole,
+    since plotly lays its text out left-to-right."""
+    keys = [*charts.LIVE_LABELS, "util_nvml", "util_psutil", "util_none"]
+    return {k: lessons.isolate_rtl(lessons.text(lang, f"playground.chart.{k}")) for k in keys}
 
 
 def _last_nonzero(xs: list[int]) -> int:

@@ -21,7 +21,7 @@ from specviz.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, EXAMPLES, ROW_POOL
 from specviz.request import Knobs, RunTotals
 from specviz.ui import counters, runner
 from specviz.ui.control import policy_from
-from specviz.ui.errors import as_sentences
+from specviz.ui.errors import as_sentences, error, human
 from specviz.ui.i18n import t
 from specviz.ui.live import LiveRun
 from specviz.ui.render import RowView, legend_html, rows_html, tokens_html
@@ -51,18 +51,23 @@ def build(app) -> "Playground":
     """Lay out the playground inside the current Blocks and wire its handlers."""
     page = Playground(app)
     tr = app.tr
-    choices = [c.label for c in app.choices]
+    choices = app.pair_options("en")
+
+    def pair_update(lang: str):
+        info = lessons.text(lang, "playground.custom_pair_info") if app.allow_custom else None
+        return gr.update(label=lessons.text(lang, "app.label_pair"), info=info, choices=app.pair_options(lang))
     with gr.Row(equal_height=False, elem_id="pg-row"):
         with gr.Column(scale=2, min_width=300, elem_id="pg-controls"):
-            pair = tr.add(gr.Dropdown(choices, value=choices[0], elem_id="pair", allow_custom_value=app.allow_custom,
-                                      info='or type "DRAFT → TARGET" (model references)' if app.allow_custom else None),
-                          label="app.label_pair")
+            pair = tr.add(gr.Dropdown(choices, value=choices[0][1], elem_id="pair", allow_custom_value=app.allow_custom,
+                                      info=lessons.text("en", "playground.custom_pair_info") if app.allow_custom else None),
+                          pair_update)
             batch = tr.add(gr.Slider(1, app.limits.max_rows_per_user, value=1, step=1, elem_id="batch-size"),
                            label="app.label_batch_size")
             depth = tr.add(gr.Slider(0, MAX_DEPTH, value=DEFAULT_DEPTH, step=1, elem_id="depth"),
                            label="app.label_depth")
             same = tr.add(gr.Checkbox(False, elem_id="same-prompt"), label="app.label_same_prompt")
-            policy = tr.add(gr.Radio(list(POLICY_NAMES), value="fixed", elem_id="policy"),
+            policy = tr.add(gr.Radio(list(POLICY_NAMES), value="fixed", label=lessons.text("en", "app.label_policy"),
+                                     elem_id="policy"),
                             lambda lang: gr.update(label=lessons.text(lang, "app.label_policy"), info=_policy_info(lang)))
             threshold = tr.add(gr.Number(8, elem_id="threshold"), label="app.label_threshold")
             temperature = tr.add(gr.Slider(0, app.limits.max_temperature, value=0, step=0.05, elem_id="temperature"),
@@ -83,27 +88,30 @@ def build(app) -> "Playground":
             with gr.Row():
                 run = tr.add(gr.Button(variant="primary", elem_id="run"), value="app.label_run")
                 stop = tr.add(gr.Button(variant="stop", elem_id="stop"), value="app.label_stop")
-            status = tr.add(gr.Markdown(app.startup_note, elem_id="status"),
+            status = tr.add(gr.Markdown(app.startup_note, label="Status", elem_id="status"),
                             lambda lang: gr.update(value=app.startup_md(lang)))
             tr.add(gr.HTML(legend_html("en")), lambda lang: gr.update(value=legend_html(lang)))
-            tokens = tr.add(gr.HTML(tokens_html(None, lessons.text("en", "playground.press_run")), elem_id="tokens"),
+            tokens = tr.add(gr.HTML(tokens_html(None, lessons.text("en", "playground.press_run")), label="Tokens",
+                                    elem_id="tokens"),
                             lambda lang: gr.update(value=tokens_html(None, lessons.text(lang, "playground.press_run"))))
-            batch_now = tr.direction(gr.Markdown("", elem_id="batch-now"))
-            counters_box = tr.direction(gr.Markdown("", elem_id="counters"))
-            rows = gr.HTML("", elem_id="rows")
+            batch_now = tr.direction(gr.Markdown("", label="Batch now", elem_id="batch-now"))
+            counters_box = tr.direction(gr.Markdown("", label="Counters", elem_id="counters"))
+            rows = gr.HTML("", label="Rows", elem_id="rows")
             with gr.Row():
-                chart_t = gr.Plot(label="Throughput", elem_id="chart-throughput")
-                chart_h = gr.Plot(label="Hardware", elem_id="chart-hardware")
-            chart_a = gr.Plot(label="Acceptance", elem_id="chart-accept")
+                chart_t = tr.add(gr.Plot(label="Throughput", elem_id="chart-throughput"),
+                                 label="playground.chart.plot_throughput")
+                chart_h = tr.add(gr.Plot(label="Hardware", elem_id="chart-hardware"), label="playground.chart.plot_hardware")
+            chart_a = tr.add(gr.Plot(label="Acceptance", elem_id="chart-accept"), label="playground.chart.plot_acceptance")
             with gr.Row():
                 # a DownloadButton's label is its text; its value is the file (set when a Run ends)
                 csv = tr.add(gr.DownloadButton(value=None, elem_id="csv-playground", size="sm"),
-                             label="app.download_csv")
+                             label="playground.download_label")
                 save = tr.add(gr.DownloadButton(value=None, elem_id="save-run", size="sm"), label="app.save_run")
                 check = tr.add(gr.Button(size="sm", elem_id="check-lossless"), value="app.check_lossless")
-            lossless = tr.direction(gr.Markdown("", elem_id="lossless"))
-            result = gr.JSON(visible=False, elem_id="result")
-            gr.Examples(EXAMPLES, inputs=prompt, label="Examples")
+            lossless = tr.direction(gr.Markdown("", label="Lossless check", elem_id="lossless"))
+            result = gr.JSON(label="Result", visible=False, elem_id="result")
+            examples = gr.Examples(EXAMPLES, inputs=prompt, label=lessons.text("en", "playground.examples"))
+            tr.add(examples.dataset, label="playground.examples")
 
     outputs = [tokens, rows, counters_box, chart_t, chart_h, chart_a, status, csv, save, result]   # as OUTPUTS
     # charts refresh on their own clock (4 Hz), independent of how long a decoding step takes
@@ -163,44 +171,45 @@ class Playground:
             args = check_request(batch_size, k, temp, max_tokens, app.limits)
             check_prompt_text(prompt_text, app.limits)
             knobs = Knobs(args.depth, args.batch, policy_from(policy_name, thr), max_batch=app.limits.max_rows_per_user)
-            choice = app.choice(pair_label)
+            choice = app.choice(pair_label, lang)
         if not app.pairs.loaded(choice):
             yield pack(status=t(lang, "playground.status_loading", pair=choice.label))
         with as_sentences(lang):
-            pair = app.load(choice)
+            pair = app.load(choice, lang)
             prompts = [encode_prompt(pair.tokenizer, prompt_text, limits=app.limits)]
             if not (same_prompt is True or str(same_prompt).lower() == "true"):
                 prompts += self._pool(choice, pair)
         if app.runs.stopped_early(session):
             app.runs.end(session)
             yield pack(status=t(lang, "playground.status_stopped", tokens=0),
-                       result={"done": True, "stopped": True, "stopped_before_start": True, "prompt_ids": [],
+                       result={"done": True, "engine": choice.engine, "stopped": True, "stopped_before_start": True, "prompt_ids": [],
                                "outputs": [], **RunTotals().as_dict()})
             return
         req = runner.RunRequest(choice.target, choice.draft, tuple(map(tuple, prompts)), args.depth, args.batch,
                                 policy_name or "fixed", thr, args.temperature, args.max_new)
         live = LiveRun(app.runner.control(knobs, (policy_name or "fixed", thr)), choice.label, app.peaks,
-                       app.sampler, shared=not app.runner.zero_gpu)
+                       app.sampler, shared=not app.runner.zero_gpu, lang=lang)
         streamer = Streamer(app, live, pair.tokenizer, session, lang, choice)
         packet = yield from self._run(req, choice, live, streamer, session)
         outs = packet.outputs or {}
         prompt_rows = [prompts[i % len(prompts)] for i in sorted(outs)]
         plain = None
-        if not packet.stopped and not packet.error and packet.totals.drafted:
+        engine = choice.engine
+        if not packet.stopped and not packet.error and packet.totals.drafted and engine == "specviz":
             yield pack(status=t(lang, "playground.baseline_pending"))
             plain = self._baseline(req, choice, knobs.max_batch)
-        result = {"done": True, "stopped": packet.stopped, "prompt_ids": prompt_rows,
+        result = {"done": True, "engine": engine, "stopped": packet.stopped, "prompt_ids": prompt_rows,
                   "outputs": [outs[i] for i in sorted(outs)], "worker_pid": packet.worker_pid, "error": packet.error,
                   "plain_tokens_per_s": plain,
                   "speedup_vs_plain": packet.totals.tokens_per_s / plain if plain else None,
                   **packet.totals.as_dict()}
         stored = self.runs.finish(session, choice, prompt_text, req, result, streamer.recording(packet), live)
         key = "playground.status_stopped" if packet.stopped else "playground.status_done"
-        note = f"⚠ {packet.error}" if packet.error else t(lang, key, tokens=packet.totals.tokens)
+        note = f"⚠ {human(lang, packet.error)}" if packet.error else t(lang, key, tokens=packet.totals.tokens)
         yield streamer.outputs(packet.totals, final=True, result=result, status=note, plain=plain,
                                csv=stored.csv_path, save=stored.recording_path)
         if packet.error:
-            raise gr.Error(packet.error)
+            raise gr.Error(human(lang, packet.error))
 
     def _run(self, req, choice, live, streamer, session):
         """Stream one request's packets into the page; returns the final packet."""
@@ -226,7 +235,7 @@ class Playground:
             app.runs.finish(session, live)
             live.control.close()
         if packet is None or not packet.final:
-            raise gr.Error("The generation ended without a result (the GPU worker stopped). Please run again.")
+            raise error(lang, "errors.generation_no_result")
         return packet
 
     def _baseline(self, req, choice, max_batch: int) -> float | None:
@@ -270,7 +279,7 @@ class Playground:
         session = _session(request)
         lang = self.lang(session)
         with as_sentences(lang):
-            rec = self.runs.open_recording(title, upload)
+            rec = self.runs.open_recording(title, upload, lang)
         with self.runs.replay_slot(lang):
             yield from self.runs.play(rec, self.app, lang, session, Streamer, pack)
 
@@ -288,7 +297,7 @@ class Playground:
         try:
             live.control.set(depth=depth, batch=batch, policy=policy)
         except (LimitError, ValueError, TypeError, PolicyError) as exc:
-            gr.Warning(str(exc))
+            gr.Warning(human(self.lang(session), exc))
 
     def on_depth(self, v, request: gr.Request):
         self.set_knobs(_session(request), depth=v)
@@ -370,7 +379,7 @@ class Streamer:
         shown = {}
         self.batch, self.own_rows, self.users = ev.batch_size, len(ev.rows), ev.users
         for rs in ev.rows:
-            shown[rs.row] = self.views.setdefault(rs.row, RowView()).add_step(
+            shown[rs.row] = self.views.setdefault(rs.row, RowView(lang=self.lang)).add_step(
                 ev.step, rs, self.decode, None if pieces is None else pieces.get(rs.row))
             if rs.done:
                 key = "playground.finished_eos" if rs.finish == "eos" else "playground.finished_length"
@@ -395,7 +404,7 @@ class Streamer:
         text += "\n\n" + counters.sharing_md(lang, totals, zero_gpu)
         if final:
             text += "\n\n" + counters.baseline_md(lang, totals, plain)
-        values = dict(tokens=tokens_html(first), rows=rows_html(self.views, self.state), counters=text,
+        values = dict(tokens=tokens_html(first), rows=rows_html(self.views, self.state, lang=lang), counters=text,
                       chart_t=charts[0], chart_h=charts[1], chart_a=charts[2])
         for name, v in (("status", status), ("result", result), ("csv", csv), ("save", save)):
             if v is not None:

@@ -3,9 +3,20 @@ text goes through html.escape, so a token such as `<script>` shows as text, neve
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, field
 
+from specviz import lessons
+from specviz.ui.i18n import t
+
 CLASS = {"accepted": "tok-accepted", "rejected": "tok-rejected", "bonus": "tok-bonus", "plain": "tok-plain"}
+
+# Chat-template and control tokens (`<|im_start|>`, `</s>`, …) are markup, not text a model "says":
+# they show as small neutral badges so a student never reads them as words. A bare `<s>` is left out on
+# purpose: it is also an HTML tag a model may legitimately write.
+_SPECIAL = re.compile(r"<\|[^|<>\s]{1,40}\|>|</s>|<unk>|<pad>|<eos>|<bos>")
+_HEADER_OPEN = "<|im_start|>"     # ChatML: `<|im_start|>ROLE\n` — the role line is markup as well
+_ROLE_PIECES = 3                  # a role name is a few pieces (`ass` + `istant`); text after that is text
 
 
 def piece_texts(decode, context: list[int], new: list[int], window: int = 6) -> list[str]:
@@ -30,6 +41,8 @@ class RowView:
     ids: list[int] = field(default_factory=list)
     drafted: int = 0
     accepted: int = 0
+    lang: str = lessons.DEFAULT_LANG     # the reader's language, for the tooltips
+    header_left: int = 0           # role pieces still expected after a kept `<|im_start|>`
 
     def add_step(self, step: int, rs, decode, pieces: list | None = None) -> list:
         """Append one step of this row. `pieces` ([kept, rejected, own] texts, e.g. from a recording)
@@ -37,18 +50,20 @@ class RowView:
         ok = rs.drafted[: rs.accepted]
         bad = rs.drafted[rs.accepted:]
         own = rs.emitted[len(ok):]
-        title = (f"step {step + 1}: kept {rs.accepted} of {len(rs.drafted)} drafts" if rs.drafted
-                 else f"step {step + 1}: plain decoding")
+        title = (t(self.lang, "playground.rows.step_kept", step=step + 1, kept=rs.accepted, drafted=len(rs.drafted))
+                 if rs.drafted else t(self.lang, "playground.rows.step_plain", step=step + 1))
         if pieces is None:
-            pieces = [piece_texts(decode, self.ids, ok), piece_texts(decode, self.ids + ok, bad),
-                      piece_texts(decode, self.ids + ok, own)]
+            # a negative id is a rejected draft counted but not returned (vLLM): a mark, never invented text
+            bad_txt = (["✗"] * len(bad) if any(t < 0 for t in bad) else piece_texts(decode, self.ids + ok, bad))
+            pieces = [piece_texts(decode, self.ids, ok), bad_txt, piece_texts(decode, self.ids + ok, own)]
         ok_txt, bad_txt, own_txt = pieces
         if self.parts:
             self.parts.append('<i class="step-sep"></i>')
-        self.parts += [_span("accepted", t, title) for t in ok_txt]
-        self.parts += [_span("rejected", t, title) for t in bad_txt]
         kind = "plain" if rs.last_kind == "plain" else "bonus"
-        self.parts += [_span(kind, t, title) for t in own_txt]
+        spans, after_ok = _spans("accepted", ok_txt, title, self.header_left)
+        rejected, _ = _spans("rejected", bad_txt, title, after_ok)      # drafts continue the kept prefix
+        own_spans, self.header_left = _spans(kind, own_txt, title, after_ok)   # so does the target's own
+        self.parts += spans + rejected + own_spans
         self.ids += rs.emitted
         self.drafted += len(rs.drafted)
         self.accepted += rs.accepted
@@ -58,19 +73,48 @@ class RowView:
         return "".join(self.parts)
 
 
-def _span(kind: str, text: str, title: str) -> str:
-    return f'<span class="{CLASS[kind]}" title="{html.escape(title)}">{html.escape(text)}</span>'
+def special_name(text: str) -> str | None:
+    """The badge name of a piece that is a control token (`<|im_start|>` → `im_start`), else None."""
+    core = text.strip()
+    return core.strip("<>|/") if core and _SPECIAL.fullmatch(core) else None
+
+
+def _spans(kind: str, texts: list[str], title: str, header: int) -> tuple[list[str], int]:
+    """Spans for consecutive pieces; `header` > 0: they start inside a `<|im_start|>ROLE` line, whose role
+    pieces show as markup too (up to the newline). Returns the spans and the state after."""
+    out = []
+    for text in texts:
+        name = special_name(text)
+        if name is not None:
+            out.append(_span(kind, text, title, special=name))
+            header = _ROLE_PIECES if text.strip() == _HEADER_OPEN else 0
+        elif header and "\n" not in text:
+            out.append(_span(kind, text, title, role=True))
+            header -= 1
+        else:
+            out.append(_span(kind, text, title))
+            header = 0
+    return out, header
+
+
+def _span(kind: str, text: str, title: str, special: str | None = None, role: bool = False) -> str:
+    """One token, one span, one `tok-*` class (a contract); markup keeps its class and is marked by
+    `data-special` (a badge, its raw text in the tooltip) or `data-role` (the role name after it)."""
+    if special is not None:
+        tip = html.escape(f"{title} · {text.strip()}")
+        return f'<span class="{CLASS[kind]}" data-special="1" title="{tip}">⟨{html.escape(special)}⟩</span>'
+    mark = ' data-role="1"' if role else ""
+    return f'<span class="{CLASS[kind]}"{mark} title="{html.escape(title)}">{html.escape(text)}</span>'
 
 
 def tokens_html(view: RowView | None, note: str = "") -> str:
     body = view.html() if view else ""
     hint = f'<div class="tok-note">{html.escape(note)}</div>' if note else ""
-    return f'<div class="tok-stream">{body}</div>{hint}'
+    # dir="auto": model output (mostly English) keeps its punctuation on the right side in a Persian page
+    return f'<div class="tok-stream" dir="auto">{body}</div>{hint}'
 
 
 def legend_html(lang: str = "en") -> str:
-    from specviz import lessons
-
     def txt(key: str) -> str:
         return html.escape(lessons.text(lang, "playground." + key))
     return (f'<div class="legend"><b>{txt("legend")}</b> '
@@ -79,17 +123,20 @@ def legend_html(lang: str = "en") -> str:
 
 
 
-def rows_html(views: dict[int, RowView], status: dict[int, str], limit: int = 64) -> str:
+def rows_html(views: dict[int, RowView], status: dict[int, str], limit: int = 64,
+              lang: str = lessons.DEFAULT_LANG) -> str:
     """Compact view of every row: tokens so far and a kept/drafted bar."""
     lines = []
     for row in sorted(views)[:limit]:
         v = views[row]
         share = v.accepted / v.drafted if v.drafted else 0.0
         width = int(round(100 * share))
+        name = html.escape(t(lang, "playground.rows.row", n=row + 1))
+        bar = html.escape(t(lang, "playground.rows.bar", kept=v.accepted, drafted=v.drafted))
+        stat = html.escape(t(lang, "playground.rows.stat", tokens=len(v.ids), kept=v.accepted, drafted=v.drafted))
         lines.append(
-            f'<div class="row-line"><div class="row-name">row {row + 1}</div>'
-            f'<div class="row-bar" title="{v.accepted} of {v.drafted} drafts kept">'
+            f'<div class="row-line"><div class="row-name">{name}</div>'
+            f'<div class="row-bar" title="{bar}">'
             f'<div class="row-fill" style="width:{width}%"></div></div>'
-            f'<div class="row-stat">{len(v.ids)} tokens · {v.accepted}/{v.drafted} kept '
-            f'{html.escape(status.get(row, ""))}</div></div>')
-    return '<div class="rows">' + "".join(lines) + "</div>"
+            f'<div class="row-stat" dir="auto">{stat} {html.escape(status.get(row, ""))}</div></div>')
+    return '<div class="rows" dir="auto">' + "".join(lines) + "</div>"

@@ -21,11 +21,13 @@ import gradio as gr
 from specviz import lessons, recordings
 from specviz.hardware import device_name
 from specviz.recordings import Recording, RecordingError
+from specviz.ui.errors import error
 from specviz.ui.i18n import t
 from specviz.ui.live import LiveRun
 
 NEAR_TIE = 0.05        # a logit margin below this is within float noise of a tie (fp32 or bf16 kernels)
 REPLAY_MAX_GAP_S = 2.0  # a replay never waits longer than this between two steps
+KEEP_RUNS = 500         # sessions whose last finished Run is kept (lossless check, downloads)
 REPLAY_AT_ONCE = 48     # replays playing at once (each holds a worker thread while it sleeps between steps)
 REPLAY_MAX_S = 90.0     # a replay plays at most this long: a longer recording plays faster (and says so)
 
@@ -108,9 +110,10 @@ class RunStore:
             f.write(rec.to_json())
         run = FinishedRun(choice, prompt_text, req, result, csv_path, rec_path)
         with self._lock:
-            if len(self._last) > 2000:
-                self._last.clear()
-            self._last[session] = run
+            self._last.pop(session, None)
+            self._last[session] = run            # newest last: the oldest tab's run goes first
+            while len(self._last) > KEEP_RUNS:
+                del self._last[next(iter(self._last))]
         return run
 
     def last(self, session: str) -> FinishedRun | None:
@@ -121,13 +124,13 @@ class RunStore:
     def shipped_titles(self) -> list[str]:
         return list(recordings.shipped())
 
-    def open_recording(self, title, upload) -> Recording:
+    def open_recording(self, title, upload, lang: str = lessons.DEFAULT_LANG) -> Recording:
         """The uploaded recording (read, checked, then its file deleted) or a shipped one by title."""
         path = _upload_path(upload)
         if path is None:
             path = recordings.shipped().get(title) if isinstance(title, str) else None
             if path is None:
-                raise gr.Error("Pick a recorded run from the list, or upload a recording file.")
+                raise error(lang, "errors.pick_recording")
             return recordings.load(path)
         try:
             return recordings.load(path)
@@ -136,7 +139,7 @@ class RunStore:
 
     def play(self, rec: Recording, app, lang: str, session: str, streamer_cls, pack):
         """Replay a recording through the same views at its recorded pace, labelled with its origin."""
-        live = LiveRun(_NoControl(), rec.pair, None, None, shared=False)
+        live = LiveRun(_NoControl(), rec.pair, None, None, shared=False, lang=lang)
         live.worker_source = "recording"
         streamer = streamer_cls(app, live, _NoTokenizer(), session, lang)
         status = t(lang, "playground.status_replay", device=rec.device, date=rec.date[:16].replace("T", " "),
@@ -170,8 +173,8 @@ class RunStore:
         if run.req.temperature > 0:
             return lessons.text(lang, "app.lossless_needs_greedy")
         if app.runner.zero_gpu:
-            return "The lossless check runs where the app owns its device; on ZeroGPU, run the CLI's bench-hf instead."
-        pair = app.load(run.choice)
+            return lessons.say(lang, lessons.Said("errors.lossless_zerogpu"))
+        pair = app.load(run.choice, lang)
         prompt, ours = list(run.result["prompt_ids"][0]), list(run.result["outputs"][0])
         ref = target_alone(pair, prompt, len(ours))
         for pos, (a, b) in enumerate(zip(ours, ref)):
@@ -184,7 +187,7 @@ class RunStore:
     def _difference(self, pair, prompt, ours, ref, pos, lang) -> str:
         margin = logit_margin(pair, prompt + ours[:pos])
         dec = pair.tokenizer.decode
-        msg = t(lang, "app.lossless_differs", pos=pos + 1, target_tok=dec([ref[pos]]) if ref[pos] >= 0 else "(end)",
+        msg = t(lang, "app.lossless_differs", pos=pos + 1, target_tok=dec([ref[pos]]) if ref[pos] >= 0 else lessons.text(lang, "app.end_of_text"),
                 ours_tok=dec([ours[pos]]), margin=f"{margin:.2g}")
         if margin < NEAR_TIE:
             msg += " " + lessons.text(lang, "app.lossless_near_tie")

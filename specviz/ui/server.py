@@ -26,9 +26,9 @@ from specviz.scheduler import DeviceGate
 from specviz import lessons
 from specviz.policies import POLICY_NAMES
 from specviz.ui import lesson, playground, runner, whatif
-from specviz.ui.i18n import SWITCH_JS, Translations, pick_lang
-from specviz.ui.catalog import PairCache, PairChoice, TokenizerCache, available_choices, hub_is_offline
-from specviz.ui.errors import as_human_errors, guard_blocks
+from specviz.ui.i18n import Translations, pick_lang, switch_js
+from specviz.ui.catalog import PairCache, PairChoice, TokenizerCache, available_choices, hub_is_offline, pair_options
+from specviz.ui.errors import as_human_errors, error, guard_blocks
 from specviz.ui.live import LiveRuns
 
 log = logging.getLogger("specviz")
@@ -39,7 +39,7 @@ MAX_TYPED_PAIRS = 4        # pairs typed by visitors (SPECVIZ_ALLOW_CUSTOM) that
 class SpecVizApp:
     def __init__(self, target: str | None = None, draft: str | None = None, device: str | None = None,
                  preload: bool = True, calibrate_peaks: bool = True, allow_custom: bool = False,
-                 limits: Limits | None = None):
+                 limits: Limits | None = None, vllm: list | None = None):
         self.choices = available_choices(target, draft)
         self.allow_custom = allow_custom
         self.limits = limits or limits_from_env()
@@ -63,6 +63,11 @@ class SpecVizApp:
             self.pairs = PairCache(device, exclusive=self.gate.exclusive)
             self.runner = runner.LocalRunner(self.pairs, self.limits, self.gate)
             self.sampler = Sampler().start()
+        if vllm:                        # vLLM servers (specviz.vllm.backend.Endpoint), after our own pairs
+            from specviz.ui.vllm_runner import VllmRouter, vllm_choices
+
+            self.choices = self.choices + vllm_choices(vllm)
+            self.runner = VllmRouter(self.runner, vllm)
         self.offline = hub_is_offline()
         self.startup_note = self.startup_md("en")
         if preload:
@@ -73,7 +78,7 @@ class SpecVizApp:
     def startup_md(self, lang: str) -> str:
         """The status line before the first Run: offline mode, the default pair, how batches are shared."""
         parts = [lessons.text(lang, "playground.offline_mode")] if self.offline else []
-        parts.append(self.choices[0].note)
+        parts.append(lessons.say(lang, self.choices[0].note))
         parts.append(lessons.text(lang, "playground.zerogpu_note" if self.runner.zero_gpu else "playground.shared_note"))
         return " ".join(parts)
 
@@ -84,18 +89,20 @@ class SpecVizApp:
         except Exception:
             self.peaks = None      # MBU/MFU then show as unavailable, the rest still works
 
-    def choice(self, label: str) -> PairChoice:
+    def pair_options(self, lang: str) -> list[tuple[str, str]]:
+        """The offered pairs for a dropdown: (label in `lang`, English label as the value)."""
+        return pair_options(self.choices, lang)
+
+    def choice(self, label: str, lang: str = lessons.DEFAULT_LANG) -> PairChoice:
         for c in self.choices:
             if c.label == label:
                 return c
         if self.allow_custom:
             parts = re.split(r"\s*(?:→|->)\s*", str(label or "").strip())
             if len(parts) == 2 and all(parts):
-                return self._typed(PairChoice(f"{parts[0]} → {parts[1]}", parts[1], parts[0], "Custom pair."))
-            raise gr.Error('Type a custom pair as "DRAFT → TARGET" (or DRAFT -> TARGET), e.g. '
-                           '"ngram -> HuggingFaceTB/SmolLM2-360M-Instruct".')
-        shown = str(label)[:60]
-        raise gr.Error(f"Unknown model pair: {shown!r}. Pick one from the list.")
+                return self._typed(PairChoice(f"{parts[0]} → {parts[1]}", parts[1], parts[0], lessons.Said("pairs.custom_note")))
+            raise error(lang, "errors.custom_pair")
+        raise error(lang, "errors.unknown_pair", pair=str(label)[:60])
 
     def _typed(self, choice: PairChoice) -> PairChoice:
         """A typed pair, unless this server already holds MAX_TYPED_PAIRS of them: each loaded pair keeps
@@ -104,18 +111,23 @@ class SpecVizApp:
         loaded = getattr(self.pairs, "loaded_keys", lambda: [])()
         typed = [k for k in loaded if k not in offered]
         if (choice.target, choice.draft) not in loaded and len(typed) >= MAX_TYPED_PAIRS:
-            raise gr.Error(f"This server already holds {len(typed)} typed pairs, its limit; pick a pair from "
-                           "the list or one typed before.")
+            raise gr.Error(lessons.Said("errors.typed_pairs_full", count=len(typed)))
         return choice
 
-    def load(self, choice: PairChoice):
-        """The pair's models, loading them if needed; a failure leaves the pairs already loaded serving."""
+    def load(self, choice: PairChoice, lang: str = lessons.DEFAULT_LANG):
+        """The pair's models, loading them if needed; a failure leaves the pairs already loaded serving.
+        A vLLM pair loads our copy of the served model (its tokenizer, the lossless check) once its
+        server is known to serve it; otherwise the sentence says why (starting, stopped, unreachable)."""
+        if choice.engine == "vllm":
+            self.runner.ready(choice)
         try:
             return self.pairs.get(choice)
         except ModelError as exc:
             loaded = [c.label for c in self.choices if self.pairs.loaded(c)]
-            still = f" The app still serves {loaded[0]}." if loaded else ""
-            raise gr.Error(f"Could not load {choice.label}: {exc}.{still}") from None
+            detail = exc.args[0] if len(exc.args) == 1 else str(exc)
+            still = lessons.say(lang, lessons.Said("errors.still_serving", pair=loaded[0])) if loaded else ""
+            raise gr.Error(lessons.say(lang, lessons.Said("errors.model_load_failed", pair=choice.label,
+                                                           detail=detail)) + still) from None
 
 
 def zero_gpu_device(spaces) -> str:
@@ -152,8 +164,25 @@ LINK_JS = """(tab, chapter, pair, prompt, batch, depth, policy, lang) => {
     prompt: prompt || '', batch: String(batch), depth: String(depth), policy: policy || '', lang: lang || 'en'});
   const url = window.location.origin + window.location.pathname + '?' + q.toString();
   if (navigator.clipboard) { navigator.clipboard.writeText(url).catch(() => {}); }
+  const copied = __COPIED__;
+  const box = document.querySelector('#link input');
+  if (box && copied[lang]) { box.title = copied[lang]; box.setAttribute('aria-label', copied[lang]); }
+  const button = document.querySelector('#copy-link');
+  if (button && copied[lang]) {
+    const before = button.innerText;
+    button.innerText = copied[lang];
+    setTimeout(() => { if (button.innerText === copied[lang]) { button.innerText = before; } }, 1500);
+  }
   return url;
 }"""
+
+
+def link_js() -> str:
+    """The copy-link button's browser side: the link to this state, copied, and "Link copied" for a moment."""
+    import json
+
+    copied = {lang: lessons.text(lang, "app.link_copied") for lang in lessons.LANGS}
+    return LINK_JS.replace("__COPIED__", json.dumps(copied, ensure_ascii=False))
 
 
 def build_blocks(app: SpecVizApp) -> gr.Blocks:
@@ -163,7 +192,7 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
     app.tr = tr = Translations()
     # uploads and download copies in gradio's cache older than an hour go every half hour (a class's
     # server runs for days; a student downloads a file right after a Run)
-    with gr.Blocks(title="SpecViz — speculative decoding, measured", delete_cache=(1800, 3600)) as blocks:
+    with gr.Blocks(title=lessons.text("en", "app.page_title"), delete_cache=(1800, 3600)) as blocks:
         with gr.Row(elem_id="sv-header"):
             tr.add(gr.Markdown("# SpecViz", elem_id="sv-title"),
                    lambda lang: gr.update(value=f"# {lessons.text(lang, 'app.title')}\n"
@@ -176,10 +205,10 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
                                   placeholder="")
         tab_state = gr.Textbox("lesson", visible=False, elem_id="tab-state")
         with gr.Tabs(selected="lesson", elem_id="tabs") as tabs:
-            with gr.Tab("Lesson", id="lesson", elem_id="lesson") as t_lesson:
+            with gr.Tab(lessons.text("en", "app.tab_lesson"), id="lesson", elem_id="lesson") as t_lesson:
                 tr.add(t_lesson, label="app.tab_lesson")
                 _, chapter, _ = lesson.build(app)
-            with gr.Tab("Playground", id="playground", elem_id="playground") as t_play:
+            with gr.Tab(lessons.text("en", "app.tab_playground"), id="playground", elem_id="playground") as t_play:
                 tr.add(t_play, label="app.tab_playground")
                 page = playground.build(app)
             with gr.Tab("What if? (estimates + measured profiles)", id="whatif", elem_id="whatif") as t_what:
@@ -195,16 +224,16 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
             tr.remember(_session(request), chosen)
             return [*restore(app, request, chosen), *tr.updates(chosen)]
         blocks.load(on_load, None, deep + tr.components, api_name=False, queue=False).then(
-            None, [lang], None, js=SWITCH_JS)
+            None, [lang], None, js=switch_js())
 
         def on_lang(chosen, request: gr.Request):
             chosen = pick_lang(None, chosen)
             tr.remember(_session(request), chosen)
             return tr.updates(chosen)
         lang.change(on_lang, [lang], tr.components, api_name=False, queue=False, show_progress="hidden",
-                    js=SWITCH_JS)
+                    js=switch_js())
         copy.click(None, [tab_state, chapter, c["pair"], c["prompt"], c["batch"], c["depth"], c["policy"], lang],
-                   [link], js=LINK_JS, api_name=False)
+                   [link], js=link_js(), api_name=False)
     # one error boundary for every handler and for gradio's own input check (specviz.ui.errors)
     return guard_blocks(blocks, lambda session: tr.lang_of(session or "default"))
 

@@ -19,6 +19,7 @@ from specviz.profiles import (Profile, compare, fit_stack, gpu_calibration, load
                               profile_calibration, profile_for_device, stack_calibration)
 from specviz.roofline import GPUS, MODELS, crossover_from_rows, latency_curve, predicted_knee, whatif_rows
 from specviz.ui import runner
+from specviz.ui.catalog import pair_options
 from specviz.ui.errors import as_sentences
 from specviz.ui.runs import TempFiles, write_csv
 
@@ -55,6 +56,7 @@ def _isolate(value: str) -> str:
 def tx(lang: str, key: str, /, **values) -> str:
     """The tab's text `whatif.<key>` in `lang`, with `values` filled in (bidi-safe in Persian)."""
     wrap = _isolate if _rtl(lang) else None
+    values = {k: lessons.say(lang, v) if isinstance(v, (lessons.Said, lessons.Key)) else v for k, v in values.items()}
     return lessons.fill(lessons.template(lang, f"whatif.{key}"), values, wrap)
 
 
@@ -77,7 +79,7 @@ def model_name(lang: str, kind: str) -> str:
 
 def chart_labels(lang: str) -> dict:
     """Raw templates for the what-if figures (charts.py fills the numbers in), plus the models' names."""
-    labels = {k: lessons.template(lang, f"whatif.chart.{k}") for k in charts.WHATIF_LABELS}
+    labels = {k: lessons.isolate_rtl(lessons.template(lang, f"whatif.chart.{k}")) for k in charts.WHATIF_LABELS}
     return {**labels, **{f"model_{k}": model_name(lang, k) for k in KINDS}}
 
 
@@ -85,7 +87,9 @@ def _for_reader(fig, lang: str):
     """Plotly anchors a title at its start, which in a right-to-left page is its right end, so a long Persian
     title runs off the plot's left edge; a centred title sits right in either direction."""
     if _rtl(lang):
-        fig.update_layout(title_x=0.5, title_xanchor="center")
+        title = fig.layout.title.text
+        fig.update_layout(title_x=0.5, title_xanchor="center", title_font_size=14,   # Persian titles run longer
+                          title_text=lessons.isolate_rtl(title) if title else title)   # plotly: LTR text
     return fig
 
 
@@ -168,7 +172,7 @@ def calibration_for(app, gpu: str, g: rf.GpuSpec, device_kind: str, model: str, 
         prof = profile_for_device(profiles, device_kind)
         if prof is None:
             return rf.IDEAL, tx(lang, "no_profile")
-        note = profile_calibration(prof).source
+        note = lessons.say(lang, profile_calibration(prof).source)
         return profile_calibration(prof), note + ("; " + tx(lang, "stack_not_here") if model == SGLANG else "")
     cal = gpu_calibration(g, profiles)
     if model == SGLANG:
@@ -288,7 +292,9 @@ def _matching(gpu: str, target: str, draft: str):
 
 def _legend(lang: str, s) -> str:
     """A published series' legend: its label, that it is a published measurement, and where from."""
-    return tx(lang, "published_legend", label=s.label, pub=tx(lang, "published_label"), cite=s.cite)
+    # a legend entry is plotly text (laid out left-to-right): a Persian one is isolated right-to-left
+    return lessons.isolate_rtl(tx(lang, "published_legend", label=s.label, pub=tx(lang, "published_label"),
+                                  cite=s.cite))
 
 
 def published_md(setup: rf.Setup, gpu: str, target: str, draft: str, alpha: float, kind: str,
@@ -463,7 +469,7 @@ def build(app) -> None:
         with gr.Column(scale=3, min_width=420):
             vals = list(DEFAULTS.values())
             md0, lat0, x0 = compute(app, *vals)
-            summary = _generated_md(tr, value=md0, elem_id="whatif-summary")
+            summary = _generated_md(tr, value=md0, label="Summary", elem_id="whatif-summary")
     fig_speedup = tr.add(gr.Plot(speedup_view(app, *vals), label=tx("en", "label.speedup"),
                                  elem_id="whatif-speedup"), **_label("speedup"))
     with gr.Row():
@@ -507,7 +513,7 @@ def build(app) -> None:
                       api_name=False, show_progress="hidden")
     with gr.Row():
         csv_btn = tr.add(gr.Button(size="sm", elem_id="whatif-csv"), value="app.download_csv")
-        csv_file = gr.File(elem_id="whatif-csv-file", show_label=False, height=60)
+        csv_file = gr.File(label="CSV", elem_id="whatif-csv-file", show_label=False, height=60)
     files = TempFiles()
 
     def on_csv(*vals):
@@ -552,18 +558,19 @@ def knee_view(upd, context: int = KNEE_CONTEXT, lang: str = lessons.DEFAULT_LANG
 def _build_measure(app) -> None:
     tr = app.tr
     _text_md(tr, "measure_intro")
-    labels = [c.label for c in app.choices]
+    labels = pair_options(app.choices, "en")
     with gr.Row():
-        pick = tr.add(gr.Dropdown(labels, value=labels[0], label=tx("en", "label.knee_pair"), elem_id="knee-pair",
-                                  scale=3), **_label("knee_pair"))
+        pick = tr.add(gr.Dropdown(labels, value=labels[0][1], label=tx("en", "label.knee_pair"), elem_id="knee-pair",
+                                  scale=3),
+                      lambda lang: gr.update(label=tx(lang, "label.knee_pair"), choices=pair_options(app.choices, lang)))
         go = tr.add(gr.Button(tx("en", "label.knee_run"), elem_id="knee-run", scale=1), value="whatif.label.knee_run")
-    md = _generated_md(tr, value="", elem_id="knee-summary")
+    md = _generated_md(tr, value="", label="Knee summary", elem_id="knee-summary")
     fig = tr.add(gr.Plot(label=tx("en", "label.measured_latency"), elem_id="knee-plot"), **_label("measured_latency"))
 
     def measure(label, request: gr.Request):
         lang = lang_of(app, request)
-        choice = app.choice(label)
-        yield tx(lang, "loading", label=choice.label), gr.skip()
+        choice = app.choice(label, lang)
+        yield tx(lang, "loading", label=lessons.say(lang, choice.label)), gr.skip()
         try:
             for upd in app.runner.knee(choice, KNEE_CONTEXT, app.peaks):
                 if isinstance(upd, runner.Waiting):
@@ -571,7 +578,7 @@ def _build_measure(app) -> None:
                     continue
                 yield knee_view(upd, lang=lang)
         except (ModelError, EngineError) as exc:
-            raise gr.Error(str(exc))
+            raise gr.Error(lessons.say(lang, exc)) from None
 
     go.click(measure, [pick], [md, fig], api_name="measure_knee", concurrency_limit=1)
 
@@ -584,10 +591,13 @@ def _build_profiles(app, lang_box) -> None:
         _text_md(tr, "no_profiles")
         return
     labels = [p.label for p in profiles]
-    pick = tr.add(gr.Dropdown(labels, value=labels[0], label=tx("en", "label.profile"), elem_id="profile"),
-                  **_label("profile"))
+
+    def options(lang: str) -> list[tuple[str, str]]:
+        return [(lessons.say(lang, p.label), str(p.label)) for p in profiles]
+    pick = tr.add(gr.Dropdown(options("en"), value=str(labels[0]), label=tx("en", "label.profile"), elem_id="profile"),
+                  lambda lang: gr.update(label=tx(lang, "label.profile"), choices=options(lang)))
     md0, fig0 = profile_view(profiles, labels[0])
-    md = _generated_md(tr, value=md0, elem_id="profile-summary")
+    md = _generated_md(tr, value=md0, label="Profile summary", elem_id="profile-summary")
     fig = tr.add(gr.Plot(fig0, label=tx("en", "label.measured_latency"), elem_id="profile-latency"),
                  **_label("measured_latency"))
 

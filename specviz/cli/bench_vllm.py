@@ -1,0 +1,216 @@
+"""`python -m specviz bench-vllm`: our shared engine and a vLLM server, side by side, same work.
+
+Same prompts (the classroom pool, one per user, through our tokenizer and chat template), the same
+number of new tokens per row (EOS ignored on both sides: our engine gets no EOS ids, vLLM `ignore_eos`),
+the same k and the same n-gram settings (last 3, 2, then 1 tokens looked up). Ours runs first through
+the `Scheduler` as the classroom uses it (N requests of one row each, all submitted at once); then vLLM
+gets the same N prompts as N concurrent streamed requests — one after the other on this machine, each
+after a short warm-up. Without --vllm-url a local server is launched from `.venv-vllm` after our run
+(so it does not share the CPU with ours) and stopped at the end.
+
+Compared: greedy token ids row by row (`identical_rows`); for a row that differs, the first differing
+position and our target's logit margin there (top-1 minus top-2, and ours minus vLLM's token), which tells
+a near-tie (float noise between two engines' kernels) from a real disagreement.
+Last line: {"specviz": {...}, "vllm": {...}, "ratio", "rows", "identical_rows", ...}.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import threading
+import time
+
+from specviz.cli.classroom import POOL, _pct
+from specviz.cli.common import add_compile_arg
+
+WARMUP_TOKENS = 8
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("bench-vllm", help="our engine vs a vLLM server: same prompts, tokens and k")
+    p.add_argument("--target", default="smollm2-135m-offline", help="the model both engines serve")
+    p.add_argument("--users", type=int, default=16, help="concurrent users, one row each (1-64)")
+    p.add_argument("--depth", type=int, default=4, help="draft tokens per step (n-gram draft; 0 = plain)")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--vllm-url", default=None, help="an already running vLLM server (default: launch one)")
+    p.add_argument("--vllm-model", default=None, help="its served model name (default: the only one)")
+    p.add_argument("--port", type=int, default=0, help="port for a launched server (default: a free one)")
+    p.add_argument("--vllm-eager", action="store_true",
+                   help="launch the server with --enforce-eager (starts in minutes less on a busy CPU; slower)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="our engine's CPU threads (default: all cores but one, as vLLM's CPU build uses)")
+    add_compile_arg(p)
+    p.add_argument("--json", action="store_true", help="only the JSON lines")
+    p.set_defaults(func=run)
+
+
+def _note(args, text: str) -> None:
+    print(("" if args.json else "") + f"bench-vllm: {text}", file=sys.stderr, flush=True)
+
+
+def _ours(pair, prompts: list[list[int]], depth: int, max_new: int) -> dict:
+    """N one-row requests into one Scheduler at once (as the classroom does), EOS ignored."""
+    from specviz.limits import Limits
+    from specviz.request import Knobs, Request
+    from specviz.scheduler import DeviceGate, Scheduler
+
+    def make_engine():
+        eng = pair.engine()
+        eng.eos = set()               # ignore EOS: every row decodes exactly max_new tokens
+        return eng
+    sched = Scheduler(make_engine, Limits(), DeviceGate(), pair.target_spec, pair.draft_spec)
+    res: list = [None] * len(prompts)
+
+    def user(i: int, t0: float) -> None:
+        ticket = sched.submit(Request([prompts[i]], Knobs(depth, 1), max_new))
+        last = None
+        for upd in ticket.updates():
+            last = upd
+        res[i] = (time.perf_counter() - t0, last.outputs[0], last.totals, last.error)
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=user, args=(i, t0)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    sched.close()
+    errors = [r[3] for r in res if r[3]]
+    if errors:
+        raise RuntimeError(f"our engine failed: {errors[0]}")
+    drafted = sum(r[2].drafted for r in res)
+    return {"outputs": [r[1] for r in res], "wall_s": wall, "latencies": [r[0] for r in res],
+            "acceptance_rate": sum(r[2].accepted for r in res) / drafted if drafted else None}
+
+
+def _vllm(client, model: str, prompts: list[list[int]], max_new: int) -> dict:
+    from specviz.vllm.run import run_all
+
+    r = run_all(client, model, prompts, max_new, ignore_eos=True)
+    if r.error:
+        from specviz.vllm.client import VllmError
+        raise VllmError(r.error)
+    drafted = r.totals.drafted
+    return {"outputs": [r.outputs[i] for i in sorted(r.outputs)], "wall_s": r.wall_s,
+            "latencies": [r.latencies[i] for i in sorted(r.latencies)],
+            "acceptance_rate": r.totals.accepted / drafted if drafted else None}
+
+
+def _summary(side: dict) -> dict:
+    tokens = sum(map(len, side["outputs"]))
+    lat = side["latencies"]
+    return {"tokens_per_s": tokens / side["wall_s"] if side["wall_s"] else None, "tokens": tokens,
+            "p50_s": _pct(lat, 0.5), "p95_s": _pct(lat, 0.95), "acceptance_rate": side["acceptance_rate"],
+            "wall_s": side["wall_s"]}
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """The first position where two token lists differ (None when equal)."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _margin(pair, prompt: list[int], ours: list[int], pos: int, theirs: int | None) -> dict:
+    """Our target's logits at the first differing position: top-1 − top-2, and ours − vLLM's token."""
+    import torch
+
+    ids = torch.tensor([prompt + ours[:pos]], device=pair.target.device)
+    with torch.inference_mode():
+        logits = pair.target.model(ids).logits[0, -1].float()
+    top = torch.topk(logits, 2).values
+    out = {"position": pos, "ours": ours[pos] if pos < len(ours) else None, "vllm": theirs,
+           "top1_minus_top2": float(top[0] - top[1])}
+    if theirs is not None and pos < len(ours):
+        out["ours_minus_vllm"] = float(logits[ours[pos]] - logits[theirs])
+    return out
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (as lscpu shows it), reported beside every figure."""
+    import os
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return f"cpu ({os.cpu_count()} cores)"
+
+
+def _threads(n: int) -> int:
+    """Like for like on a CPU: vLLM's CPU build serves on all cores but one (it logs "Reducing Torch
+    threads from 2 to 1" on 2 cores, keeping one for its API server); ours gets the same by default."""
+    import os
+
+    import torch
+
+    n = n if n > 0 else max(1, (os.cpu_count() or 2) - 1)
+    torch.set_num_threads(n)
+    return n
+
+
+def run(args) -> int:
+    from specviz.limits import LimitError, check_request
+    from specviz.pipeline import encode_prompt, load_pair
+    from specviz.vllm.client import VllmClient, VllmError
+    from specviz.vllm.launcher import LaunchSpec, VllmServer, free_port
+
+    check_request(1, args.depth, 0.0, args.max_new_tokens)
+    if not 1 <= args.users <= 64:
+        raise LimitError("--users must be 1-64")
+    client = None
+    if args.vllm_url:                          # fail fast, before any model loads
+        client = VllmClient(args.vllm_url, timeout_s=600)
+        served = client.model(args.vllm_model)
+    _threads(args.threads)
+    pair = load_pair(args.target, "ngram", "cpu", compile=args.compile)
+    prompts = [encode_prompt(pair.tokenizer, POOL[i % len(POOL)]) for i in range(args.users)]
+    N, k = args.max_new_tokens, args.depth
+    _note(args, f"our engine: {args.users} users × {N} tokens, n-gram k={k}")
+    _ours(pair, prompts[:1], k, WARMUP_TOKENS)
+    ours = _ours(pair, prompts, k, N)
+    server = None
+    try:
+        if client is None:
+            port = args.port or free_port()
+            server = VllmServer(LaunchSpec(args.target, "ngram", k, port, eager=args.vllm_eager))
+            server.start(progress=lambda line: _note(args, line))
+            client = VllmClient(server.url, timeout_s=600)
+            served = client.model()
+        if served.max_len and max(map(len, prompts)) + N > served.max_len:
+            raise VllmError(f"prompt + {N} tokens exceed the server's max-model-len {served.max_len}")
+        _note(args, f"vLLM ({served.name}): {args.users} users × {N} tokens")
+        _vllm(client, served.name, prompts[:1], WARMUP_TOKENS)
+        theirs = _vllm(client, served.name, prompts, N)
+    finally:
+        if server is not None:
+            server.stop()
+    differ = []
+    for i, (a, b) in enumerate(zip(ours["outputs"], theirs["outputs"])):
+        pos = first_difference(a, b)
+        if pos is not None:
+            differ.append({"row": i, **_margin(pair, prompts[i], a, pos, b[pos] if pos < len(b) else None)})
+    s, v = _summary(ours), _summary(theirs)
+    result = {"specviz": s, "vllm": v,
+              "ratio": s["tokens_per_s"] / v["tokens_per_s"] if v["tokens_per_s"] else None,
+              "rows": args.users, "identical_rows": args.users - len(differ), "differing": differ,
+              "users": args.users, "depth": k, "max_new_tokens": N, "target": args.target,
+              "vllm_model": served.name, "vllm_url": client.url, "launched": args.vllm_url is None,
+              "threads": torch_threads(), "cpu": _cpu_name()}
+    if not args.json:
+        for name, side in (("specviz", s), ("vllm", v)):
+            print(f"{name:>8}: {side['tokens_per_s']:.1f} tok/s, p50 {side['p50_s']:.2f} s, p95 {side['p95_s']:.2f} s",
+                  file=sys.stderr)
+    print(json.dumps(result), flush=True)
+    return 0

@@ -1,0 +1,121 @@
+"""Runs on a vLLM pair: the app's runner, with pairs whose `engine` is "vllm" streamed from a vLLM server.
+
+`VllmRouter` wraps the app's own runner: a Run on one of our pairs goes to it unchanged; a Run on a vLLM
+pair becomes B concurrent streamed requests to that server (`specviz.vllm.run`), grouped into the same
+`Packet`s the playground draws. "Batch now" for a vLLM pair is vLLM's own running count (/metrics).
+The servers are the operator's (flags or environment), never a URL typed on the page.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+from specviz.request import RunTotals
+from specviz.scheduler import BatchInfo
+from specviz.ui.catalog import PairChoice
+from specviz.ui.runner import FLUSH_S, Packet, RunRequest
+from specviz.vllm.backend import Endpoint
+from specviz.vllm.client import VllmError
+from specviz.vllm.run import VllmRun
+
+VLLM_NOTE = ("Served by vLLM: every Run's rows are concurrent requests in vLLM's own continuous batch. "
+             "vLLM reports how many drafts each step rejected, not their text, so rejected drafts show as ✗.")
+
+
+def vllm_choices(endpoints: list[Endpoint]) -> list[PairChoice]:
+    return [PairChoice(ep.label, ep.model_ref or ep.label, "ngram", VLLM_NOTE, engine="vllm") for ep in endpoints]
+
+
+@dataclass(frozen=True)
+class _Info:
+    """What "batch now" reads for a vLLM pair (the scheduler's `info()` shape)."""
+
+    endpoint: Endpoint
+
+    def info(self) -> BatchInfo:
+        running = self.endpoint.running()
+        waiting = self.endpoint.latest.waiting if self.endpoint.latest else None
+        return BatchInfo(int(running or 0), self.endpoint.runs, int(waiting or 0))
+
+
+class _Schedulers:
+    def __init__(self, inner, router: "VllmRouter"):
+        self.inner, self.router = inner, router
+
+    def peek(self, choice):
+        ep = self.router.endpoint(choice)
+        return _Info(ep) if ep is not None else self.inner.peek(choice)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+class VllmRouter:
+    """The app's runner plus vLLM pairs (labels → endpoints)."""
+
+    def __init__(self, inner, endpoints: list[Endpoint]):
+        self.inner = inner
+        self.by_label = {ep.label: ep for ep in endpoints}
+        self.zero_gpu = inner.zero_gpu
+        if hasattr(inner, "schedulers"):
+            self.schedulers = _Schedulers(inner.schedulers, self)
+
+    def endpoint(self, choice) -> Endpoint | None:
+        if getattr(choice, "engine", "specviz") != "vllm":
+            return None
+        return self.by_label.get(choice.label)
+
+    def __getattr__(self, name):            # control(), knee() and the rest: the app's own runner
+        return getattr(self.inner, name)
+
+    def knee(self, choice, context, peaks):
+        if self.endpoint(choice) is not None:
+            raise VllmError("the knee is measured on SpecViz's own engine; pick one of its pairs")
+        return self.inner.knee(choice, context, peaks)
+
+    def ready(self, choice) -> None:
+        """A sentence (VllmError) unless the vLLM pair's server can take a Run now."""
+        ep = self.endpoint(choice)
+        if ep is None:
+            raise VllmError("this vLLM pair is not configured any more; pick another pair")
+        ep.ready_model()
+        if ep.model_ref is None or choice.target != ep.model_ref:
+            raise VllmError("this vLLM server was not reachable when the app started, so its model is unknown "
+                            "to the page: restart the app once the server is up")
+
+    def packets(self, req: RunRequest, choice, control) -> Iterator[Packet]:
+        ep = self.endpoint(choice)
+        if ep is None:
+            return self.inner.packets(req, choice, control)
+        return self._vllm_packets(ep, req, control)
+
+    def _vllm_packets(self, ep: Endpoint, req: RunRequest, control) -> Iterator[Packet]:
+        served = ep.ready_model()                 # a sentence if it is starting, failed or unreachable
+        if served.max_len and max(map(len, req.prompts)) + req.max_new > served.max_len:
+            raise VllmError(f"the prompt plus {req.max_new} new tokens is longer than this vLLM server's "
+                            f"max-model-len ({served.max_len} tokens): ask for fewer tokens")
+        run = VllmRun(ep.client(), served.name, [list(p) for p in req.prompts], req.batch, req.max_new,
+                      req.temperature, req.seed, stop=control.knobs.stop, running=ep.running)
+        ep.enter()
+        try:
+            pending, last = [], time.perf_counter()
+            for ev in run.events():
+                pending.append(ev)
+                if time.perf_counter() - last >= FLUSH_S:
+                    last = time.perf_counter()
+                    yield Packet(list(pending), _copy(run.totals), worker_pid=os.getpid())
+                    pending.clear()
+        finally:
+            ep.leave()
+        res = run.result
+        error = res.error
+        if error and ep.server is not None and not ep.server.alive():
+            error += " (the server SpecViz launched has stopped; it starts again at the next Run)"
+        yield Packet(pending, _copy(res.totals), final=True, stopped=res.stopped, outputs=res.outputs,
+                     worker_pid=os.getpid(), error=error)
+
+
+def _copy(t: RunTotals) -> RunTotals:
+    return RunTotals(**t.__dict__)
