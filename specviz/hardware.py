@@ -110,18 +110,11 @@ def machine_key(device, dtype) -> str:
 def cached_peaks(device=None, dtype=None, refresh: bool = False, **calibrate_kw) -> Peaks:
     """This machine's peaks from the cache (`<cache>/peaks.json`, one entry per `machine_key`), measured
     and stored when missing or when `refresh` (what `python -m specviz calibrate` does)."""
-    import json
-
     from specviz.models import cache_root
 
     device, dtype = _device_and_dtype(device, dtype)
     key, path = machine_key(device, dtype), cache_root() / "peaks.json"
-    try:
-        table = json.loads(path.read_text())
-        if not isinstance(table, dict):
-            table = {}
-    except (OSError, ValueError):
-        table = {}
+    table = read_table(path)
     if not refresh and isinstance(table.get(key), dict):
         try:
             return Peaks(**table[key])
@@ -129,6 +122,25 @@ def cached_peaks(device=None, dtype=None, refresh: bool = False, **calibrate_kw)
             pass                         # an entry from another version: measure again
     peaks = calibrate(device, dtype, **calibrate_kw)
     table[key] = {"device": peaks.device, "bandwidth": peaks.bandwidth, "flops": peaks.flops, "dtype": peaks.dtype}
+    write_table(path, table)
+    return peaks
+
+
+def read_table(path) -> dict:
+    """A JSON object from a cache file; {} when it is missing or unreadable (then it is measured again)."""
+    import json
+
+    try:
+        table = json.loads(path.read_text())
+        return table if isinstance(table, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def write_table(path, table: dict) -> None:
+    """Replace a cache file atomically (two processes may calibrate at once)."""
+    import json
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -136,7 +148,6 @@ def cached_peaks(device=None, dtype=None, refresh: bool = False, **calibrate_kw)
         os.replace(tmp, path)
     except OSError:
         pass                             # a read-only cache only costs a re-measurement next time
-    return peaks
 
 
 @dataclass

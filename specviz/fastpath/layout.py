@@ -27,7 +27,6 @@ opaque tensors that the compiler does not trace.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -38,6 +37,8 @@ from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
+
+from specviz.hardware import read_table, write_table
 
 log = logging.getLogger("specviz.fastpath")
 
@@ -305,7 +306,7 @@ def _cached_times(counts: dict[tuple[int, int], int], dtype: torch.dtype,
     path = cache_root() / "layouts.json"
     key, names = _cache_key(dtype), available(dtype)
     with _CACHE_LOCK:                           # two models loading at once measure one at a time
-        table = _read_table(path)
+        table = read_table(path)
         entry = table.get(key) if isinstance(table.get(key), dict) else {}
         out, missing = {}, []
         for shape in sorted(counts):
@@ -322,31 +323,13 @@ def _cached_times(counts: dict[tuple[int, int], int], dtype: torch.dtype,
             entry[f"{shape[0]}x{shape[1]}"] = out[shape]
         if missing:
             table[key] = entry
-            _write_table(path, table)
+            write_table(path, table)
     return out, not missing
 
 
 def _valid(got, names) -> bool:
     return (isinstance(got, list) and len(got) == len(PROBE_ROWS)
             and all(isinstance(t, dict) and all(isinstance(t.get(n), (int, float)) for n in names) for t in got))
-
-
-def _read_table(path) -> dict:
-    try:
-        table = json.loads(path.read_text())
-        return table if isinstance(table, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _write_table(path, table: dict) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(table, indent=1))
-        os.replace(tmp, path)
-    except OSError:
-        pass                                     # a read-only cache only costs a re-measurement next time
 
 
 def forget(dtype: torch.dtype = torch.float32) -> None:
@@ -356,6 +339,6 @@ def forget(dtype: torch.dtype = torch.float32) -> None:
 
     path = cache_root() / "layouts.json"
     with _CACHE_LOCK:
-        table = _read_table(path)
+        table = read_table(path)
         if table.pop(_cache_key(dtype), None) is not None:
-            _write_table(path, table)
+            write_table(path, table)
