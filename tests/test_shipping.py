@@ -26,7 +26,8 @@ def test_spacefile_is_valid_and_in_sync():
     assert names == app_env_names() == {"SPECVIZ_TARGET", "SPECVIZ_DRAFT", "SPECVIZ_HOST", "SPECVIZ_PORT",
                                         "SPECVIZ_ALLOW_CUSTOM", "SPECVIZ_COMPILE", "SPECVIZ_THREADS",
                                         "SPECVIZ_MAX_ROWS_PER_USER",
-                                        "SPECVIZ_MAX_SHARED_ROWS", "SPECVIZ_MAX_QUEUE"}
+                                        "SPECVIZ_MAX_SHARED_ROWS", "SPECVIZ_MAX_QUEUE", "SPECVIZ_VLLM_URL",
+                                        "SPECVIZ_VLLM_PORT"}
     assert all(e.get("description") and "default" in e for e in micro["presets"]["env"])
 
 

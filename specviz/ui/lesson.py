@@ -138,7 +138,8 @@ def build(app) -> tuple[Lesson, gr.Radio, gr.Dropdown]:
         chapter = tr.add(gr.Radio(chapter_choices("en"), value=lessons.CHAPTERS[0], elem_id="chapter",
                                   show_label=False, label=lessons.text("en", "app.chapters")),
                          lambda lang: gr.update(choices=chapter_choices(lang), label=lessons.text(lang, "app.chapters")))
-    pair = tr.add(gr.Dropdown(labels, value=labels[0][1], elem_id="lesson-pair"),
+    pair = tr.add(gr.Dropdown(labels, value=labels[0][1], elem_id="lesson-pair",
+                              label=lessons.text("en", "app.label_pair")),
                   lambda lang: gr.update(label=lessons.text(lang, "app.label_pair"), choices=app.pair_options(lang)))
     panels = []
     for i, ch in enumerate(lessons.CHAPTERS):

@@ -59,6 +59,7 @@ def build(app) -> "Playground":
     with gr.Row(equal_height=False, elem_id="pg-row"):
         with gr.Column(scale=2, min_width=300, elem_id="pg-controls"):
             pair = tr.add(gr.Dropdown(choices, value=choices[0][1], elem_id="pair", allow_custom_value=app.allow_custom,
+                                      label=lessons.text("en", "app.label_pair"),
                                       info=lessons.text("en", "playground.custom_pair_info") if app.allow_custom else None),
                           pair_update)
             batch = tr.add(gr.Slider(1, app.limits.max_rows_per_user, value=1, step=1, elem_id="batch-size"),
