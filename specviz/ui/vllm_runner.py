@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
+from specviz.lessons import Said
 from specviz.request import RunTotals
 from specviz.scheduler import BatchInfo
 from specviz.ui.catalog import PairChoice
@@ -20,8 +21,7 @@ from specviz.vllm.backend import Endpoint
 from specviz.vllm.client import VllmError
 from specviz.vllm.run import VllmRun
 
-VLLM_NOTE = ("Served by vLLM: every Run's rows are concurrent requests in vLLM's own continuous batch. "
-             "vLLM reports how many drafts each step rejected, not their text, so rejected drafts show as ✗.")
+VLLM_NOTE = Said("pairs.vllm_note")        # shown in the reader's language (specviz/lessons)
 
 
 def vllm_choices(endpoints: list[Endpoint]) -> list[PairChoice]:
