@@ -6,7 +6,6 @@ error, never a hang, one log line per refusal (no traceback), the app alive and 
 resident memory within +150 MB of the warmed-up app."""
 from __future__ import annotations
 
-import copy
 import json
 import threading
 import time

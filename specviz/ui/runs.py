@@ -19,8 +19,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from specviz import lessons, recordings
-from specviz.hardware import device_name
-from specviz.recordings import Recording, RecordingError
+from specviz.recordings import Recording
 from specviz.ui.errors import error
 from specviz.ui.i18n import t
 from specviz.ui.live import LiveRun
