@@ -167,35 +167,47 @@ def _last_nonzero(xs: list[int]) -> int:
 STOP_MEMORY_S = 5.0      # a Stop with no Run to stop yet waits this long for one (API: /stop before /generate starts)
 
 
+def _seq(value) -> int | None:
+    """A press number from the page (1, 2, …; 0 when its Run was never pressed, sent as -1); None for
+    an API call, which sends none (0, the default)."""
+    try:
+        n = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return None if n == 0 else max(n, 0)
+
+
 class LiveRuns:
     """Session id → its current LiveRun, and the Stops that arrived before their Run did.
 
     A Run's life in a session: `arm` (the Run button was pressed; the UI calls it at once, before the
     queued handler starts), then `start` (the run streams) or `end` (it never did). A Stop before
     `start` is kept as a pending stop: the Run checks it (`stopped_early`) before it asks for rows, and
-    `start` applies one that lands in between. A Stop with no Run in sight (an API client that calls
-    /stop right after submitting /generate) is kept for STOP_MEMORY_S, unless the same tab presses Run
-    again meanwhile."""
+    `start` applies one that lands in between.
+
+    The page numbers its presses of Run (1, 2, …) and a Stop names the newest one, because the two
+    clicks travel as separate requests and may arrive in either order: a Stop for press n stops Run n
+    whether it lands before or after Run n's arm, and never a later Run. An API client sends no number:
+    its Stop with no Run in sight is kept for STOP_MEMORY_S, unless a Run is armed after it."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._runs: dict[str, LiveRun] = {}
-        self._armed: dict[str, float] = {}      # session → when its Run button was last pressed
-        self._stops: dict[str, float] = {}      # session → when a Stop with nothing to stop arrived
+        self._armed: dict[str, tuple[float, int | None]] = {}   # session → (when, press number) of its Run
+        self._stops: dict[str, tuple[float, int | None]] = {}   # session → (when, press number) of a pending Stop
 
-    def arm(self, session: str) -> None:
+    def arm(self, session: str, seq=None) -> None:
         with self._lock:
             self._forget_old()
-            self._armed[session] = time.monotonic()
-            self._stops.pop(session, None)      # an earlier stray Stop does not stop this new Run
+            self._armed[session] = (time.monotonic(), _seq(seq))
 
-    def stop(self, session: str) -> bool:
+    def stop(self, session: str, seq=None) -> bool:
         """Stop the session's Run, or the one about to start. True when a streaming run was stopped."""
         with self._lock:
-            run = self._runs.get(session)
-            if run is None:
+            run, n = self._runs.get(session), _seq(seq)
+            if run is None or n is not None:     # a numbered Stop may name a Run not streaming yet
                 self._forget_old()
-                self._stops[session] = time.monotonic()
+                self._stops[session] = (time.monotonic(), n)
         if run is not None:
             run.control.stop()
         return run is not None
@@ -206,10 +218,15 @@ class LiveRuns:
             return self._take_stop(session)
 
     def _take_stop(self, session: str) -> bool:
-        at, armed = self._stops.pop(session, None), self._armed.get(session)
-        if at is None:
+        stop, armed = self._stops.pop(session, None), self._armed.get(session)
+        if stop is None:
             return False
-        return at >= armed if armed is not None else time.monotonic() - at < STOP_MEMORY_S
+        (at, n), (armed_at, armed_n) = stop, armed or (None, None)
+        if n is not None and armed_n is not None:
+            return n >= armed_n                  # the page said which press it stops
+        if armed_at is not None:
+            return at >= armed_at                # a Stop before this press was meant for nothing
+        return time.monotonic() - at < STOP_MEMORY_S
 
     def start(self, session: str, run: LiveRun) -> None:
         with self._lock:
@@ -231,7 +248,7 @@ class LiveRuns:
         """Stops and arms older than a minute mean nothing any more (bounded in a long-running class)."""
         now = time.monotonic()
         for table in (self._stops, self._armed):
-            for k in [k for k, t in table.items() if now - t > 60.0]:
+            for k in [k for k, (t, _) in table.items() if now - t > 60.0]:
                 del table[k]
 
     def get(self, session: str) -> LiveRun | None:

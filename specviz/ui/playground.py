@@ -89,6 +89,8 @@ def build(app) -> "Playground":
             with gr.Row():
                 run = tr.add(gr.Button(variant="primary", elem_id="run"), value="app.label_run")
                 stop = tr.add(gr.Button(variant="stop", elem_id="stop"), value="app.label_stop")
+                press = gr.Number(0, label="Run press number (the page counts; API callers leave it out)",
+                                  visible="hidden", elem_id="run-press", precision=0)   # see RUN_PRESS_JS
             status = tr.add(gr.Markdown(app.startup_note, label="Status", elem_id="status"),
                             lambda lang: gr.update(value=app.startup_md(lang)))
             tr.add(gr.HTML(legend_html("en")), lambda lang: gr.update(value=legend_html(lang)))
@@ -122,7 +124,7 @@ def build(app) -> "Playground":
     # preprocess=False: the API bypasses the sliders, so the raw values go straight to our one check
     # (`limits.check_request`), whose sentences a student understands — not to gradio's type errors
     # the press is noted at once (queue=False), so a Stop pressed before the queued Run starts stops it
-    run.click(page.on_arm, None, None, api_name=False, queue=False, show_progress="hidden").then(
+    run.click(page.on_arm, [press], None, js=RUN_PRESS_JS, api_name=False, queue=False, show_progress="hidden").then(
               page.generate, [prompt, pair, batch, depth, policy, threshold, temperature, max_new, same], outputs,
               api_name="generate", concurrency_limit=app.limits.max_shared_rows + app.limits.max_queue,
               preprocess=False)
@@ -135,9 +137,16 @@ def build(app) -> "Playground":
     policy.change(page.on_policy_pick, [policy, threshold], [threshold], api_name=False, queue=False,
                   show_progress="hidden")
     threshold.change(page.on_policy, [policy, threshold], **knob)
-    stop.click(page.on_stop, None, None, api_name="stop", queue=False)
+    stop.click(page.on_stop, [press], None, js=STOP_PRESS_JS, api_name="stop", queue=False)
     page.components = dict(pair=pair, prompt=prompt, batch=batch, depth=depth, policy=policy)
     return page
+
+
+# Run and Stop travel as two requests that may arrive in either order (both pressed at once, a busy
+# server): the page numbers its presses of Run, and Stop names the newest, so the server knows which
+# Run a Stop was meant for (specviz.ui.live.LiveRuns).
+RUN_PRESS_JS = "() => { window.specvizPress = (window.specvizPress || 0) + 1; return [window.specvizPress]; }"
+STOP_PRESS_JS = "() => [window.specvizPress || -1]"
 
 
 def _session(request) -> str:
@@ -324,11 +333,12 @@ class Playground:
     def stop(self, session: str) -> None:
         self.app.runs.stop(session)          # the streaming Run, or the one about to start
 
-    def on_stop(self, request: gr.Request):
-        self.stop(_session(request))
+    def on_stop(self, press=None, request: gr.Request = None):
+        """Stop (the page sends the number of the newest Run press; an API call sends none)."""
+        self.app.runs.stop(_session(request), press)
 
-    def on_arm(self, request: gr.Request):
-        self.app.runs.arm(_session(request))
+    def on_arm(self, press=None, request: gr.Request = None):
+        self.app.runs.arm(_session(request), press)
 
     # --- the 4 Hz timer --------------------------------------------------------------------------------
     def figures(self, session: str):
