@@ -29,8 +29,9 @@ def parse_args(argv=None):
                         "Env SPECVIZ_VLLM_URL (comma-separated). Operator only: the page never takes a URL")
     p.add_argument("--vllm-launch", action="store_true",
                    help="start a local vLLM server (offline SmolLM2-135M, n-gram draft, k = --vllm-depth) from "
-                        ".venv-vllm (bash scripts/vllm-setup); stopped when the app stops")
-    p.add_argument("--vllm-depth", type=int, default=4, help="k of the launched vLLM server (default 4)")
+                        ".venv-vllm (bash scripts/vllm-setup); moving the depth slider starts one for that k "
+                        "(kept while memory allows); all stopped when the app stops")
+    p.add_argument("--vllm-depth", type=int, default=4, help="k of the first launched vLLM server (default 4)")
     p.add_argument("--vllm-eager", action="store_true",
                    help="launch it with --enforce-eager: no compile at start (minutes sooner on a busy CPU, slower)")
     args = p.parse_args(argv)
@@ -91,11 +92,17 @@ def _vllm_endpoints(args) -> list:
         return []
     from specviz.vllm.backend import Endpoint
     from specviz.vllm.launcher import free_port
+    from specviz.vllm.pool import LaunchedPool
 
     eps = [Endpoint.from_url(u.strip()) for u in args.vllm_url]
     if args.vllm_launch:
-        port = int(os.environ.get("SPECVIZ_VLLM_PORT", "0")) or free_port()
-        eps.append(Endpoint.launch("smollm2-135m-offline", "ngram", args.vllm_depth, port, eager=args.vllm_eager))
+        first = int(os.environ.get("SPECVIZ_VLLM_PORT", "0")) or free_port()
+        ports = iter([first])             # the first server on the operator's port, later ones on free ports
+
+        def launch(k: int) -> Endpoint:
+            return Endpoint.launch("smollm2-135m-offline", "ngram", k, next(ports, None) or free_port(),
+                                   eager=args.vllm_eager)
+        eps.append(LaunchedPool("smollm2-135m-offline", "ngram", args.vllm_depth, launch))
     return eps
 
 

@@ -220,6 +220,25 @@ def figure_sweep(result: dict, labels: dict | None = None, dark: bool = False) -
     measured, the best k per B starred. Right: published speed-up against batch size on GPUs, each series
     named with its source and labelled "published measurement"; the vLLM blog's load points as a note."""
     L = _labels("sweep", labels)
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.5, 0.5], horizontal_spacing=0.12)
+    _heatmap(fig, result, L, colorbar_x=0.5)
+    _published(fig, result.get("published", []), L)
+    fig.update_xaxes(title_text=L["axis_batch"], type="log", row=1, col=2)
+    # the published panel's axis on the right, so the heatmap's colour bar sits between the panels
+    fig.update_yaxes(title_text=L["cell"], side="right", row=1, col=2)
+    return _style(fig, dark, height=560, margin=dict(l=56, r=64, t=32, b=230),
+                  legend=dict(orientation="h", y=-0.24, x=0))
+
+
+def figure_recorded_sweep(result: dict, labels: dict | None = None, dark: bool = False) -> go.Figure:
+    """The heatmap alone, for a sweep recorded elsewhere (vLLM's, `specviz.vllm.lesson.sweep_result`)."""
+    L = _labels("sweep", labels)
+    fig = make_subplots(rows=1, cols=1)
+    _heatmap(fig, result, L, colorbar_x=1.02)
+    return _style(fig, dark, height=360, margin=dict(l=56, r=64, t=32, b=48))
+
+
+def _heatmap(fig: go.Figure, result: dict, L: dict, colorbar_x: float) -> None:
     batches, depths = result.get("batches", []), result.get("depths", [])
     cell = {(r["batch_size"], r["depth"]): r.get("speedup") for r in result.get("table", [])}
     best = {(b["batch_size"], b["depth"]) for b in result.get("best_depth", [])}
@@ -227,22 +246,15 @@ def figure_sweep(result: dict, labels: dict | None = None, dark: bool = False) -
     # the best k per batch size is starred inside its cell (a marker on top would hide the number)
     text = [["" if cell.get((b, k)) is None else ("★ " if (b, k) in best else "") + f"{cell[(b, k)]:.2f}×"
              for b in batches] for k in depths]
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.5, 0.5], horizontal_spacing=0.12)
     fig.add_trace(go.Heatmap(z=z, x=[str(b) for b in batches], y=[str(k) for k in depths], text=text,
                              texttemplate="%{text}", colorscale="RdYlGn", zmid=1.0, showscale=True,
-                             colorbar=dict(title=dict(text="×", side="top"), x=0.5, len=0.9, thickness=12),
+                             colorbar=dict(title=dict(text="×", side="top"), x=colorbar_x, len=0.9, thickness=12),
                              hovertemplate="B=%{x}, k=%{y}: %{text}<extra></extra>"), row=1, col=1)
     if best:
         fig.add_annotation(text="★ " + L["best"], x=0, y=1.0, xref="paper", yref="paper", yanchor="bottom",
                            xanchor="left", showarrow=False, font=dict(size=12))
-    _published(fig, result.get("published", []), L)
     fig.update_xaxes(title_text=L["axis_batch"], type="category", row=1, col=1)
     fig.update_yaxes(title_text=L["axis_depth"], type="category", row=1, col=1)
-    fig.update_xaxes(title_text=L["axis_batch"], type="log", row=1, col=2)
-    # the published panel's axis on the right, so the heatmap's colour bar sits between the panels
-    fig.update_yaxes(title_text=L["cell"], side="right", row=1, col=2)
-    return _style(fig, dark, height=560, margin=dict(l=56, r=64, t=32, b=230),
-                  legend=dict(orientation="h", y=-0.24, x=0))
 
 
 def _published(fig: go.Figure, points: list[dict], L: dict) -> None:

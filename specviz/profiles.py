@@ -186,21 +186,39 @@ class RecordedSweep:
     depths: list[int]
     tokens_per_s: list[list[float]]  # [batch][depth], end to end
     path: str = EAGER                # the forward path that ran it (`sweep --compile`)
+    engine: str = "specviz"          # "vllm": `sweep --engine vllm`, one vLLM server per depth
+    engine_version: str = ""
+    schedule: dict | None = None     # vLLM's dynamic schedule on the same batch sizes: rows, tokens_per_s, mean_depth
 
 
-def load_sweeps(folder: Path = SWEEPS_DIR) -> list[RecordedSweep]:
+def load_sweeps(folder: Path = SWEEPS_DIR, engine: str = "specviz") -> list[RecordedSweep]:
+    """The recorded sweeps of one engine (ours by default: the what-if compares its models with them)."""
     out = []
     for p in sorted(Path(folder).glob("*.json")):
         try:
             d = json.loads(p.read_text())
+            if str(d.get("engine", "specviz")) != engine:
+                continue
             out.append(RecordedSweep(p.stem, str(d["command"]), str(d["device"]), str(d["target"]),
                                      str(d["draft"]), int(d["prompt_tokens"]), int(d["new_tokens"]),
                                      {int(k): float(v) for k, v in d["acceptance_rate"].items()},
                                      [int(b) for b in d["batch_sizes"]], [int(k) for k in d["depths"]],
                                      [[float(x) for x in row] for row in d["tokens_per_s"]],
-                                     str(d.get("path") or EAGER)))
+                                     str(d.get("path") or EAGER), engine, str(d.get("engine_version", "")),
+                                     _schedule(d.get("schedule"), len(d["batch_sizes"]))))
         except (OSError, ValueError, KeyError, TypeError):
             continue
+    return out
+
+
+def _schedule(d, n_batches: int) -> dict | None:
+    if not d:
+        return None
+    out = {"rows": [[int(x) for x in r] for r in d["rows"]],
+           "tokens_per_s": [float(x) for x in d["tokens_per_s"]],
+           "mean_depth": [float(x) for x in d["mean_depth"]]}
+    if len(out["tokens_per_s"]) != n_batches or len(out["mean_depth"]) != n_batches:
+        raise ValueError("a schedule needs one figure per batch size")
     return out
 
 

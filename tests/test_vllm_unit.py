@@ -215,3 +215,203 @@ def test_launched_server_states_are_sentences():
     assert server.starts == 1 and ep.status.state == "failed"
     with pytest.raises(VllmError, match="could not start: the vLLM server exited while starting"):
         ep.ready_model()
+
+
+# --- the vLLM sweep (`sweep --engine vllm`) and the lesson's recorded panels ------------------------------
+
+def _recorded_vllm(tmp_path):
+    """A recorded vLLM sweep written by `sweep_vllm.recorded` from cell figures (numbers made up for the
+    arithmetic; the shipped record in assets/sweeps/ is the measured one)."""
+    from types import SimpleNamespace
+
+    from specviz.cli import sweep_vllm
+
+    def cells(tps, mean_depth=0.0):
+        return [{"batch_size": b, "tokens_per_s": x, "drafted": 10 * mean_depth, "accepted": 4 * mean_depth,
+                 "mean_depth": mean_depth} for b, x in zip((1, 4, 16), tps)]
+    per_depth = {0: cells([10, 30, 80]), 1: cells([14, 36, 84], 1), 4: cells([20, 33, 60], 4),
+                 "schedule": cells([19, 37, 83], 1.5)}
+    args = SimpleNamespace(target="smollm2-135m-offline", draft="ngram", prompt="Count to ten.", max_new_tokens=32,
+                           vllm_eager=False)
+    rec = sweep_vllm.recorded(args, [1, 4, 16], [0, 1, 4], per_depth, ((1, 4, 4), (5, 8, 2), (9, 256, 1)), 40,
+                              "0.32.0", "AMD EPYC (2 cores)", "vLLM 0.32.0 (compiled)")
+    (tmp_path / "vllm-cpu.json").write_text(json.dumps(rec))
+    return rec
+
+
+def test_schedule_text_round_trips_and_bad_ones_get_a_sentence():
+    from specviz.cli.sweep_vllm import parse_schedule, schedule_text
+    from specviz.limits import LimitError
+
+    rows = parse_schedule("1-4:4,5-8:2,9-256:1")
+    assert rows == ((1, 4, 4), (5, 8, 2), (9, 256, 1)) and schedule_text(rows) == "1-4:4,5-8:2,9-256:1"
+    assert parse_schedule("none") == ()
+    for bad in ("1-4", "a-b:c", "4-1:2", "1-4:99", "0-3:1"):
+        with pytest.raises(LimitError, match="--schedule"):
+            parse_schedule(bad)
+
+
+def test_recorded_vllm_sweep_loads_apart_from_ours(tmp_path):
+    from specviz import profiles
+
+    rec = _recorded_vllm(tmp_path)
+    assert "--engine vllm" in rec["command"] and "--schedule 1-4:4,5-8:2,9-256:1" in rec["command"]
+    assert rec["acceptance_rate"] == {"1": 0.4, "4": 0.4} and rec["tokens_per_s"][2] == [80, 84, 60]
+    assert profiles.load_sweeps(tmp_path) == []                # the what-if compares ours only
+    (sw,) = profiles.load_sweeps(tmp_path, engine="vllm")
+    assert sw.engine_version == "0.32.0" and sw.device == "cpu: AMD EPYC (2 cores)"
+    assert sw.schedule["tokens_per_s"] == [19, 37, 83] and sw.schedule["mean_depth"] == [1.5] * 3
+    broken = dict(rec, schedule=dict(rec["schedule"], tokens_per_s=[1.0]))   # one figure for three batches
+    (tmp_path / "vllm-cpu.json").write_text(json.dumps(broken))
+    assert profiles.load_sweeps(tmp_path, engine="vllm") == []
+
+
+def test_recorded_vllm_sweep_as_the_lesson_reads_it(tmp_path):
+    from specviz import profiles
+    from specviz.vllm import lesson as vl
+
+    _recorded_vllm(tmp_path)
+    (sw,) = profiles.load_sweeps(tmp_path, engine="vllm")
+    heat = vl.sweep_result(sw)
+    cell = {(r["batch_size"], r["depth"]): r["speedup"] for r in heat["table"]}
+    assert cell[(1, 4)] == pytest.approx(2.0) and cell[(16, 4)] == pytest.approx(0.75) and cell[(4, 0)] == 1.0
+    assert heat["best_depth"] == [{"batch_size": 1, "depth": 4}, {"batch_size": 4, "depth": 1},
+                                  {"batch_size": 16, "depth": 1}]
+    bars = vl.schedule_result(sw)
+    assert {r["policy"] for r in bars["table"]} == {"k = 1", "k = 4", "schedule"}
+    assert [w["policy"] for w in bars["winners"]] == ["k = 4", "schedule", "k = 1"]
+    points = vl.schedule_points(sw)
+    assert [(p["batch"], p["best_k"]) for p in points] == [(1, 4), (4, 1), (16, 1)]
+    assert points[0]["ratio"] == pytest.approx(19 / 20) and points[1]["ratio"] == pytest.approx(37 / 36)
+
+
+def test_recorded_vllm_panels_say_version_machine_and_command_in_both_languages(tmp_path):
+    from specviz import charts_lesson, profiles
+    from specviz.ui.lesson import chart_labels, vllm_md
+    from specviz.vllm import lesson as vl
+
+    _recorded_vllm(tmp_path)
+    (sw,) = profiles.load_sweeps(tmp_path, engine="vllm")
+    for lang in ("en", "fa"):
+        md = vllm_md(lang, "policies", sw)
+        assert "0.32.0" in md and "AMD EPYC" in md and "sweep --engine vllm" in md
+        assert "0.95×" in md and "1.03×" in md and "{" not in md
+        assert "sweep --engine vllm" in vllm_md(lang, "sweep", sw)
+        fig = charts_lesson.figure_recorded_sweep(vl.sweep_result(sw), chart_labels(lang, "sweep"))
+        assert fig.data[0].type == "heatmap" and "★ 2.00×" in fig.data[0].text[2][0]
+
+
+# --- launched servers follow the depth slider (specviz.vllm.pool) ------------------------------------------
+
+def _pool(memory=lambda: 64.0, max_servers=3):
+    from specviz.vllm.backend import Endpoint, Status
+    from specviz.vllm.pool import LaunchedPool
+
+    made, closed = [], []
+
+    class Ep(Endpoint):
+        def close(self):
+            closed.append(self.k)
+
+    def launch(k):
+        ep = Ep(f"http://127.0.0.1:{9000 + k}", f"vLLM (m, n-gram, k={k})", "ngram", k, FakeServer(),
+                "smollm2-135m-offline")
+        ep.status = Status("ready")          # as if started (the real launch starts it in a thread)
+        made.append(k)
+        return ep
+    return LaunchedPool("smollm2-135m-offline", "ngram", 4, launch, memory, max_servers), made, closed
+
+
+def test_launched_pool_starts_a_server_per_depth_and_keeps_them_while_memory_allows():
+    from specviz.ui.vllm_runner import VllmRouter, vllm_choices
+
+    pool, made, closed = _pool()
+    (choice,) = vllm_choices([pool])
+    assert choice.label == "vLLM (smollm2-135m-offline, n-gram, k = depth slider)" and choice.engine == "vllm"
+    assert made == [4] and pool.endpoint_for(4) is pool.current and made == [4]     # reused, not relaunched
+    two = pool.endpoint_for(2)
+    assert made == [4, 2] and two.k == 2 and pool.current is two and pool.depths() == [2, 4]
+    pool.endpoint_for(1)
+    pool.endpoint_for(2)                                      # k=4 is now the least recently used
+    pool.endpoint_for(0)                                      # a fourth server: over MAX_SERVERS = 3
+    assert closed == [4] and pool.depths() == [0, 1, 2]
+
+    class Inner:
+        zero_gpu = False
+    router = VllmRouter(Inner(), [pool])
+    assert router.depth_mode(choice) == ("follows", None)
+
+
+def test_launched_pool_never_stops_a_busy_server_and_says_why_it_cannot_start():
+    pool, made, closed = _pool(memory=lambda: 7.0, max_servers=2)    # 7 GiB free: room for one more
+    pool.endpoint_for(4).enter()                                      # streaming a Run
+    pool.endpoint_for(2).enter()
+    with pytest.raises(VllmError, match="busy with Runs at other depths"):
+        pool.endpoint_for(1)
+    assert closed == [] and pool.depths() == [2, 4]
+    low, made2, closed2 = _pool(memory=lambda: 1.0)
+    low.endpoint_for(4).enter()
+    with pytest.raises(VllmError, match="not enough free memory for another vLLM server"):
+        low.endpoint_for(2)
+    assert made2 == [4] and closed2 == []
+
+
+def test_a_run_at_a_depth_still_starting_gets_a_sentence_naming_the_ready_ones():
+    from specviz.ui.runner import RunRequest
+    from specviz.ui.vllm_runner import VllmRouter, vllm_choices
+    from specviz.vllm.backend import Status
+
+    pool, made, _ = _pool()
+    launch = pool._launch
+
+    def starting(k):
+        ep = launch(k)
+        ep.status = Status("starting")
+        return ep
+    pool._launch = starting
+
+    class Inner:
+        zero_gpu = False
+    (choice,) = vllm_choices([pool])
+    req = RunRequest("smollm2-135m-offline", "ngram", ((1, 2, 3),), 2, 1, "fixed", None, 0.0, 8)
+    with pytest.raises(VllmError, match=r"starting a vLLM server for k = 2 .*ready now: k = 4"):
+        next(VllmRouter(Inner(), [pool]).packets(req, choice, None))
+    assert made == [4, 2]
+
+
+def test_a_server_someone_runs_shows_its_own_k_on_the_slider():
+    from specviz.ui.catalog import PairChoice
+    from specviz.ui.vllm_runner import VllmRouter, vllm_choices
+    from specviz.vllm.backend import Endpoint
+
+    class Inner:
+        zero_gpu = False
+    ep = Endpoint("http://127.0.0.1:9", "vLLM (m, n-gram, k=3)", "ngram", 3, target_ref="smollm2-135m-offline")
+    router = VllmRouter(Inner(), [ep])
+    assert router.depth_mode(vllm_choices([ep])[0]) == ("fixed", 3)
+    assert router.depth_mode(PairChoice("ours", "t", "ngram")) == ("ours", None)
+
+
+def test_picking_a_pair_sets_the_depth_slider_by_its_engine():
+    """A server someone runs: the slider shows its k, locked. Launched servers: free, and says it switches.
+    Our pairs: free, no note."""
+    from types import SimpleNamespace
+
+    from specviz.ui.catalog import PairChoice
+    from specviz.ui.playground import Playground
+    from specviz.ui.vllm_runner import VllmRouter, vllm_choices
+    from specviz.vllm.backend import Endpoint
+
+    class Inner:
+        zero_gpu = False
+    ep = Endpoint("http://127.0.0.1:9", "vLLM (m, n-gram, k=3)", "ngram", 3, target_ref="smollm2-135m-offline")
+    pool, *_ = _pool()
+    choices = {c.label: c for c in vllm_choices([ep, pool]) + [PairChoice("ours", "t", "ngram")]}
+    app = SimpleNamespace(runner=VllmRouter(Inner(), [ep, pool]), choice=lambda label, lang: choices[label])
+    page = Playground(app)
+    fixed = page.on_pair(ep.label)
+    assert fixed["value"] == 3 and fixed["interactive"] is False and "k = 3" in fixed["info"]
+    follows = page.on_pair(pool.label)
+    assert follows["interactive"] is True and "switches to a vLLM server" in follows["info"] and "value" not in follows
+    ours = page.on_pair("ours")
+    assert ours["interactive"] is True and not ours["info"]

@@ -35,6 +35,13 @@ def add_parsers(sub) -> None:
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--prompt", default=DEFAULT_PROMPTS[0])
     p.add_argument("--out", default="runs/sweep", help="folder for CSV, JSON and HTML")
+    p.add_argument("--engine", choices=("specviz", "vllm"), default="specviz",
+                   help="vllm: one local vLLM server per depth, launched in turn (needs scripts/vllm-setup; "
+                        "--draft ngram or a draft model)")
+    p.add_argument("--schedule", default="1-4:4,5-8:2,9-256:1",
+                   help="vLLM only: also run vLLM's dynamic schedule (num_speculative_tokens_per_batch_size) "
+                        "as LO-HI:K entries; 'none' skips it")
+    p.add_argument("--vllm-eager", action="store_true", help="vLLM only: launch with --enforce-eager")
     add_compile_arg(p)
     p.set_defaults(func=run_sweep)
 
@@ -122,6 +129,9 @@ def run_sweep(args) -> int:
 
     batches = _ints(args.batch_sizes, "batch-sizes", 1, 64)
     depths = _ints(args.depths, "depths", 0, 16)
+    if args.engine == "vllm":
+        from specviz.cli.sweep_vllm import run_sweep_vllm
+        return run_sweep_vllm(args, batches, sorted(set(depths)))
     pair = load_pair(args.target, args.draft, args.device, compile=args.compile)
     prompt = encode_prompt(pair.tokenizer, args.prompt)
     list(pair.engine().generate([prompt], Knobs(depth=max(depths), batch_size=1), 4))   # warm-up

@@ -17,6 +17,7 @@ from specviz.ui import runner
 from specviz.ui.errors import as_sentences, error
 from specviz.ui.i18n import t
 from specviz.ui.runs import TempFiles, write_csv
+from specviz.vllm import lesson as vllm_lesson
 
 EXPERIMENT_CHAPTERS = ("race", "knee", "breadth_depth", "ledger", "sweep", "policies")
 BUTTON_IDS = {"race": "run-race", "knee": "run-knee", "breadth_depth": "run-breadth-depth", "ledger": "run-ledger",
@@ -141,7 +142,7 @@ def build(app) -> tuple[Lesson, gr.Radio, gr.Dropdown]:
     pair = tr.add(gr.Dropdown(labels, value=labels[0][1], elem_id="lesson-pair",
                               label=lessons.text("en", "app.label_pair")),
                   lambda lang: gr.update(label=lessons.text(lang, "app.label_pair"), choices=app.pair_options(lang)))
-    panels = []
+    panels, vllm_sweep = [], vllm_lesson.recorded_vllm_sweep()
     for i, ch in enumerate(lessons.CHAPTERS):
         with gr.Column(visible=i == 0, elem_id=f"chapter-{ch}", elem_classes=["sv-chapter"]) as panel:
             tr.add(gr.Markdown(f"## {numbered_title('en', i, ch)}", elem_classes=["sv-title"]),
@@ -149,6 +150,8 @@ def build(app) -> tuple[Lesson, gr.Radio, gr.Dropdown]:
             tr.add(gr.Markdown(lessons.text("en", f"chapter.{ch}.body")), value=f"chapter.{ch}.body")
             if ch in EXPERIMENT_CHAPTERS:
                 _experiment_panel(lesson, tr, ch, pair)
+            if ch in VLLM_PANELS and vllm_sweep is not None:
+                _vllm_panel(tr, ch, vllm_sweep)
             with gr.Row():
                 prev = tr.add(gr.Button(size="sm", interactive=i > 0, elem_id=f"prev-{ch}"),
                               value="app.previous_chapter")
@@ -161,6 +164,37 @@ def build(app) -> tuple[Lesson, gr.Radio, gr.Dropdown]:
     chapter.change(lambda c: [gr.update(visible=c == ch) for ch in lessons.CHAPTERS], [chapter], panels,
                    api_name=False, queue=False, show_progress="hidden")
     return lesson, chapter, pair
+
+
+# a recorded vLLM sweep (assets/sweeps/, `sweep --engine vllm`), shown beside the class's own measurement
+VLLM_PANELS = ("sweep", "policies")
+
+
+def vllm_md(lang: str, ch: str, sw) -> str:
+    """The recorded vLLM panel's heading and text: the version and machine it was measured on, the command,
+    and for "vLLM's answer" the schedule against the best fixed depth at each batch size."""
+    device = sw.device.removeprefix("cpu: ")
+    if lessons.direction(lang) == "rtl":
+        device = lessons.isolate_ltr(device)
+    parts = [f"### {t(lang, 'app.vllm_recorded_heading', version=sw.engine_version, device=device)}",
+             t(lang, f"chapter.{ch}.vllm_body", command=sw.command)]
+    points = vllm_lesson.schedule_points(sw) if ch == "policies" else []
+    if points:
+        schedule = ", ".join(f"{lo}-{hi}→{k}" for lo, hi, k in sw.schedule["rows"])
+        parts.append(t(lang, "chapter.policies.vllm_schedule", schedule=schedule))
+        parts += [t(lang, "chapter.policies.vllm_point", **p) for p in points]
+    return "\n\n".join(parts)
+
+
+def _vllm_panel(tr, ch: str, sw) -> None:
+    def figure(lang: str):
+        labels = chart_labels(lang, ch)
+        if ch == "sweep":
+            return charts_lesson.figure_recorded_sweep(vllm_lesson.sweep_result(sw), labels)
+        return charts_lesson.figure_policies(vllm_lesson.schedule_result(sw), labels)
+    tr.add(gr.Markdown(vllm_md("en", ch, sw), elem_id=f"vllm-{ch}"), lambda lang: gr.update(value=vllm_md(lang, ch, sw)))
+    tr.add(gr.Plot(figure("en"), label="vLLM", show_label=False, elem_id=f"plot-vllm-{ch}"),
+           lambda lang: gr.update(value=figure(lang)))
 
 
 def _experiment_panel(lesson: Lesson, tr, ch: str, pair) -> None:

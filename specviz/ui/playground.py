@@ -133,6 +133,8 @@ def build(app) -> "Playground":
     check.click(page.check_lossless, None, [lossless], api_name="check_lossless", concurrency_limit=2)
     knob = dict(outputs=None, api_name=False, queue=False, show_progress="hidden")
     depth.change(page.on_depth, [depth], **knob)
+    # a vLLM server has one k: picking such a pair shows it on the slider (specviz.ui.vllm_runner.depth_mode)
+    pair.change(page.on_pair, [pair], [depth], api_name=False, queue=False, show_progress="hidden")
     batch.change(page.on_batch, [batch], **knob)
     policy.change(page.on_policy_pick, [policy, threshold], [threshold], api_name=False, queue=False,
                   show_progress="hidden")
@@ -336,6 +338,21 @@ class Playground:
     def on_stop(self, press=None, request: gr.Request = None):
         """Stop (the page sends the number of the newest Run press; an API call sends none)."""
         self.app.runs.stop(_session(request), press)
+
+    def on_pair(self, pair_label, request: gr.Request = None):
+        """The depth slider for the pair just picked: a vLLM server's own k, locked (a server has one); free
+        for our engine and for launched vLLM servers (moving it switches server)."""
+        lang = self.lang(_session(request))
+        mode = getattr(self.app.runner, "depth_mode", None)
+        try:
+            kind, k = mode(self.app.choice(pair_label, lang)) if mode else ("ours", None)
+        except Exception:                    # a typed pair not loadable yet: the Run will say why
+            kind, k = "ours", None
+        if kind == "fixed" and k is not None:
+            return gr.update(value=k, interactive=False, info=t(lang, "playground.depth_vllm_fixed", k=k))
+        if kind == "follows":
+            return gr.update(interactive=True, info=t(lang, "playground.depth_vllm_follows"))
+        return gr.update(interactive=True, info=None)
 
     def on_arm(self, press=None, request: gr.Request = None):
         self.app.runs.arm(_session(request), press)

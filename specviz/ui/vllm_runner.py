@@ -19,12 +19,14 @@ from specviz.ui.catalog import PairChoice
 from specviz.ui.runner import FLUSH_S, Packet, RunRequest
 from specviz.vllm.backend import Endpoint
 from specviz.vllm.client import VllmError
+from specviz.vllm.pool import LaunchedPool
 from specviz.vllm.run import VllmRun
 
 VLLM_NOTE = Said("pairs.vllm_note")        # shown in the reader's language (specviz/lessons)
 
 
-def vllm_choices(endpoints: list[Endpoint]) -> list[PairChoice]:
+def vllm_choices(endpoints: list) -> list[PairChoice]:
+    """One pair entry per server the operator named, and one per launched pool (its k follows the slider)."""
     return [PairChoice(ep.label, ep.model_ref or ep.label, "ngram", VLLM_NOTE, engine="vllm") for ep in endpoints]
 
 
@@ -35,9 +37,15 @@ class _Info:
     endpoint: Endpoint
 
     def info(self) -> BatchInfo:
-        running = self.endpoint.running()
-        waiting = self.endpoint.latest.waiting if self.endpoint.latest else None
-        return BatchInfo(int(running or 0), self.endpoint.runs, int(waiting or 0))
+        ep = _current(self.endpoint)
+        running = ep.running()
+        waiting = ep.latest.waiting if ep.latest else None
+        return BatchInfo(int(running or 0), ep.runs, int(waiting or 0))
+
+
+def _current(ep) -> Endpoint:
+    """A pool's server of the latest Run (what "batch now" shows), or the endpoint itself."""
+    return ep.current if isinstance(ep, LaunchedPool) else ep
 
 
 class _Schedulers:
@@ -55,20 +63,30 @@ class _Schedulers:
 class VllmRouter:
     """The app's runner plus vLLM pairs (labels → endpoints)."""
 
-    def __init__(self, inner, endpoints: list[Endpoint]):
+    def __init__(self, inner, endpoints: list):
         self.inner = inner
         self.by_label = {ep.label: ep for ep in endpoints}
         self.zero_gpu = inner.zero_gpu
         if hasattr(inner, "schedulers"):
             self.schedulers = _Schedulers(inner.schedulers, self)
 
-    def endpoint(self, choice) -> Endpoint | None:
+    def endpoint(self, choice) -> Endpoint | LaunchedPool | None:
         if getattr(choice, "engine", "specviz") != "vllm":
             return None
         return self.by_label.get(choice.label)
 
     def __getattr__(self, name):            # control(), knee() and the rest: the app's own runner
         return getattr(self.inner, name)
+
+    def depth_mode(self, choice) -> tuple[str, int | None]:
+        """How the depth slider relates to a pair: ("ours", None) for our engine, ("fixed", k) for a
+        server someone runs (a server has one k), ("follows", None) for launched servers (one per k)."""
+        ep = self.endpoint(choice)
+        if ep is None:
+            return "ours", None
+        if isinstance(ep, LaunchedPool):
+            return "follows", None
+        return "fixed", ep.k
 
     def knee(self, choice, context, peaks):
         if self.endpoint(choice) is not None:
@@ -80,7 +98,7 @@ class VllmRouter:
         ep = self.endpoint(choice)
         if ep is None:
             raise VllmError("this vLLM pair is not configured any more; pick another pair")
-        ep.ready_model()
+        _current(ep).ready_model()
         if ep.model_ref is None or choice.target != ep.model_ref:
             raise VllmError("this vLLM server was not reachable when the app started, so its model is unknown "
                             "to the page: restart the app once the server is up")
@@ -91,7 +109,11 @@ class VllmRouter:
             return self.inner.packets(req, choice, control)
         return self._vllm_packets(ep, req, control)
 
-    def _vllm_packets(self, ep: Endpoint, req: RunRequest, control) -> Iterator[Packet]:
+    def _vllm_packets(self, ep, req: RunRequest, control) -> Iterator[Packet]:
+        if isinstance(ep, LaunchedPool):          # launched servers follow the depth slider
+            pool, ep = ep, ep.endpoint_for(req.depth)
+            if ep.status.state == "starting":
+                raise VllmError(pool.starting_sentence(req.depth, ep))
         served = ep.ready_model()                 # a sentence if it is starting, failed or unreachable
         if served.max_len and max(map(len, req.prompts)) + req.max_new > served.max_len:
             raise VllmError(f"the prompt plus {req.max_new} new tokens is longer than this vLLM server's "

@@ -8,4 +8,5 @@ vLLM lives in its own venv, `.venv-vllm`, made by `bash scripts/vllm-setup`).
 - `metrics`: the server's Prometheus /metrics → numbers and live series (batch, waiting, acceptance…).
 - `launcher`: starts a local server for a SpecViz pair from `.venv-vllm` and stops it with SpecViz.
 - `run`: N concurrent requests (the batch slider) → one merged stream of step events.
+- `lesson`: a recorded vLLM sweep (assets/sweeps/) as the lesson's sweep and policies charts read it.
 """
