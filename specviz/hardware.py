@@ -304,12 +304,17 @@ def measure_latency(model, tokens_per_pass: list[int], context: int, device, dty
     vocab = model.get_input_embeddings().weight.shape[0]
 
     def pass_fn(ids):
+        """A cache holding the context and one pass of this shape already run on it: the timed pass
+        then meets what a decode step meets (a pass of the same shape just before it, the buffers grown),
+        not the first pass after a prefill (other matrix shapes, a cache about to reallocate)."""
         if new_cache is None:
             cache = DynamicCache()
             model(input_ids=ctx_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            model(input_ids=ids, past_key_values=cache, use_cache=True)
             return lambda: model(input_ids=ids, past_key_values=cache, use_cache=True)
         cache = new_cache(1)
         cache.forward(model, ctx_ids, torch.ones_like(ctx_ids, dtype=torch.bool), 1)
+        cache.forward(model, ids, torch.ones_like(ids, dtype=torch.bool))
         return lambda: cache.forward(model, ids, torch.ones_like(ids, dtype=torch.bool))
 
     with torch.inference_mode():

@@ -232,7 +232,7 @@ def _recorded_vllm(tmp_path):
     per_depth = {0: cells([10, 30, 80]), 1: cells([14, 36, 84], 1), 4: cells([20, 33, 60], 4),
                  "schedule": cells([19, 37, 83], 1.5)}
     args = SimpleNamespace(target="smollm2-135m-offline", draft="ngram", prompt="Count to ten.", max_new_tokens=32,
-                           vllm_eager=False)
+                           vllm_eager=False, repeats=3)
     rec = sweep_vllm.recorded(args, [1, 4, 16], [0, 1, 4], per_depth, ((1, 4, 4), (5, 8, 2), (9, 256, 1)), 40,
                               "0.32.0", "AMD EPYC (2 cores)", "vLLM 0.32.0 (compiled)")
     (tmp_path / "vllm-cpu.json").write_text(json.dumps(rec))
@@ -256,6 +256,7 @@ def test_recorded_vllm_sweep_loads_apart_from_ours(tmp_path):
 
     rec = _recorded_vllm(tmp_path)
     assert "--engine vllm" in rec["command"] and "--schedule 1-4:4,5-8:2,9-256:1" in rec["command"]
+    assert "--repeats 3" in rec["command"] and "median of 3 run(s)" in rec["about"]
     assert rec["acceptance_rate"] == {"1": 0.4, "4": 0.4} and rec["tokens_per_s"][2] == [80, 84, 60]
     assert profiles.load_sweeps(tmp_path) == []                # the what-if compares ours only
     (sw,) = profiles.load_sweeps(tmp_path, engine="vllm")
@@ -278,8 +279,8 @@ def test_recorded_vllm_sweep_as_the_lesson_reads_it(tmp_path):
     assert heat["best_depth"] == [{"batch_size": 1, "depth": 4}, {"batch_size": 4, "depth": 1},
                                   {"batch_size": 16, "depth": 1}]
     bars = vl.schedule_result(sw)
-    assert {r["policy"] for r in bars["table"]} == {"k = 1", "k = 4", "schedule"}
-    assert [w["policy"] for w in bars["winners"]] == ["k = 4", "schedule", "k = 1"]
+    assert {r["policy"] for r in bars["table"]} == {"k = 1", "k = 4", "vLLM schedule"}
+    assert [w["policy"] for w in bars["winners"]] == ["k = 4", "vLLM schedule", "k = 1"]
     points = vl.schedule_points(sw)
     assert [(p["batch"], p["best_k"]) for p in points] == [(1, 4), (4, 1), (16, 1)]
     assert points[0]["ratio"] == pytest.approx(19 / 20) and points[1]["ratio"] == pytest.approx(37 / 36)
@@ -415,3 +416,50 @@ def test_picking_a_pair_sets_the_depth_slider_by_its_engine():
     assert follows["interactive"] is True and "switches to a vLLM server" in follows["info"] and "value" not in follows
     ours = page.on_pair("ours")
     assert ours["interactive"] is True and not ours["info"]
+
+
+def test_sweep_on_vllm_writes_our_sweep_files_and_a_record_the_lesson_reads(tiny_paths, tmp_path, monkeypatch):
+    """The orchestration of `sweep --engine vllm` with each server's cells stubbed (the servers themselves
+    are the real-server tier's business): one server per depth in order, then the schedule's; the same
+    CSV/JSON/HTML as our sweep; recorded.json loads as a vLLM sweep with its command and version."""
+    from specviz import profiles
+    from specviz.__main__ import main
+    from specviz.cli import sweep_vllm
+    from specviz.vllm import launcher
+
+    asked = []
+
+    def cells(args, spec, prompt, batches, note):
+        asked.append((spec.depth, spec.schedule))
+        base = {0: 10.0, 1: 14.0, 2: 15.0}.get(spec.depth, 16.0) + (1.0 if spec.schedule else 0.0)
+        return [{"batch_size": b, "tokens_per_s": base * b ** 0.5, "tokens": 8 * b, "wall_s": 1.0,
+                 "acceptance_rate": 0.5 if spec.depth else None, "mean_depth": float(spec.depth),
+                 "drafted": 10.0 * spec.depth, "accepted": 5.0 * spec.depth} for b in batches]
+    monkeypatch.setattr(sweep_vllm, "_server_cells", cells)
+    monkeypatch.setattr(sweep_vllm, "vllm_version", lambda python: "0.32.0")
+    monkeypatch.setattr(launcher, "vllm_installed", lambda venv=launcher.VENV: True)
+    out = tmp_path / "sw"
+    rc = main(["sweep", "--engine", "vllm", "--target", tiny_paths["target"], "--draft", "ngram",
+               "--batch-sizes", "1,4", "--depths", "2,0,1", "--max-new-tokens", "8", "--out", str(out)])
+    assert rc == 0
+    assert asked == [(0, ()), (1, ()), (2, ()), (4, ((1, 4, 4), (5, 8, 2), (9, 256, 1)))]
+    assert {p.name for p in out.iterdir()} >= {"sweep.csv", "sweep.json", "sweep.html", "recorded.json"}
+    data = json.loads((out / "sweep.json").read_text())
+    assert data["engine"] == "vllm" and len(data["rows"]) == 6 and len(data["schedule_rows"]) == 2
+    (tmp_path / "assets").mkdir()
+    (tmp_path / "assets" / "vllm.json").write_text((out / "recorded.json").read_text())
+    (sw,) = profiles.load_sweeps(tmp_path / "assets", engine="vllm")
+    assert sw.depths == [0, 1, 2] and sw.batch_sizes == [1, 4] and sw.acceptance == {1: 0.5, 2: 0.5}
+    assert sw.tokens_per_s[1] == [20.0, 28.0, 30.0] and sw.schedule["tokens_per_s"] == [17.0, 34.0]
+    assert sw.command.startswith("python -m specviz sweep --engine vllm") and "--depths 0,1,2" in sw.command
+
+
+def test_sweep_on_vllm_refuses_what_vllm_cannot_serve(tiny_paths, capsys, monkeypatch):
+    from specviz.__main__ import main
+    from specviz.vllm import launcher
+
+    monkeypatch.setattr(launcher, "vllm_installed", lambda venv=launcher.VENV: True)
+    assert main(["sweep", "--engine", "vllm", "--target", tiny_paths["target"], "--draft", "layerskip:1-2"]) == 2
+    assert "vLLM has no layer-skipping draft" in capsys.readouterr().err
+    assert main(["sweep", "--engine", "vllm", "--draft", "ngram", "--schedule", "1-4"]) == 2
+    assert "--schedule takes LO-HI:K entries" in capsys.readouterr().err

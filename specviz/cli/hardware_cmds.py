@@ -42,6 +42,7 @@ def add_parsers(sub) -> None:
                    help="vLLM only: also run vLLM's dynamic schedule (num_speculative_tokens_per_batch_size) "
                         "as LO-HI:K entries; 'none' skips it")
     p.add_argument("--vllm-eager", action="store_true", help="vLLM only: launch with --enforce-eager")
+    p.add_argument("--repeats", type=int, default=1, help="vLLM only: runs per cell, the median kept (1-9)")
     add_compile_arg(p)
     p.set_defaults(func=run_sweep)
 

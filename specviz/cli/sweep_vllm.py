@@ -82,11 +82,14 @@ def _server_cells(args, spec, prompt: list[int], batches: list[int], note) -> li
         server.start(progress=note)
         client = VllmClient(server.url, timeout_s=600)
         model = client.model().name
-        run_all(client, model, [prompt] * max(batches), WARMUP_TOKENS)        # warm-up, not recorded
         cells = []
         for b in batches:
-            cells.append(_cell(client, model, prompt, b, args.max_new_tokens))
-            note(f"B={b}: {cells[-1]['tokens_per_s']:.1f} tok/s, mean depth {cells[-1]['mean_depth']:.2f}")
+            run_all(client, model, [prompt] * b, WARMUP_TOKENS)              # warm-up at this shape, not recorded
+            runs = sorted((_cell(client, model, prompt, b, args.max_new_tokens) for _ in range(args.repeats)),
+                          key=lambda c: c["tokens_per_s"])
+            cells.append(runs[len(runs) // 2])                                # the median run
+            note(f"B={b}: {cells[-1]['tokens_per_s']:.1f} tok/s (median of {len(runs)}), "
+                 f"mean depth {cells[-1]['mean_depth']:.2f}")
         return cells
     finally:
         server.stop()
@@ -113,6 +116,9 @@ def run_sweep_vllm(args, batches: list[int], depths: list[int]) -> int:
     from specviz.vllm.launcher import LaunchSpec, free_port, python_path, speculative_config, vllm_installed
 
     schedule = parse_schedule(args.schedule)
+    if not 1 <= args.repeats <= 9:
+        from specviz.engine import EngineError
+        raise EngineError("--repeats must be 1-9")
     if not vllm_installed():
         raise VllmError("vLLM is not installed (.venv-vllm is missing): run bash scripts/vllm-setup")
     speculative_config(args.draft, max(depths + [1]))        # an unsupported draft fails before any server starts
@@ -176,11 +182,13 @@ def recorded(args, batches, depths, per_depth: dict, schedule, prompt_tokens: in
         f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in (
             ("target", args.target), ("draft", args.draft), ("prompt", args.prompt),
             ("batch_sizes", ",".join(map(str, batches))), ("depths", ",".join(map(str, depths))),
-            ("schedule", schedule_text(schedule) or "none"), ("max_new_tokens", args.max_new_tokens)))
+            ("schedule", schedule_text(schedule) or "none"), ("max_new_tokens", args.max_new_tokens),
+            ("repeats", args.repeats)))
     command += " --vllm-eager" if args.vllm_eager else ""
     load = os.getloadavg()[0]
     rec = {"about": f"Measured on vLLM {version} ({cpu}), fp32, one server per depth launched in turn "
-                    f"(load average {load:.2f} when it ended); tokens/s end to end (prefill included), EOS ignored.",
+                    f"(load average {load:.2f} when it ended); tokens/s end to end (prefill included), EOS "
+                    f"ignored, each cell the median of {args.repeats} run(s) after a warm-up at its batch size.",
            "command": command, "engine": "vllm", "engine_version": version, "device": f"cpu: {cpu}",
            "path": path, "target": args.target, "draft": args.draft, "prompt_tokens": prompt_tokens,
            "new_tokens": args.max_new_tokens, "recorded_at": time.strftime("%Y-%m-%d"),

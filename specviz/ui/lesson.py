@@ -173,10 +173,7 @@ VLLM_PANELS = ("sweep", "policies")
 def vllm_md(lang: str, ch: str, sw) -> str:
     """The recorded vLLM panel's heading and text: the version and machine it was measured on, the command,
     and for "vLLM's answer" the schedule against the best fixed depth at each batch size."""
-    device = sw.device.removeprefix("cpu: ")
-    if lessons.direction(lang) == "rtl":
-        device = lessons.isolate_ltr(device)
-    parts = [f"### {t(lang, 'app.vllm_recorded_heading', version=sw.engine_version, device=device)}",
+    parts = [f"### {t(lang, 'app.vllm_recorded_heading', engine=f'vLLM {sw.engine_version}', device=sw.device.removeprefix('cpu: '))}",
              t(lang, f"chapter.{ch}.vllm_body", command=sw.command)]
     points = vllm_lesson.schedule_points(sw) if ch == "policies" else []
     if points:
@@ -191,7 +188,8 @@ def _vllm_panel(tr, ch: str, sw) -> None:
         labels = chart_labels(lang, ch)
         if ch == "sweep":
             return charts_lesson.figure_recorded_sweep(vllm_lesson.sweep_result(sw), labels)
-        return charts_lesson.figure_policies(vllm_lesson.schedule_result(sw), labels)
+        name = lessons.isolate_rtl(lessons.text(lang, "chapter.policies.vllm_schedule_name"))
+        return charts_lesson.figure_policies(vllm_lesson.schedule_result(sw, name), labels)
     tr.add(gr.Markdown(vllm_md("en", ch, sw), elem_id=f"vllm-{ch}"), lambda lang: gr.update(value=vllm_md(lang, ch, sw)))
     tr.add(gr.Plot(figure("en"), label="vLLM", show_label=False, elem_id=f"plot-vllm-{ch}"),
            lambda lang: gr.update(value=figure(lang)))

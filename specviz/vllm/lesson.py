@@ -32,13 +32,13 @@ def sweep_result(sw: RecordedSweep) -> dict:
     return {"batches": sw.batch_sizes, "depths": sw.depths, "table": table, "best_depth": best}
 
 
-def schedule_result(sw: RecordedSweep) -> dict:
+def schedule_result(sw: RecordedSweep, schedule_name: str = "vLLM schedule") -> dict:
     """vLLM's schedule against its fixed depths, as the policies chapter's chart reads it (× plain decoding)."""
     rows = []
     named = [(f"k = {k}", [sw.tokens_per_s[bi][ki] for bi in range(len(sw.batch_sizes))])
              for ki, k in enumerate(sw.depths) if k > 0]
     if sw.schedule:
-        named.append(("schedule", sw.schedule["tokens_per_s"]))
+        named.append((schedule_name, sw.schedule["tokens_per_s"]))
     for name, series in named:
         for bi, b in enumerate(sw.batch_sizes):
             plain = _plain(sw, bi)
