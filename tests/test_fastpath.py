@@ -57,6 +57,39 @@ def _check_against_transformers(model, tol=1e-4):
             assert torch.isfinite(torch.stack(cache.kbufs)).all()
 
 
+def test_a_verify_with_ragged_drafts_computes_only_its_real_tokens(loaded):
+    """Rows that drafted 4, 0 and 1 tokens: the block is [3, 5] with 8 holes of 15, so only the 7 real
+    tokens go through the matrices (`StaticCache._packable`); each real position's logits equal
+    transformers' on the clean sequence, and equal the unpacked block's."""
+    from specviz.fastpath import cache as fc
+
+    model = loaded["target"].model
+    compact = CompactLlama(model)
+    V = model.config.vocab_size
+    g = torch.Generator().manual_seed(1)
+    rows = [torch.randint(3, V, (6,), generator=g).tolist() for _ in range(3)]
+    blk = torch.randint(3, V, (3, 5), generator=g)
+    valid = torch.arange(5)[None, :] <= torch.tensor([4, 0, 1])[:, None]
+    assert fc.StaticCache._packable(valid).tolist() == [0, 1, 2, 3, 4, 5, 10, 11]
+    outs = []
+    for holes in (fc.PACK_HOLES, 1.01):                  # packed, then the whole block (never packs)
+        fc_holes, fc.PACK_HOLES = fc.PACK_HOLES, holes
+        try:
+            cache = StaticCache(compact, 3)
+            with torch.inference_mode():
+                cache.forward(model, torch.tensor(rows), torch.ones(3, 6, dtype=torch.bool), 1)
+                outs.append(cache.forward(model, blk, valid))
+        finally:
+            fc.PACK_HOLES = fc_holes
+    packed, whole = outs
+    with torch.inference_mode():
+        for i, n in enumerate((5, 1, 2)):
+            ref = _clean_logits(model, rows[i] + blk[i, :n].tolist())[-n:]
+            assert (packed[i, :n] - ref).abs().max() < 1e-4
+            assert (packed[i, :n] - whole[i, :n]).abs().max() < 1e-5
+            assert (packed[i, n:] == 0).all()                # holes: nothing computed, nothing read
+
+
 def test_compact_forward_matches_transformers_llama(loaded):
     _check_against_transformers(loaded["target"].model)
 

@@ -37,6 +37,11 @@ def _round_up(n: int, chunk: int) -> int:
     return max(chunk, -(-n // chunk) * chunk)
 
 
+# holes (padding after a row's drafts) that make a block worth packing: below this, the gather and
+# scatter cost more than the rows they save
+PACK_HOLES = 0.25
+
+
 class StaticCache(SlotValidity):
     """Preallocated KV buffers + validity bookkeeping for one compact model over a batch of rows."""
 
@@ -102,18 +107,46 @@ class StaticCache(SlotValidity):
         tok_p, pos_p = _pad2(tokens, R, Tp), _pad2(pos, R, Tp)
         slots = torch.arange(L, L + Tp, device=self.device)                                     # [Tp]
         bias = self._bias(all_valid, slots, R, S)                                               # [R, 1, Tp, S]
-        # short blocks take the fast (maybe compiled) forward; compiling every prompt width would not pay
-        if T <= MAX_BUCKET:
-            if self.m.graphs:        # a new step for CUDA-graph trees: the previous outputs are consumed
-                torch.compiler.cudagraph_mark_step_begin()
-            h = self.m.fast_hidden(tok_p, pos_p, bias, slots, *self._views(R, S))
-        else:
-            h = self.m.hidden(tok_p, pos_p, bias, slots, *self._views(R, S))
         keep = T if logits_to_keep in (0, None) else min(logits_to_keep, T)
-        logits = self.m.logits(h[:B, T - keep:T])
+        sel = self._packable(tok_valid) if not pad and self.m.fast_hidden == self.m.hidden else None
+        if sel is not None:          # holes are a large share of the block: compute its real tokens only
+            h = self.m.hidden_packed(tokens, pos, bias, slots, *self._views(R, S), sel)
+            logits = self._unpack_logits(h, sel, B, T, keep)
+        else:
+            # short blocks take the fast (maybe compiled) forward; compiling every prompt width would not pay
+            if T <= MAX_BUCKET:
+                if self.m.graphs:    # a new step for CUDA-graph trees: the previous outputs are consumed
+                    torch.compiler.cudagraph_mark_step_begin()
+                h = self.m.fast_hidden(tok_p, pos_p, bias, slots, *self._views(R, S))
+            else:
+                h = self.m.hidden(tok_p, pos_p, bias, slots, *self._views(R, S))
+            logits = self.m.logits(h[:B, T - keep:T])
         self.valid = all_valid
         self.n_valid = self.n_valid + tok_valid.long().sum(dim=1)
         return logits
+
+    @staticmethod
+    def _packable(tok_valid: torch.Tensor) -> torch.Tensor | None:
+        """The real tokens' positions in the flattened block when holes make up at least PACK_HOLES of
+        it (a verify where some rows drafted less than others); None: run the block as it is."""
+        B, T = tok_valid.shape
+        if T < 2 or tok_valid.device.type != "cpu":
+            return None
+        flat = tok_valid.reshape(-1)
+        n = int(flat.sum())
+        if n == 0 or n > (1.0 - PACK_HOLES) * B * T:
+            return None
+        return flat.nonzero().squeeze(1)
+
+    def _unpack_logits(self, h: torch.Tensor, sel: torch.Tensor, B: int, T: int, keep: int) -> torch.Tensor:
+        """Logits [B, keep, V] of the last `keep` positions, computed for the real tokens only; a hole's
+        logits are zeros (nothing reads them: a row's verdicts stop at its own drafts)."""
+        pos_in_row = sel % T
+        mine = pos_in_row >= T - keep
+        out = h.new_zeros(B * keep, self.m.head_rows)
+        rows, cols = sel[mine] // T, pos_in_row[mine] - (T - keep)
+        out[rows * keep + cols] = self.m.logits(h[mine])
+        return out.view(B, keep, -1)
 
     def _views(self, rows: int, slots: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The buffers' first `rows` rows and `slots` slots (views: writes land in the buffers)."""

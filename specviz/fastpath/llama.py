@@ -115,6 +115,7 @@ class CompactLlama:
         self.plan: Plan = plan_for([head] + [w for ms in mats for w in ms], compiled)
         self._w = self.plan.store                                  # the weights' layout, see above
         self.head = self._w(head)
+        self.head_rows = head.shape[0]                             # logits per token (the vocabulary)
         self.inv_freq = inner.rotary_emb.inv_freq                  # [head_dim / 2]
         self.rope_scale = float(inner.rotary_emb.attention_scaling)
         self.layers = [self._layer(block, ms) for block, ms in zip(inner.layers, mats)]
@@ -159,6 +160,22 @@ class CompactLlama:
         bias = bias[:, :, None].expand(B, 1, g, T, S).reshape(B, 1, g * T, S)
         for w, kb, vb in zip(self._tuples, kbufs, vbufs):
             x = fn(x, cos, sin, bias, slots, kb, vb, w, self.dims)
+        return rms_norm(x, self.norm, self.norm_eps)
+
+    def hidden_packed(self, tokens, pos, bias, slots, kbufs, vbufs, sel) -> torch.Tensor:
+        """`hidden` for a block with holes (rows that drafted fewer tokens than the longest), computing only
+        its N real tokens: `sel` [N] indexes them in the flattened [B·T] block. Every matrix multiplies
+        N rows instead of B·T (at a shared batch's 16 × 5 tokens, where a pass is compute-bound, the holes
+        were real time); only attention sees the padded [B, T] shape, and a hole writes zeros to its
+        cache slot, which stays invalid. Returns the final-normed hidden states [N, d]."""
+        B, T = tokens.shape
+        x = F.embedding(tokens.reshape(-1)[sel], self.embed)                # [N, d]
+        cos, sin = self.rope(pos.reshape(1, -1)[:, sel])                      # [1, N, 1, hd]
+        _, _, _, S = bias.shape
+        g = self.dims.n_heads // self.dims.n_kv
+        bias = bias[:, :, None].expand(B, 1, g, T, S).reshape(B, 1, g * T, S)
+        for w, kb, vb in zip(self._tuples, kbufs, vbufs):
+            x = packed_layer(x, cos[0], sin[0], bias, slots, kb, vb, w, self.dims, sel, B, T)
         return rms_norm(x, self.norm, self.norm_eps)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
@@ -208,3 +225,32 @@ def decoder_layer(x, cos, sin, bias, slots, kbuf, vbuf, w: tuple, dims: Dims) ->
     gu = linear(h, w_gu)                                              # [B, T, 2 I]
     inter = gu.shape[-1] // 2
     return x + linear(F.silu(gu[..., :inter]) * gu[..., inter:], w_down)
+
+
+def packed_layer(x, cos, sin, bias, slots, kbuf, vbuf, w: tuple, dims: Dims, sel, B: int, T: int) -> torch.Tensor:
+    """`decoder_layer` on the N real tokens of a [B, T] block with holes. x: [N, d]; cos, sin: [N, 1, hd];
+    sel: [N] positions in the flattened block. The same per-token arithmetic: only which rows each
+    matrix multiplies changes."""
+    ln1, wqkv, bqkv, wo, bo, ln2, w_gu, w_down = w
+    H, Hkv, hd = dims.n_heads, dims.n_kv, dims.head_dim
+    h = rms_norm(x, ln1, dims.eps)
+    qkv = linear(h, wqkv, bqkv)                                       # [N, (H + 2 Hkv) hd]
+    nqk = (H + Hkv) * hd
+    qk = rotate(qkv[:, :nqk].view(-1, H + Hkv, hd), cos, sin)         # [N, H + Hkv, hd]
+    full = qkv.new_zeros(B * T, (H + 2 * Hkv) * hd)                   # the padded block for attention
+    full[sel, :nqk] = qk.reshape(-1, nqk)
+    full[sel, nqk:] = qkv[:, nqk:]
+    full = full.view(B, T, H + 2 * Hkv, hd)
+    q = full[:, :, :H].transpose(1, 2)                                # [B, H, T, hd]
+    k = full[:, :, H:H + Hkv].transpose(1, 2)
+    v = full[:, :, H + Hkv:].transpose(1, 2)
+    kbuf.index_copy_(2, slots, k)
+    vbuf.index_copy_(2, slots, v)
+    g = H // Hkv
+    att = F.scaled_dot_product_attention(q.reshape(B, Hkv, g * T, hd), kbuf, vbuf, attn_mask=bias, scale=hd ** -0.5)
+    att = att.reshape(B, H, T, hd).transpose(1, 2).reshape(B * T, H * hd)[sel]   # [N, H hd]
+    x = x + linear(att, wo, bo)
+    h = rms_norm(x, ln2, dims.eps)
+    gu = linear(h, w_gu)                                              # [N, 2 I]
+    inter = gu.shape[-1] // 2
+    return x + linear(F.silu(gu[:, :inter]) * gu[:, inter:], w_down)
