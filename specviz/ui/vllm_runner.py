@@ -98,7 +98,9 @@ class VllmRouter:
         ep = self.endpoint(choice)
         if ep is None:
             raise VllmError("this vLLM pair is not configured any more; pick another pair")
-        _current(ep).ready_model()
+        if isinstance(ep, LaunchedPool):
+            return                  # which server is ready depends on the Run's depth: the Run says (packets)
+        ep.ready_model()
         if ep.model_ref is None or choice.target != ep.model_ref:
             raise VllmError("this vLLM server was not reachable when the app started, so its model is unknown "
                             "to the page: restart the app once the server is up")
