@@ -153,11 +153,7 @@ class CompactLlama:
         fn = layer_fn or decoder_layer
         x = F.embedding(tokens, self.embed)
         cos, sin = self.rope(pos)
-        # GQA without repeating K/V: the g query heads of one KV head attend as g×T queries of it, so
-        # the mask repeats g times — built once a pass here, not once a layer
-        B, _, T, S = bias.shape
-        g = self.dims.n_heads // self.dims.n_kv
-        bias = bias[:, :, None].expand(B, 1, g, T, S).reshape(B, 1, g * T, S)
+        bias = self.grouped_bias(bias)
         for w, kb, vb in zip(self._tuples, kbufs, vbufs):
             x = fn(x, cos, sin, bias, slots, kb, vb, w, self.dims)
         return rms_norm(x, self.norm, self.norm_eps)
@@ -171,12 +167,17 @@ class CompactLlama:
         B, T = tokens.shape
         x = F.embedding(tokens.reshape(-1)[sel], self.embed)                # [N, d]
         cos, sin = self.rope(pos.reshape(1, -1)[:, sel])                      # [1, N, 1, hd]
-        _, _, _, S = bias.shape
-        g = self.dims.n_heads // self.dims.n_kv
-        bias = bias[:, :, None].expand(B, 1, g, T, S).reshape(B, 1, g * T, S)
+        bias = self.grouped_bias(bias)
         for w, kb, vb in zip(self._tuples, kbufs, vbufs):
             x = packed_layer(x, cos[0], sin[0], bias, slots, kb, vb, w, self.dims, sel, B, T)
         return rms_norm(x, self.norm, self.norm_eps)
+
+    def grouped_bias(self, bias: torch.Tensor) -> torch.Tensor:
+        """[B, 1, T, S] → [B, 1, g·T, S]. GQA without repeating K/V: the g query heads of one KV head
+        attend as g×T queries of it, so the mask repeats g times — built once a pass, not once a layer."""
+        B, _, T, S = bias.shape
+        g = self.dims.n_heads // self.dims.n_kv
+        return bias[:, :, None].expand(B, 1, g, T, S).reshape(B, 1, g * T, S)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """h: [B, T', d] → logits [B, T', V] (one matmul, outside any compiled graph)."""
@@ -220,9 +221,14 @@ def decoder_layer(x, cos, sin, bias, slots, kbuf, vbuf, w: tuple, dims: Dims) ->
     qg = q.reshape(B, Hkv, g * T, hd)
     att = F.scaled_dot_product_attention(qg, kbuf, vbuf, attn_mask=bias, scale=hd ** -0.5)   # [B, Hkv, gT, hd]
     att = att.reshape(B, H, T, hd).transpose(1, 2).reshape(B, T, H * hd)
+    return _after_attention(x, att, wo, bo, ln2, w_gu, w_down, dims.eps)
+
+
+def _after_attention(x, att, wo, bo, ln2, w_gu, w_down, eps: float) -> torch.Tensor:
+    """The layer's second half, shared by both shapes ([B, T, ·] or packed [N, ·]): output projection,
+    residual, pre-norm SwiGLU MLP, residual."""
     x = x + linear(att, wo, bo)
-    h = rms_norm(x, ln2, dims.eps)
-    gu = linear(h, w_gu)                                              # [B, T, 2 I]
+    gu = linear(rms_norm(x, ln2, eps), w_gu)                          # [..., 2 I]: gate rows, then up rows
     inter = gu.shape[-1] // 2
     return x + linear(F.silu(gu[..., :inter]) * gu[..., inter:], w_down)
 
@@ -249,8 +255,4 @@ def packed_layer(x, cos, sin, bias, slots, kbuf, vbuf, w: tuple, dims: Dims, sel
     g = H // Hkv
     att = F.scaled_dot_product_attention(q.reshape(B, Hkv, g * T, hd), kbuf, vbuf, attn_mask=bias, scale=hd ** -0.5)
     att = att.reshape(B, H, T, hd).transpose(1, 2).reshape(B * T, H * hd)[sel]   # [N, H hd]
-    x = x + linear(att, wo, bo)
-    h = rms_norm(x, ln2, dims.eps)
-    gu = linear(h, w_gu)                                              # [N, 2 I]
-    inter = gu.shape[-1] // 2
-    return x + linear(F.silu(gu[:, :inter]) * gu[:, inter:], w_down)
+    return _after_attention(x, att, wo, bo, ln2, w_gu, w_down, dims.eps)
