@@ -466,3 +466,21 @@ def test_sweep_on_vllm_refuses_what_vllm_cannot_serve(tiny_paths, capsys, monkey
     assert "vLLM has no layer-skipping draft" in capsys.readouterr().err
     assert main(["sweep", "--engine", "vllm", "--draft", "ngram", "--schedule", "1-4"]) == 2
     assert "--schedule takes LO-HI:K entries" in capsys.readouterr().err
+
+
+def test_two_students_asking_for_the_same_new_depth_start_one_server():
+    """The pool is shared by the class: two Runs at a new k at once launch one server for it."""
+    import threading
+
+    pool, made, _ = _pool()
+    barrier, got = threading.Barrier(4), []
+
+    def ask():
+        barrier.wait()
+        got.append(pool.endpoint_for(2))
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert made == [4, 2] and len({id(ep) for ep in got}) == 1
