@@ -10,7 +10,8 @@ each other's cache). The model weights behind it are shared read-only.
   fed (usually the last emitted token, two after an all-accepted step, more after steps without
   speculation, the whole prompt for a new row), so the draft always catches up in one pass.
 - `NgramDrafter`: prompt lookup (vLLM's `ngram`, transformers' `prompt_lookup_num_tokens`): find the
-  latest earlier occurrence of the row's last n tokens and propose what followed. No model, no cache.
+  earliest occurrence of the row's longest matching last n tokens (n = 3..1) and propose what followed —
+  vLLM's rule, so a side-by-side run drafts the same tokens. No model, no cache.
 """
 from __future__ import annotations
 
@@ -194,13 +195,14 @@ class NgramDrafter:
         pass
 
     def lookup(self, seq: list[int], k: int) -> list[int]:
-        """The k tokens that followed the latest earlier occurrence of seq's last n tokens (n = 3..1)."""
+        """The k tokens that followed the earliest occurrence of seq's last n tokens, for the largest
+        n = 3..1 that occurs earlier (vLLM's n-gram proposer picks the same: longest, then earliest)."""
         if not seq:
             return []
         last = seq[-1]
         for n in range(min(self.max_ngram, len(seq) - 1), 0, -1):
             tail = seq[-n:]
-            for start in range(len(seq) - n - 1, -1, -1):
+            for start in range(len(seq) - n):
                 # one int comparison first: slicing every candidate cost ~5 ms a step at 16 rows
                 if seq[start + n - 1] == last and seq[start:start + n] == tail:
                     return seq[start + n:start + n + k]

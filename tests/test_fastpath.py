@@ -57,14 +57,22 @@ def _check_against_transformers(model, tol=1e-4):
             assert torch.isfinite(torch.stack(cache.kbufs)).all()
 
 
-def test_a_verify_with_ragged_drafts_computes_only_its_real_tokens(loaded):
+@pytest.mark.parametrize("weights", ["as measured", "rows"])
+def test_a_verify_with_ragged_drafts_computes_only_its_real_tokens(loaded, monkeypatch, weights):
     """Rows that drafted 4, 0 and 1 tokens: the block is [3, 5] with 8 holes of 15, so only the 7 real
     tokens go through the matrices (`StaticCache._packable`); each real position's logits equal
-    transformers' on the clean sequence, and equal the unpacked block's."""
+    transformers' on the clean sequence, and equal the unpacked block's. "rows": our packed weights,
+    where the layers run in C over the real tokens only (rows.run_layers with `sel`)."""
     from specviz.fastpath import cache as fc
+
+    if weights == "rows":
+        _need_rows_kernel()
+        monkeypatch.setenv("SPECVIZ_LAYOUT", "rows")
 
     model = loaded["target"].model
     compact = CompactLlama(model)
+    if weights == "rows":
+        assert compact._c_layers[1] is not None            # the 7 real tokens take the C layers
     V = model.config.vocab_size
     g = torch.Generator().manual_seed(1)
     rows = [torch.randint(3, V, (6,), generator=g).tolist() for _ in range(3)]
@@ -94,7 +102,7 @@ def test_compact_forward_matches_transformers_llama(loaded):
     _check_against_transformers(loaded["target"].model)
 
 
-def test_compact_forward_matches_transformers_qwen2_untied_with_biases():
+def _qwen2_with_biases():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(3)
@@ -107,7 +115,58 @@ def test_compact_forward_matches_transformers_qwen2_untied_with_biases():
             for lin in (block.self_attn.q_proj, block.self_attn.k_proj, block.self_attn.v_proj):
                 lin.bias.normal_(0, 0.1)
     assert model.model.layers[0].self_attn.q_proj.bias is not None
-    _check_against_transformers(model)
+    return model
+
+
+def test_compact_forward_matches_transformers_qwen2_untied_with_biases():
+    _check_against_transformers(_qwen2_with_biases())
+
+
+def _need_rows_kernel():
+    from specviz.fastpath import rows
+
+    if rows.library() is None:
+        pytest.skip(f"rows kernel not built here: {rows.why()}")
+
+
+def test_c_layers_match_transformers(loaded, monkeypatch):
+    """With every matrix in our packed layout a whole layer is one C call (rows.c, specviz_layer):
+    padding, holes, GQA, biases and an untied head give transformers' logits."""
+    _need_rows_kernel()
+    monkeypatch.setenv("SPECVIZ_LAYOUT", "rows")
+    for model in (loaded["target"].model, _qwen2_with_biases()):
+        assert all(c is not None for c in CompactLlama(model)._c_layers)
+        _check_against_transformers(model)
+
+
+def test_c_layers_give_a_verified_token_the_bits_decode_gives_it(loaded, monkeypatch):
+    """Lossless to the bit, not just to the token: a 5-token verify block's logits equal, bit for bit,
+    those of decoding the same 5 tokens one pass at a time (each row's sums are its own, in C)."""
+    from specviz.fastpath import rows
+
+    _need_rows_kernel()
+    monkeypatch.setenv("SPECVIZ_LAYOUT", "rows")
+    ran = []
+    real = rows.run_layers
+    def counted(*a):
+        out = real(*a)
+        ran.append(out is not None)
+        return out
+    monkeypatch.setattr(rows, "run_layers", counted)
+    model = loaded["target"].model
+    compact = CompactLlama(model)
+    V = model.config.vocab_size
+    g = torch.Generator().manual_seed(4)
+    prompt, block = torch.randint(3, V, (2, 20), generator=g), torch.randint(3, V, (2, 5), generator=g)
+    with torch.inference_mode():
+        verify, decode = StaticCache(compact, 2), StaticCache(compact, 2)
+        for cache in (verify, decode):
+            cache.forward(model, prompt, torch.ones(2, 20, dtype=torch.bool), 1)
+        together = verify.forward(model, block, torch.ones(2, 5, dtype=torch.bool))
+        one_by_one = torch.cat([decode.forward(model, block[:, i:i + 1], torch.ones(2, 1, dtype=torch.bool))
+                                for i in range(5)], dim=1)
+    assert torch.equal(together, one_by_one), [(together[:, i] - one_by_one[:, i]).abs().max().item() for i in range(5)]
+    assert ran == [True] * 8                    # 2 prefills, 1 verify, 5 decodes: all through C
 
 
 def test_unsupported_architecture_falls_back():
@@ -353,6 +412,46 @@ def test_weight_layouts_compute_the_same_and_are_shared():
     assert layout.plan_for([w.to("meta")]) is layout.IDENTITY            # off the CPU: in place
 
 
+def test_rows_kernel_gives_a_row_the_same_bits_among_any_number_of_rows():
+    """Our kernel sums each output in one order whatever the rows and threads: a verify's row (or a
+    batch's) gets exactly the bits that row gets alone, so speculation reproduces decode's logits."""
+    from specviz.fastpath import layout, rows
+
+    if rows.library() is None:
+        pytest.skip(f"rows kernel not built here: {rows.why()}")
+    g = torch.Generator().manual_seed(3)
+    w, b = torch.randn(200, 72, generator=g), torch.randn(200, generator=g)   # 200: a padded last block
+    p = layout.stored(w, "rows")
+    assert isinstance(p, rows.Packed) and p.shape == (200, 72) and torch.equal(rows.unpack(p), w)
+    x = torch.randn(80, 72, generator=g)
+    threads = torch.get_num_threads()
+    try:
+        many = layout.linear(x, p, b)
+        torch.set_num_threads(1)
+        for n in (1, 5, 13):
+            assert torch.equal(layout.linear(x[:n], p, b), many[:n])
+        assert torch.equal(layout.linear(x[7:8], p, b), many[7:8])
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.allclose(many, torch.nn.functional.linear(x, w, b), atol=1e-4)
+    assert layout.linear(x[:0], p).shape == (0, 200)
+    assert layout.linear(x.reshape(16, 5, 72)[:, 1:4], p).shape == (16, 3, 200)     # strided input
+
+
+def test_rows_kernel_missing_compiler_is_a_sentence_not_a_fault(monkeypatch, tmp_path):
+    from specviz.fastpath import rows
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    monkeypatch.setattr(rows.shutil, "which", lambda name: None)
+    monkeypatch.delenv("CC", raising=False)
+    assert rows._load() == (None, "no C compiler (cc) on this machine")
+    monkeypatch.setenv("CC", "/bin/false")
+    lib, why = rows._load()
+    assert lib is None and "could not build" in why
+    monkeypatch.setenv("SPECVIZ_KERNEL", "off")
+    assert rows._load() == (None, "SPECVIZ_KERNEL=off")
+
+
 def test_fused_norm_and_stacked_matrices_give_the_same_bits():
     """The fast path's cuts that are not the layout change no value: F.rms_norm equals transformers'
     written-out RMSNorm, and one stacked q/k/v (gate/up) matmul equals the separate ones, in every layout."""
@@ -393,6 +492,14 @@ def test_layout_choice_follows_the_timings():
     assert choose(_t((1, 0.5, 0.8), (1, 0.9, 0.5), (1, 1.2, 1.1))) == ("colmajor", "onednn", "stock")
     # no oneDNN on this CPU (ARM, bf16): only what is there
     assert choose([{"stock": 2, "colmajor": 1}] * 3) == ("colmajor",) * 3
+    # our rows kernel: its products count at ROWS_CREDIT (its layers also skip ~25 torch calls each)
+    amd = [{"stock": 64.8, "colmajor": 50.0, "onednn": 60.0, "rows": 30.9}, {"stock": 84.3, "colmajor": 80.0,
+           "onednn": 76.7, "rows": 38.0}, {"stock": 310.0, "colmajor": 330.0, "onednn": 250.0, "rows": 223.5}]
+    assert choose(amd) == ("rows",) * 3
+    near = [{"stock": 1.0, "onednn": 0.9, "rows": 1.05}] * 3     # 1.05 × 0.8 = 0.84 < 0.9: rows serves
+    assert choose(near) == ("rows",) * 3
+    far = [{"stock": 1.0, "onednn": 0.7, "rows": 1.0}] * 3       # 0.8 > 0.7: oneDNN's product wins
+    assert choose(far) == ("onednn",) * 3
 
 
 def test_layout_plan_is_measured_once_kept_in_the_cache_and_reported(tmp_path, monkeypatch):
@@ -428,12 +535,12 @@ def test_layout_plan_is_measured_once_kept_in_the_cache_and_reported(tmp_path, m
     assert layout.plan_for(ws, compiled=True).choice[(8, 4)] == ("colmajor",) * 3   # what the compiler traces
 
 
-@pytest.mark.parametrize("forced", ["stock", "colmajor", "onednn", "mixed"])
+@pytest.mark.parametrize("forced", ["stock", "colmajor", "onednn", "rows", "mixed"])
 def test_every_layout_gives_the_target_s_greedy_tokens(make_pair, prompts, reference, monkeypatch, forced):
     from specviz.fastpath import layout
 
-    if forced == "onednn" and "onednn" not in layout.available(torch.float32):
-        pytest.skip("no oneDNN linear on this CPU")
+    if forced in ("onednn", "rows") and forced not in layout.available(torch.float32):
+        pytest.skip(f"no {forced} layout on this CPU")
     if forced == "mixed":           # a different layout per row class (Routed weights)
         monkeypatch.delenv("SPECVIZ_LAYOUT", raising=False)
         names = layout.available(torch.float32)
@@ -521,8 +628,10 @@ def test_served_app_serves_two_clients_on_the_fast_path(tiny_paths, tmp_path, gr
         stop_app(proc)
 
 
-def test_ngram_lookup_is_the_latest_earlier_match():
-    """The n-gram drafter's lookup (sped up with a last-token check) finds what a plain scan finds."""
+def test_ngram_lookup_is_the_earliest_longest_match():
+    """The n-gram drafter's lookup (sped up with a last-token check) finds what a plain scan finds:
+    the longest n that occurs earlier, its earliest occurrence (vLLM's rule; tests/test_vllm.py checks
+    against vLLM's own proposer)."""
     import random
 
     from specviz.drafters import NgramDrafter
@@ -531,10 +640,11 @@ def test_ngram_lookup_is_the_latest_earlier_match():
         for n in range(min(3, len(seq) - 1), 0, -1):
             hits = [s for s in range(len(seq) - n) if seq[s:s + n] == seq[-n:]]
             if hits:
-                return seq[hits[-1] + n:hits[-1] + n + k]
+                return seq[hits[0] + n:hits[0] + n + k]
         return []
     d, rnd = NgramDrafter("cpu"), random.Random(0)
     assert d.lookup([], 4) == [] and d.lookup([5], 4) == [] and d.lookup([1, 2, 3, 1, 2], 4) == [3, 1, 2]
+    assert d.lookup([7, 1, 8, 1, 9, 1], 2) == [8, 1]          # "1" occurs twice before: the earliest
     for _ in range(2000):
         seq = [rnd.randrange(rnd.choice([2, 5, 50])) for _ in range(rnd.randrange(40))]
         assert d.lookup(seq, 4) == plain(seq, 4), seq

@@ -5,8 +5,9 @@ number of new tokens per row (EOS ignored on both sides: our engine gets no EOS 
 the same k and the same n-gram settings (last 3, 2, then 1 tokens looked up). Ours runs first through
 the `Scheduler` as the classroom uses it (N requests of one row each, all submitted at once); then vLLM
 gets the same N prompts as N concurrent streamed requests — one after the other on this machine, each
-after a short warm-up. Without --vllm-url a local server is launched from `.venv-vllm` after our run
-(so it does not share the CPU with ours) and stopped at the end.
+after a short warm-up, `--repeats` times each (the median run is reported). Without --vllm-url a local
+server is launched from `.venv-vllm` after our run (so it does not share the CPU with ours) and stopped
+at the end.
 
 Compared: greedy token ids row by row (`identical_rows`); for a row that differs, the first differing
 position and our target's logit margin there (top-1 minus top-2, and ours minus vLLM's token), which tells
@@ -41,6 +42,8 @@ def add_parser(sub) -> None:
     p.add_argument("--threads", type=int, default=0,
                    help="our engine's CPU threads (default: all cores but one, as vLLM's CPU build uses)")
     add_compile_arg(p)
+    p.add_argument("--repeats", type=int, default=3,
+                   help="timed runs per engine, the median run reported (1-9; a 1-user run lasts seconds)")
     p.add_argument("--json", action="store_true", help="only the JSON lines")
     p.set_defaults(func=run)
 
@@ -97,12 +100,18 @@ def _vllm(client, model: str, prompts: list[list[int]], max_new: int) -> dict:
             "acceptance_rate": r.totals.accepted / drafted if drafted else None}
 
 
+def _median_run(runs: list[dict]) -> dict:
+    """The run with the median wall time (greedy: every run's tokens are the same), with every run's wall."""
+    ranked = sorted(runs, key=lambda r: r["wall_s"])
+    return {**ranked[len(ranked) // 2], "walls": [r["wall_s"] for r in runs]}
+
+
 def _summary(side: dict) -> dict:
     tokens = sum(map(len, side["outputs"]))
     lat = side["latencies"]
     return {"tokens_per_s": tokens / side["wall_s"] if side["wall_s"] else None, "tokens": tokens,
             "p50_s": _pct(lat, 0.5), "p95_s": _pct(lat, 0.95), "acceptance_rate": side["acceptance_rate"],
-            "wall_s": side["wall_s"]}
+            "wall_s": side["wall_s"], "runs_tokens_per_s": [round(tokens / w, 2) for w in side.get("walls", [])]}
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
@@ -169,6 +178,8 @@ def run(args) -> int:
     check_request(1, args.depth, 0.0, args.max_new_tokens)
     if not 1 <= args.users <= 64:
         raise LimitError("--users must be 1-64")
+    if not 1 <= args.repeats <= 9:
+        raise LimitError("--repeats must be 1-9")
     client = None
     if args.vllm_url:                          # fail fast, before any model loads
         client = VllmClient(args.vllm_url, timeout_s=600)
@@ -179,7 +190,7 @@ def run(args) -> int:
     N, k = args.max_new_tokens, args.depth
     _note(args, f"our engine: {args.users} users × {N} tokens, n-gram k={k}")
     _ours(pair, prompts[:1], k, WARMUP_TOKENS)
-    ours = _ours(pair, prompts, k, N)
+    ours = _median_run([_ours(pair, prompts, k, N) for _ in range(args.repeats)])
     server = None
     try:
         if client is None:
@@ -192,7 +203,7 @@ def run(args) -> int:
             raise VllmError(f"prompt + {N} tokens exceed the server's max-model-len {served.max_len}")
         _note(args, f"vLLM ({served.name}): {args.users} users × {N} tokens")
         _vllm(client, served.name, prompts[:1], WARMUP_TOKENS)
-        theirs = _vllm(client, served.name, prompts, N)
+        theirs = _median_run([_vllm(client, served.name, prompts, N) for _ in range(args.repeats)])
     finally:
         if server is not None:
             server.stop()

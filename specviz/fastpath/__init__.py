@@ -91,7 +91,7 @@ def cache_factory(model, fast: FastPath) -> tuple[Callable | None, FastPath]:
 
     from specviz.fastpath.cache import StaticCache
 
-    return (lambda batch: StaticCache(compact, batch)), replace(fast, layout=compact.plan.summary())
+    return (lambda batch: StaticCache(compact, batch)), replace(fast, layout=compact.summary())
 
 
 def compile_compact(compact, scope: str | None = None) -> None:

@@ -8,9 +8,12 @@ round differently, ~1e-6, and the warm-up compares whole greedy generations befo
 - "colmajor": the same matrix stored column-major ([in, out] in memory); `F.linear` then runs the
               non-transposed GEMM, the same call as `torch.mm(x, wᵀ-contiguous)`
 - "onednn":   oneDNN's linear with the weight reordered for it once (where the op exists and agrees)
+- "rows":     our own kernel (`specviz.fastpath.rows`): blocks of 16 output columns read once front to
+              back with up to six rows' sums in registers (where a C compiler built it and it agrees)
 Measured, one row through 120 layer-shaped matrices (425 MB): on the 2-core development CPU stock
 17–22 GB/s, colmajor 22–27, oneDNN 50–56; on an Intel Xeon with AVX-512 stock 15.3, colmajor 16.3,
-oneDNN 14.5 (five rows: 15.6 / 18.0 / 22.0). No one layout wins everywhere, or at every row count.
+oneDNN 14.5 (five rows: 15.6 / 18.0 / 22.0); on an AMD EPYC (2 cores, 2 threads) one row stock 6.7–9,
+rows 17; five rows stock 5.5, rows 13–14. No one layout wins everywhere, or at every row count.
 
 So `plan_for` times the candidates on this model's own matrix shapes at three row classes — one row
 (decode), a verify's rows (k + 1 = 5) and a shared batch (16 × (k + 1) = 80) — interleaved, best of
@@ -38,16 +41,21 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
+from specviz.fastpath import rows
 from specviz.hardware import read_table, write_table
 
 log = logging.getLogger("specviz.fastpath")
 
 PACK_ROWS = 8          # oneDNN reorders for this many rows: 1–16 rows all ran at their best with it
-LAYOUTS = ("stock", "colmajor", "onednn")
+LAYOUTS = ("stock", "colmajor", "onednn", "rows")
 PROBE_ROWS = ((1, 1), (1, 5), (16, 5))     # (rows, tokens) timed per class: decode, verify, shared batch
 CLASS_NAMES = ("1 row", "2-16 rows", "17+ rows")
 FEW_ROWS = 16          # the upper bound of the middle class (rows × tokens of one pass)
 MIN_GAIN = 0.10        # a copy in another layout must be this much faster than what is already kept
+# "rows" weights also let a whole layer run as one C call (rows.c): on the AMD EPYC the ~25 small torch
+# calls a layer makes besides its products were 14.6 of a 50 ms one-token pass (29 %). So its product
+# times count at this share when layouts are compared: a product up to 25 % slower still wins the pass
+ROWS_CREDIT = 0.8
 MAX_COPIES = 2         # copies besides the model's own matrix, per matrix
 PROBE_BYTES = 128 * 2**20   # matrices of one shape timed per round: more than a CPU's last-level cache
 ROUNDS = 5
@@ -77,7 +85,7 @@ def _onednn_copy(t: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(t.contiguous(), PACK_ROWS)
 
 
-_MAKERS = {"stock": lambda t: t, "colmajor": _colmajor_copy, "onednn": _onednn_copy}
+_MAKERS = {"stock": lambda t: t, "colmajor": _colmajor_copy, "onednn": _onednn_copy, "rows": rows.pack}
 
 
 def col_major(w: torch.Tensor) -> torch.Tensor:
@@ -119,6 +127,8 @@ def linear(x: torch.Tensor, w, b: torch.Tensor | None = None) -> torch.Tensor:
     """x @ wᵀ + b for a weight in any of the layouts above (or a `Routed` one)."""
     if type(w) is Routed:
         w = w.by_class[row_class(x.numel() // x.shape[-1])]
+    if type(w) is rows.Packed:
+        return rows.multiply(x, w, b)
     if w.is_mkldnn:
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), w, b, "none", [], "")
     return F.linear(x, w, b)
@@ -140,10 +150,13 @@ def _onednn_agrees() -> bool:
 
 
 def available(dtype: torch.dtype) -> tuple[str, ...]:
-    """The layouts this CPU can run for `dtype` (oneDNN's only in fp32 and where it agrees)."""
+    """The layouts this CPU can run for `dtype` (oneDNN's and ours only in fp32, where they agree)."""
+    names = ["stock", "colmajor"]
     if dtype == torch.float32 and _onednn_agrees():
-        return LAYOUTS
-    return ("stock", "colmajor")
+        names.append("onednn")
+    if dtype == torch.float32 and rows.library() is not None:
+        names.append("rows")
+    return tuple(names)
 
 
 # --- choosing from timings (pure: tests inject the numbers) ---------------------------------------
@@ -151,7 +164,8 @@ def choose(times: list[dict[str, float]]) -> tuple[str, ...]:
     """The layout serving each row class, from `times[class][layout]` (seconds; a missing layout is not
     available). Stock is free and always kept; other layouts are added greedily — first the one with the
     largest relative gain in any class over what is kept — while that gain is at least MIN_GAIN, up to
-    MAX_COPIES. Each class then takes the fastest kept layout."""
+    MAX_COPIES. Each class then takes the fastest kept layout. "rows" times count at ROWS_CREDIT."""
+    times = [{n: v * ROWS_CREDIT if n == "rows" else v for n, v in t.items()} for t in times]
     names = {n for t in times for n in t}
     kept = ["stock"] if "stock" in names else []
 

@@ -17,12 +17,14 @@ The maths follows transformers' LlamaRMSNorm / rotate-half RoPE / SwiGLU MLP / G
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from specviz.fastpath.layout import Plan, linear, plan_for, stacked
+from specviz.fastpath import rows
+from specviz.fastpath.layout import CLASS_NAMES, Plan, Routed, linear, plan_for, row_class, stacked
 
 SUPPORTED = ("llama", "qwen2")
 
@@ -120,6 +122,8 @@ class CompactLlama:
         self.rope_scale = float(inner.rotary_emb.attention_scaling)
         self.layers = [self._layer(block, ms) for block, ms in zip(inner.layers, mats)]
         self._tuples = [w.as_tuple() for w in self.layers]        # built once, not per layer per pass
+        self._c_layers = tuple(rows.layers(self._tuples, self.dims, functools.partial(_for_class, c))
+                               for c in range(len(CLASS_NAMES)))     # per row class, immutable once built
         self.device, self.dtype = self.embed.device, self.embed.dtype
         # what a short block (decode, verify, draft) runs: `hidden` itself, or a compiled twin set by
         # specviz.fastpath.cache_factory; long blocks (prefill) always run `hidden` eagerly
@@ -153,6 +157,10 @@ class CompactLlama:
         fn = layer_fn or decoder_layer
         x = F.embedding(tokens, self.embed)
         cos, sin = self.rope(pos)
+        lay = self.c_layers(tokens.numel()) if layer_fn is None else None
+        done = rows.run_layers(lay, x, cos, sin, bias, slots, kbufs, vbufs) if lay is not None else None
+        if done is not None:                                    # every layer in one C call each (rows.c)
+            return rms_norm(done, self.norm, self.norm_eps)
         bias = self.grouped_bias(bias)
         for w, kb, vb in zip(self._tuples, kbufs, vbufs):
             x = fn(x, cos, sin, bias, slots, kb, vb, w, self.dims)
@@ -167,10 +175,27 @@ class CompactLlama:
         B, T = tokens.shape
         x = F.embedding(tokens.reshape(-1)[sel], self.embed)                # [N, d]
         cos, sin = self.rope(pos.reshape(1, -1)[:, sel])                      # [1, N, 1, hd]
+        lay = self.c_layers(sel.numel())
+        done = rows.run_layers(lay, x, cos[0], sin[0], bias, slots, kbufs, vbufs, sel) if lay is not None else None
+        if done is not None:                                    # in C: the holes are simply not there
+            return rms_norm(done, self.norm, self.norm_eps)
         bias = self.grouped_bias(bias)
         for w, kb, vb in zip(self._tuples, kbufs, vbufs):
             x = packed_layer(x, cos[0], sin[0], bias, slots, kb, vb, w, self.dims, sel, B, T)
         return rms_norm(x, self.norm, self.norm_eps)
+
+    def summary(self) -> str:
+        """The weights' layouts and where whole layers run in C: what counters and benchmarks print."""
+        classes = [name for name, lay in zip(CLASS_NAMES, self._c_layers) if lay is not None]
+        if not classes:
+            return self.plan.summary()
+        where = "" if len(classes) == len(CLASS_NAMES) else f" ({', '.join(classes)})"
+        return f"{self.plan.summary()}; layers in C{where}"
+
+    def c_layers(self, n_rows: int):
+        """The layers as our C layer runs them for a block of `n_rows` tokens (`rows.layers`), or None
+        where a matrix of that row class is in another layout."""
+        return self._c_layers[row_class(n_rows)]
 
     def grouped_bias(self, bias: torch.Tensor) -> torch.Tensor:
         """[B, 1, T, S] → [B, 1, g·T, S]. GQA without repeating K/V: the g query heads of one KV head
@@ -182,6 +207,10 @@ class CompactLlama:
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """h: [B, T', d] → logits [B, T', V] (one matmul, outside any compiled graph)."""
         return linear(h, self.head)
+
+
+def _for_class(c: int, w):
+    return w.by_class[c] if type(w) is Routed else w
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:

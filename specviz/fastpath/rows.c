@@ -1,0 +1,193 @@
+/* y[M, N] = x[M, K] · Wᵀ in fp32 for a weight packed as [N / 16][K][16] (see specviz/fastpath/rows.py).
+ *
+ * Decode multiplies a few rows by every matrix, so the time is the time to read the weights once. Each
+ * block of 16 output columns is K × 16 consecutive floats: the loop reads it front to back while up to
+ * six rows keep their sixteen sums in registers (12 of the 16 AVX2 vector registers), so the weights are
+ * read once per six rows and the hardware prefetcher sees one straight stream per thread.
+ *
+ * Each output is a single running sum over k in order, the same arithmetic whatever M and whatever the
+ * thread count: a row multiplied among 80 gets the bits it gets alone (a verify's logits equal decode's).
+ * Written with GCC/Clang vector types, not intrinsics: one source for AVX2, AVX-512 and NEON. */
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+typedef float v8 __attribute__((vector_size(32)));
+
+static inline v8 load8(const float *p) { v8 v; __builtin_memcpy(&v, p, sizeof v); return v; }
+static inline void store8(float *p, v8 v) { __builtin_memcpy(p, &v, sizeof v); }
+
+/* One row's step: its input value times the block's 16 weights of this k, added to its two sums. */
+#define STEP(i) if (MR > i) { float s = x[i * ldx + k]; a##i += s * w0; b##i += s * w1; }
+#define SAVE(i) if (MR > i) { store8(y + i * ldy, a##i); store8(y + i * ldy + 8, b##i); }
+
+/* MR rows (a compile-time constant, so the unused sums vanish) times one 16-column block. */
+#define KERNEL(MR_)                                                                                   \
+static void rows##MR_(const float *restrict x, long ldx, const float *restrict w, long K,            \
+                      float *restrict y, long ldy) {                                                  \
+    enum { MR = MR_ };                                                                                \
+    v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0};                                    \
+    v8 b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0}, b4 = {0}, b5 = {0};                                    \
+    for (long k = 0; k < K; k++) {                                                                    \
+        v8 w0 = load8(w + 16 * k), w1 = load8(w + 16 * k + 8);                                        \
+        STEP(0) STEP(1) STEP(2) STEP(3) STEP(4) STEP(5)                                               \
+    }                                                                                                 \
+    SAVE(0) SAVE(1) SAVE(2) SAVE(3) SAVE(4) SAVE(5)                                                   \
+}
+KERNEL(1) KERNEL(2) KERNEL(3) KERNEL(4) KERNEL(5) KERNEL(6)
+
+/* All M rows times one block, six at a time (the block stays in cache between the groups). */
+static void block(const float *x, long M, long K, const float *w, float *y, long ldy) {
+    for (long m = 0; m < M; m += 6) {
+        const float *xs = x + m * K;
+        float *ys = y + m * ldy;
+        switch (M - m < 6 ? M - m : 6) {
+        case 1: rows1(xs, K, w, K, ys, ldy); break;
+        case 2: rows2(xs, K, w, K, ys, ldy); break;
+        case 3: rows3(xs, K, w, K, ys, ldy); break;
+        case 4: rows4(xs, K, w, K, ys, ldy); break;
+        case 5: rows5(xs, K, w, K, ys, ldy); break;
+        default: rows6(xs, K, w, K, ys, ldy); break;
+        }
+    }
+}
+
+/* x: [M, K] contiguous; wp: [N / 16, K, 16]; y: [M, N] contiguous (N a multiple of 16). Threads split
+ * the column blocks (torch's own OpenMP runtime is the one loaded, so its threads are reused). */
+void specviz_rows(const float *x, long M, long K, const float *wp, long N, float *y, int threads) {
+    long blocks = N / 16;
+#ifdef _OPENMP
+    if (threads > 1) {
+        #pragma omp parallel for num_threads(threads) schedule(static)
+        for (long b = 0; b < blocks; b++)
+            block(x, M, K, wp + b * K * 16, y + b * 16, N);
+        return;
+    }
+#endif
+    (void)threads;
+    for (long b = 0; b < blocks; b++)
+        block(x, M, K, wp + b * K * 16, y + b * 16, N);
+}
+
+/* --- one whole decoder layer for a block of M = B × T rows -------------------------------------------
+ * Why: with the weights read at memory speed, a one-token pass spent ~30 % of its time in the ~25 small
+ * torch calls a layer makes besides its four products (norms, rotary, cache writes, attention, SiLU, the
+ * residual adds): microseconds each, on vectors of a few hundred floats. Here a layer is one call.
+ * Same arithmetic as specviz/fastpath/llama.py::decoder_layer (sums may round differently, ~1e-6), and
+ * every row is computed on its own: its bits do not depend on the other rows. */
+typedef struct {
+    const float *ln1, *ln2, *wqkv, *bqkv, *wo, *bo, *wgu, *wdown;   /* packed weights; biases may be NULL */
+    long d, H, Hkv, hd, inter;                                       /* model width, heads, head size, MLP */
+    long qkv_w, o_w, gu_w, down_w;                                   /* packed output widths (× 16) */
+    float eps;
+} specviz_weights;
+
+static void product(const float *x, long M, long K, const float *wp, long N, float *y, int threads) {
+    specviz_rows(x, M, K, wp, N, y, threads);
+}
+
+/* a · b with eight running sums, added up in a fixed order: the same bits for a row wherever it is. */
+static inline float dot(const float *a, const float *b, long n) {
+    v8 acc = {0};
+    long i = 0;
+    for (; i + 8 <= n; i += 8) acc += load8(a + i) * load8(b + i);
+    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static void norm_rows(const float *x, long M, long d, const float *g, float eps, float *out) {
+    for (long r = 0; r < M; r++) {
+        const float *xr = x + r * d;
+        float ss = dot(xr, xr, d);
+        float inv = 1.f / sqrtf(ss / (float)d + eps);
+        for (long i = 0; i < d; i++) out[r * d + i] = g[i] * (xr[i] * inv);
+    }
+}
+
+/* RoPE, rotate-half convention, the sign carried by sin (see CompactLlama.rope): v·cos + swap(v)·sin. */
+static void rotate_head(float *v, const float *c, const float *s, long hd) {
+    long half = hd / 2;
+    float tmp[hd];
+    for (long i = 0; i < hd; i++) tmp[i] = v[i] * c[i] + v[i < half ? i + half : i - half] * s[i];
+    memcpy(v, tmp, sizeof(float) * hd);
+}
+
+/* Softmax attention of one query row over S slots of one KV head (additive mask `bias`). */
+static void attend_row(const float *q, const float *k, const float *v, long ks, const float *bias, long S,
+                       long hd, float scale, float *out) {
+    float sc[S];
+    float mx = -INFINITY;
+    for (long s = 0; s < S; s++) {
+        sc[s] = dot(q, k + s * ks, hd) * scale + bias[s];
+        if (sc[s] > mx) mx = sc[s];
+    }
+    float sum = 0.f;
+    for (long s = 0; s < S; s++) { sc[s] = expf(sc[s] - mx); sum += sc[s]; }
+    for (long i = 0; i < hd; i++) out[i] = 0.f;
+    for (long s = 0; s < S; s++) {
+        const float *vs = v + s * ks;
+        float p = sc[s];
+        for (long i = 0; i < hd; i++) out[i] += p * vs[i];
+    }
+    for (long i = 0; i < hd; i++) out[i] /= sum;
+}
+
+/* x: [M, d] residual stream of the block's M tokens, updated in place: all B × T of a [B, T] block
+ * (sel NULL), or only its real ones, token r at flat position sel[r] = b·T + t (a verify with holes:
+ * the holes cost nothing and their cache slots are not written; they stay invalid). cos, sin: [M, hd];
+ * bias: [B, T, S]; kbuf, vbuf: [B, Hkv, ≥ S, hd] with strides (kb, kh, ks) in floats, token (b, t)
+ * written at slot slot0 + t; scratch: specviz_layer_scratch(M, w) floats. */
+void specviz_layer(float *x, long M, long T, const long *sel, const specviz_weights *w, const float *cos_,
+                   const float *sin_, const float *bias, float *kbuf, float *vbuf, long kb, long kh, long ks,
+                   long S, long slot0, float scale, float *scratch, int threads) {
+    long d = w->d, H = w->H, Hkv = w->Hkv, hd = w->hd, I = w->inter, g = H / Hkv;
+    float *h = scratch, *qkv = h + M * d, *att = qkv + M * w->qkv_w, *o = att + M * H * hd;
+    float *gu = o + M * (w->o_w > w->down_w ? w->o_w : w->down_w), *act = gu + M * w->gu_w;
+    norm_rows(x, M, d, w->ln1, w->eps, h);
+    product(h, M, d, w->wqkv, w->qkv_w, qkv, threads);
+    for (long r = 0; r < M; r++) {
+        float *row = qkv + r * w->qkv_w;
+        long flat = sel ? sel[r] : r, b = flat / T, t = flat % T;
+        if (w->bqkv) for (long i = 0; i < (H + 2 * Hkv) * hd; i++) row[i] += w->bqkv[i];
+        for (long j = 0; j < H + Hkv; j++) rotate_head(row + j * hd, cos_ + r * hd, sin_ + r * hd, hd);
+        for (long j = 0; j < Hkv; j++) {
+            long at = b * kb + j * kh + (slot0 + t) * ks;
+            memcpy(kbuf + at, row + (H + j) * hd, sizeof(float) * hd);
+            memcpy(vbuf + at, row + (H + Hkv + j) * hd, sizeof(float) * hd);
+        }
+    }
+    #pragma omp parallel for num_threads(threads > 1 ? threads : 1) schedule(static) if (threads > 1 && M * H > 1)
+    for (long task = 0; task < M * H; task++) {
+        long r = task / H, head = task % H, flat = sel ? sel[r] : r, b = flat / T, t = flat % T, j = head / g;
+        attend_row(qkv + r * w->qkv_w + head * hd, kbuf + b * kb + j * kh, vbuf + b * kb + j * kh, ks,
+                   bias + flat * S, S, hd, scale, att + r * H * hd + head * hd);
+    }
+    product(att, M, H * hd, w->wo, w->o_w, o, threads);
+    for (long r = 0; r < M; r++)
+        for (long i = 0; i < d; i++) x[r * d + i] += w->bo ? o[r * w->o_w + i] + w->bo[i] : o[r * w->o_w + i];
+    norm_rows(x, M, d, w->ln2, w->eps, h);
+    product(h, M, d, w->wgu, w->gu_w, gu, threads);
+    #pragma omp parallel for num_threads(threads > 1 ? threads : 1) schedule(static) if (threads > 1 && M > 1)
+    for (long r = 0; r < M; r++)
+        for (long i = 0; i < I; i++) {
+            float a = gu[r * w->gu_w + i];
+            act[r * I + i] = a / (1.f + expf(-a)) * gu[r * w->gu_w + I + i];
+        }
+    product(act, M, I, w->wdown, w->down_w, o, threads);
+    for (long r = 0; r < M; r++)
+        for (long i = 0; i < d; i++) x[r * d + i] += o[r * w->down_w + i];
+}
+
+long specviz_layer_scratch(long M, const specviz_weights *w) {
+    long o = w->o_w > w->down_w ? w->o_w : w->down_w;
+    return M * (w->d + w->qkv_w + w->H * w->hd + o + w->gu_w + w->inter);
+}
+
+int specviz_rows_threaded(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}
