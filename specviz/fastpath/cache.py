@@ -108,7 +108,7 @@ class StaticCache(SlotValidity):
         slots = torch.arange(L, L + Tp, device=self.device)                                     # [Tp]
         bias = self._bias(all_valid, slots, R, S)                                               # [R, 1, Tp, S]
         keep = T if logits_to_keep in (0, None) else min(logits_to_keep, T)
-        sel = self._packable(tok_valid) if not pad and self.m.fast_hidden == self.m.hidden else None
+        sel = self._packable(tok_valid, self.m.c_layers) if not pad and self.m.fast_hidden == self.m.hidden else None
         if sel is not None:          # holes are a large share of the block: compute its real tokens only
             h = self.m.hidden_packed(tokens, pos, bias, slots, *self._views(R, S), sel)
             logits = self._unpack_logits(h, sel, B, T, keep)
@@ -126,15 +126,18 @@ class StaticCache(SlotValidity):
         return logits
 
     @staticmethod
-    def _packable(tok_valid: torch.Tensor) -> torch.Tensor | None:
+    def _packable(tok_valid: torch.Tensor, c_layers=None) -> torch.Tensor | None:
         """The real tokens' positions in the flattened block when holes make up at least PACK_HOLES of
-        it (a verify where some rows drafted less than others); None: run the block as it is."""
+        it (a verify where some rows drafted less than others; a prefill of prompts of different lengths);
+        None: run the block as it is. Where our C layers serve that many tokens (`c_layers(n)`, see
+        CompactLlama) any hole is worth leaving out: they take the real tokens' positions directly."""
         B, T = tok_valid.shape
         if T < 2 or tok_valid.device.type != "cpu":
             return None
         flat = tok_valid.reshape(-1)
         n = int(flat.sum())
-        if n == 0 or n > (1.0 - PACK_HOLES) * B * T:
+        free = c_layers is not None and c_layers(n) is not None
+        if n == 0 or n == B * T or (not free and n > (1.0 - PACK_HOLES) * B * T):
             return None
         return flat.nonzero().squeeze(1)
 
