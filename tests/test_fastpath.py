@@ -139,6 +139,39 @@ def test_c_layers_match_transformers(loaded, monkeypatch):
         _check_against_transformers(model)
 
 
+def test_c_layers_serve_two_threads_at_once(loaded, monkeypatch):
+    """The C layers keep no state between calls (weights read-only, scratch per call): two threads
+    decoding through one shared CompactLlama at once get what each gets alone."""
+    import threading
+
+    _need_rows_kernel()
+    monkeypatch.setenv("SPECVIZ_LAYOUT", "rows")
+    model = loaded["target"].model
+    compact = CompactLlama(model)
+    V = model.config.vocab_size
+
+    def decode(seed: int, out: dict) -> None:
+        g = torch.Generator().manual_seed(seed)
+        prompt = torch.randint(3, V, (3, 12), generator=g)
+        with torch.inference_mode():
+            cache = StaticCache(compact, 3)
+            logits = [cache.forward(model, prompt, torch.ones(3, 12, dtype=torch.bool), 1)]
+            for _ in range(20):
+                nxt = logits[-1][:, -1].argmax(-1, keepdim=True)
+                logits.append(cache.forward(model, nxt, torch.ones(3, 1, dtype=torch.bool)))
+        out[seed] = torch.cat(logits, dim=1)
+    alone: dict = {}
+    for seed in (1, 2):
+        decode(seed, alone)
+    together: dict = {}
+    threads = [threading.Thread(target=decode, args=(seed, together)) for seed in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(torch.equal(alone[s], together[s]) for s in (1, 2))
+
+
 def test_c_layers_give_a_verified_token_the_bits_decode_gives_it(loaded, monkeypatch):
     """Lossless to the bit, not just to the token: a 5-token verify block's logits equal, bit for bit,
     those of decoding the same 5 tokens one pass at a time (each row's sums are its own, in C)."""
