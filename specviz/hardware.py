@@ -73,6 +73,28 @@ def calibrate(device=None, dtype=None, size_mb: int = 256, matmul_n: int = 1024,
     return Peaks(device.type, bandwidth, 2 * matmul_n**3 / t_mm, str(dtype).replace("torch.", ""))
 
 
+def copy_bandwidth(device, size_mb: int = 256, repeats: int = 3) -> float:
+    """Bytes/s of a `size_mb` copy (read + write), median of `repeats`: calibrate's bandwidth alone."""
+    import torch
+
+    src = torch.empty(size_mb * 2**20 // 4, dtype=torch.float32, device=device).fill_(1.0)
+    dst = torch.empty_like(src)
+    return 2 * src.numel() * 4 / _timed(lambda: dst.copy_(src), device, repeats)
+
+
+def paired_roofline(model, context: int, device, dtype, nbytes: float, repeats: int = 5, new_cache=None) -> list[float]:
+    """A one-token pass ÷ its roofline time (`nbytes` ÷ bandwidth), measured in pairs — the bandwidth,
+    then the pass, `repeats` times — so each ratio compares two figures taken a second apart. On a
+    shared machine the bandwidth drifts (14.8 to 22.9 GB/s in one afternoon here): a ratio of a
+    calibration and a pass measured minutes apart mostly measured the drift."""
+    out = []
+    for _ in range(repeats):
+        bw = copy_bandwidth(device)
+        secs = measure_latency(model, [1], context, device, dtype, 1, new_cache)[0]
+        out.append(secs / (nbytes / bw))
+    return out
+
+
 def device_name(device) -> str:
     """A readable name for a profile: "cuda: NVIDIA H200", "cpu: 2 cores"."""
     import torch

@@ -106,6 +106,8 @@ def test_roofline_on_a_shape_ref_writes_a_profile(tmp_path):
     p = load_profile(prof)
     assert p.tokens_per_pass == [1, 2, 4] and p.spec.n_layers == 30 and p.predicted_knee > 0
     assert 0 < json.loads(prof.read_text())["mbu_at_1_token"] < 5
+    out = json.loads((tmp_path / "r" / "roofline.json").read_text())      # paired: one ratio per repeat
+    assert len(out["pass_vs_roofline_pairs"]) == 1 and out["pass_vs_roofline_1_token"] == out["pass_vs_roofline_pairs"][0]
     bad = cli("generate", "--target", "shape:SmolLM2-135M", "--draft", "ngram", "--prompt", "hi")
     assert bad.returncode != 0 and "random weights and no tokenizer" in bad.stderr
     bad = cli("roofline", "--target", "shape:GPT-5")
