@@ -86,6 +86,17 @@ def _leave_a_core_for_the_server() -> None:
     logging.getLogger("specviz").info("model threads on this CPU: %d of %d cores", n, os.cpu_count() or 0)
 
 
+def _build_cpu_kernel() -> None:
+    """Build (or load from the user cache) our CPU kernel before serving (specviz/fastpath/rows.py): built
+    later, by the first pair's warm-up, its ~1 s of compiling fell on the moment a class connects (two of
+    fifty connections timed out in the load test)."""
+    if os.environ.get("SPECVIZ_COMPILE", "") == "off":          # the eager path uses no kernel
+        return
+    from specviz.fastpath import rows
+
+    rows.library()
+
+
 def _vllm_endpoints(args) -> list:
     """The operator's vLLM servers (none unless asked for: the default stays our own engine)."""
     if not args.vllm_url and not args.vllm_launch:
@@ -124,6 +135,7 @@ def main(argv=None) -> None:
             pass
     else:
         _leave_a_core_for_the_server()
+        _build_cpu_kernel()
     from specviz.ui import SpecVizApp, build_blocks
     from specviz.ui.server import launch_kwargs
 

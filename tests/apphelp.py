@@ -70,10 +70,12 @@ def stop_all() -> None:
         stop_app(proc)
 
 
-def client(url):
+def client(url, timeout: float | None = None):
     from gradio_client import Client
 
-    return Client(url, verbose=False)
+    if timeout is None:
+        return Client(url, verbose=False)
+    return Client(url, verbose=False, httpx_kwargs={"timeout": timeout})
 
 
 def pair_label(c) -> str:
