@@ -122,10 +122,10 @@ def main(argv=None) -> None:
     _log_to_stderr()
     if os.environ.get("SPACES_ZERO_GPU"):
         args.compile = "off"       # ZeroGPU supports no torch.compile; its workers run the eager path
-    # every pair the app loads (specviz.ui.catalog.PairCache) reads the forward path from here
+    # every pair the app loads (specviz.serve.catalog.PairCache) reads the forward path from here
     os.environ["SPECVIZ_COMPILE"] = args.compile
     _exit_cleanly_on_sigterm()
-    from specviz.heap import limit_arenas
+    from specviz.serve.heap import limit_arenas
 
     limit_arenas()       # a classroom runs handlers on many threads: not one malloc arena each
     if os.environ.get("SPACES_ZERO_GPU"):
@@ -142,7 +142,7 @@ def main(argv=None) -> None:
     allow_custom = os.environ.get("SPECVIZ_ALLOW_CUSTOM", "0").lower() in ("1", "true", "yes")
     app = SpecVizApp(args.target, args.draft, allow_custom=allow_custom, vllm=_vllm_endpoints(args))
     blocks = build_blocks(app)
-    # Runs share one batch per pair (specviz.scheduler), so many may stream at once; the generate
+    # Runs share one batch per pair (specviz.serve.scheduler), so many may stream at once; the generate
     # event sets its own limit from the classroom limits
     blocks.queue(default_concurrency_limit=8, max_size=256)
     blocks.launch(server_name=args.host, server_port=args.port, show_error=False, **launch_kwargs())

@@ -9,7 +9,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from specviz.cli import bench_vllm as bv
 from specviz.cli.classroom import POOL
-from specviz.pipeline import encode_prompt, load_pair
+from specviz.pairs.pipeline import encode_prompt, load_pair
 from specviz.vllm.client import VllmClient
 from specviz.vllm.launcher import LaunchSpec, VllmServer, free_port
 import torch

@@ -47,8 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from specviz.limits import LimitError
-    from specviz.models import ModelError
-    from specviz.policies import PolicyError
+    from specviz.pairs.models import ModelError
+    from specviz.engine.policies import PolicyError
 
     try:
         args = build_parser().parse_args(argv)

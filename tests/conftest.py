@@ -1,4 +1,4 @@
-"""Shared fixtures: tiny random Llama pairs written to disk and loaded through specviz.models."""
+"""Shared fixtures: tiny random Llama pairs written to disk and loaded through specviz.pairs.models."""
 from __future__ import annotations
 
 import os
@@ -34,14 +34,14 @@ def tiny_paths(tmp_path_factory) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def loaded(tiny_paths):
     """Loaded models by name, shared across tests (loading is the slow part)."""
-    from specviz.models import load_model
+    from specviz.pairs.models import load_model
 
     return {name: load_model(path, "cpu") for name, path in tiny_paths.items()}
 
 
 @pytest.fixture(scope="session")
 def make_pair(tiny_paths, loaded):
-    from specviz.pipeline import load_pair
+    from specviz.pairs.pipeline import load_pair
 
     def make(draft: str, compile: str = "off"):
         """compile: "off" (stock modules), "static" (fast path, eager) or "on" (fast path, compiled)."""
@@ -57,7 +57,7 @@ PROMPTS = ["the quick brown", "a small draft model guesses and the", "memory", "
 
 @pytest.fixture(scope="session")
 def prompts(loaded):
-    from specviz.pipeline import encode_prompt
+    from specviz.pairs.pipeline import encode_prompt
 
     return [encode_prompt(loaded["target"].tokenizer, t, raw=True) for t in PROMPTS]
 

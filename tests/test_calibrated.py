@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from specviz import profiles
-from specviz import roofline as rf
+from specviz.hardware import profiles
+from specviz.hardware import roofline as rf
 
 H100 = rf.GPUS["H100 SXM"]
 L8 = rf.MODELS["Llama-3.1-8B"]

@@ -206,8 +206,8 @@ def test_huge_recordings_are_refused_at_once(door, tmp_path):
 
 
 def test_step_limit_without_the_size_limit():
-    """50,000 tiny steps under the size limit are refused by their count (specviz.recording_check)."""
-    from specviz.recording_check import Bad, check
+    """50,000 tiny steps under the size limit are refused by their count (specviz.serve.recording_check)."""
+    from specviz.serve.recording_check import Bad, check
 
     rec = recording()
     rec["steps"] = [[0.0, {}, {}]] * 50_000
@@ -274,7 +274,7 @@ def test_long_replays_never_block_another_replay(door, tmp_path):
 
 
 def test_replay_duration_is_capped():
-    from specviz.recordings import from_json
+    from specviz.serve.recordings import from_json
     from specviz.ui.runs import REPLAY_MAX_S, replay_speed
 
     rec = from_json(paced(3000, 1.0))                 # 50 minutes at its recorded pace
@@ -298,7 +298,7 @@ def test_stop_before_start_stops_the_run(door):
 def test_stop_before_start_rules():
     """The session's pending Stop: kept for the Run about to start; a new press of Run forgets an
     earlier stray Stop; a Stop with no Run in sight is forgotten after a few seconds."""
-    from specviz.ui import live as lv
+    from specviz.serve import live as lv
 
     runs = lv.LiveRuns()
     runs.stop("a")
@@ -317,7 +317,7 @@ def test_stop_before_start_rules():
 def test_numbered_stop_finds_its_run_in_either_order():
     """The page numbers its Run presses; a Stop names the newest. Run and Stop pressed together may
     reach the server in either order (CI saw the Stop land first and the Run decode to the end)."""
-    from specviz.ui import live as lv
+    from specviz.serve import live as lv
 
     runs = lv.LiveRuns()
     runs.stop("e", 1)

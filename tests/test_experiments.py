@@ -1,4 +1,4 @@
-"""The Lesson tab's experiments (specviz.experiments) and their figures (specviz.charts_lesson), on the tiny
+"""The Lesson tab's experiments (specviz.chapters.experiments) and their figures (specviz.chapters.figures), on the tiny
 random-weight pairs: every chapter runs to done, yields progressively, and hands the UI numbers that fill
 its conclusion templates in both languages. No timed asserts: timings are whatever this machine gives."""
 from __future__ import annotations
@@ -8,10 +8,12 @@ import string
 
 import pytest
 
-from specviz import charts_lesson, experiments as ex, lessons
-from specviz.hardware import Peaks
-from specviz.request import Knobs, Request
-from specviz.roofline import crossover_from_rows
+from specviz import lessons
+from specviz.chapters import figures as charts_lesson
+from specviz.chapters import experiments as ex
+from specviz.hardware.device import Peaks
+from specviz.engine.request import Knobs, Request
+from specviz.hardware.roofline import crossover_from_rows
 
 # a CPU-like calibration: enough for the roofline column, no measurement needed in a test
 PEAKS = Peaks("cpu", 3.0e10, 3.0e10, "float32")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specviz.engine import Knobs
+from specviz.engine.loop import Knobs
 from specviz.fastpath import FastPath, cache_factory, check_compile, resolve
 from specviz.fastpath.cache import StaticCache, bucket
 from specviz.fastpath.llama import CompactLlama, Unsupported
@@ -346,7 +346,7 @@ def test_app_compile_flag(monkeypatch):
 # --- the app: served eagerly while the fast path warms up, then switched between two steps ----------------
 
 def _pair_cache(tiny_paths, compile, **kw):
-    from specviz.ui.catalog import PairCache, PairChoice
+    from specviz.serve.catalog import PairCache, PairChoice
 
     return PairCache("cpu", compile=compile, **kw), PairChoice("tiny", tiny_paths["target"], tiny_paths["draft"])
 
@@ -365,9 +365,9 @@ def test_warm_up_swaps_a_running_request_onto_the_fast_path_losslessly(tiny_path
     import threading
 
     from specviz.limits import Limits
-    from specviz.request import Request
-    from specviz.scheduler import DeviceGate
-    from specviz.ui.runner import Schedulers
+    from specviz.engine.request import Request
+    from specviz.serve.scheduler import DeviceGate
+    from specviz.serve.runner import Schedulers
 
     gate = DeviceGate()
     cache, choice = _pair_cache(tiny_paths, "static", exclusive=gate.exclusive)
@@ -406,7 +406,7 @@ def test_warm_up_swaps_a_running_request_onto_the_fast_path_losslessly(tiny_path
 
 
 def test_warm_up_stays_eager_when_the_fast_path_is_slower_or_differs(tiny_paths, monkeypatch):
-    from specviz import warmup
+    from specviz.fastpath import warmup
 
     cache, choice = _pair_cache(tiny_paths, "auto")
     monkeypatch.setattr(warmup, "_one_token_ms", lambda eager, fast, ids: (1.0, 2.0))
@@ -592,8 +592,8 @@ def test_every_layout_gives_the_target_s_greedy_tokens(make_pair, prompts, refer
 
 
 def test_knee_is_measured_through_the_pairs_forward_path(make_pair):
-    from specviz import experiments
-    from specviz.hardware import measure_latency
+    from specviz.chapters import experiments
+    from specviz.hardware.device import measure_latency
 
     pair = make_pair("ngram", "static")
     t, made = pair.target, []
@@ -609,7 +609,7 @@ def test_knee_is_measured_through_the_pairs_forward_path(make_pair):
 
 def test_counters_say_which_path_ran():
     from specviz.ui import counters
-    from specviz.ui.catalog import FastStatus
+    from specviz.serve.catalog import FastStatus
 
     assert counters.path_md("en", "", None) == ""                  # an old recording: nothing to say
     en = counters.path_md("en", "eager (transformers)", FastStatus("warming"))
@@ -667,7 +667,7 @@ def test_ngram_lookup_is_the_earliest_longest_match():
     against vLLM's own proposer)."""
     import random
 
-    from specviz.drafters import NgramDrafter
+    from specviz.engine.drafters import NgramDrafter
 
     def plain(seq, k):
         for n in range(min(3, len(seq) - 1), 0, -1):

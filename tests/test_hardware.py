@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from specviz import hardware as hw
-from specviz import roofline as rf
+from specviz.hardware import device as hw
+from specviz.hardware import roofline as rf
 
 
 @pytest.mark.parametrize("knee", [8, 40, 200])
@@ -96,7 +96,7 @@ def test_sweep_cli_end_to_end(tiny_paths, tmp_path):
 
 
 def test_roofline_on_a_shape_ref_writes_a_profile(tmp_path):
-    from specviz.profiles import load_profile
+    from specviz.hardware.profiles import load_profile
     from test_models_and_cli import cli
 
     prof = tmp_path / "p.json"

@@ -142,7 +142,7 @@ def _button(chapter: str) -> str:
 
 
 def test_shipped_recordings_replay_with_their_origin(api):
-    from specviz import recordings
+    from specviz.serve import recordings
 
     c, _, _ = api
     shipped = recordings.shipped()

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from specviz.kvcache import RaggedCache
-from specviz.models import ModelError, load_model, parse_draft_ref
-from specviz.pipeline import encode_prompt, load_pair
+from specviz.engine.kvcache import RaggedCache
+from specviz.pairs.models import ModelError, load_model, parse_draft_ref
+from specviz.pairs.pipeline import encode_prompt, load_pair
 
 ROOT = Path(__file__).resolve().parents[1]
 

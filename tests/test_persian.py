@@ -92,8 +92,8 @@ def _raised(fn, *args, **kwargs) -> Exception:
 
 def test_errors_keep_their_english_and_speak_persian():
     from specviz.limits import Limits, check_prompt_ids, check_prompt_text, check_request
-    from specviz.models import parse_draft_ref, resolve_ref
-    from specviz.policies import make_policy, parse_table
+    from specviz.pairs.models import parse_draft_ref, resolve_ref
+    from specviz.engine.policies import make_policy, parse_table
 
     cases = [
         (_raised(check_request, 100, 1, 0, 5), "batch size (rows) must be from 1 to 64; 100 is out of range"),
@@ -120,7 +120,7 @@ def test_errors_keep_their_english_and_speak_persian():
 
 def test_scheduler_sentences_speak_persian():
     from specviz.lessons import Key, Said
-    from specviz.scheduler import unexpected
+    from specviz.serve.scheduler import unexpected
 
     for msg in (Said("errors.busy", seconds=12.4), Said("errors.step_out_of_memory", rows=8, depth=4),
                 unexpected("RuntimeError"), unexpected(Key("errors.kind_scheduler_stopped")),
@@ -145,7 +145,7 @@ def test_bidi_persian_values_stay_right_to_left_and_times_sits_inside():
 
 def test_chapter_titles_and_chart_labels_are_isolated_right_to_left():
     from specviz.ui.lesson import chapter_choices, chart_labels
-    from specviz.ui.live import live_labels
+    from specviz.serve.live import live_labels
 
     for label, _ in chapter_choices("fa"):
         assert label.startswith(lessons.RLI) and label.endswith(lessons.PDI)
@@ -173,7 +173,7 @@ def test_token_stream_and_rows_take_their_own_direction():
 
 
 def test_pair_labels_translate_and_keep_their_english_value():
-    from specviz.ui.catalog import OFFLINE_CHOICES, OFFLINE_NGRAM, pair_options
+    from specviz.serve.catalog import OFFLINE_CHOICES, OFFLINE_NGRAM, pair_options
 
     options = pair_options([OFFLINE_NGRAM, *OFFLINE_CHOICES], "fa")
     for (shown, value), choice in zip(options, [OFFLINE_NGRAM, *OFFLINE_CHOICES]):

@@ -1,6 +1,6 @@
 import pytest
 
-from specviz.policies import (AdaptiveGoodput, PlanContext, PolicyError, StepObservation, make_policy,
+from specviz.engine.policies import (AdaptiveGoodput, PlanContext, PolicyError, StepObservation, make_policy,
                               parse_table)
 
 

@@ -2,20 +2,20 @@
 import pytest
 import torch
 
-from specviz.engine import Knobs
-from specviz.models import OFFLINE_ALIAS
+from specviz.engine.loop import Knobs
+from specviz.pairs.models import OFFLINE_ALIAS
 
 
 @pytest.fixture(scope="module")
 def smol():
-    from specviz.models import load_model
+    from specviz.pairs.models import load_model
 
     return load_model(OFFLINE_ALIAS, "cpu")
 
 
 @pytest.mark.parametrize("draft,batch,depth", [("layerskip:12-17", 1, 4), ("ngram", 2, 3)])
 def test_speculative_text_equals_plain_text(smol, draft, batch, depth):
-    from specviz.pipeline import encode_prompt, load_pair
+    from specviz.pairs.pipeline import encode_prompt, load_pair
 
     pair = load_pair(OFFLINE_ALIAS, draft, target=smol)
     tok = smol.tokenizer

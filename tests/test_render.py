@@ -1,7 +1,7 @@
 """The token stream's HTML: one span per token with exactly one tok-* class; chat markup as badges."""
 import re
 
-from specviz.request import RowStep
+from specviz.engine.request import RowStep
 from specviz.ui.render import CLASS, RowView, special_name
 
 KINDS = set(CLASS.values())

@@ -1,7 +1,7 @@
 """Roofline arithmetic against hand-worked numbers."""
 import pytest
 
-from specviz import roofline as rf
+from specviz.hardware import roofline as rf
 
 # A 27B-parameter dense model at batch 1 (the article's Qwen3.5-27B example, shape simplified):
 # 27e9 bf16 parameters = 54 GB streamed per token; on an H100 SXM (3.35 TB/s HBM3, 989 TFLOP/s dense

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from specviz.sampling import greedy_accept, speculative_accept
+from specviz.engine.sampling import greedy_accept, speculative_accept
 
 P = torch.tensor([0.5, 0.2, 0.15, 0.1, 0.05])
 Q = torch.tensor([0.1, 0.1, 0.2, 0.3, 0.3])     # a poor draft: mass where p has little

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from specviz.limits import Limits
-from specviz.policies import make_policy, parse_table
-from specviz.request import Knobs, Request
-from specviz.scheduler import Busy, DeviceGate, Scheduler
+from specviz.engine.policies import make_policy, parse_table
+from specviz.engine.request import Knobs, Request
+from specviz.serve.scheduler import Busy, DeviceGate, Scheduler
 
 MAX_NEW = 24
 
@@ -132,7 +132,7 @@ def test_stop_removes_only_that_users_rows(make_pair, prompts, reference):
 
 
 def test_abandoned_ticket_is_reaped(make_pair, prompts, monkeypatch):
-    import specviz.scheduler as s
+    import specviz.serve.scheduler as s
 
     monkeypatch.setattr(s, "ABANDON_S", 0.5)
     sched = make_scheduler(make_pair("draft"))
@@ -255,7 +255,7 @@ def test_device_gate_is_exclusive_and_ordered():
 def test_timed_experiment_waits_with_a_position_and_pauses_the_batch(make_pair, prompts):
     """The knee (any timed experiment) queues for the device, shows its place, then runs with the
     shared batch paused: no step of the batch overlaps the measurement."""
-    from specviz.ui.runner import Waiting, exclusively
+    from specviz.serve.runner import Waiting, exclusively
 
     gate = DeviceGate()
     sched = make_scheduler(make_pair("draft"), gate=gate)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from specviz import experiments as ex
-from specviz.hardware import Peaks
+from specviz.chapters import experiments as ex
+from specviz.hardware.device import Peaks
 
 SRC = Path(__file__).resolve().parents[1] / "specviz"
 MODES = {"inference_mode", "no_grad", "enable_grad", "set_grad_enabled", "autocast", "enable_inference_mode"}

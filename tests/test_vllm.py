@@ -54,7 +54,7 @@ class Running:
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from specviz.models import load_tokenizer
+    from specviz.pairs.models import load_tokenizer
 
     return load_tokenizer(ALIAS)
 
@@ -65,7 +65,7 @@ def vclient(vllm_server):
 
 
 def ids_of(tokenizer, text: str) -> list[int]:
-    from specviz.pipeline import encode_prompt
+    from specviz.pairs.pipeline import encode_prompt
 
     return encode_prompt(tokenizer, text)
 
@@ -124,7 +124,7 @@ def test_our_ngram_drafter_proposes_what_vllms_proposes():
     give the same tokens on 3,000 random sequences (vLLM's function run in .venv-vllm)."""
     import random
 
-    from specviz.drafters import NgramDrafter
+    from specviz.engine.drafters import NgramDrafter
     from specviz.vllm.launcher import NGRAM_MAX, NGRAM_MIN, VENV
 
     rnd = random.Random(5)

@@ -153,8 +153,8 @@ def test_rejected_drafts_show_as_marks_never_as_text():
 
 
 def test_router_sends_only_vllm_pairs_to_vllm():
-    from specviz.ui.catalog import PairChoice
-    from specviz.ui.vllm_runner import VllmRouter, vllm_choices
+    from specviz.serve.catalog import PairChoice
+    from specviz.serve.vllm_router import VllmRouter, vllm_choices
     from specviz.vllm.backend import Endpoint
 
     class Inner:
@@ -252,7 +252,7 @@ def test_schedule_text_round_trips_and_bad_ones_get_a_sentence():
 
 
 def test_recorded_vllm_sweep_loads_apart_from_ours(tmp_path):
-    from specviz import profiles
+    from specviz.hardware import profiles
 
     rec = _recorded_vllm(tmp_path)
     assert "--engine vllm" in rec["command"] and "--schedule 1-4:4,5-8:2,9-256:1" in rec["command"]
@@ -268,8 +268,8 @@ def test_recorded_vllm_sweep_loads_apart_from_ours(tmp_path):
 
 
 def test_recorded_vllm_sweep_as_the_lesson_reads_it(tmp_path):
-    from specviz import profiles
-    from specviz.vllm import lesson as vl
+    from specviz.hardware import profiles
+    from specviz.chapters import vllm_panels as vl
 
     _recorded_vllm(tmp_path)
     (sw,) = profiles.load_sweeps(tmp_path, engine="vllm")
@@ -287,9 +287,10 @@ def test_recorded_vllm_sweep_as_the_lesson_reads_it(tmp_path):
 
 
 def test_recorded_vllm_panels_say_version_machine_and_command_in_both_languages(tmp_path):
-    from specviz import charts_lesson, profiles
+    from specviz.chapters import figures as charts_lesson
+    from specviz.hardware import profiles
     from specviz.ui.lesson import chart_labels, vllm_md
-    from specviz.vllm import lesson as vl
+    from specviz.chapters import vllm_panels as vl
 
     _recorded_vllm(tmp_path)
     (sw,) = profiles.load_sweeps(tmp_path, engine="vllm")
@@ -324,7 +325,7 @@ def _pool(memory=lambda: 64.0, max_servers=3):
 
 
 def test_launched_pool_starts_a_server_per_depth_and_keeps_them_while_memory_allows():
-    from specviz.ui.vllm_runner import VllmRouter, vllm_choices
+    from specviz.serve.vllm_router import VllmRouter, vllm_choices
 
     pool, made, closed = _pool()
     (choice,) = vllm_choices([pool])
@@ -358,8 +359,8 @@ def test_launched_pool_never_stops_a_busy_server_and_says_why_it_cannot_start():
 
 
 def test_a_run_at_a_depth_still_starting_gets_a_sentence_naming_the_ready_ones():
-    from specviz.ui.runner import RunRequest
-    from specviz.ui.vllm_runner import VllmRouter, vllm_choices
+    from specviz.serve.runner import RunRequest
+    from specviz.serve.vllm_router import VllmRouter, vllm_choices
     from specviz.vllm.backend import Status
 
     pool, made, _ = _pool()
@@ -384,8 +385,8 @@ def test_a_run_at_a_depth_still_starting_gets_a_sentence_naming_the_ready_ones()
 
 
 def test_a_server_someone_runs_shows_its_own_k_on_the_slider():
-    from specviz.ui.catalog import PairChoice
-    from specviz.ui.vllm_runner import VllmRouter, vllm_choices
+    from specviz.serve.catalog import PairChoice
+    from specviz.serve.vllm_router import VllmRouter, vllm_choices
     from specviz.vllm.backend import Endpoint
 
     class Inner:
@@ -401,9 +402,9 @@ def test_picking_a_pair_sets_the_depth_slider_by_its_engine():
     Our pairs: free, no note."""
     from types import SimpleNamespace
 
-    from specviz.ui.catalog import PairChoice
+    from specviz.serve.catalog import PairChoice
     from specviz.ui.playground import Playground
-    from specviz.ui.vllm_runner import VllmRouter, vllm_choices
+    from specviz.serve.vllm_router import VllmRouter, vllm_choices
     from specviz.vllm.backend import Endpoint
 
     class Inner:
@@ -425,7 +426,7 @@ def test_sweep_on_vllm_writes_our_sweep_files_and_a_record_the_lesson_reads(tiny
     """The orchestration of `sweep --engine vllm` with each server's cells stubbed (the servers themselves
     are the real-server tier's business): one server per depth in order, then the schedule's; the same
     CSV/JSON/HTML as our sweep; recorded.json loads as a vLLM sweep with its command and version."""
-    from specviz import profiles
+    from specviz.hardware import profiles
     from specviz.__main__ import main
     from specviz.cli import sweep_vllm
     from specviz.vllm import launcher

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from specviz import roofline as rf
-from specviz.profiles import PROFILES_DIR, load_profiles
+from specviz.hardware import roofline as rf
+from specviz.hardware.profiles import PROFILES_DIR, load_profiles
 
 
 def test_whatif_rows_hand_checked():
@@ -142,7 +142,7 @@ def test_whatif_models_custom_gpu_and_eagle_heads():
 
 
 def test_this_machine_is_calibrated_from_its_recorded_profile():
-    from specviz.hardware import Peaks
+    from specviz.hardware.device import Peaks
     from specviz.ui import whatif
 
     class Cpu:
@@ -214,9 +214,10 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
     import gradio as gr
 
     from specviz import lessons
-    from specviz.hardware import Peaks
-    from specviz.roofline import MODELS
-    from specviz.ui import runner, whatif
+    from specviz.hardware.device import Peaks
+    from specviz.hardware.roofline import MODELS
+    from specviz.ui import whatif
+    from specviz.serve import runner
 
     used = set()
     template = lessons.template
@@ -264,7 +265,7 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
         md, fig = whatif.profile_view([prof], prof.label, lang="fa")
         generated += [md, _figure_texts(fig)]
     # a series measured on the base stack (no bookkeeping fitted), and a stack with a single series
-    from specviz.profiles import BASE_STACK, load_published
+    from specviz.hardware.profiles import BASE_STACK, load_published
     eagle, eagle3 = (next(x for x in load_published() if x.id == i)
                      for i in ("eagle3-table4-eagle", "eagle3-table4-eagle3"))
     monkeypatch.setattr(whatif, "load_published", lambda: [replace(eagle, stack=BASE_STACK), eagle3])
@@ -314,8 +315,8 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
 
 def test_whatif_english_words_match_the_data_they_name():
     from specviz import lessons
-    from specviz import roofline as rf
-    from specviz.profiles import PUBLISHED_LABEL
+    from specviz.hardware import roofline as rf
+    from specviz.hardware.profiles import PUBLISHED_LABEL
     from specviz.ui import whatif
 
     # the API values stay English; the English labels say the same, so English pages do not change

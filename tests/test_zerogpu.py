@@ -147,7 +147,7 @@ def test_offered_pairs_are_placed_at_start_up_and_the_worker_starts_with_them(ti
     monkeypatch.syspath_prepend(FAKE)
     sys.modules.pop("spaces", None)
     importlib.import_module("spaces")
-    from specviz import pipeline
+    from specviz.pairs import pipeline
     from specviz.ui.playground import Playground
     from specviz.ui.server import SpecVizApp
 

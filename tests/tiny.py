@@ -1,5 +1,5 @@
 """Tiny random-weight Llama models and a locally trained tokenizer, saved as ordinary model directories
-so the tests load them through `specviz.models` exactly like real models."""
+so the tests load them through `specviz.pairs.models` exactly like real models."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -39,7 +39,7 @@ def add_parser(sub) -> None:
 
 
 def _ours(pair, prompts, depth, max_new, batch):
-    from specviz.engine import Knobs
+    from specviz.engine.loop import Knobs
 
     engine = pair.engine()
     verify = []
@@ -89,8 +89,8 @@ def _assisted_kwargs(pair, depth):
 
 
 def run(args) -> int:
-    from specviz.engine import check_batch, check_depth
-    from specviz.pipeline import encode_prompt, load_pair
+    from specviz.engine.loop import check_batch, check_depth
+    from specviz.pairs.pipeline import encode_prompt, load_pair
 
     check_batch(args.batch_size)
     check_depth(args.depth)

@@ -55,8 +55,8 @@ def _note(args, text: str) -> None:
 def _ours(pair, prompts: list[list[int]], depth: int, max_new: int) -> dict:
     """N one-row requests into one Scheduler at once (as the classroom does), EOS ignored."""
     from specviz.limits import Limits
-    from specviz.request import Knobs, Request
-    from specviz.scheduler import DeviceGate, Scheduler
+    from specviz.engine.request import Knobs, Request
+    from specviz.serve.scheduler import DeviceGate, Scheduler
 
     def make_engine():
         eng = pair.engine()
@@ -171,7 +171,7 @@ def _threads(n: int) -> int:
 
 def run(args) -> int:
     from specviz.limits import LimitError, check_request
-    from specviz.pipeline import encode_prompt, load_pair
+    from specviz.pairs.pipeline import encode_prompt, load_pair
     from specviz.vllm.client import VllmClient, VllmError
     from specviz.vllm.launcher import LaunchSpec, VllmServer, free_port
 

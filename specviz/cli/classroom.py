@@ -44,7 +44,7 @@ def add_parser(sub) -> None:
 
 
 def _policy(args):
-    from specviz.policies import make_policy
+    from specviz.engine.policies import make_policy
 
     return make_policy(args.policy, threshold=args.threshold)
 
@@ -56,8 +56,8 @@ def _pct(xs: list[float], q: float) -> float:
 
 def _shared(pair, prompts, args):
     from specviz.limits import Limits
-    from specviz.request import Knobs, Request
-    from specviz.scheduler import DeviceGate, Scheduler
+    from specviz.engine.request import Knobs, Request
+    from specviz.serve.scheduler import DeviceGate, Scheduler
 
     sched = Scheduler(pair.engine, Limits(), DeviceGate(), pair.target_spec, pair.draft_spec)
     res = [None] * len(prompts)
@@ -76,7 +76,7 @@ def _shared(pair, prompts, args):
 
 
 def _separate(pair, prompts, args):
-    from specviz.request import Knobs
+    from specviz.engine.request import Knobs
 
     slots = threading.Semaphore(args.separate_concurrency)
     res = [None] * len(prompts)
@@ -165,7 +165,7 @@ def run(args) -> int:
             raise LimitError("--users must be 1-200")
         print(json.dumps(_served(args)), flush=True)
         return 0
-    from specviz.pipeline import encode_prompt, load_pair
+    from specviz.pairs.pipeline import encode_prompt, load_pair
 
     check_request(1, args.depth, 0.0, args.max_new_tokens)
     _policy(args)

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import os
 
-from specviz.engine import MAX_BATCH, Knobs
+from specviz.engine.loop import MAX_BATCH, Knobs
 from specviz.limits import MAX_DEPTH, check_prompt_text, check_request
-from specviz.policies import POLICY_NAMES, make_policy, parse_table
+from specviz.engine.policies import POLICY_NAMES, make_policy, parse_table
 
 DEFAULT_TARGET = "smollm2-135m-offline"
 DEFAULT_DRAFT = "layerskip:12-17"   # measured: agrees with the full 135M model on ~59 % of greedy tokens

@@ -47,7 +47,7 @@ def colour_row(r, decode) -> str:
 def run(args) -> int:
     check_run_args(args)
     policy_from_args(args)  # validate the policy before loading models
-    from specviz.pipeline import encode_prompt, load_pair
+    from specviz.pairs.pipeline import encode_prompt, load_pair
 
     pair = load_pair(args.target, args.draft, args.device, compile=args.compile)
     if pair.fast.note:

@@ -48,7 +48,7 @@ def add_parsers(sub) -> None:
 
 
 def _ints(text: str, what: str, lo: int, hi: int) -> list[int]:
-    from specviz.engine import EngineError
+    from specviz.engine.loop import EngineError
 
     try:
         vals = [int(x) for x in text.split(",") if x.strip()]
@@ -60,8 +60,8 @@ def _ints(text: str, what: str, lo: int, hi: int) -> list[int]:
 
 
 def run_calibrate(args) -> int:
-    from specviz.hardware import cached_peaks
-    from specviz.models import pick_device
+    from specviz.hardware.device import cached_peaks
+    from specviz.pairs.models import pick_device
 
     peaks = cached_peaks(pick_device(args.device), refresh=True)   # measure now; the app reuses it
     if peaks.device == "cpu":
@@ -78,10 +78,10 @@ def run_roofline(args) -> int:
         from specviz import charts
     except ImportError:          # a bare GPU box with torch + transformers only
         charts = None
-    from specviz.hardware import calibrate, device_name, find_knee, measure_latency, paired_roofline
-    from specviz.models import load_model
-    from specviz.profiles import spec_to_dict
-    from specviz.roofline import pass_cost, predicted_knee, spec_from_config
+    from specviz.hardware.device import calibrate, device_name, find_knee, measure_latency, paired_roofline
+    from specviz.pairs.models import load_model
+    from specviz.hardware.profiles import spec_to_dict
+    from specviz.hardware.roofline import pass_cost, predicted_knee, spec_from_config
 
     from specviz.fastpath import cache_factory, resolve
 
@@ -130,9 +130,9 @@ def run_roofline(args) -> int:
 
 def run_sweep(args) -> int:
     from specviz import charts
-    from specviz.engine import Knobs
-    from specviz.pipeline import encode_prompt, load_pair
-    from specviz.roofline import best_depths, crossover_from_rows
+    from specviz.engine.loop import Knobs
+    from specviz.pairs.pipeline import encode_prompt, load_pair
+    from specviz.hardware.roofline import best_depths, crossover_from_rows
 
     batches = _ints(args.batch_sizes, "batch-sizes", 1, 64)
     depths = _ints(args.depths, "depths", 0, 16)

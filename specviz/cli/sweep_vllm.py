@@ -28,7 +28,7 @@ WARMUP_TOKENS = 8
 
 def parse_schedule(text: str) -> tuple[tuple[int, int, int], ...]:
     """ "1-4:4,5-8:2,9-256:1" → ((1, 4, 4), (5, 8, 2), (9, 256, 1)); "" or "none" → no schedule run."""
-    from specviz.engine import EngineError
+    from specviz.engine.loop import EngineError
 
     if text.strip().lower() in ("", "none", "off"):
         return ()
@@ -109,15 +109,15 @@ def vllm_version(python) -> str:
 def run_sweep_vllm(args, batches: list[int], depths: list[int]) -> int:
     from specviz import charts
     from specviz.cli.bench_vllm import _cpu_name
-    from specviz.models import load_tokenizer
-    from specviz.pipeline import encode_prompt
-    from specviz.roofline import best_depths, crossover_from_rows
+    from specviz.pairs.models import load_tokenizer
+    from specviz.pairs.pipeline import encode_prompt
+    from specviz.hardware.roofline import best_depths, crossover_from_rows
     from specviz.vllm.client import VllmError
     from specviz.vllm.launcher import LaunchSpec, free_port, python_path, speculative_config, vllm_installed
 
     schedule = parse_schedule(args.schedule)
     if not 1 <= args.repeats <= 9:
-        from specviz.engine import EngineError
+        from specviz.engine.loop import EngineError
         raise EngineError("--repeats must be 1-9")
     if not vllm_installed():
         raise VllmError("vLLM is not installed (.venv-vllm is missing): run bash scripts/vllm-setup")

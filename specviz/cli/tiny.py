@@ -21,7 +21,7 @@ def run(args) -> int:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from specviz.models import load_model
+    from specviz.pairs.models import load_model
 
     target = load_model(args.target, "cpu")
     tc = target.model.config

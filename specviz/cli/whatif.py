@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import sys
 
-from specviz import profiles
-from specviz import roofline as rf
+from specviz.hardware import profiles
+from specviz.hardware import roofline as rf
 
 MODELS = ("calibrated", "ideal")
 LIMITS = {"batch-sizes": (1, 65536), "depths": (0, 64)}

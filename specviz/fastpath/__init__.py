@@ -133,7 +133,7 @@ def compiled_layer(device_type: str):
 
 def setup_compile_cache() -> None:
     """Persist inductor's compiled code in the user cache so a second start is warm."""
-    from specviz.models import cache_root
+    from specviz.pairs.models import cache_root
 
     root = cache_root() / "inductor"
     root.mkdir(parents=True, exist_ok=True)
@@ -143,8 +143,8 @@ def setup_compile_cache() -> None:
 
 # --- auto: remember on this machine whether compiling paid ----------------------------------------
 def _auto_file(device) -> Path:
-    from specviz.hardware import machine_key
-    from specviz.models import cache_root
+    from specviz.hardware.device import machine_key
+    from specviz.pairs.models import cache_root
 
     import hashlib
 

@@ -1,4 +1,4 @@
-"""`StaticCache`: the fast path's KV cache, with the same interface as `specviz.kvcache.RaggedCache`
+"""`StaticCache`: the fast path's KV cache, with the same interface as `specviz.engine.kvcache.RaggedCache`
 (forward, select, merge, add_rows, invalidate, compact, length, batch, holes) so the engine and the
 drafters use either without knowing which.
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from specviz.fastpath.llama import CompactLlama
-from specviz.kvcache import SlotValidity
+from specviz.engine.kvcache import SlotValidity
 
 CHUNK = 256          # slots added when the buffers grow (fewer distinct shapes than growing by one)
 MAX_BUCKET = 16      # blocks up to this many tokens are padded to a power of two

@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from specviz.fastpath import rows
-from specviz.hardware import read_table, write_table
+from specviz.hardware.device import read_table, write_table
 
 log = logging.getLogger("specviz.fastpath")
 
@@ -306,7 +306,7 @@ def _cpu_model() -> str:
 
 
 def _cache_key(dtype: torch.dtype) -> str:
-    from specviz.hardware import machine_key
+    from specviz.hardware.device import machine_key
 
     return f"{machine_key(torch.device('cpu'), dtype)} | {_cpu_model()} | {torch.get_num_threads()} threads"
 
@@ -315,7 +315,7 @@ def _cached_times(counts: dict[tuple[int, int], int], dtype: torch.dtype,
                   refresh: bool) -> tuple[dict[tuple[int, int], list[dict[str, float]]], bool]:
     """Timings per shape from `<cache>/layouts.json` (this machine, dtype, thread count), measuring the
     shapes not there yet (or all, with `refresh`) and storing them; and whether all came from the cache."""
-    from specviz.models import cache_root
+    from specviz.pairs.models import cache_root
 
     path = cache_root() / "layouts.json"
     key, names = _cache_key(dtype), available(dtype)
@@ -349,7 +349,7 @@ def _valid(got, names) -> bool:
 def forget(dtype: torch.dtype = torch.float32) -> None:
     """Drop this machine's layout timings (`python -m specviz calibrate` does, so the next load re-times
     alongside the fresh peaks)."""
-    from specviz.models import cache_root
+    from specviz.pairs.models import cache_root
 
     path = cache_root() / "layouts.json"
     with _CACHE_LOCK:

@@ -143,7 +143,7 @@ def _load():
 def _built(compiler: str) -> tuple[Path | None, str]:
     """The shared library for this CPU model, compiler and source, built into the user cache if missing."""
     from specviz.fastpath.layout import _cpu_model
-    from specviz.models import cache_root
+    from specviz.pairs.models import cache_root
 
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
     source = SOURCE.read_bytes()

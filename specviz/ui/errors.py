@@ -22,9 +22,9 @@ import gradio as gr
 
 from specviz import lessons
 from specviz.limits import LimitError, brief
-from specviz.models import ModelError
-from specviz.policies import PolicyError
-from specviz.recordings import RecordingError
+from specviz.pairs.models import ModelError
+from specviz.engine.policies import PolicyError
+from specviz.serve.recordings import RecordingError
 
 log = logging.getLogger("specviz.app")
 HUMAN = (ModelError, LimitError, PolicyError, RecordingError)

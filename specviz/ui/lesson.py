@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import gradio as gr
 
-from specviz import charts_lesson, experiments, lessons
-from specviz.pipeline import encode_prompt
-from specviz.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, ROW_POOL
-from specviz.ui import runner
+from specviz import lessons
+from specviz.chapters import figures as charts_lesson
+from specviz.chapters import experiments
+from specviz.pairs.pipeline import encode_prompt
+from specviz.serve.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, ROW_POOL
+from specviz.serve import runner
 from specviz.ui.errors import as_sentences, error
 from specviz.ui.i18n import t
 from specviz.ui.runs import TempFiles, write_csv
-from specviz.vllm import lesson as vllm_lesson
+from specviz.chapters import vllm_panels as vllm_lesson
 
 EXPERIMENT_CHAPTERS = ("race", "knee", "breadth_depth", "ledger", "sweep", "policies")
 BUTTON_IDS = {"race": "run-race", "knee": "run-knee", "breadth_depth": "run-breadth-depth", "ledger": "run-ledger",

@@ -15,15 +15,16 @@ import gradio as gr
 
 from specviz import lessons
 from specviz.limits import MAX_DEPTH, LimitError, check_prompt_text, check_request
-from specviz.pipeline import encode_prompt
-from specviz.policies import POLICY_NAMES, PolicyError
-from specviz.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, EXAMPLES, ROW_POOL
-from specviz.request import Knobs, RunTotals
-from specviz.ui import counters, runner
-from specviz.ui.control import policy_from
+from specviz.pairs.pipeline import encode_prompt
+from specviz.engine.policies import POLICY_NAMES, PolicyError
+from specviz.serve.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, EXAMPLES, ROW_POOL
+from specviz.engine.request import Knobs, RunTotals
+from specviz.ui import counters
+from specviz.serve import runner
+from specviz.serve.control import policy_from
 from specviz.ui.errors import as_sentences, error, human
 from specviz.ui.i18n import t
-from specviz.ui.live import LiveRun
+from specviz.serve.live import LiveRun
 from specviz.ui.render import RowView, legend_html, rows_html, tokens_html
 from specviz.ui.runs import RunStore
 
@@ -133,7 +134,7 @@ def build(app) -> "Playground":
     check.click(page.check_lossless, None, [lossless], api_name="check_lossless", concurrency_limit=2)
     knob = dict(outputs=None, api_name=False, queue=False, show_progress="hidden")
     depth.change(page.on_depth, [depth], **knob)
-    # a vLLM server has one k: picking such a pair shows it on the slider (specviz.ui.vllm_runner.depth_mode)
+    # a vLLM server has one k: picking such a pair shows it on the slider (specviz.serve.vllm_router.depth_mode)
     pair.change(page.on_pair, [pair], [depth], api_name=False, queue=False, show_progress="hidden")
     batch.change(page.on_batch, [batch], **knob)
     policy.change(page.on_policy_pick, [policy, threshold], [threshold], api_name=False, queue=False,
@@ -146,7 +147,7 @@ def build(app) -> "Playground":
 
 # Run and Stop travel as two requests that may arrive in either order (both pressed at once, a busy
 # server): the page numbers its presses of Run, and Stop names the newest, so the server knows which
-# Run a Stop was meant for (specviz.ui.live.LiveRuns).
+# Run a Stop was meant for (specviz.serve.live.LiveRuns).
 RUN_PRESS_JS = "() => { window.specvizPress = (window.specvizPress || 0) + 1; return [window.specvizPress]; }"
 STOP_PRESS_JS = "() => [window.specvizPress || -1]"
 

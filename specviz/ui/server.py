@@ -19,17 +19,18 @@ from pathlib import Path
 
 import gradio as gr
 
-from specviz.hardware import Peaks, Sampler, cached_peaks
+from specviz.hardware.device import Peaks, Sampler, cached_peaks
 from specviz.limits import Limits, limits_from_env
-from specviz.models import ModelError
-from specviz.scheduler import DeviceGate
+from specviz.pairs.models import ModelError
+from specviz.serve.scheduler import DeviceGate
 from specviz import lessons
-from specviz.policies import POLICY_NAMES
-from specviz.ui import lesson, playground, runner, whatif
+from specviz.engine.policies import POLICY_NAMES
+from specviz.ui import lesson, playground, whatif
+from specviz.serve import runner
 from specviz.ui.i18n import Translations, pick_lang, switch_js
-from specviz.ui.catalog import PairCache, PairChoice, TokenizerCache, available_choices, hub_is_offline, pair_options
+from specviz.serve.catalog import PairCache, PairChoice, TokenizerCache, available_choices, hub_is_offline, pair_options
 from specviz.ui.errors import as_human_errors, error, guard_blocks
-from specviz.ui.live import LiveRuns
+from specviz.serve.live import LiveRuns
 
 log = logging.getLogger("specviz")
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
@@ -64,7 +65,7 @@ class SpecVizApp:
             self.runner = runner.LocalRunner(self.pairs, self.limits, self.gate)
             self.sampler = Sampler().start()
         if vllm:                        # vLLM servers (specviz.vllm.backend.Endpoint), after our own pairs
-            from specviz.ui.vllm_runner import VllmRouter, vllm_choices
+            from specviz.serve.vllm_router import VllmRouter, vllm_choices
 
             self.choices = self.choices + vllm_choices(vllm)
             self.runner = VllmRouter(self.runner, vllm)

@@ -11,15 +11,15 @@ from dataclasses import replace
 import gradio as gr
 
 from specviz import charts, lessons
-from specviz import roofline as rf
-from specviz.engine import EngineError
-from specviz.hardware import find_knee
-from specviz.models import ModelError
-from specviz.profiles import (Profile, compare, fit_stack, gpu_calibration, load_profiles, load_published,
+from specviz.hardware import roofline as rf
+from specviz.engine.loop import EngineError
+from specviz.hardware.device import find_knee
+from specviz.pairs.models import ModelError
+from specviz.hardware.profiles import (Profile, compare, fit_stack, gpu_calibration, load_profiles, load_published,
                               profile_calibration, profile_for_device, stack_calibration)
-from specviz.roofline import GPUS, MODELS, crossover_from_rows, latency_curve, predicted_knee, whatif_rows
-from specviz.ui import runner
-from specviz.ui.catalog import pair_options
+from specviz.hardware.roofline import GPUS, MODELS, crossover_from_rows, latency_curve, predicted_knee, whatif_rows
+from specviz.serve import runner
+from specviz.serve.catalog import pair_options
 from specviz.ui.errors import as_sentences
 from specviz.ui.runs import TempFiles, write_csv
 

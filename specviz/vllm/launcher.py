@@ -64,7 +64,7 @@ def vllm_installed(venv: Path = VENV) -> bool:
 
 def model_dir(ref: str) -> str:
     """The directory vLLM reads for a model reference (the offline alias → our safetensors copy)."""
-    from specviz.models import resolve_ref
+    from specviz.pairs.models import resolve_ref
 
     return resolve_ref(ref)
 

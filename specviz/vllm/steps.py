@@ -1,4 +1,4 @@
-"""vLLM's streamed output → the step records the playground draws (`specviz.request.RowStep`).
+"""vLLM's streamed output → the step records the playground draws (`specviz.engine.request.RowStep`).
 
 What vLLM tells us per request: the generated token ids as they stream (one chunk per engine step while
 the API server keeps up) and, at the end (`--per-request-spec-decode-metrics detailed`), two arrays with
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specviz.request import RowStep
+from specviz.engine.request import RowStep
 
 REJECTED = -1          # a rejected draft whose text vLLM did not return (only counted)
 

@@ -22,7 +22,7 @@ Default sizes fit the lesson's time goals on the 2-core CPU with the offline Smo
 draft (measured with the machine otherwise idle): race ≈ 1.5 s, knee ≈ 16 s, breadth vs depth ≈ 6 s,
 ledger ≈ 1.5 s, policies ≈ 25 s (B 1/4/12, 16 new tokens: 18 runs), sweep ≈ 35 s (B up to 32).
 
-Honest timing: the caller holds the device exclusively while a generator runs (specviz.scheduler's
+Honest timing: the caller holds the device exclusively while a generator runs (specviz.serve.scheduler's
 DeviceGate), runs are measured one after the other, each chapter warms up once, and a generator never
 yields in the middle of a timed run — the consumer's work between two yields (drawing a chart) must not
 land inside a measurement.
@@ -36,13 +36,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from specviz.hardware import KNEE_TOKENS, Peaks, device_name, find_knee, knee_steps
-from specviz.policies import POLICY_NAMES, Policy, make_policy
-from specviz.profiles import PUBLISHED_LABEL, load_published
-from specviz.request import Knobs, RunTotals, StepEvent
-from specviz.roofline import (best_depths, crossover_from_rows, expected_tokens_per_pass, latency_curve,
+from specviz.hardware.device import KNEE_TOKENS, Peaks, device_name, find_knee, knee_steps
+from specviz.engine.policies import POLICY_NAMES, Policy, make_policy
+from specviz.hardware.profiles import PUBLISHED_LABEL, load_published
+from specviz.engine.request import Knobs, RunTotals, StepEvent
+from specviz.hardware.roofline import (best_depths, crossover_from_rows, expected_tokens_per_pass, latency_curve,
                               predicted_knee, walltime_improvement)
-from specviz.torchmode import inference_steps
+from specviz.engine.torchmode import inference_steps
 
 Result = dict[str, Any]
 

@@ -1,5 +1,5 @@
-"""Assemble a ready-to-run speculative setup from two references: load the models (`specviz.models`),
-build the drafter (`specviz.drafters`) and the engine (`specviz.engine`). The CLI and the UI both
+"""Assemble a ready-to-run speculative setup from two references: load the models (`specviz.pairs.models`),
+build the drafter (`specviz.engine.drafters`) and the engine (`specviz.engine.loop`). The CLI and the UI both
 start here, so a pair is built the same way everywhere."""
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from specviz.drafters import Drafter, ModelDrafter, NgramDrafter, make_layerskip_model
-from specviz.engine import SpeculativeEngine
+from specviz.engine.drafters import Drafter, ModelDrafter, NgramDrafter, make_layerskip_model
+from specviz.engine.loop import SpeculativeEngine
 from specviz.fastpath import FastPath, cache_factory, resolve
 from specviz.lessons import Said
 from specviz.limits import Limits, check_prompt_ids, check_prompt_text
-from specviz.models import (SHAPE_PREFIX, LoadedModel, ModelError, check_same_vocabulary, load_model,
+from specviz.pairs.models import (SHAPE_PREFIX, LoadedModel, ModelError, check_same_vocabulary, load_model,
                             parse_draft_ref)
-from specviz.roofline import ModelSpec, spec_from_config
+from specviz.hardware.roofline import ModelSpec, spec_from_config
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from specviz.lessons import Said
-from specviz.roofline import (GPUS, SERVING, Calibration, GpuSpec, ModelSpec, Setup, fit_calibration,
+from specviz.hardware.roofline import (GPUS, SERVING, Calibration, GpuSpec, ModelSpec, Setup, fit_calibration,
                               predicted_knee)
 
-ASSETS = Path(__file__).resolve().parents[1] / "assets"
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
 PROFILES_DIR = ASSETS / "profiles"
 PUBLISHED_FILE = ASSETS / "published" / "speedups.json"
 SWEEPS_DIR = ASSETS / "sweeps"
@@ -249,7 +249,7 @@ class Comparison:
 
 
 def series_setup(series: PublishedSeries, cal: Calibration, context: int | None = None):
-    from specviz.roofline import Setup, resolve_draft, resolve_gpu, resolve_model
+    from specviz.hardware.roofline import Setup, resolve_draft, resolve_gpu, resolve_model
 
     gpu, target = resolve_gpu(series.gpu), resolve_model(series.target)
     return Setup(target, resolve_draft(series.draft, target), gpu.bandwidth, gpu.flops,
@@ -259,7 +259,7 @@ def series_setup(series: PublishedSeries, cal: Calibration, context: int | None 
 def compare(series: PublishedSeries, cal: Calibration, alpha: float | None = None,
             alpha_note: str = "given", context: int | None = None) -> Comparison:
     """Estimate the series' points with `cal`; α is fitted at the series' fit batch unless given."""
-    from specviz.roofline import depth_crossover, fit_alpha
+    from specviz.hardware.roofline import depth_crossover, fit_alpha
 
     setup = series_setup(series, cal, context)
     if alpha is None:
@@ -404,7 +404,7 @@ def compare_sweep(sweep: RecordedSweep, cal: Calibration, bandwidth: float, flop
     """The end-to-end tokens/s the model expects for every cell of a recorded sweep. α is the measured
     acceptance at depth 1 (at k = 1 the share of drafts accepted *is* α); bytes per parameter follow
     the profile's dtype (fp32 on a CPU)."""
-    from specviz.roofline import resolve_draft, resolve_model, run_seconds
+    from specviz.hardware.roofline import resolve_draft, resolve_model, run_seconds
 
     target = replace(resolve_model(sweep.target), bytes_per_param=4.0 if sweep.device.startswith("cpu") else 2.0)
     setup = CurveSetup(target, resolve_draft(sweep.draft, target), bandwidth, flops, sweep.prompt_tokens, cal,

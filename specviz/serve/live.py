@@ -10,9 +10,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from specviz import charts, lessons
-from specviz.engine import StepEvent
-from specviz.hardware import Peaks, Sample, Sampler, step_metrics
-from specviz.roofline import ModelSpec, predicted_knee
+from specviz.engine.loop import StepEvent
+from specviz.hardware.device import Peaks, Sample, Sampler, step_metrics
+from specviz.hardware.roofline import ModelSpec, predicted_knee
 
 
 @dataclass

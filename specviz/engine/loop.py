@@ -8,14 +8,14 @@ One step, for every row of every request in the batch at once:
   4. each row keeps its longest agreeing prefix (greedy) or applies the Leviathan/Chen rule
      (sampling, with the row's own random stream), then appends the target's own next token — the
      correction after a rejection, or the bonus token when every draft was kept;
-  5. both caches turn the rejected slots into holes (see `specviz.kvcache`), and rows that finished
+  5. both caches turn the rejected slots into holes (see `specviz.engine.kvcache`), and rows that finished
      leave the batch.
 
 k = 0 is plain decoding through the same code: the verify pass is then a one-token decode step.
 
 Ownership: the engine owns the batch — `rows`, the target's KV cache `target_kv` and the drafter with
 its `draft_kv` — and is driven by exactly one thread (`generate` for one request, or the scheduler's
-loop for many). Requests (`specviz.request`) own everything per user. Knobs are read once at the top of
+loop for many). Requests (`specviz.engine.request`) own everything per user. Knobs are read once at the top of
 every step, so a slider moved from another thread applies at the next step.
 """
 from __future__ import annotations
@@ -25,14 +25,14 @@ from typing import Iterator
 
 import torch
 
-from specviz.drafters import Drafter, Proposal
-from specviz.kvcache import RaggedCache, prefill, timed_forward
+from specviz.engine.drafters import Drafter, Proposal
+from specviz.engine.kvcache import RaggedCache, prefill, timed_forward
 from specviz.limits import LimitError
-from specviz.policies import StepObservation, StepPlan
-from specviz.request import (MAX_BATCH, KnobState, Knobs, Request, Row, RowStep, RunTotals, StepEvent,  # noqa: F401
+from specviz.engine.policies import StepObservation, StepPlan
+from specviz.engine.request import (MAX_BATCH, KnobState, Knobs, Request, Row, RowStep, RunTotals, StepEvent,  # noqa: F401
                              check_batch, check_depth)
-from specviz.roofline import ModelSpec, pass_cost, plain_token_flops
-from specviz.sampling import greedy_accept, probabilities, speculative_accept
+from specviz.hardware.roofline import ModelSpec, pass_cost, plain_token_flops
+from specviz.engine.sampling import greedy_accept, probabilities, speculative_accept
 
 EngineError = LimitError     # bad generation arguments; the message is meant for a human
 

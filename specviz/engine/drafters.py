@@ -22,9 +22,9 @@ from typing import Protocol
 
 import torch
 
-from specviz.kvcache import RaggedCache, left_padded, timed_forward
-from specviz.roofline import ZERO_COST, ModelSpec, PassCost, pass_cost
-from specviz.sampling import probabilities, sample
+from specviz.engine.kvcache import RaggedCache, left_padded, timed_forward
+from specviz.hardware.roofline import ZERO_COST, ModelSpec, PassCost, pass_cost
+from specviz.engine.sampling import probabilities, sample
 
 
 @dataclass

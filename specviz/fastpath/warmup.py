@@ -19,9 +19,9 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 
-from specviz.request import Knobs
-from specviz.pipeline import Pair, encode_prompt, load_pair
-from specviz.prompts import DEFAULT_PROMPT
+from specviz.engine.request import Knobs
+from specviz.pairs.pipeline import Pair, encode_prompt, load_pair
+from specviz.serve.prompts import DEFAULT_PROMPT
 
 WARM_TOKENS = 12          # new tokens per warm-up generation: enough steps for every shape and a median
 PROMPT_TOKENS = 256       # a longer warm-up prompt keeps its last this many tokens

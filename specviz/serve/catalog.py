@@ -10,9 +10,9 @@ from typing import Callable
 
 from specviz.fastpath import check_compile
 from specviz.lessons import Key, Said, direction, isolate_ltr, isolate_rtl, say
-from specviz.models import HUB_PRESETS, OFFLINE_ALIAS, ModelError, load_tokenizer
-from specviz.pipeline import Pair, load_pair
-from specviz.warmup import WarmResult, warm
+from specviz.pairs.models import HUB_PRESETS, OFFLINE_ALIAS, ModelError, load_tokenizer
+from specviz.pairs.pipeline import Pair, load_pair
+from specviz.fastpath.warmup import WarmResult, warm
 
 log = logging.getLogger("specviz")
 
@@ -23,7 +23,7 @@ class PairChoice:
     target: str
     draft: str
     note: str = ""
-    engine: str = "specviz"        # "vllm": served by a vLLM server (specviz.ui.vllm_runner)
+    engine: str = "specviz"        # "vllm": served by a vLLM server (specviz.serve.vllm_router)
 
 
 def pair_options(choices, lang: str) -> list[tuple[str, str]]:
@@ -103,7 +103,7 @@ class PairCache:
     """Loads each pair once; models are shared between pairs with the same target.
 
     Pairs load on the stock modules; with a fast path chosen (`compile`, default SPECVIZ_COMPILE) each
-    is then warmed in a background thread (`specviz.warmup`) and, once checked, replaces the eager pair
+    is then warmed in a background thread (`specviz.fastpath.warmup`) and, once checked, replaces the eager pair
     here and is handed to every `on_fast` listener (the pair's scheduler swaps engines between steps)."""
 
     def __init__(self, device: str | None = None, compile: str | None = None, exclusive=nullcontext):
@@ -187,7 +187,7 @@ class TokenizerOnly:
 class TokenizerCache(PairCache):
     """What a ZeroGPU main process's pages use per pair: the target's tokenizer, to encode prompts and
     decode tokens — the one of a pair placed on the device at start-up (`weights`), else loaded alone
-    (a typed pair, whose weights the GPU worker loads; `specviz.ui.runner`)."""
+    (a typed pair, whose weights the GPU worker loads; `specviz.serve.runner`)."""
 
     def __init__(self, weights: PairCache | None = None):
         super().__init__(compile="off")

@@ -23,7 +23,7 @@ from typing import Protocol
 
 from specviz.lessons import Said
 from specviz.limits import MAX_DEPTH
-from specviz.roofline import expected_tokens_per_pass
+from specviz.hardware.roofline import expected_tokens_per_pass
 
 POLICY_NAMES = ("fixed", "disable-by-batch-size", "batch-table", "adaptive", "confidence")
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specviz.lessons import Said
-from specviz import recording_check as check
-from specviz.recording_check import LIMITS
-from specviz.request import RowStep, RunTotals, StepEvent
+from specviz.serve import recording_check as check
+from specviz.serve.recording_check import LIMITS
+from specviz.engine.request import RowStep, RunTotals, StepEvent
 
-RECORDINGS_DIR = Path(__file__).resolve().parents[1] / "assets" / "recordings"
+RECORDINGS_DIR = Path(__file__).resolve().parents[2] / "assets" / "recordings"
 FORMAT = "specviz-recording/1"
 
 
@@ -57,7 +57,7 @@ class RecordingError(ValueError):
 
 
 def from_json(text: str) -> Recording:
-    """A recording from its JSON text, every field checked first (specviz.recording_check)."""
+    """A recording from its JSON text, every field checked first (specviz.serve.recording_check)."""
     if len(text) > LIMITS.max_bytes:
         raise RecordingError(too_big(len(text.encode("utf-8", "surrogatepass"))))
     try:

@@ -5,7 +5,7 @@ peaks. Two runners produce them:
 
 - `LocalRunner`: the app owns its device (a laptop, a CPU Space, a dedicated GPU Space), so the whole
   class shares one engine per pair: each Run is a request submitted to that pair's `Scheduler`
-  (continuous batching; `specviz.scheduler`). The sliders set the request's `Knobs` directly. Timed
+  (continuous batching; `specviz.serve.scheduler`). The sliders set the request's `Knobs` directly. Timed
   experiments (the knee) take the device exclusively through the app's `DeviceGate`.
 - `ZeroGpuRunner`: on a Hugging Face ZeroGPU Space the GPU exists only inside a forked worker that the
   `spaces` package starts for each `@spaces.GPU` call, so no process can own a long-lived shared engine:
@@ -24,14 +24,14 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
-from specviz.engine import Knobs, RunTotals, StepEvent
-from specviz.hardware import Peaks, Sample, Sampler, cached_peaks, device_name, free_memory, knee_steps
+from specviz.engine.loop import Knobs, RunTotals, StepEvent
+from specviz.hardware.device import Peaks, Sample, Sampler, cached_peaks, device_name, free_memory, knee_steps
 from specviz.limits import Limits
-from specviz.request import Request
-from specviz.roofline import ModelSpec
-from specviz.scheduler import DeviceGate, Scheduler
-from specviz.ui.catalog import PairCache, PairChoice
-from specviz.ui.control import ControlFile, LocalControl, policy_from
+from specviz.engine.request import Request
+from specviz.hardware.roofline import ModelSpec
+from specviz.serve.scheduler import DeviceGate, Scheduler
+from specviz.serve.catalog import PairCache, PairChoice
+from specviz.serve.control import ControlFile, LocalControl, policy_from
 
 FLUSH_S = 0.05            # a packet at most every 50 ms: tiny models on a big GPU step far faster
 ZERO_GPU_MAX_S = 120      # ZeroGPU reservation ceiling we ask for (longer requests queue behind others)

@@ -3,7 +3,7 @@
 Before anything is drawn, `check` walks the parsed JSON once, field by field (never recursively: a
 hostile file may nest thousands deep, and every field has a fixed shape), and refuses — with a sentence naming the
 field — wrong types, non-finite numbers, lone surrogates and anything beyond the size limits below.
-The checked data then builds the dataclasses (specviz.recordings). Plain Python: no gradio, no torch.
+The checked data then builds the dataclasses (specviz.serve.recordings). Plain Python: no gradio, no torch.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The Lesson tab's figures: one `figure_<chapter>(result, labels, dark=False)` per experiment chapter.
 
-`result` is any dict a `specviz.experiments` generator yielded (partial ones too: a chart fills in as the
+`result` is any dict a `specviz.chapters.experiments` generator yielded (partial ones too: a chart fills in as the
 measurement goes). `labels` maps the chart-label keys of that chapter's [chapter.*] table in
 specviz/lessons/<lang>.toml (lane_plain, legend_draft, axis_*, part_*, …) to text in the current language;
 a missing key falls back to English (the en.toml text, else the default written here). A few optional keys
@@ -231,7 +231,7 @@ def figure_sweep(result: dict, labels: dict | None = None, dark: bool = False) -
 
 
 def figure_recorded_sweep(result: dict, labels: dict | None = None, dark: bool = False) -> go.Figure:
-    """The heatmap alone, for a sweep recorded elsewhere (vLLM's, `specviz.vllm.lesson.sweep_result`)."""
+    """The heatmap alone, for a sweep recorded elsewhere (vLLM's, `specviz.chapters.vllm_panels.sweep_result`)."""
     L = _labels("sweep", labels)
     fig = make_subplots(rows=1, cols=1)
     _heatmap(fig, result, L, colorbar_x=1.02)

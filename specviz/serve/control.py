@@ -8,8 +8,8 @@ import os
 import tempfile
 import uuid
 
-from specviz.engine import Knobs
-from specviz.policies import make_policy
+from specviz.engine.loop import Knobs
+from specviz.engine.policies import make_policy
 
 
 def policy_from(name: str | None, threshold):

@@ -132,7 +132,7 @@ def machine_key(device, dtype) -> str:
 def cached_peaks(device=None, dtype=None, refresh: bool = False, **calibrate_kw) -> Peaks:
     """This machine's peaks from the cache (`<cache>/peaks.json`, one entry per `machine_key`), measured
     and stored when missing or when `refresh` (what `python -m specviz calibrate` does)."""
-    from specviz.models import cache_root
+    from specviz.pairs.models import cache_root
 
     device, dtype = _device_and_dtype(device, dtype)
     key, path = machine_key(device, dtype), cache_root() / "peaks.json"

@@ -33,14 +33,14 @@ from typing import Callable, Iterator
 
 import torch
 
-from specviz.engine import SpeculativeEngine
+from specviz.engine.loop import SpeculativeEngine
 from specviz.lessons import Key, Said
-from specviz.heap import trim_heap
+from specviz.serve.heap import trim_heap
 from specviz.limits import LimitError, Limits
-from specviz.request import Request, RunTotals, StepEvent
-from specviz.roofline import ModelSpec
+from specviz.engine.request import Request, RunTotals, StepEvent
+from specviz.hardware.roofline import ModelSpec
 
-log = logging.getLogger("specviz.scheduler")
+log = logging.getLogger("specviz.serve.scheduler")
 
 POLL_S = 0.5          # how often a waiting consumer wakes to show it is still there
 ABANDON_S = 30.0      # a ticket nobody has read for this long is cancelled (its tab is gone)

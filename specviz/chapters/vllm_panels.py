@@ -6,7 +6,7 @@ the machine it was recorded on. Pure functions of the recorded numbers (no gradi
 """
 from __future__ import annotations
 
-from specviz.profiles import RecordedSweep, load_sweeps
+from specviz.hardware.profiles import RecordedSweep, load_sweeps
 
 
 def recorded_vllm_sweep() -> RecordedSweep | None:

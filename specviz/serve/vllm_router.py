@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from specviz.lessons import Said
-from specviz.request import RunTotals
-from specviz.scheduler import BatchInfo
-from specviz.ui.catalog import PairChoice
-from specviz.ui.runner import FLUSH_S, Packet, RunRequest
+from specviz.engine.request import RunTotals
+from specviz.serve.scheduler import BatchInfo
+from specviz.serve.catalog import PairChoice
+from specviz.serve.runner import FLUSH_S, Packet, RunRequest
 from specviz.vllm.backend import Endpoint
 from specviz.vllm.client import VllmError
 from specviz.vllm.pool import LaunchedPool
