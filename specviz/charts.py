@@ -93,13 +93,6 @@ def acceptance_histogram(counts: list[int], labels: dict | None = None) -> go.Fi
     return fig
 
 
-def empty_figure(title: str, note: str) -> go.Figure:
-    fig = go.Figure()
-    fig.add_annotation(text=note, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False)
-    fig.update_layout(title=title, xaxis_visible=False, yaxis_visible=False, **LAYOUT)
-    return fig
-
-
 def _vline(fig, x: float, label: str, color: str, dash: str) -> None:
     """A vertical marker drawn as a trace, so it sits right on log axes and is named in the legend
     (plotly's add_vline annotations take log10 coordinates on log axes)."""

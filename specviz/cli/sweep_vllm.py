@@ -22,7 +22,6 @@ import sys
 import time
 from pathlib import Path
 
-DEFAULT_SCHEDULE = ((1, 4, 4), (5, 8, 2), (9, 256, 1))   # the vLLM issue's schedule: deep alone, shallow in a crowd
 WARMUP_TOKENS = 8
 
 

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
+from specviz.machine import cache_root
 
 # no torch import at module level: app.py checks --compile before ZeroGPU's `spaces` is imported
 
 COMPILE_CHOICES = ("auto", "on", "off")
-MODES = ("off", "static", "compiled")
 
 
 class CompileError(ValueError):
@@ -133,8 +133,6 @@ def compiled_layer(device_type: str):
 
 def setup_compile_cache() -> None:
     """Persist inductor's compiled code in the user cache so a second start is warm."""
-    from specviz.pairs.models import cache_root
-
     root = cache_root() / "inductor"
     root.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(root))
@@ -144,8 +142,6 @@ def setup_compile_cache() -> None:
 # --- auto: remember on this machine whether compiling paid ----------------------------------------
 def _auto_file(device) -> Path:
     from specviz.hardware.device import machine_key
-    from specviz.pairs.models import cache_root
-
     import hashlib
 
     import torch

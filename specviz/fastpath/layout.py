@@ -43,11 +43,11 @@ import torch.nn.functional as F
 
 from specviz.fastpath import rows
 from specviz.hardware.device import read_table, write_table
+from specviz.machine import cache_root, cpu_model
 
 log = logging.getLogger("specviz.fastpath")
 
 PACK_ROWS = 8          # oneDNN reorders for this many rows: 1–16 rows all ran at their best with it
-LAYOUTS = ("stock", "colmajor", "onednn", "rows")
 PROBE_ROWS = ((1, 1), (1, 5), (16, 5))     # (rows, tokens) timed per class: decode, verify, shared batch
 CLASS_NAMES = ("1 row", "2-16 rows", "17+ rows")
 FEW_ROWS = 16          # the upper bound of the middle class (rows × tokens of one pass)
@@ -86,11 +86,6 @@ def _onednn_copy(t: torch.Tensor) -> torch.Tensor:
 
 
 _MAKERS = {"stock": lambda t: t, "colmajor": _colmajor_copy, "onednn": _onednn_copy, "rows": rows.pack}
-
-
-def col_major(w: torch.Tensor) -> torch.Tensor:
-    """The same [out, in] matrix stored column-major (values equal; sums may round differently, ~1e-6)."""
-    return _shared(w, "colmajor", _colmajor_copy)
 
 
 def onednn(w: torch.Tensor) -> torch.Tensor:
@@ -255,12 +250,6 @@ class Plan:
             return f"weights {merged[0][0]}"
         return "weights " + ", ".join(f"{text} ({', '.join(names)})" for text, names in merged)
 
-    def as_json(self) -> dict:
-        return {"source": self.source, "summary": self.summary(),
-                "choice": {f"{o}x{i}": list(v) for (o, i), v in self.choice.items()},
-                "us_per_matrix": {f"{o}x{i}": [{k: round(1e6 * s, 2) for k, s in t.items()} for t in v]
-                                  for (o, i), v in self.times.items()}}
-
 
 IDENTITY = Plan({}, "in place")
 
@@ -291,32 +280,16 @@ def plan_for(weights: list[torch.Tensor], compiled: bool = False, refresh: bool 
 _CACHE_LOCK = threading.Lock()
 
 
-def _cpu_model() -> str:
-    """The CPU's model name (a VM image, and its cache, can move to another kind of CPU under one host name)."""
-    import platform
-
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith(("model name", "cpu model", "hardware")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _cache_key(dtype: torch.dtype) -> str:
     from specviz.hardware.device import machine_key
 
-    return f"{machine_key(torch.device('cpu'), dtype)} | {_cpu_model()} | {torch.get_num_threads()} threads"
+    return f"{machine_key(torch.device('cpu'), dtype)} | {cpu_model()} | {torch.get_num_threads()} threads"
 
 
 def _cached_times(counts: dict[tuple[int, int], int], dtype: torch.dtype,
                   refresh: bool) -> tuple[dict[tuple[int, int], list[dict[str, float]]], bool]:
     """Timings per shape from `<cache>/layouts.json` (this machine, dtype, thread count), measuring the
     shapes not there yet (or all, with `refresh`) and storing them; and whether all came from the cache."""
-    from specviz.pairs.models import cache_root
-
     path = cache_root() / "layouts.json"
     key, names = _cache_key(dtype), available(dtype)
     with _CACHE_LOCK:                           # two models loading at once measure one at a time
@@ -349,8 +322,6 @@ def _valid(got, names) -> bool:
 def forget(dtype: torch.dtype = torch.float32) -> None:
     """Drop this machine's layout timings (`python -m specviz calibrate` does, so the next load re-times
     alongside the fresh peaks)."""
-    from specviz.pairs.models import cache_root
-
     path = cache_root() / "layouts.json"
     with _CACHE_LOCK:
         table = read_table(path)

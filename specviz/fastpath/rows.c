@@ -215,11 +215,3 @@ long specviz_layer_scratch(long M, const specviz_weights *w) {
     long o = w->o_w > w->down_w ? w->o_w : w->down_w;
     return M * (w->d + w->qkv_w + w->H * w->hd + o + w->gu_w + w->inter);
 }
-
-int specviz_rows_threaded(void) {
-#ifdef _OPENMP
-    return 1;
-#else
-    return 0;
-#endif
-}

@@ -34,6 +34,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from specviz.machine import cache_root, cpu_model
+
 log = logging.getLogger("specviz.fastpath")
 
 BLOCK = 16                 # output columns per block: two AVX2 registers (one AVX-512 register)
@@ -142,9 +144,6 @@ def _load():
 
 def _built(compiler: str) -> tuple[Path | None, str]:
     """The shared library for this CPU model, compiler and source, built into the user cache if missing."""
-    from specviz.fastpath.layout import _cpu_model
-    from specviz.pairs.models import cache_root
-
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
     source = SOURCE.read_bytes()
     folder = cache_root() / "kernels"
@@ -152,7 +151,7 @@ def _built(compiler: str) -> tuple[Path | None, str]:
     errors = []
     for arch in ARCH_FLAGS:
         flags = ["-O3", *arch, "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-lm"]
-        tag = hashlib.sha256(repr((source, flags, version, _cpu_model())).encode()).hexdigest()[:16]
+        tag = hashlib.sha256(repr((source, flags, version, cpu_model())).encode()).hexdigest()[:16]
         path = folder / f"rows-{tag}.so"
         if path.exists():
             return path, ""

@@ -16,6 +16,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from specviz.machine import cache_root
 
 
 @dataclass(frozen=True)
@@ -132,8 +133,6 @@ def machine_key(device, dtype) -> str:
 def cached_peaks(device=None, dtype=None, refresh: bool = False, **calibrate_kw) -> Peaks:
     """This machine's peaks from the cache (`<cache>/peaks.json`, one entry per `machine_key`), measured
     and stored when missing or when `refresh` (what `python -m specviz calibrate` does)."""
-    from specviz.pairs.models import cache_root
-
     device, dtype = _device_and_dtype(device, dtype)
     key, path = machine_key(device, dtype), cache_root() / "peaks.json"
     table = read_table(path)

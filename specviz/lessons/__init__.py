@@ -132,11 +132,6 @@ def isolate_rtl(value: str) -> str:
     return RLI + value + PDI if ARABIC_SCRIPT.search(value) else value
 
 
-def isolates_off(value: str) -> str:
-    """The text without its directional isolates (for comparing or searching it)."""
-    return re.sub("[\u2066-\u2069]", "", value)
-
-
 def text(lang: str, key: str, /, **values) -> str:
     """Lesson text for `key` in `lang`, with `{placeholders}` filled from `values` (a `Said` or `Key` value
     is shown in `lang` too)."""

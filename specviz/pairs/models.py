@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specviz.lessons import Said
+from specviz.machine import cache_root
 
 OFFLINE_ALIAS = "smollm2-135m-offline"
 OFFLINE_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -38,8 +39,6 @@ HUB_PRESETS: dict[str, tuple[str, str]] = {
     "SmolLM2 135M → 1.7B (GPU)": ("HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-1.7B-Instruct"),
     "Qwen2.5 0.5B → 7B (GPU)": ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-7B-Instruct"),
 }
-
-MAX_LAYERSKIP_SPAN = 10_000
 
 
 class ModelError(ValueError):
@@ -125,15 +124,6 @@ def offline_gguf_path() -> Path:
     if not path.is_file():
         raise ModelError(Said("errors.smollm2_incomplete", file=OFFLINE_GGUF))
     return path
-
-
-def cache_root() -> Path:
-    env = os.environ.get("SPECVIZ_CACHE")
-    if env:
-        return Path(env)
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("specviz"))
 
 
 def _gguf_cache_dir(path: Path) -> Path:
@@ -277,7 +267,3 @@ def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
         only_t = len(set(tv.items()) - set(dv.items()))
         raise ModelError(Said("errors.different_tokenizers", draft=draft.ref, target=target.ref, draft_size=len(dv),
                               target_size=len(tv), differ=only_t))
-
-
-def max_layers(loaded: LoadedModel) -> int:
-    return int(loaded.model.config.num_hidden_layers)
