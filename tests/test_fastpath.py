@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from specviz.chapters import knee
 from specviz.engine.loop import Knobs
 from specviz.fastpath import FastPath, cache_factory, check_compile, resolve
 from specviz.fastpath.cache import StaticCache, bucket
@@ -592,7 +593,6 @@ def test_every_layout_gives_the_target_s_greedy_tokens(make_pair, prompts, refer
 
 
 def test_knee_is_measured_through_the_pairs_forward_path(make_pair):
-    from specviz.chapters import experiments
     from specviz.hardware.device import measure_latency
 
     pair = make_pair("ngram", "static")
@@ -603,7 +603,7 @@ def test_knee_is_measured_through_the_pairs_forward_path(make_pair):
         return pair.target_cache(batch)
     secs = measure_latency(t.model, [1, 4], 16, t.device, t.dtype, 2, counting)
     assert len(secs) == 2 and all(s > 0 for s in secs) and len(made) == 2 * 3      # a fresh cache per pass
-    final = list(experiments.run_knee(pair, None, context=16, repeats=1, cap=4))[-1]
+    final = list(knee.run_knee(pair, None, context=16, repeats=1, cap=4))[-1]
     assert final["done"] and [r["tokens_per_pass"] for r in final["table"]] == [1, 2, 4]
 
 

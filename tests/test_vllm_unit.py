@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from specviz.chapters import BY_KEY, sweep
 from specviz.vllm import metrics, steps
 from specviz.vllm.client import VllmClient, VllmError, normalise_url, parse_chunk, refusal
 from specviz.vllm.launcher import LaunchSpec, server_argv, speculative_config
@@ -287,7 +288,6 @@ def test_recorded_vllm_sweep_as_the_lesson_reads_it(tmp_path):
 
 
 def test_recorded_vllm_panels_say_version_machine_and_command_in_both_languages(tmp_path):
-    from specviz.chapters import figures as charts_lesson
     from specviz.hardware import profiles
     from specviz.ui.lesson import chart_labels, vllm_md
     from specviz.chapters import vllm_panels as vl
@@ -295,11 +295,11 @@ def test_recorded_vllm_panels_say_version_machine_and_command_in_both_languages(
     _recorded_vllm(tmp_path)
     (sw,) = profiles.load_sweeps(tmp_path, engine="vllm")
     for lang in ("en", "fa"):
-        md = vllm_md(lang, "policies", sw)
+        md = vllm_md(lang, BY_KEY["policies"], sw)
         assert "0.32.0" in md and "AMD EPYC" in md and "sweep --engine vllm" in md
         assert "0.95×" in md and "1.03×" in md and "{" not in md
-        assert "sweep --engine vllm" in vllm_md(lang, "sweep", sw)
-        fig = charts_lesson.figure_recorded_sweep(vl.sweep_result(sw), chart_labels(lang, "sweep"))
+        assert "sweep --engine vllm" in vllm_md(lang, BY_KEY["sweep"], sw)
+        fig = sweep.figure_recorded_sweep(vl.sweep_result(sw), chart_labels(lang, "sweep"))
         assert fig.data[0].type == "heatmap" and "★ 2.00×" in fig.data[0].text[2][0]
 
 

@@ -18,6 +18,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from specviz.machine import cache_root
 
+# a pass over this many times its roofline time is explained by neither memory nor compute: fixed costs
+# (kernel launches, Python, bookkeeping) fill it. The lesson's knee chapter and the What-if use the same rule.
+OVERHEAD_FACTOR = 2.0
+
 
 @dataclass(frozen=True)
 class Peaks:
@@ -292,7 +296,7 @@ def step_metrics(flops: float, nbytes: float, seconds: float, peaks: Peaks | Non
     if peaks is None:
         return StepMetrics(bw, fl, None, None, "unknown (not calibrated)")
     t_mem, t_comp = nbytes / peaks.bandwidth, flops / peaks.flops
-    if seconds > 2 * max(t_mem, t_comp):
+    if seconds > OVERHEAD_FACTOR * max(t_mem, t_comp):
         regime = "overhead-bound"
     else:
         regime = "memory-bound" if t_mem >= t_comp else "compute-bound"

@@ -24,6 +24,7 @@ from specviz.limits import Limits, limits_from_env
 from specviz.pairs.models import ModelError
 from specviz.serve.scheduler import DeviceGate
 from specviz import lessons
+from specviz.chapters import KEYS
 from specviz.engine.policies import POLICY_NAMES
 from specviz.ui import lesson, playground, whatif
 from specviz.serve import runner
@@ -255,7 +256,7 @@ def restore(app: SpecVizApp, request, lang: str) -> list:
             return gr.skip()
         return gr.update(value=v) if lo <= v <= hi else gr.skip()
     return [gr.update(selected=q["tab"]) if q.get("tab") in TAB_IDS else gr.skip(),
-            gr.update(value=q["chapter"]) if q.get("chapter") in lessons.CHAPTERS else gr.skip(),
+            gr.update(value=q["chapter"]) if q.get("chapter") in KEYS else gr.skip(),
             gr.update(value=q["pair"]) if q.get("pair") in labels else gr.skip(),
             gr.update(value=q["prompt"][: app.limits.max_prompt_chars]) if q.get("prompt") else gr.skip(),
             num("batch", 1, app.limits.max_rows_per_user), num("depth", 0, app.limits.max_depth),

@@ -13,7 +13,7 @@ import gradio as gr
 from specviz import charts, lessons
 from specviz.hardware import roofline as rf
 from specviz.engine.loop import EngineError
-from specviz.hardware.device import find_knee
+from specviz.hardware.device import OVERHEAD_FACTOR, find_knee
 from specviz.pairs.models import ModelError
 from specviz.hardware.profiles import (Profile, compare, fit_stack, gpu_calibration, load_profiles, load_published,
                               profile_calibration, profile_for_device, stack_calibration)
@@ -527,7 +527,6 @@ def build(app) -> None:
 
 
 KNEE_CONTEXT = 256
-OVERHEAD_FACTOR = 2.0     # the same rule as hardware.step_metrics: > 2× the roofline time = overhead-bound
 
 
 def knee_view(upd, context: int = KNEE_CONTEXT, lang: str = lessons.DEFAULT_LANG):
