@@ -47,6 +47,11 @@ class Limits:
     max_temperature: float = 2.0
     max_queue: int = 32                # requests waiting for room in the shared batch
 
+    def __post_init__(self):
+        # the engine's own caps bound every configurable limit (a larger value would pass the door and then
+        # fail the engine's invariants)
+        assert 0 <= self.max_depth <= MAX_DEPTH and 1 <= self.max_new_tokens <= ENGINE_MAX_NEW
+
 
 def limits_from_env(base: Limits = Limits()) -> Limits:
     """The classroom limits, with the per-user and shared rows overridable by environment variables."""

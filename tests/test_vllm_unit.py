@@ -7,6 +7,7 @@ import json
 import pytest
 
 from specviz.chapters import BY_KEY, sweep
+from specviz.engine.policies import FIXED
 from specviz.vllm import metrics, steps
 from specviz.vllm.client import VllmClient, VllmError, normalise_url, parse_chunk, refusal
 from specviz.vllm.launcher import LaunchSpec, server_argv, speculative_config
@@ -375,7 +376,7 @@ def test_a_run_at_a_depth_still_starting_gets_a_sentence_naming_the_ready_ones()
     class Inner:
         zero_gpu = False
     (choice,) = vllm_choices([pool])
-    req = RunRequest("smollm2-135m-offline", "ngram", ((1, 2, 3),), 2, 1, "fixed", None, 0.0, 8)
+    req = RunRequest("smollm2-135m-offline", "ngram", ((1, 2, 3),), 2, 1, FIXED, 0.0, 8)
     router = VllmRouter(Inner(), [pool])
     for _ in range(2):             # the press that starts it, and a press while it is still starting
         router.ready(choice)       # the pair itself is ready: which server depends on the Run's depth

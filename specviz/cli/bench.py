@@ -89,11 +89,10 @@ def _assisted_kwargs(pair, depth):
 
 
 def run(args) -> int:
-    from specviz.engine.loop import check_batch, check_depth
     from specviz.pairs.pipeline import encode_prompt, load_pair
+    from specviz.serve.door import check_knobs
 
-    check_batch(args.batch_size)
-    check_depth(args.depth)
+    check_knobs(args.depth, args.batch_size)
     pair = load_pair(args.target, args.draft, args.device, compile=args.compile)
     if pair.fast.note:
         print(f"specviz: {pair.fast.note}")

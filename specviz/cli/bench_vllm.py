@@ -17,10 +17,7 @@ Last line: {"specviz": {...}, "vllm": {...}, "ratio", "rows", "identical_rows", 
 from __future__ import annotations
 
 import json
-import statistics
 import sys
-import threading
-import time
 
 from specviz.cli.classroom import POOL, _pct
 from specviz.cli.common import add_compile_arg
@@ -54,30 +51,12 @@ def _note(args, text: str) -> None:
 
 def _ours(pair, prompts: list[list[int]], depth: int, max_new: int) -> dict:
     """N one-row requests into one Scheduler at once (as the classroom does), EOS ignored."""
-    from specviz.limits import Limits
     from specviz.engine.request import Knobs, Request
-    from specviz.serve.scheduler import DeviceGate, Scheduler
+    from specviz.serve.workload import shared_scheduler, users_at_once
 
-    def make_engine():
-        eng = pair.engine()
-        eng.eos = set()               # ignore EOS: every row decodes exactly max_new tokens
-        return eng
-    sched = Scheduler(make_engine, Limits(), DeviceGate(), pair.target_spec, pair.draft_spec)
-    res: list = [None] * len(prompts)
-
-    def user(i: int, t0: float) -> None:
-        ticket = sched.submit(Request([prompts[i]], Knobs(depth, 1), max_new))
-        last = None
-        for upd in ticket.updates():
-            last = upd
-        res[i] = (time.perf_counter() - t0, last.outputs[0], last.totals, last.error)
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=user, args=(i, t0)) for i in range(len(prompts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
+    sched = shared_scheduler(pair, ignore_eos=True)   # every row decodes exactly max_new tokens, as vLLM's
+    wall, runs = users_at_once(sched, [Request([p], Knobs(depth, 1), max_new) for p in prompts])
+    res = [(r.done_s, r.outputs, r.totals, r.error) for r in runs]
     sched.close()
     errors = [r[3] for r in res if r[3]]
     if errors:

@@ -44,9 +44,10 @@ def add_parser(sub) -> None:
 
 
 def _policy(args):
-    from specviz.engine.policies import make_policy
+    """A fresh policy for one user's request (policies keep per-request state), checked like the app's."""
+    from specviz.engine.policies import PolicyChoice
 
-    return make_policy(args.policy, threshold=args.threshold)
+    return PolicyChoice.parse(args.policy, args.threshold).build()
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -55,24 +56,14 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def _shared(pair, prompts, args):
-    from specviz.limits import Limits
     from specviz.engine.request import Knobs, Request
-    from specviz.serve.scheduler import DeviceGate, Scheduler
+    from specviz.serve.workload import shared_scheduler, users_at_once
 
-    sched = Scheduler(pair.engine, Limits(), DeviceGate(), pair.target_spec, pair.draft_spec)
-    res = [None] * len(prompts)
-
-    def user(i, t_submit):
-        ticket = sched.submit(Request([prompts[i]], Knobs(args.depth, 1, _policy(args)), args.max_new_tokens))
-        first, last = None, None
-        for upd in ticket.updates():
-            if upd.events and first is None:
-                first = time.perf_counter()
-            last = upd
-        res[i] = (first - t_submit, time.perf_counter() - t_submit, last.outputs[0], last.totals.shared_batch_max)
-    wall = _all_at_once(user, len(prompts))
+    sched = shared_scheduler(pair)
+    requests = [Request([p], Knobs(args.depth, 1, _policy(args)), args.max_new_tokens) for p in prompts]
+    wall, runs = users_at_once(sched, requests)
     sched.close()
-    return wall, res
+    return wall, [(r.first_s, r.done_s, r.outputs, r.totals.shared_batch_max) for r in runs]
 
 
 def _separate(pair, prompts, args):

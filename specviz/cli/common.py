@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import os
 
-from specviz.engine.loop import MAX_BATCH, Knobs
-from specviz.limits import MAX_DEPTH, check_prompt_text, check_request
-from specviz.engine.policies import POLICY_NAMES, make_policy, parse_table
+from specviz.engine.policies import POLICY_NAMES, PolicyChoice, parse_table
+from specviz.engine.request import MAX_BATCH, Knobs
+from specviz.limits import MAX_DEPTH, check_prompt_text
+from specviz.serve.door import RunArgs, check_run
 
 DEFAULT_TARGET = "smollm2-135m-offline"
 DEFAULT_DRAFT = "layerskip:12-17"   # measured: agrees with the full 135M model on ~59 % of greedy tokens
@@ -51,20 +52,23 @@ def add_run_args(p) -> None:
     p.add_argument("--raw", action="store_true", help="feed the prompt as is (no chat template)")
 
 
-def check_run_args(args) -> None:
-    """Fail fast, before any model loads, with the same checks and sentences as the app."""
-    check_request(args.batch_size, args.depth, args.temperature, args.max_new_tokens)
+def check_run_args(args) -> RunArgs:
+    """Fail fast, before any model loads, at the same door and with the same sentences as the app."""
+    table = parse_table(args.batch_table) if args.batch_table else None
+    checked = check_run(args.batch_size, args.depth, args.temperature, args.max_new_tokens, args.policy,
+                        args.threshold, table=table, max_depth=args.max_depth)
     for text in args.prompt or []:
         check_prompt_text(text)
+    return checked
 
 
-def policy_from_args(args):
+def policy_from_args(args) -> PolicyChoice:
     table = parse_table(args.batch_table) if args.batch_table else None
-    return make_policy(args.policy, threshold=args.threshold, table=table, max_depth=args.max_depth)
+    return PolicyChoice.parse(args.policy, args.threshold, table=table, max_depth=args.max_depth)
 
 
 def knobs_from_args(args) -> Knobs:
-    return Knobs(depth=args.depth, batch_size=args.batch_size, policy=policy_from_args(args))
+    return Knobs(depth=args.depth, batch_size=args.batch_size, policy=policy_from_args(args).build())
 
 
 DEFAULT_PROMPTS = ["Explain in two sentences why the sky is blue."]

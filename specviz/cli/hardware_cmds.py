@@ -48,14 +48,14 @@ def add_parsers(sub) -> None:
 
 
 def _ints(text: str, what: str, lo: int, hi: int) -> list[int]:
-    from specviz.engine.loop import EngineError
+    from specviz.limits import LimitError
 
     try:
         vals = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise EngineError(f"--{what} takes comma-separated whole numbers, got {text!r}")
+        raise LimitError(f"--{what} takes comma-separated whole numbers, got {text!r}")
     if not vals or any(not lo <= v <= hi for v in vals):
-        raise EngineError(f"--{what} values must be {lo}-{hi}, got {text!r}")
+        raise LimitError(f"--{what} values must be {lo}-{hi}, got {text!r}")
     return vals
 
 

@@ -27,7 +27,7 @@ WARMUP_TOKENS = 8
 
 def parse_schedule(text: str) -> tuple[tuple[int, int, int], ...]:
     """ "1-4:4,5-8:2,9-256:1" → ((1, 4, 4), (5, 8, 2), (9, 256, 1)); "" or "none" → no schedule run."""
-    from specviz.engine.loop import EngineError
+    from specviz.limits import LimitError
 
     if text.strip().lower() in ("", "none", "off"):
         return ()
@@ -38,11 +38,11 @@ def parse_schedule(text: str) -> tuple[tuple[int, int, int], ...]:
             lo, hi = span.split("-")
             rows.append((int(lo), int(hi), int(k)))
     except ValueError:
-        raise EngineError(f"--schedule takes LO-HI:K entries separated by commas (e.g. 1-4:4,5-8:2,9-256:1), "
+        raise LimitError(f"--schedule takes LO-HI:K entries separated by commas (e.g. 1-4:4,5-8:2,9-256:1), "
                           f"got {text!r}")
     for lo, hi, k in rows:
         if not (1 <= lo <= hi <= 4096 and 0 <= k <= 16):
-            raise EngineError(f"--schedule entry {lo}-{hi}:{k}: batch sizes 1-4096 (low ≤ high), depth 0-16")
+            raise LimitError(f"--schedule entry {lo}-{hi}:{k}: batch sizes 1-4096 (low ≤ high), depth 0-16")
     return tuple(rows)
 
 
@@ -116,8 +116,8 @@ def run_sweep_vllm(args, batches: list[int], depths: list[int]) -> int:
 
     schedule = parse_schedule(args.schedule)
     if not 1 <= args.repeats <= 9:
-        from specviz.engine.loop import EngineError
-        raise EngineError("--repeats must be 1-9")
+        from specviz.limits import LimitError
+        raise LimitError("--repeats must be 1-9")
     if not vllm_installed():
         raise VllmError("vLLM is not installed (.venv-vllm is missing): run bash scripts/vllm-setup")
     speculative_config(args.draft, max(depths + [1]))        # an unsupported draft fails before any server starts

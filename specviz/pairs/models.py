@@ -189,7 +189,7 @@ def resolve_ref(ref: str) -> str:
 
 def load_model(ref: str, device: str | None = None) -> LoadedModel:
     """Load a causal LM and its tokenizer from a model reference. Never runs remote code."""
-    import torch
+    # imported here: torch and transformers take seconds to import, and the CLI checks its arguments first
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dev = pick_device(device)

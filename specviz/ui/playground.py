@@ -14,14 +14,14 @@ import time
 import gradio as gr
 
 from specviz import lessons
-from specviz.limits import MAX_DEPTH, LimitError, check_prompt_text, check_request
+from specviz.limits import MAX_DEPTH, LimitError, check_prompt_text
 from specviz.pairs.pipeline import encode_prompt
-from specviz.engine.policies import POLICY_NAMES, PolicyError
+from specviz.engine.policies import FIXED, POLICY_NAMES, PolicyChoice, PolicyError
 from specviz.serve.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, EXAMPLES, ROW_POOL
 from specviz.engine.request import Knobs, RunTotals
 from specviz.ui import counters
 from specviz.serve import runner
-from specviz.serve.control import policy_from
+from specviz.serve.door import check_run
 from specviz.ui.errors import as_sentences, error, human
 from specviz.ui.i18n import t
 from specviz.serve.live import LiveRun
@@ -181,9 +181,9 @@ class Playground:
                same_prompt=True):
         app, lang = self.app, self.lang(session)
         with as_sentences(lang):
-            args = check_request(batch_size, k, temp, max_tokens, app.limits)
+            args = check_run(batch_size, k, temp, max_tokens, policy_name, thr, app.limits)
             check_prompt_text(prompt_text, app.limits)
-            knobs = Knobs(args.depth, args.batch, policy_from(policy_name, thr), max_batch=app.limits.max_rows_per_user)
+            knobs = Knobs(args.depth, args.batch, args.policy.build(), max_batch=app.limits.max_rows_per_user)
             choice = app.choice(pair_label, lang)
         if not app.pairs.loaded(choice):
             yield pack(status=t(lang, "playground.status_loading", pair=choice.label))
@@ -199,8 +199,8 @@ class Playground:
                                "outputs": [], **RunTotals().as_dict()})
             return
         req = runner.RunRequest(choice.target, choice.draft, tuple(map(tuple, prompts)), args.depth, args.batch,
-                                policy_name or "fixed", thr, args.temperature, args.max_new)
-        live = LiveRun(app.runner.control(knobs, (policy_name or "fixed", thr)), choice.label, app.peaks,
+                                args.policy, args.temperature, args.max_new)
+        live = LiveRun(app.runner.control(knobs, args.policy), choice.label, app.peaks,
                        app.sampler, shared=not app.runner.zero_gpu, lang=lang)
         streamer = Streamer(app, live, pair.tokenizer, session, lang, choice)
         packet = yield from self._run(req, choice, live, streamer, session)
@@ -254,9 +254,9 @@ class Playground:
     def _baseline(self, req, choice, max_batch: int) -> float | None:
         """Plain decoding of the same prompts and batch, right after the Run (its tokens/s), through the
         same runner — so it is measured the same way, in the same (shared) batch."""
-        plain_req = runner.RunRequest(req.target, req.draft, req.prompts, 0, req.batch, "fixed", None, 0.0,
+        plain_req = runner.RunRequest(req.target, req.draft, req.prompts, 0, req.batch, FIXED, 0.0,
                                       min(req.max_new, BASELINE_MAX_NEW))
-        control = self.app.runner.control(Knobs(0, req.batch, max_batch=max_batch), ("fixed", None))
+        control = self.app.runner.control(Knobs(0, req.batch, max_batch=max_batch), FIXED)
         packet = None
         try:
             with as_sentences():
@@ -308,7 +308,8 @@ class Playground:
         if live is None:
             return                  # no run streaming: the values apply at the next Run
         try:
-            live.control.set(depth=depth, batch=batch, policy=policy)
+            choice = None if policy is None else PolicyChoice.parse(*policy)
+            live.control.set(depth=depth, batch=batch, policy=choice)
         except (LimitError, ValueError, TypeError, PolicyError) as exc:
             gr.Warning(human(self.lang(session), exc))
 
@@ -374,8 +375,7 @@ class Playground:
             text = lessons.text(lang, "app.zerogpu_batches")
         else:
             choice = next((c for c in self.app.choices if c.label == pair_label), None)
-            sched = self.app.runner.schedulers.peek(choice) if choice else None
-            info = sched.info() if sched else None
+            info = self.app.runner.batch_info(choice) if choice else None
             text = counters.batch_md(lang, info.rows if info else 0, info.users if info else 0,
                                      waiting=info.waiting if info else 0)
         with self._lock:

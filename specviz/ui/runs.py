@@ -101,8 +101,8 @@ class RunStore:
         write_csv(csv_path, live.csv_rows())
         device = live.peaks.device if live.peaks is not None else "unknown device"
         rec = Recording(device=device, date=recordings.now_iso(), pair=choice.label, prompt=prompt_text,
-                        settings={"batch": req.batch, "depth": req.depth, "policy": req.policy,
-                                  "threshold": req.threshold, "temperature": req.temperature, "max_new": req.max_new},
+                        settings={"batch": req.batch, "depth": req.depth, "policy": req.policy.name,
+                                  "threshold": req.policy.threshold, "temperature": req.temperature, "max_new": req.max_new},
                         steps=parts["steps"], samples=parts["samples"], totals=parts["totals"],
                         outputs=parts["outputs"], prompt_ids=result["prompt_ids"], versions=recordings.versions())
         rec_path = self._path("specviz-run", "json")

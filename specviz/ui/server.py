@@ -58,7 +58,7 @@ class SpecVizApp:
             if preload:
                 place_weights(weights, self.choices)
             self.pairs = TokenizerCache(weights)
-            self.runner = runner.ZeroGpuRunner(spaces, lambda: weights, as_human_errors)
+            self.runner = runner.ZeroGpuRunner(spaces, lambda: weights, as_human_errors, self.limits)
             self.sampler = None
             calibrate_peaks = False
         else:

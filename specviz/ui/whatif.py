@@ -12,8 +12,8 @@ import gradio as gr
 
 from specviz import charts, lessons
 from specviz.hardware import roofline as rf
-from specviz.engine.loop import EngineError
 from specviz.hardware.device import OVERHEAD_FACTOR, find_knee
+from specviz.limits import LimitError
 from specviz.pairs.models import ModelError
 from specviz.hardware.profiles import (Profile, compare, fit_stack, gpu_calibration, load_profiles, load_published,
                               profile_calibration, profile_for_device, stack_calibration)
@@ -576,7 +576,7 @@ def _build_measure(app) -> None:
                     yield tx(lang, "knee_waiting", position=upd.position), gr.skip()
                     continue
                 yield knee_view(upd, lang=lang)
-        except (ModelError, EngineError) as exc:
+        except (ModelError, LimitError) as exc:
             raise gr.Error(lessons.say(lang, exc)) from None
 
     go.click(measure, [pick], [md, fig], api_name="measure_knee", concurrency_limit=1)
