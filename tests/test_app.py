@@ -7,7 +7,7 @@ import pytest
 
 from apphelp import start_app, stop_app
 from specviz.ui.render import RowView, tokens_html
-from specviz.engine.loop import RowStep
+from specviz.engine.request import RowStep
 
 
 @pytest.fixture(scope="module")

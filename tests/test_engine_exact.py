@@ -3,7 +3,7 @@ import threading
 
 import pytest
 
-from specviz.engine.loop import EngineError, Knobs
+from specviz.engine.request import EngineError, Knobs
 from specviz.engine.policies import make_policy, parse_table
 
 MAX_NEW = 24

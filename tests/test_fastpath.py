@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from specviz.chapters import knee
-from specviz.engine.loop import Knobs
+from specviz.engine.request import Knobs
 from specviz.fastpath import FastPath, cache_factory, check_compile, resolve
 from specviz.fastpath.cache import StaticCache, bucket
 from specviz.fastpath.llama import CompactLlama, Unsupported

@@ -39,7 +39,7 @@ def add_parser(sub) -> None:
 
 
 def _ours(pair, prompts, depth, max_new, batch):
-    from specviz.engine.loop import Knobs
+    from specviz.engine.request import Knobs
 
     engine = pair.engine()
     verify = []

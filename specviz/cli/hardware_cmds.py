@@ -130,7 +130,7 @@ def run_roofline(args) -> int:
 
 def run_sweep(args) -> int:
     from specviz import charts
-    from specviz.engine.loop import Knobs
+    from specviz.engine.request import Knobs
     from specviz.pairs.pipeline import encode_prompt, load_pair
     from specviz.hardware.roofline import best_depths, crossover_from_rows
 

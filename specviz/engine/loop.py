@@ -28,8 +28,7 @@ import torch
 from specviz.engine.drafters import Drafter, Proposal
 from specviz.engine.kvcache import RaggedCache, prefill, timed_forward
 from specviz.engine.policies import StepObservation, StepPlan
-from specviz.engine.request import (MAX_BATCH, EngineError, KnobState, Knobs, Request, Row, RowStep,  # noqa: F401
-                                    RunTotals, StepEvent)
+from specviz.engine.request import Knobs, Request, Row, RowStep, RunTotals, StepEvent
 from specviz.hardware.roofline import ModelSpec, pass_cost, plain_token_flops
 from specviz.engine.sampling import greedy_accept, probabilities, speculative_accept
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -150,6 +150,10 @@ class RunTotals:
     plain_flops: float = 0.0
     shared_batch_max: int = 0       # the most rows in any step this request took part in
     users_max: int = 0              # the most distinct requests in such a step
+
+    def copy(self) -> "RunTotals":
+        """A snapshot to hand to another thread (these totals keep changing in the engine's thread)."""
+        return replace(self)
 
     def add(self, ev: StepEvent) -> None:
         self.steps += 1

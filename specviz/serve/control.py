@@ -8,7 +8,7 @@ import os
 import tempfile
 import uuid
 
-from specviz.engine.loop import Knobs
+from specviz.engine.request import Knobs
 from specviz.engine.policies import FIXED, PolicyChoice
 from specviz.limits import Limits
 from specviz.serve.door import check_knobs

@@ -17,14 +17,13 @@ peaks. Two runners produce them:
 """
 from __future__ import annotations
 
-import copy
 import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
-from specviz.engine.loop import Knobs, RunTotals, StepEvent
+from specviz.engine.request import Knobs, RunTotals, StepEvent
 from specviz.hardware.device import Peaks, Sample, Sampler, cached_peaks, device_name, free_memory, knee_steps
 from specviz.limits import Limits
 from specviz.engine.request import Request
@@ -86,7 +85,7 @@ def run_packets(req: RunRequest, pair, knobs: Knobs, control: "ControlFile | Non
         samples = [] if sampler is None else [s for s in sampler.recent(5.0) if s.t > last_sample]
         if samples:
             last_sample = samples[-1].t
-        p = Packet(list(pending), copy.copy(engine.totals), samples,
+        p = Packet(list(pending), engine.totals.copy(), samples,
                    None if sampler is None else sampler.source, peaks if first else None,
                    pair.target_spec if first else None, final, knobs.stop.is_set(),
                    engine.outputs() if final else None, os.getpid())

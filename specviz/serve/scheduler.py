@@ -352,7 +352,7 @@ class Scheduler:
         for req, ev in results:
             t = self._active.get(req.id)
             if t is not None:
-                t.put(Update([ev], _copy_totals(req.totals)))
+                t.put(Update([ev], req.totals.copy()))
         self._finish_done()
         self._publish_info()
 
@@ -361,7 +361,7 @@ class Scheduler:
         for rid, t in list(self._active.items()):
             if rid not in live:
                 req = t.request
-                t.put(Update([], _copy_totals(req.totals), None, True, req.stopped, req.outputs(), req.error))
+                t.put(Update([], req.totals.copy(), None, True, req.stopped, req.outputs(), req.error))
                 del self._active[rid]
 
     def _reap(self) -> None:
@@ -449,10 +449,6 @@ class Scheduler:
         info = BatchInfo(len(eng.rows), len({r.owner.id for r in eng.rows}), len(self._pending))
         with self._cond:
             self._info = info
-
-
-def _copy_totals(t: RunTotals) -> RunTotals:
-    return RunTotals(**vars(t))
 
 
 def _free_cached_memory() -> None:
