@@ -46,9 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from specviz.engine.policies import PolicyError
     from specviz.limits import LimitError
     from specviz.pairs.models import ModelError
-    from specviz.engine.policies import PolicyError
 
     try:
         args = build_parser().parse_args(argv)

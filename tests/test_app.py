@@ -4,10 +4,10 @@ import shutil
 from contextlib import contextmanager
 
 import pytest
-
 from apphelp import start_app, stop_app
-from specviz.ui.render import RowView, tokens_html
+
 from specviz.engine.request import RowStep
+from specviz.ui.render import RowView, tokens_html
 
 
 @pytest.fixture(scope="module")

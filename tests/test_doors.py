@@ -15,7 +15,6 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-
 from apphelp import client, pair_label, start_app, stop_app
 
 GENERIC = "upstream Gradio app has raised an exception"

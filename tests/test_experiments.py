@@ -8,10 +8,10 @@ import string
 
 import pytest
 
-from specviz.chapters import BY_KEY, breadth_depth, common, knee, ledger, policies, race, sweep
 from specviz import lessons
-from specviz.hardware.device import Peaks
+from specviz.chapters import BY_KEY, breadth_depth, common, knee, ledger, policies, race, sweep
 from specviz.engine.request import Knobs, Request
+from specviz.hardware.device import Peaks
 from specviz.hardware.roofline import crossover_from_rows
 
 # a CPU-like calibration: enough for the roofline column, no measurement needed in a test

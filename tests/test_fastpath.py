@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_engine_exact import MAX_NEW, assert_exact, run
 
 from specviz.chapters import knee
 from specviz.engine.request import Knobs
 from specviz.fastpath import FastPath, cache_factory, check_compile, resolve
 from specviz.fastpath.cache import StaticCache, bucket
 from specviz.fastpath.llama import CompactLlama, Unsupported
-from test_engine_exact import MAX_NEW, assert_exact, run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -365,10 +365,10 @@ def _wait_warm(cache, choice, timeout=120):
 def test_warm_up_swaps_a_running_request_onto_the_fast_path_losslessly(tiny_paths, prompts, reference):
     import threading
 
-    from specviz.limits import Limits
     from specviz.engine.request import Request
-    from specviz.serve.scheduler import DeviceGate
+    from specviz.limits import Limits
     from specviz.serve.runner import Schedulers
+    from specviz.serve.scheduler import DeviceGate
 
     gate = DeviceGate()
     cache, choice = _pair_cache(tiny_paths, "static", exclusive=gate.exclusive)
@@ -608,8 +608,8 @@ def test_knee_is_measured_through_the_pairs_forward_path(make_pair):
 
 
 def test_counters_say_which_path_ran():
-    from specviz.ui import counters
     from specviz.serve.catalog import FastStatus
+    from specviz.ui import counters
 
     assert counters.path_md("en", "", None) == ""                  # an old recording: nothing to say
     en = counters.path_md("en", "eager (transformers)", FastStatus("warming"))
@@ -632,9 +632,8 @@ def test_served_app_serves_two_clients_on_the_fast_path(tiny_paths, tmp_path, gr
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from gradio_client import Client
-
     from apphelp import start_app, stop_app
+    from gradio_client import Client
 
     log = tmp_path / "app.log"
     proc, url = start_app(tiny_paths["target"], tiny_paths["draft"], log, {"SPECVIZ_COMPILE": "static"})

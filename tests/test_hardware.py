@@ -96,8 +96,9 @@ def test_sweep_cli_end_to_end(tiny_paths, tmp_path):
 
 
 def test_roofline_on_a_shape_ref_writes_a_profile(tmp_path):
-    from specviz.hardware.profiles import load_profile
     from test_models_and_cli import cli
+
+    from specviz.hardware.profiles import load_profile
 
     prof = tmp_path / "p.json"
     r = cli("roofline", "--target", "shape:SmolLM2-135M", "--max-tokens", "4", "--repeats", "1",

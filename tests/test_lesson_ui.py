@@ -5,10 +5,10 @@ import re
 import shutil
 
 import pytest
-
 from apphelp import client, pair_label
-from specviz import lessons
 from test_app import CHROMIUM, browser_page, needs_chromium
+
+from specviz import lessons
 
 CHAPTERS = ["race", "knee", "breadth_depth", "ledger", "sweep", "policies"]
 

@@ -9,9 +9,9 @@ import pickle
 import re
 
 import pytest
+from test_app import browser_page, needs_chromium
 
 from specviz import lessons
-from test_app import browser_page, needs_chromium
 
 ARABIC = re.compile(r"[\u0600-\u06FF]")
 LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9'’]*")
@@ -91,9 +91,9 @@ def _raised(fn, *args, **kwargs) -> Exception:
 
 
 def test_errors_keep_their_english_and_speak_persian():
+    from specviz.engine.policies import make_policy, parse_table
     from specviz.limits import Limits, check_prompt_ids, check_prompt_text, check_request
     from specviz.pairs.models import parse_draft_ref, resolve_ref
-    from specviz.engine.policies import make_policy, parse_table
 
     cases = [
         (_raised(check_request, 100, 1, 0, 5), "batch size (rows) must be from 1 to 64; 100 is out of range"),
@@ -144,8 +144,8 @@ def test_bidi_persian_values_stay_right_to_left_and_times_sits_inside():
 
 
 def test_chapter_titles_and_chart_labels_are_isolated_right_to_left():
-    from specviz.ui.lesson import chapter_choices, chart_labels
     from specviz.serve.live import live_labels
+    from specviz.ui.lesson import chapter_choices, chart_labels
 
     for label, _ in chapter_choices("fa"):
         assert label.startswith(lessons.RLI) and label.endswith(lessons.PDI)

@@ -270,8 +270,8 @@ def test_recorded_vllm_sweep_loads_apart_from_ours(tmp_path):
 
 
 def test_recorded_vllm_sweep_as_the_lesson_reads_it(tmp_path):
-    from specviz.hardware import profiles
     from specviz.chapters import vllm_panels as vl
+    from specviz.hardware import profiles
 
     _recorded_vllm(tmp_path)
     (sw,) = profiles.load_sweeps(tmp_path, engine="vllm")
@@ -289,9 +289,9 @@ def test_recorded_vllm_sweep_as_the_lesson_reads_it(tmp_path):
 
 
 def test_recorded_vllm_panels_say_version_machine_and_command_in_both_languages(tmp_path):
+    from specviz.chapters import vllm_panels as vl
     from specviz.hardware import profiles
     from specviz.ui.lesson import chart_labels, vllm_md
-    from specviz.chapters import vllm_panels as vl
 
     _recorded_vllm(tmp_path)
     (sw,) = profiles.load_sweeps(tmp_path, engine="vllm")
@@ -404,8 +404,8 @@ def test_picking_a_pair_sets_the_depth_slider_by_its_engine():
     from types import SimpleNamespace
 
     from specviz.serve.catalog import PairChoice
-    from specviz.ui.playground import Playground
     from specviz.serve.vllm_router import VllmRouter, vllm_choices
+    from specviz.ui.playground import Playground
     from specviz.vllm.backend import Endpoint
 
     class Inner:
@@ -427,9 +427,9 @@ def test_sweep_on_vllm_writes_our_sweep_files_and_a_record_the_lesson_reads(tiny
     """The orchestration of `sweep --engine vllm` with each server's cells stubbed (the servers themselves
     are the real-server tier's business): one server per depth in order, then the schedule's; the same
     CSV/JSON/HTML as our sweep; recorded.json loads as a vLLM sweep with its command and version."""
-    from specviz.hardware import profiles
     from specviz.__main__ import main
     from specviz.cli import sweep_vllm
+    from specviz.hardware import profiles
     from specviz.vllm import launcher
 
     asked = []

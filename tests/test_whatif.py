@@ -216,8 +216,8 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
     from specviz import lessons
     from specviz.hardware.device import Peaks
     from specviz.hardware.roofline import MODELS
-    from specviz.ui import whatif
     from specviz.serve import runner
+    from specviz.ui import whatif
 
     used = set()
     template = lessons.template

@@ -14,10 +14,9 @@ import plotly.graph_objects as go
 
 from specviz import lessons
 from specviz.chapters.base import Chapter, Result
-from specviz.chapters.common import settings_of, snapshot, finished
-from specviz.chapters.plotting import DRAFT, REJECTED, OWN, labels_for, styled
+from specviz.chapters.common import finished, settings_of, snapshot
+from specviz.chapters.plotting import DRAFT, OWN, REJECTED, labels_for, styled
 from specviz.engine.torchmode import inference_steps
-
 
 BD_MATCH = 0.25          # breadth and depth "cost about the same" when within 25 % of each other
 

@@ -12,13 +12,11 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz.chapters.base import Chapter, Result
-from specviz.chapters.common import (TimedRun, timed_run, warm_up, draft_cost, settings_of, snapshot, finished,
-                                     finite)
-from specviz.chapters.plotting import DRAFT, VERIFY, PLAIN, PREFILL, OTHER, KEPT, REJECTED, OWN, labels_for, styled
+from specviz.chapters.common import TimedRun, draft_cost, finished, finite, settings_of, snapshot, timed_run, warm_up
+from specviz.chapters.plotting import DRAFT, KEPT, OTHER, OWN, PLAIN, PREFILL, REJECTED, VERIFY, labels_for, styled
 from specviz.engine.request import StepEvent
 from specviz.engine.torchmode import inference_steps
 from specviz.hardware.roofline import expected_tokens_per_pass, walltime_improvement
-
 
 LEDGER_AGREE = 0.15      # theory and measured speed-up within 15 % "agree"
 

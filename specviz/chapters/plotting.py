@@ -17,7 +17,6 @@ import plotly.graph_objects as go
 
 from specviz import lessons
 
-
 GRID = "rgba(136,136,136,0.35)"
 DRAFT, VERIFY, PLAIN, PREFILL, OTHER = "#f39c34", "#2c7bb6", "#8c8c8c", "#9e7cc1", "#5c5c5c"
 KEPT, REJECTED, OWN, TICK = "#1a9850", "#d73027", "#2c7bb6", "#e6b800"

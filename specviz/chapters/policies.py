@@ -14,11 +14,10 @@ import plotly.graph_objects as go
 from specviz import lessons
 from specviz.chapters import vllm_panels
 from specviz.chapters.base import Chapter, Result, VllmPanel
-from specviz.chapters.common import timed_run, warm_up, settings_of, snapshot, finished
-from specviz.chapters.plotting import PLAIN, TICK, POLICY_COLOURS, labels_for, styled
+from specviz.chapters.common import finished, settings_of, snapshot, timed_run, warm_up
+from specviz.chapters.plotting import PLAIN, POLICY_COLOURS, TICK, labels_for, styled
 from specviz.engine.policies import POLICY_NAMES, make_policy
 from specviz.engine.torchmode import inference_steps
-
 
 POLICIES_CLOSE = 0.05    # every policy within 5 % of the others at every batch: the choice hardly matters
 

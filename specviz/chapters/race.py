@@ -11,12 +11,11 @@ import plotly.graph_objects as go
 
 from specviz import lessons
 from specviz.chapters.base import Chapter, Result
-from specviz.chapters.common import (TimedRun, as_policy, timed_run, warm_up, draft_cost, settings_of, snapshot,
-                                     finished, finite)
-from specviz.chapters.plotting import DRAFT, VERIFY, PLAIN, PREFILL, TICK, labels_for, styled
+from specviz.chapters.common import (TimedRun, as_policy, draft_cost, finished, finite, settings_of, snapshot,
+                                     timed_run, warm_up)
+from specviz.chapters.plotting import DRAFT, PLAIN, PREFILL, TICK, VERIFY, labels_for, styled
 from specviz.engine.policies import Policy
 from specviz.engine.torchmode import inference_steps
-
 
 RACE_FASTER = 1.05       # ±5 %: run-to-run noise of a short CPU run; inside it the race is a draw
 RACE_SLOWER = 0.95

@@ -13,12 +13,11 @@ from plotly.subplots import make_subplots
 from specviz import lessons
 from specviz.chapters import vllm_panels
 from specviz.chapters.base import Chapter, Result, VllmPanel
-from specviz.chapters.common import TimedRun, timed_run, warm_up, settings_of, snapshot, finished
+from specviz.chapters.common import TimedRun, finished, settings_of, snapshot, timed_run, warm_up
 from specviz.chapters.plotting import PLAIN, POLICY_COLOURS, labels_for, styled
 from specviz.engine.torchmode import inference_steps
 from specviz.hardware.profiles import PUBLISHED_LABEL, load_published
 from specviz.hardware.roofline import best_depths, crossover_from_rows
-
 
 SWEEP_PAYS = 1.05        # a depth "pays" at a batch size when it beats plain decoding by ≥ 5 % (the race's band)
 

@@ -14,7 +14,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from huggingface_hub import snapshot_download
 
-    from specviz.pairs.models import HUB_PRESETS, ModelError, offline_gguf_path, convert_gguf
+    from specviz.pairs.models import HUB_PRESETS, ModelError, convert_gguf, offline_gguf_path
 
     names = list(HUB_PRESETS) if args.all else (args.preset or [next(iter(HUB_PRESETS))])
     unknown = [n for n in names if n not in HUB_PRESETS]

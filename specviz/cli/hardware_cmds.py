@@ -78,12 +78,11 @@ def run_roofline(args) -> int:
         from specviz import charts
     except ImportError:          # a bare GPU box with torch + transformers only
         charts = None
+    from specviz.fastpath import cache_factory, resolve
     from specviz.hardware.device import calibrate, device_name, find_knee, measure_latency, paired_roofline
-    from specviz.pairs.models import load_model
     from specviz.hardware.profiles import spec_to_dict
     from specviz.hardware.roofline import pass_cost, predicted_knee, spec_from_config
-
-    from specviz.fastpath import cache_factory, resolve
+    from specviz.pairs.models import load_model
 
     loaded = load_model(args.target, args.device)
     cap = args.max_tokens or (512 if loaded.device.type == "cuda" else 128)
@@ -131,8 +130,8 @@ def run_roofline(args) -> int:
 def run_sweep(args) -> int:
     from specviz import charts
     from specviz.engine.request import Knobs
-    from specviz.pairs.pipeline import encode_prompt, load_pair
     from specviz.hardware.roofline import best_depths, crossover_from_rows
+    from specviz.pairs.pipeline import encode_prompt, load_pair
 
     batches = _ints(args.batch_sizes, "batch-sizes", 1, 64)
     depths = _ints(args.depths, "depths", 0, 16)

@@ -108,9 +108,9 @@ def vllm_version(python) -> str:
 def run_sweep_vllm(args, batches: list[int], depths: list[int]) -> int:
     from specviz import charts
     from specviz.cli.bench_vllm import _cpu_name
+    from specviz.hardware.roofline import best_depths, crossover_from_rows
     from specviz.pairs.models import load_tokenizer
     from specviz.pairs.pipeline import encode_prompt
-    from specviz.hardware.roofline import best_depths, crossover_from_rows
     from specviz.vllm.client import VllmError
     from specviz.vllm.launcher import LaunchSpec, free_port, python_path, speculative_config, vllm_installed
 

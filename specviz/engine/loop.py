@@ -29,8 +29,9 @@ from specviz.engine.drafters import Drafter, Proposal
 from specviz.engine.kvcache import RaggedCache, prefill, timed_forward
 from specviz.engine.policies import StepObservation, StepPlan
 from specviz.engine.request import Knobs, Request, Row, RowStep, RunTotals, StepEvent
-from specviz.hardware.roofline import ModelSpec, pass_cost, plain_token_flops
 from specviz.engine.sampling import greedy_accept, probabilities, speculative_accept
+from specviz.hardware.roofline import ModelSpec, pass_cost, plain_token_flops
+
 
 class SpeculativeEngine:
     """Runs a target model and a drafter over one live batch shared by any number of requests."""

@@ -21,9 +21,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from specviz.hardware.roofline import expected_tokens_per_pass
 from specviz.lessons import Said
 from specviz.limits import MAX_DEPTH
-from specviz.hardware.roofline import expected_tokens_per_pass
 
 POLICY_NAMES = ("fixed", "disable-by-batch-size", "batch-table", "adaptive", "confidence")
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
+
 from specviz.machine import cache_root
 
 # no torch import at module level: app.py checks --compile before ZeroGPU's `spaces` is imported
@@ -141,10 +142,11 @@ def setup_compile_cache() -> None:
 
 # --- auto: remember on this machine whether compiling paid ----------------------------------------
 def _auto_file(device) -> Path:
-    from specviz.hardware.device import machine_key
     import hashlib
 
     import torch
+
+    from specviz.hardware.device import machine_key
 
     key = machine_key(torch.device(device or "cpu"), None)      # host, device, torch version
     return cache_root() / "fastpath" / f"auto-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"

@@ -16,6 +16,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+
 from specviz.machine import cache_root
 
 # a pass over this many times its roofline time is explained by neither memory nor compute: fixed costs

@@ -10,11 +10,11 @@ from typing import Callable
 from specviz.engine.drafters import Drafter, ModelDrafter, NgramDrafter, make_layerskip_model
 from specviz.engine.loop import SpeculativeEngine
 from specviz.fastpath import FastPath, cache_factory, resolve
+from specviz.hardware.roofline import ModelSpec, spec_from_config
 from specviz.lessons import Said
 from specviz.limits import Limits, check_prompt_ids, check_prompt_text
 from specviz.pairs.models import (SHAPE_PREFIX, LoadedModel, ModelError, check_same_vocabulary, load_model,
-                            parse_draft_ref)
-from specviz.hardware.roofline import ModelSpec, spec_from_config
+                                  parse_draft_ref)
 
 
 @dataclass(frozen=True)

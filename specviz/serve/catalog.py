@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from specviz.fastpath import check_compile
+from specviz.fastpath.warmup import WarmResult, warm
 from specviz.lessons import Key, Said, direction, isolate_ltr, isolate_rtl, say
 from specviz.pairs.models import HUB_PRESETS, OFFLINE_ALIAS, ModelError, load_tokenizer
 from specviz.pairs.pipeline import Pair, load_pair
-from specviz.fastpath.warmup import WarmResult, warm
 
 log = logging.getLogger("specviz")
 

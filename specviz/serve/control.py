@@ -8,8 +8,8 @@ import os
 import tempfile
 import uuid
 
-from specviz.engine.request import Knobs
 from specviz.engine.policies import FIXED, PolicyChoice
+from specviz.engine.request import Knobs
 from specviz.limits import Limits
 from specviz.serve.door import check_knobs
 

@@ -13,10 +13,10 @@ import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specviz.engine.request import RowStep, RunTotals, StepEvent
 from specviz.lessons import Said
 from specviz.serve import recording_check as check
 from specviz.serve.recording_check import LIMITS
-from specviz.engine.request import RowStep, RunTotals, StepEvent
 
 RECORDINGS_DIR = Path(__file__).resolve().parents[2] / "assets" / "recordings"
 FORMAT = "specviz-recording/1"

@@ -23,16 +23,15 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
-from specviz.engine.request import Knobs, RunTotals, StepEvent
+from specviz.engine.policies import PolicyChoice
+from specviz.engine.request import Knobs, Request, RunTotals, StepEvent
 from specviz.hardware.device import Peaks, Sample, Sampler, cached_peaks, device_name, free_memory, knee_steps
-from specviz.limits import Limits
-from specviz.engine.request import Request
 from specviz.hardware.roofline import ModelSpec
+from specviz.limits import Limits
+from specviz.serve.catalog import PairCache, PairChoice
+from specviz.serve.control import ControlFile, LocalControl
 from specviz.serve.scheduler import BatchInfo, DeviceGate, Scheduler
 from specviz.serve.workload import shared_scheduler
-from specviz.serve.catalog import PairCache, PairChoice
-from specviz.engine.policies import PolicyChoice
-from specviz.serve.control import ControlFile, LocalControl
 
 FLUSH_S = 0.05            # a packet at most every 50 ms: tiny models on a big GPU step far faster
 ZERO_GPU_MAX_S = 120      # ZeroGPU reservation ceiling we ask for (longer requests queue behind others)

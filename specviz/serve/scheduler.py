@@ -34,11 +34,11 @@ from typing import Callable, Iterator
 import torch
 
 from specviz.engine.loop import SpeculativeEngine
-from specviz.lessons import Key, Said
-from specviz.serve.heap import trim_heap
-from specviz.limits import LimitError, Limits
 from specviz.engine.request import Request, RunTotals, StepEvent
 from specviz.hardware.roofline import ModelSpec
+from specviz.lessons import Key, Said
+from specviz.limits import LimitError, Limits
+from specviz.serve.heap import trim_heap
 
 log = logging.getLogger("specviz.serve.scheduler")
 

@@ -12,9 +12,9 @@ import time
 from typing import Iterator
 
 from specviz.lessons import Said
-from specviz.serve.scheduler import BatchInfo
 from specviz.serve.catalog import PairChoice
 from specviz.serve.runner import FLUSH_S, Packet, RunRequest
+from specviz.serve.scheduler import BatchInfo
 from specviz.vllm.backend import Endpoint
 from specviz.vllm.client import VllmError
 from specviz.vllm.pool import LaunchedPool

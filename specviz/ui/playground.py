@@ -14,17 +14,17 @@ import time
 import gradio as gr
 
 from specviz import lessons
+from specviz.engine.policies import FIXED, POLICY_NAMES, PolicyChoice, PolicyError
+from specviz.engine.request import Knobs, RunTotals
 from specviz.limits import MAX_DEPTH, LimitError, check_prompt_text
 from specviz.pairs.pipeline import encode_prompt
-from specviz.engine.policies import FIXED, POLICY_NAMES, PolicyChoice, PolicyError
-from specviz.serve.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, EXAMPLES, ROW_POOL
-from specviz.engine.request import Knobs, RunTotals
-from specviz.ui import counters
 from specviz.serve import runner
 from specviz.serve.door import check_run
+from specviz.serve.live import LiveRun
+from specviz.serve.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, EXAMPLES, ROW_POOL
+from specviz.ui import counters
 from specviz.ui.errors import as_sentences, error, human
 from specviz.ui.i18n import t
-from specviz.serve.live import LiveRun
 from specviz.ui.render import RowView, legend_html, rows_html, tokens_html
 from specviz.ui.runs import RunStore
 

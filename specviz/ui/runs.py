@@ -20,10 +20,10 @@ import gradio as gr
 
 from specviz import lessons
 from specviz.serve import recordings
+from specviz.serve.live import LiveRun
 from specviz.serve.recordings import Recording
 from specviz.ui.errors import error
 from specviz.ui.i18n import t
-from specviz.serve.live import LiveRun
 
 NEAR_TIE = 0.05        # a logit margin below this is within float noise of a tie (fp32 or bf16 kernels)
 REPLAY_MAX_GAP_S = 2.0  # a replay never waits longer than this between two steps

@@ -19,19 +19,19 @@ from pathlib import Path
 
 import gradio as gr
 
-from specviz.hardware.device import Peaks, Sampler, cached_peaks
-from specviz.limits import Limits, limits_from_env
-from specviz.pairs.models import ModelError
-from specviz.serve.scheduler import DeviceGate
 from specviz import lessons
 from specviz.chapters import KEYS
 from specviz.engine.policies import POLICY_NAMES
-from specviz.ui import lesson, playground, whatif
+from specviz.hardware.device import Peaks, Sampler, cached_peaks
+from specviz.limits import Limits, limits_from_env
+from specviz.pairs.models import ModelError
 from specviz.serve import runner
-from specviz.ui.i18n import Translations, pick_lang, switch_js
 from specviz.serve.catalog import PairCache, PairChoice, TokenizerCache, available_choices, hub_is_offline, pair_options
-from specviz.ui.errors import as_human_errors, error, guard_blocks
 from specviz.serve.live import LiveRuns
+from specviz.serve.scheduler import DeviceGate
+from specviz.ui import lesson, playground, whatif
+from specviz.ui.errors import as_human_errors, error, guard_blocks
+from specviz.ui.i18n import Translations, pick_lang, switch_js
 
 log = logging.getLogger("specviz")
 ASSETS = Path(__file__).resolve().parents[2] / "assets"

@@ -5,7 +5,6 @@ over them where a source measured the same setup, beside the latency curves reco
 specviz/lessons/{en,fa}.toml; handlers write in the session's language (English for API callers)."""
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 import gradio as gr
@@ -13,11 +12,11 @@ import gradio as gr
 from specviz import charts, lessons
 from specviz.hardware import roofline as rf
 from specviz.hardware.device import OVERHEAD_FACTOR, find_knee
+from specviz.hardware.profiles import (Profile, compare, fit_stack, gpu_calibration, load_profiles, load_published,
+                                       profile_calibration, profile_for_device, stack_calibration)
+from specviz.hardware.roofline import GPUS, MODELS, crossover_from_rows, latency_curve, predicted_knee, whatif_rows
 from specviz.limits import LimitError
 from specviz.pairs.models import ModelError
-from specviz.hardware.profiles import (Profile, compare, fit_stack, gpu_calibration, load_profiles, load_published,
-                              profile_calibration, profile_for_device, stack_calibration)
-from specviz.hardware.roofline import GPUS, MODELS, crossover_from_rows, latency_curve, predicted_knee, whatif_rows
 from specviz.serve import runner
 from specviz.serve.catalog import pair_options
 from specviz.ui.errors import as_sentences
@@ -40,7 +39,6 @@ DEFAULTS = dict(gpu="H100 SXM", target="Llama-3.1-8B", draft="EAGLE:Llama-3.1-8B
 
 # The tab's words live in the [whatif] table of specviz/lessons/{en,fa}.toml. The constants above are the
 # values the dropdowns and the API exchange (unchanged in every language); only their labels are translated.
-ARABIC_SCRIPT = re.compile(r"[\u0600-\u06FF]")       # Arabic script: a value that is itself a Persian text
 
 
 def _rtl(lang: str) -> bool:
@@ -50,7 +48,7 @@ def _rtl(lang: str) -> bool:
 def _isolate(value: str) -> str:
     """Keep a filled-in number, name, source or code left-to-right inside a Persian sentence. A value that is
     itself a Persian text (a nested sentence) stays in the right-to-left flow: an isolate would reverse it."""
-    return value if ARABIC_SCRIPT.search(value) else lessons.LRI + value + lessons.PDI
+    return value if lessons.ARABIC_SCRIPT.search(value) else lessons.LRI + value + lessons.PDI
 
 
 def tx(lang: str, key: str, /, **values) -> str:
