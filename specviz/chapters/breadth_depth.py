@@ -11,6 +11,7 @@ import time
 from typing import Iterable, Iterator
 
 import plotly.graph_objects as go
+import torch
 
 from specviz import lessons
 from specviz.chapters.base import Chapter, Result
@@ -34,8 +35,6 @@ def breadth_depth_breakpoint(ns: list[int], breadth_s: list[float], depth_s: lis
 
 
 def _sync(device) -> None:
-    import torch
-
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -44,7 +43,6 @@ def _pass_seconds(model, cache, device, rows: int, tokens: int, context: int, vo
     """Median time of one forward of rows × tokens new tokens on top of `cache` (context slots per row).
     The cache is cropped back after every pass, so each repeat sees the same context; the first pass is
     a warm-up and not counted."""
-    import torch
 
     ids = torch.randint(0, vocab, (rows, tokens), device=device)
     times = []
@@ -67,7 +65,7 @@ def run_breadth_depth(pair, context: int = 256, ns: Iterable[int] = (1, 2, 4, 8,
     """At each tokens per pass n: one target pass of n rows × 1 token (breadth: every row has its own
     `context`-slot cache) against 1 row × n tokens (depth: a verify of n − 1 drafts on one cache). One
     yield per n. Extra key: `breakpoint` (first n from which they stop matching, or None)."""
-    import torch
+    # on first use: transformers is slow to import
     from transformers import DynamicCache
 
     model, device = pair.target.model, pair.target.device

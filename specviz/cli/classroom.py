@@ -19,8 +19,12 @@ import json
 import statistics
 import threading
 import time
+from urllib.parse import urlparse
 
 from specviz.cli.common import add_pair_args
+from specviz.engine.policies import PolicyChoice
+from specviz.engine.request import Knobs, Request
+from specviz.limits import LimitError, check_request
 
 POOL = ["Rewrite this sentence in the passive voice: the students measured the knee of the curve.",
         "Summarise in one sentence: speculative decoding drafts tokens with a small model and checks them "
@@ -45,7 +49,6 @@ def add_parser(sub) -> None:
 
 def _policy(args):
     """A fresh policy for one user's request (policies keep per-request state), checked like the app's."""
-    from specviz.engine.policies import PolicyChoice
 
     return PolicyChoice.parse(args.policy, args.threshold).build()
 
@@ -56,7 +59,7 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def _shared(pair, prompts, args):
-    from specviz.engine.request import Knobs, Request
+    # on first use: transformers is slow to import
     from specviz.serve.workload import shared_scheduler, users_at_once
 
     sched = shared_scheduler(pair)
@@ -67,8 +70,6 @@ def _shared(pair, prompts, args):
 
 
 def _separate(pair, prompts, args):
-    from specviz.engine.request import Knobs
-
     slots = threading.Semaphore(args.separate_concurrency)
     res = [None] * len(prompts)
 
@@ -104,11 +105,10 @@ def _summary(wall: float, res) -> dict:
 
 def _served(args) -> dict:
     """N API clients press Run on a running app at once; per client: wait, completion, outcome."""
-    from urllib.parse import urlparse
 
+    # on first use: gradio_client is slow to import
     from gradio_client import Client
 
-    from specviz.limits import LimitError
 
     if urlparse(args.url).hostname not in ("127.0.0.1", "localhost", "::1"):
         raise LimitError("--url must point at this machine (127.0.0.1 or localhost)")
@@ -149,13 +149,12 @@ def _served(args) -> dict:
 
 
 def run(args) -> int:
-    from specviz.limits import LimitError, check_request
-
     if args.url:
         if not 1 <= args.users <= 200:
             raise LimitError("--users must be 1-200")
         print(json.dumps(_served(args)), flush=True)
         return 0
+    # on first use: transformers is slow to import
     from specviz.pairs.pipeline import encode_prompt, load_pair
 
     check_request(1, args.depth, 0.0, args.max_new_tokens)

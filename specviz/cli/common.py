@@ -1,10 +1,12 @@
 """Arguments and helpers shared by the CLI commands."""
 from __future__ import annotations
 
+import argparse
 import os
 
 from specviz.engine.policies import POLICY_NAMES, PolicyChoice, parse_table
 from specviz.engine.request import MAX_BATCH, Knobs
+from specviz.fastpath import CompileError, check_compile
 from specviz.limits import MAX_DEPTH, check_prompt_text
 from specviz.serve.door import RunArgs, check_run
 
@@ -21,10 +23,6 @@ def add_pair_args(p) -> None:
 
 
 def _compile_choice(value: str) -> str:
-    import argparse
-
-    from specviz.fastpath import CompileError, check_compile
-
     try:
         return check_compile(value)
     except CompileError as exc:

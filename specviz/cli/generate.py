@@ -46,6 +46,7 @@ def colour_row(r, decode) -> str:
 
 def run(args) -> int:
     check_run_args(args)        # numbers and policy, before any model loads
+    # on first use: transformers is slow to import
     from specviz.pairs.pipeline import encode_prompt, load_pair
 
     pair = load_pair(args.target, args.draft, args.device, compile=args.compile)

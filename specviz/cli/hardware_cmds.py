@@ -7,7 +7,17 @@ import sys
 import time
 from pathlib import Path
 
+from specviz import charts
 from specviz.cli.common import DEFAULT_PROMPTS, add_compile_arg, add_pair_args
+from specviz.cli.sweep_vllm import run_sweep_vllm
+from specviz.engine.request import Knobs
+from specviz.fastpath import cache_factory, resolve
+from specviz.fastpath.layout import forget
+from specviz.hardware.device import cached_peaks, calibrate, device_name, find_knee, measure_latency, paired_roofline
+from specviz.hardware.profiles import spec_to_dict
+from specviz.hardware.roofline import best_depths, crossover_from_rows, pass_cost, predicted_knee, spec_from_config
+from specviz.limits import LimitError
+from specviz.pairs.models import load_model, pick_device
 
 
 def add_parsers(sub) -> None:
@@ -48,8 +58,6 @@ def add_parsers(sub) -> None:
 
 
 def _ints(text: str, what: str, lo: int, hi: int) -> list[int]:
-    from specviz.limits import LimitError
-
     try:
         vals = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -60,12 +68,8 @@ def _ints(text: str, what: str, lo: int, hi: int) -> list[int]:
 
 
 def run_calibrate(args) -> int:
-    from specviz.hardware.device import cached_peaks
-    from specviz.pairs.models import pick_device
-
     peaks = cached_peaks(pick_device(args.device), refresh=True)   # measure now; the app reuses it
     if peaks.device == "cpu":
-        from specviz.fastpath.layout import forget
 
         forget()          # the fast path's weight layouts are re-timed at the next model load, beside these
     print(json.dumps({"device": peaks.device, "dtype": peaks.dtype, "bandwidth_GBps": peaks.bandwidth / 1e9,
@@ -78,11 +82,6 @@ def run_roofline(args) -> int:
         from specviz import charts
     except ImportError:          # a bare GPU box with torch + transformers only
         charts = None
-    from specviz.fastpath import cache_factory, resolve
-    from specviz.hardware.device import calibrate, device_name, find_knee, measure_latency, paired_roofline
-    from specviz.hardware.profiles import spec_to_dict
-    from specviz.hardware.roofline import pass_cost, predicted_knee, spec_from_config
-    from specviz.pairs.models import load_model
 
     loaded = load_model(args.target, args.device)
     cap = args.max_tokens or (512 if loaded.device.type == "cuda" else 128)
@@ -128,15 +127,12 @@ def run_roofline(args) -> int:
 
 
 def run_sweep(args) -> int:
-    from specviz import charts
-    from specviz.engine.request import Knobs
-    from specviz.hardware.roofline import best_depths, crossover_from_rows
+    # on first use: transformers is slow to import
     from specviz.pairs.pipeline import encode_prompt, load_pair
 
     batches = _ints(args.batch_sizes, "batch-sizes", 1, 64)
     depths = _ints(args.depths, "depths", 0, 16)
     if args.engine == "vllm":
-        from specviz.cli.sweep_vllm import run_sweep_vllm
         return run_sweep_vllm(args, batches, sorted(set(depths)))
     pair = load_pair(args.target, args.draft, args.device, compile=args.compile)
     prompt = encode_prompt(pair.tokenizer, args.prompt)

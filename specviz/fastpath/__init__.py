@@ -12,13 +12,16 @@ Unsupported architectures fall back to "off" with a sentence (`FastPath.note`).
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
+from specviz.hardware.device import machine_key
 from specviz.machine import cache_root
 
 # no torch import at module level: app.py checks --compile before ZeroGPU's `spaces` is imported
@@ -80,6 +83,7 @@ def cache_factory(model, fast: FastPath) -> tuple[Callable | None, FastPath]:
     read-only by every cache (and engine) the factory makes."""
     if not fast.on:
         return None, fast
+    # on first use: torch is slow to import
     from specviz.fastpath.llama import CompactLlama, Unsupported
 
     try:
@@ -88,8 +92,8 @@ def cache_factory(model, fast: FastPath) -> tuple[Callable | None, FastPath]:
         return None, FastPath("off", f"{exc}; running eager")
     if fast.mode == "compiled":
         compile_compact(compact)
-    from dataclasses import replace
 
+    # on first use: transformers is slow to import
     from specviz.fastpath.cache import StaticCache
 
     return (lambda batch: StaticCache(compact, batch)), replace(fast, layout=compact.summary())
@@ -102,8 +106,8 @@ def compile_compact(compact, scope: str | None = None) -> None:
     Python still loops over the layers). scope "model" (CUDA default): the whole layer stack is one
     graph, replayed as CUDA graphs ("reduce-overhead") on CUDA — one launch per pass instead of ~15 a
     layer. SPECVIZ_COMPILE_SCOPE overrides the default (for measurements)."""
-    import functools
 
+    # on first use: torch is slow to import
     import torch
 
     cuda = compact.device.type == "cuda"
@@ -122,8 +126,10 @@ def compile_compact(compact, scope: str | None = None) -> None:
 def compiled_layer(device_type: str):
     """One compiled decoder layer per device type, shared by every model and engine (the weights are
     arguments, so the same graph serves every layer; Dynamo guards on shapes, not on tensor identity)."""
+    # on first use: torch is slow to import
     import torch
 
+    # on first use: torch is slow to import
     from specviz.fastpath.llama import decoder_layer
 
     setup_compile_cache()
@@ -142,11 +148,9 @@ def setup_compile_cache() -> None:
 
 # --- auto: remember on this machine whether compiling paid ----------------------------------------
 def _auto_file(device) -> Path:
-    import hashlib
-
+    # on first use: torch is slow to import
     import torch
 
-    from specviz.hardware.device import machine_key
 
     key = machine_key(torch.device(device or "cpu"), None)      # host, device, torch version
     return cache_root() / "fastpath" / f"auto-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"

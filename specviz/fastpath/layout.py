@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from specviz.fastpath import rows
-from specviz.hardware.device import read_table, write_table
+from specviz.hardware.device import machine_key, read_table, write_table
 from specviz.machine import cache_root, cpu_model
 
 log = logging.getLogger("specviz.fastpath")
@@ -281,8 +281,6 @@ _CACHE_LOCK = threading.Lock()
 
 
 def _cache_key(dtype: torch.dtype) -> str:
-    from specviz.hardware.device import machine_key
-
     return f"{machine_key(torch.device('cpu'), dtype)} | {cpu_model()} | {torch.get_num_threads()} threads"
 
 

@@ -11,7 +11,9 @@
 """
 from __future__ import annotations
 
+import json
 import os
+import platform
 import threading
 import time
 from collections import deque
@@ -38,6 +40,7 @@ class Peaks:
 
 
 def _timed(fn, device, repeats: int) -> float:
+    # on first use: torch is slow to import
     import torch
 
     fn()  # warm-up
@@ -55,6 +58,7 @@ def _timed(fn, device, repeats: int) -> float:
 
 def _device_and_dtype(device, dtype):
     """The device and dtype models run in here by default: CUDA in bf16 when present, else CPU in fp32."""
+    # on first use: torch is slow to import
     import torch
 
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -63,6 +67,7 @@ def _device_and_dtype(device, dtype):
 
 def calibrate(device=None, dtype=None, size_mb: int = 256, matmul_n: int = 1024, repeats: int = 5) -> Peaks:
     """Measure copy bandwidth and matmul throughput on `device` (median of `repeats`)."""
+    # on first use: torch is slow to import
     import torch
 
     device, dtype = _device_and_dtype(device, dtype)
@@ -81,6 +86,7 @@ def calibrate(device=None, dtype=None, size_mb: int = 256, matmul_n: int = 1024,
 
 def copy_bandwidth(device, size_mb: int = 256, repeats: int = 3) -> float:
     """Bytes/s of a `size_mb` copy (read + write), median of `repeats`: calibrate's bandwidth alone."""
+    # on first use: torch is slow to import
     import torch
 
     src = torch.empty(size_mb * 2**20 // 4, dtype=torch.float32, device=device).fill_(1.0)
@@ -103,6 +109,7 @@ def paired_roofline(model, context: int, device, dtype, nbytes: float, repeats: 
 
 def device_name(device) -> str:
     """A readable name for a profile: "cuda: NVIDIA H200", "cpu: 2 cores"."""
+    # on first use: torch is slow to import
     import torch
 
     if getattr(device, "type", str(device)) == "cuda":
@@ -128,8 +135,8 @@ def free_memory(device) -> float | None:
 
 def machine_key(device, dtype) -> str:
     """What a calibration is valid for: this host, this device, this dtype, this torch."""
-    import platform
 
+    # on first use: torch is slow to import
     import torch
 
     return f"{platform.node()} | {device_name(device)} | {str(dtype).replace('torch.', '')} | torch {torch.__version__}"
@@ -154,7 +161,6 @@ def cached_peaks(device=None, dtype=None, refresh: bool = False, **calibrate_kw)
 
 def read_table(path) -> dict:
     """A JSON object from a cache file; {} when it is missing or unreadable (then it is measured again)."""
-    import json
 
     try:
         table = json.loads(path.read_text())
@@ -165,7 +171,6 @@ def read_table(path) -> dict:
 
 def write_table(path, table: dict) -> None:
     """Replace a cache file atomically (two processes may calibrate at once)."""
-    import json
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -323,7 +328,9 @@ def measure_latency(model, tokens_per_pass: list[int], context: int, device, dty
     """Median target forward latency for n new tokens on top of a `context`-token cache: through the stock
     modules, or through the forward path the engine runs when `new_cache` (batch → KV cache with
     `forward(model, tokens, valid)`, e.g. the fast path's) is given."""
+    # on first use: torch is slow to import
     import torch
+    # on first use: transformers is slow to import
     from transformers import DynamicCache
 
     out = []

@@ -27,6 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from specviz.hardware.roofline import MODELS
 from specviz.lessons import Said
 from specviz.machine import cache_root
 
@@ -101,6 +102,7 @@ def parse_draft_ref(ref: str) -> DraftRef:
 
 def pick_device(prefer: str | None = None):
     """CUDA when present (bf16), else CPU (fp32). `prefer` may force "cpu" or "cuda"."""
+    # on first use: torch is slow to import
     import torch
 
     if prefer:
@@ -109,6 +111,7 @@ def pick_device(prefer: str | None = None):
 
 
 def pick_dtype(device):
+    # on first use: torch is slow to import
     import torch
 
     # bf16 halves the bytes streamed per token on GPU; CPU kernels are fastest and exact in fp32.
@@ -137,6 +140,7 @@ def convert_gguf(path: Path) -> Path:
     out = _gguf_cache_dir(path)
     if (out / "config.json").is_file() and (out / "tokenizer.json").is_file():
         return out
+    # on first use: transformers is slow to import
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
@@ -216,10 +220,11 @@ SHAPE_PREFIX = "shape:"
 
 def random_model(ref: str, dev, dtype) -> LoadedModel:
     """A Llama-architecture model with a preset's shape and random weights, built on `dev` (timing only)."""
+    # on first use: torch is slow to import
     import torch
+    # on first use: transformers is slow to import
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from specviz.hardware.roofline import MODELS
 
     name = ref[len(SHAPE_PREFIX):]
     if name not in MODELS:
@@ -240,6 +245,7 @@ def random_model(ref: str, dev, dtype) -> LoadedModel:
 
 def load_tokenizer(ref: str):
     """Only the tokenizer of a model reference (a ZeroGPU main process needs no weights)."""
+    # on first use: transformers is slow to import
     from transformers import AutoTokenizer
 
     where = resolve_ref(ref)

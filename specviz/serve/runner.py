@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
+import torch
+
 from specviz.engine.policies import PolicyChoice
 from specviz.engine.request import Knobs, Request, RunTotals, StepEvent
 from specviz.hardware.device import Peaks, Sample, Sampler, cached_peaks, device_name, free_memory, knee_steps
@@ -226,8 +228,6 @@ class WorkerState:
         self.peaks: Peaks | None = None
 
     def ready(self):
-        import torch
-
         # One CPU thread in the forked worker: the GPU does the work, and OpenMP's thread pool does not
         # survive a fork (a CPU op in the child hangs if the parent ever ran a parallel CPU op).
         torch.set_num_threads(1)

@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import gradio as gr
+import torch
+from gradio.utils import get_upload_folder
 
 from specviz import lessons
 from specviz.serve import recordings
@@ -196,7 +198,6 @@ class RunStore:
 
 def target_alone(pair, prompt: list[int], max_new: int) -> list[int]:
     """The target's own greedy continuation of `prompt` (transformers' generate, no draft, no batch)."""
-    import torch
 
     model = pair.target.model
     ids = torch.tensor([prompt], device=pair.target.device)
@@ -210,7 +211,6 @@ def target_alone(pair, prompt: list[int], max_new: int) -> list[int]:
 
 def logit_margin(pair, seq: list[int]) -> float:
     """How far the target's best next token is ahead of its second best after `seq`."""
-    import torch
 
     with torch.inference_mode():
         logits = pair.target.model(torch.tensor([seq], device=pair.target.device)).logits[0, -1].float()
@@ -266,8 +266,6 @@ class UploadSweeper:
         self._thread: threading.Thread | None = None
 
     def discard_later(self, path: str) -> None:
-        from gradio.utils import get_upload_folder
-
         real = os.path.realpath(path)
         if not real.startswith(os.path.realpath(get_upload_folder()) + os.sep):
             return                      # only files gradio received; never anything else on the disk

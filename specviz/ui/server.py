@@ -11,6 +11,7 @@ Each page module (`playground`, `whatif`) owns its layout and its handlers.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -29,6 +30,7 @@ from specviz.serve import runner
 from specviz.serve.catalog import PairCache, PairChoice, TokenizerCache, available_choices, hub_is_offline, pair_options
 from specviz.serve.live import LiveRuns
 from specviz.serve.scheduler import DeviceGate
+from specviz.serve.vllm_router import VllmRouter, vllm_choices
 from specviz.ui import lesson, playground, whatif
 from specviz.ui.errors import as_human_errors, error, guard_blocks
 from specviz.ui.i18n import Translations, pick_lang, switch_js
@@ -66,7 +68,6 @@ class SpecVizApp:
             self.runner = runner.LocalRunner(self.pairs, self.limits, self.gate)
             self.sampler = Sampler().start()
         if vllm:                        # vLLM servers (specviz.vllm.backend.Endpoint), after our own pairs
-            from specviz.serve.vllm_router import VllmRouter, vllm_choices
 
             self.choices = self.choices + vllm_choices(vllm)
             self.runner = VllmRouter(self.runner, vllm)
@@ -181,7 +182,6 @@ LINK_JS = """(tab, chapter, pair, prompt, batch, depth, policy, lang) => {
 
 def link_js() -> str:
     """The copy-link button's browser side: the link to this state, copied, and "Link copied" for a moment."""
-    import json
 
     copied = {lang: lessons.text(lang, "app.link_copied") for lang in lessons.LANGS}
     return LINK_JS.replace("__COPIED__", json.dumps(copied, ensure_ascii=False))

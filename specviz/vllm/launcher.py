@@ -13,6 +13,7 @@ import atexit
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from specviz.pairs.models import resolve_ref
 from specviz.vllm.client import VllmClient, VllmError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,8 +49,6 @@ class LaunchSpec:
 
 
 def free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -64,7 +64,6 @@ def vllm_installed(venv: Path = VENV) -> bool:
 
 def model_dir(ref: str) -> str:
     """The directory vLLM reads for a model reference (the offline alias → our safetensors copy)."""
-    from specviz.pairs.models import resolve_ref
 
     return resolve_ref(ref)
 
