@@ -7,7 +7,7 @@ Adding a chapter: write `specviz/chapters/<key>.py` (its experiment, its conclus
 """
 from __future__ import annotations
 
-from specviz.chapters import breadth_depth, knee, ledger, policies, race, sweep, vllm_panels  # noqa: F401
+from specviz.chapters import breadth_depth, knee, ledger, policies, race, sweep
 from specviz.chapters.base import Chapter, Context, Result
 
 # The order of the argument (SEED-NOTES): more FLOPs yet faster → the race → decode is memory-bound →

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import statistics
-import time
 from typing import Iterable, Iterator
 
 import plotly.graph_objects as go
@@ -18,6 +17,7 @@ from specviz.chapters.base import Chapter, Result
 from specviz.chapters.common import finished, settings_of, snapshot
 from specviz.chapters.plotting import DRAFT, OWN, REJECTED, labels_for, styled
 from specviz.engine.torchmode import inference_steps
+from specviz.hardware.device import timed_once
 
 BD_MATCH = 0.25          # breadth and depth "cost about the same" when within 25 % of each other
 
@@ -34,11 +34,6 @@ def breadth_depth_breakpoint(ns: list[int], breadth_s: list[float], depth_s: lis
     return ns[i]
 
 
-def _sync(device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _pass_seconds(model, cache, device, rows: int, tokens: int, context: int, vocab: int, repeats: int) -> float:
     """Median time of one forward of rows × tokens new tokens on top of `cache` (context slots per row).
     The cache is cropped back after every pass, so each repeat sees the same context; the first pass is
@@ -47,12 +42,9 @@ def _pass_seconds(model, cache, device, rows: int, tokens: int, context: int, vo
     ids = torch.randint(0, vocab, (rows, tokens), device=device)
     times = []
     for r in range(repeats + 1):
-        _sync(device)
-        t0 = time.perf_counter()
-        model(input_ids=ids, past_key_values=cache, use_cache=True)
-        _sync(device)
+        seconds = timed_once(lambda: model(input_ids=ids, past_key_values=cache, use_cache=True), device)
         if r:
-            times.append(time.perf_counter() - t0)
+            times.append(seconds)
         # drop the pass's new slots; a negative count means "remove this many" in every transformers 5.x
         # (a positive one meant an absolute length in older releases and is refused by newer ones)
         cache.crop(-(cache.get_seq_length() - context))

@@ -39,20 +39,27 @@ class Peaks:
         return self.flops / self.bandwidth
 
 
-def _timed(fn, device, repeats: int) -> float:
-    # on first use: torch is slow to import
-    import torch
+def sync(device) -> None:
+    """Wait for the device's queued work (a CUDA kernel returns before it has run; a CPU op has run)."""
+    if device.type == "cuda":
+        # on first use: torch is slow to import
+        import torch
 
+        torch.cuda.synchronize(device)
+
+
+def timed_once(fn, device) -> float:
+    """Seconds one call of `fn` keeps the device busy, from a quiet device to a quiet device."""
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def _timed(fn, device, repeats: int) -> float:
     fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - t0)
+    times = [timed_once(fn, device) for _ in range(repeats)]
     return sorted(times)[len(times) // 2]
 
 
@@ -356,15 +363,9 @@ def measure_latency(model, tokens_per_pass: list[int], context: int, device, dty
             times = []
             for r in range(repeats + 1):
                 ids = torch.randint(0, vocab, (1, n), device=device)
-                run = pass_fn(ids)
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                t0 = time.perf_counter()
-                run()
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                if r:
-                    times.append(time.perf_counter() - t0)
+                seconds = timed_once(pass_fn(ids), device)
+                if r:                   # the first pass of each size is a warm-up
+                    times.append(seconds)
             out.append(sorted(times)[len(times) // 2])
     return out
 

@@ -7,29 +7,17 @@ are typed and in range: the engine's objects only assert their own invariants.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 
-from specviz.engine.policies import FIXED, PolicyChoice
-from specviz.limits import Limits, check_request, whole
-
-
-@dataclass(frozen=True)
-class RunArgs:
-    """One Run's values, checked."""
-
-    batch: int
-    depth: int
-    temperature: float
-    max_new: int
-    policy: PolicyChoice = FIXED
+from specviz.engine.policies import PolicyChoice
+from specviz.limits import Limits, RunArgs, check_request, whole
 
 
 def check_run(batch, depth, temperature, max_new, policy=None, threshold=None, limits: Limits = Limits(),
               table: dict[int, int] | None = None, max_depth: int | None = None) -> RunArgs:
     """A new Run's numbers and policy (UI name + threshold field, or the CLI's table / max depth)."""
     nums = check_request(batch, depth, temperature, max_new, limits)
-    choice = PolicyChoice.parse(policy, threshold, table=table, max_depth=max_depth)
-    return RunArgs(nums.batch, nums.depth, nums.temperature, nums.max_new, choice)
+    return replace(nums, policy=PolicyChoice.parse(policy, threshold, table=table, max_depth=max_depth))
 
 
 def check_knobs(depth=None, batch=None, limits: Limits = Limits()) -> tuple[int | None, int | None]:
