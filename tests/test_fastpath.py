@@ -407,7 +407,7 @@ def test_warm_up_swaps_a_running_request_onto_the_fast_path_losslessly(tiny_path
 
 
 def test_warm_up_stays_eager_when_the_fast_path_is_slower_or_differs(tiny_paths, monkeypatch):
-    from specviz.fastpath import warmup
+    from specviz.serve import warmup
 
     cache, choice = _pair_cache(tiny_paths, "auto")
     monkeypatch.setattr(warmup, "_one_token_ms", lambda eager, fast, ids: (1.0, 2.0))

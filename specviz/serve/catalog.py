@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from specviz.fastpath import check_compile
-from specviz.fastpath.warmup import WarmResult, warm
+from specviz.serve.warmup import WarmResult, warm
 from specviz.lessons import Key, Said, direction, isolate_ltr, isolate_rtl, say
 from specviz.pairs.models import HUB_PRESETS, OFFLINE_ALIAS, ModelError, load_tokenizer
 from specviz.pairs.pipeline import Pair, load_pair
@@ -103,7 +103,7 @@ class PairCache:
     """Loads each pair once; models are shared between pairs with the same target.
 
     Pairs load on the stock modules; with a fast path chosen (`compile`, default SPECVIZ_COMPILE) each
-    is then warmed in a background thread (`specviz.fastpath.warmup`) and, once checked, replaces the eager pair
+    is then warmed in a background thread (`specviz.serve.warmup`) and, once checked, replaces the eager pair
     here and is handed to every `on_fast` listener (the pair's scheduler swaps engines between steps)."""
 
     def __init__(self, device: str | None = None, compile: str | None = None, exclusive=nullcontext):
