@@ -19,6 +19,10 @@ ends the running requests with a sentence (the traceback goes to the log) and th
 `DeviceGate` keeps timing honest: the scheduler holds it for one step at a time, and an experiment that
 times the hardware (the knee, a sweep) takes it exclusively, queued first come, first served, so its
 figures are never measured while anything else runs.
+
+Why one file of ~460 lines: it is one concern — the thread that owns a pair's engine, and the few
+objects other threads use to talk to it (gate, ticket, updates) — and it reads top to bottom in the order
+a request lives: the gate, the ticket, then the scheduler's admit → step → finish loop.
 """
 from __future__ import annotations
 
