@@ -76,14 +76,55 @@ void specviz_rows(const float *x, long M, long K, const float *wp, long N, float
  * Same arithmetic as specviz/fastpath/llama.py::decoder_layer (sums may round differently, ~1e-6), and
  * every row is computed on its own: its bits do not depend on the other rows. */
 typedef struct {
-    const float *ln1, *ln2, *wqkv, *bqkv, *wo, *bo, *wgu, *wdown;   /* packed weights; biases may be NULL */
+    const float *ln1, *ln2, *wqkv, *bqkv, *wo, *bo, *wgu, *wdown;   /* weights; biases may be NULL */
     long d, H, Hkv, hd, inter;                                       /* model width, heads, head size, MLP */
-    long qkv_w, o_w, gu_w, down_w;                                   /* packed output widths (× 16) */
+    long qkv_w, o_w, gu_w, down_w;                  /* output widths (packed: rounded up to × 16) */
     float eps;
+    long kinds[4];                                  /* per matrix (qkv, o, gu, down): one of the KIND_ */
 } specviz_weights;
 
-static void product(const float *x, long M, long K, const float *wp, long N, float *y, int threads) {
-    specviz_rows(x, M, K, wp, N, y, threads);
+/* How a matrix is stored, and so whose product multiplies by it. Our kernel is not the fastest on every
+ * CPU (an Intel Xeon's MKL streamed one row at 30 GB/s where ours reached 21), so a C layer may hand a
+ * matrix to the BLAS torch itself links — the same product F.linear runs — instead of forcing ours. */
+enum { KIND_PACKED = 0,      /* [N / 16][K][16] blocks: specviz_rows */
+       KIND_STOCK = 1,       /* the model's own [N, K] row-major matrix: sgemm, W transposed */
+       KIND_COLMAJOR = 2 };  /* the same matrix stored [K, N]: sgemm, not transposed */
+
+/* Fortran BLAS sgemm (column-major), found in the process at load time (rows.py, specviz_set_gemm):
+ * MKL inside torch's own library on x86. NULL where there is none: such layers are then not offered. */
+typedef void (*sgemm_fn)(const char *, const char *, const int *, const int *, const int *, const float *,
+                         const float *, const int *, const float *, const int *, const float *, float *,
+                         const int *);
+static sgemm_fn gemm = NULL;
+
+void specviz_set_gemm(void *fn) { gemm = (sgemm_fn)fn; }
+int specviz_has_gemm(void) { return gemm != NULL; }
+
+/* y[M, N] = x[M, K] · Wᵀ. In column-major terms y is yᵀ [N × M] = W [N × K] · xᵀ [K × M]. The BLAS
+ * product's sums are its own: a row's bits may depend on how many rows share the call (verify ≠ decode
+ * bit for bit there; the engine's tests check that greedy output stays exact). */
+static void product(const float *x, long M, long K, const float *wp, long N, float *y, int threads, long kind) {
+    if (kind == KIND_PACKED || gemm == NULL) {
+        specviz_rows(x, M, K, wp, N, y, threads);
+        return;
+    }
+    const int m = (int)N, n = (int)M, k = (int)K, ldw = kind == KIND_STOCK ? (int)K : (int)N, ldx = (int)K;
+    const int ldy = (int)N;
+    const float one = 1.f, zero = 0.f;
+    gemm(kind == KIND_STOCK ? "T" : "N", "N", &m, &n, &k, &one, wp, &ldw, x, &ldx, &zero, y, &ldy);
+}
+
+/* Which vector code path this build took (the kernels command prints it): set by -march=native. */
+const char *specviz_isa(void) {
+#if defined(__AVX512F__)
+    return "avx512";
+#elif defined(__AVX2__)
+    return "avx2";
+#elif defined(__ARM_NEON)
+    return "neon";
+#else
+    return "generic";
+#endif
 }
 
 /* e^x in a form the compiler vectorises (glibc's expf is a call per value: SiLU and the softmax spent
@@ -177,7 +218,7 @@ void specviz_layer(float *x, long M, long T, const long *sel, const specviz_weig
     float *h = scratch, *qkv = h + M * d, *att = qkv + M * w->qkv_w, *o = att + M * H * hd;
     float *gu = o + M * (w->o_w > w->down_w ? w->o_w : w->down_w), *act = gu + M * w->gu_w;
     norm_rows(x, M, d, w->ln1, w->eps, h);
-    product(h, M, d, w->wqkv, w->qkv_w, qkv, threads);
+    product(h, M, d, w->wqkv, w->qkv_w, qkv, threads, w->kinds[0]);
     for (long r = 0; r < M; r++) {
         float *row = qkv + r * w->qkv_w;
         long flat = sel ? sel[r] : r, b = flat / T, t = flat % T;
@@ -195,18 +236,18 @@ void specviz_layer(float *x, long M, long T, const long *sel, const specviz_weig
         attend_row(qkv + r * w->qkv_w + head * hd, kbuf + b * kb + j * kh, vbuf + b * kb + j * kh, ks,
                    bias + flat * S, S, hd, scale, att + r * H * hd + head * hd);
     }
-    product(att, M, H * hd, w->wo, w->o_w, o, threads);
+    product(att, M, H * hd, w->wo, w->o_w, o, threads, w->kinds[1]);
     for (long r = 0; r < M; r++)
         for (long i = 0; i < d; i++) x[r * d + i] += w->bo ? o[r * w->o_w + i] + w->bo[i] : o[r * w->o_w + i];
     norm_rows(x, M, d, w->ln2, w->eps, h);
-    product(h, M, d, w->wgu, w->gu_w, gu, threads);
+    product(h, M, d, w->wgu, w->gu_w, gu, threads, w->kinds[2]);
     #pragma omp parallel for num_threads(threads > 1 ? threads : 1) schedule(static) if (threads > 1 && M > 1)
     for (long r = 0; r < M; r++)
         for (long i = 0; i < I; i++) {
             float a = gu[r * w->gu_w + i];
             act[r * I + i] = a / (1.f + fast_exp(-a)) * gu[r * w->gu_w + I + i];
         }
-    product(act, M, I, w->wdown, w->down_w, o, threads);
+    product(act, M, I, w->wdown, w->down_w, o, threads, w->kinds[3]);
     for (long r = 0; r < M; r++)
         for (long i = 0; i < d; i++) x[r * d + i] += o[r * w->down_w + i];
 }
