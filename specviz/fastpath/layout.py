@@ -183,8 +183,9 @@ def choose(times: list[dict[str, float]], allowed: tuple[str, ...] | None = None
 
 # --- timing the candidates on this machine --------------------------------------------------------
 def time_layouts(shape: tuple[int, int], count: int, layouts: tuple[str, ...], dtype=torch.float32,
-                 rounds: int = ROUNDS, budget_s: float = SHAPE_BUDGET_S) -> list[dict[str, float]]:
-    """Seconds per matrix of `shape` for each layout at each probe of PROBE_ROWS: `count` matrices (as
+                 rounds: int = ROUNDS, budget_s: float = SHAPE_BUDGET_S,
+                 probes: tuple[tuple[int, int], ...] = PROBE_ROWS) -> list[dict[str, float]]:
+    """Seconds per matrix of `shape` for each layout at each (rows, tokens) of `probes`: `count` matrices (as
     many as the model has, up to PROBE_BYTES) streamed in turn, layouts interleaved, best of `rounds`
     (the least disturbed run: other programs only ever add time), fewer (not under 2) past `budget_s`."""
     out_f, in_f = shape
@@ -192,12 +193,12 @@ def time_layouts(shape: tuple[int, int], count: int, layouts: tuple[str, ...], d
     g = torch.Generator().manual_seed(0)
     base = [torch.randn(out_f, in_f, generator=g).to(dtype) for _ in range(n)]   # values do not change timing
     mats = {name: [_MAKERS[name](w) for w in base] for name in layouts}
-    xs = [torch.randn(r, t, in_f, generator=g).to(dtype) for r, t in PROBE_ROWS]
-    best = [{name: float("inf") for name in layouts} for _ in PROBE_ROWS]
+    xs = [torch.randn(r, t, in_f, generator=g).to(dtype) for r, t in probes]
+    best = [{name: float("inf") for name in layouts} for _ in probes]
     start = time.perf_counter()
     with torch.inference_mode():
         for rnd in range(rounds + 1):               # round 0 warms caches, allocators and kernels
-            if rnd > 2 and time.perf_counter() - start > budget_s:
+            if rnd > min(2, rounds) and time.perf_counter() - start > budget_s:
                 break
             for c, x in enumerate(xs):
                 for name in layouts:
