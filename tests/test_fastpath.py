@@ -803,3 +803,31 @@ def test_auto_falls_back_to_eager_where_eager_measured_faster(loaded, monkeypatc
     monkeypatch.setattr(passes, "eager_faster", lambda plan: (12.5, 10.0))
     factory, fast = cache_factory(model, resolve("auto", "cpu"))
     assert factory is None and fast.mode == "off" and "12.5 vs 10.0 ms" in fast.note
+
+
+def test_the_avx512_kernel_variant_gives_the_default_kernel_s_bits(tmp_path, monkeypatch):
+    """SPECVIZ_KERNEL_WIDE=1 (off by default) builds the 512-bit product: on a CPU with AVX-512 it must
+    give the 256-bit kernel's results bit for bit, at every row count and thread count."""
+    from specviz.fastpath import rows
+
+    _need_rows_kernel()
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    monkeypatch.setenv("SPECVIZ_KERNEL_WIDE", "1")
+    wide, why = rows._load()
+    assert wide is not None, why
+    if not wide.specviz_isa().decode().startswith("avx512 (512"):
+        pytest.skip(f"no AVX-512 here: the variant is not built ({wide.specviz_isa().decode()})")
+    narrow = rows.library()
+    assert rows.isa().startswith(("avx512 (256", "avx2", "neon", "generic"))   # the default stays 256-bit
+    g = torch.Generator().manual_seed(0)
+    for n, k in ((37, 40), (200, 72), (33, 7)):
+        p = rows.pack(torch.randn(n, k, generator=g))
+        for m in range(1, 18):
+            x = torch.randn(m, k, generator=g)
+            for threads in (1, 2):
+                ys = []
+                for lib in (narrow, wide):
+                    y = torch.empty(m, p.blocks.shape[0] * rows.BLOCK)
+                    lib.specviz_rows(x.data_ptr(), m, k, p.blocks.data_ptr(), y.shape[1], y.data_ptr(), threads)
+                    ys.append(y)
+                assert torch.equal(*ys), (n, k, m, threads)

@@ -23,7 +23,7 @@ static inline void store8(float *p, v8 v) { __builtin_memcpy(p, &v, sizeof v); }
 
 /* MR rows (a compile-time constant, so the unused sums vanish) times one 16-column block. */
 #define KERNEL(MR_)                                                                                   \
-static void rows##MR_(const float *restrict x, long ldx, const float *restrict w, long K,            \
+static __attribute__((unused)) void rows##MR_(const float *restrict x, long ldx, const float *restrict w, long K, \
                       float *restrict y, long ldy) {                                                  \
     enum { MR = MR_ };                                                                                \
     v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0};                                    \
@@ -36,6 +36,53 @@ static void rows##MR_(const float *restrict x, long ldx, const float *restrict w
 }
 KERNEL(1) KERNEL(2) KERNEL(3) KERNEL(4) KERNEL(5) KERNEL(6)
 
+#if defined(__AVX512F__) && defined(SPECVIZ_WIDE)
+/* AVX-512 variant (built only with SPECVIZ_KERNEL_WIDE=1, see rows.py: not the default until it is
+ * measured faster on an AVX-512 machine). A block's 16 columns are one 64-byte load and one register
+ * per row, so eight rows' sums fit (8 of the 32 registers) and the weights are read once per eight
+ * rows; a software prefetch runs PREFETCH_K steps (PREFETCH_K × 64 bytes) ahead of the loads. Each
+ * output is still one running sum over k in order: the same bits as the 256-bit kernel above. */
+typedef float v16 __attribute__((vector_size(64)));
+#define PREFETCH_K 16
+
+static inline v16 load16(const float *p) { v16 v; __builtin_memcpy(&v, p, sizeof v); return v; }
+static inline void store16(float *p, v16 v) { __builtin_memcpy(p, &v, sizeof v); }
+
+#define WSTEP(i) if (MR > i) { a##i += x[i * ldx + k] * wk; }
+#define WSAVE(i) if (MR > i) store16(y + i * ldy, a##i);
+#define WKERNEL(MR_)                                                                                  \
+static void wide##MR_(const float *restrict x, long ldx, const float *restrict w, long K,            \
+                      float *restrict y, long ldy) {                                                  \
+    enum { MR = MR_ };                                                                                \
+    v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};               \
+    for (long k = 0; k < K; k++) {                                                                    \
+        __builtin_prefetch(w + 16 * (k + PREFETCH_K), 0, 0);                                          \
+        v16 wk = load16(w + 16 * k);                                                                  \
+        WSTEP(0) WSTEP(1) WSTEP(2) WSTEP(3) WSTEP(4) WSTEP(5) WSTEP(6) WSTEP(7)                       \
+    }                                                                                                 \
+    WSAVE(0) WSAVE(1) WSAVE(2) WSAVE(3) WSAVE(4) WSAVE(5) WSAVE(6) WSAVE(7)                           \
+}
+WKERNEL(1) WKERNEL(2) WKERNEL(3) WKERNEL(4) WKERNEL(5) WKERNEL(6) WKERNEL(7) WKERNEL(8)
+
+static void block(const float *x, long M, long K, const float *w, float *y, long ldy) {
+    for (long m = 0; m < M; m += 8) {
+        const float *xs = x + m * K;
+        float *ys = y + m * ldy;
+        switch (M - m < 8 ? M - m : 8) {
+        case 1: wide1(xs, K, w, K, ys, ldy); break;
+        case 2: wide2(xs, K, w, K, ys, ldy); break;
+        case 3: wide3(xs, K, w, K, ys, ldy); break;
+        case 4: wide4(xs, K, w, K, ys, ldy); break;
+        case 5: wide5(xs, K, w, K, ys, ldy); break;
+        case 6: wide6(xs, K, w, K, ys, ldy); break;
+        case 7: wide7(xs, K, w, K, ys, ldy); break;
+        default: wide8(xs, K, w, K, ys, ldy); break;
+        }
+    }
+}
+#define KERNEL_BITS 512
+#else
+#define KERNEL_BITS 256
 /* All M rows times one block, six at a time (the block stays in cache between the groups). */
 static void block(const float *x, long M, long K, const float *w, float *y, long ldy) {
     for (long m = 0; m < M; m += 6) {
@@ -51,6 +98,7 @@ static void block(const float *x, long M, long K, const float *w, float *y, long
         }
     }
 }
+#endif
 
 /* x: [M, K] contiguous; wp: [N / 16, K, 16]; y: [M, N] contiguous (N a multiple of 16). Threads split
  * the column blocks (torch's own OpenMP runtime is the one loaded, so its threads are reused). */
@@ -114,10 +162,13 @@ static void product(const float *x, long M, long K, const float *wp, long N, flo
     gemm(kind == KIND_STOCK ? "T" : "N", "N", &m, &n, &k, &one, wp, &ldw, x, &ldx, &zero, y, &ldy);
 }
 
-/* Which vector code path this build took (the kernels command prints it): set by -march=native. */
+/* Which vector code path this build took (the kernels command prints it): the instruction set
+ * -march=native enabled, and the width of the product kernel's vectors. */
 const char *specviz_isa(void) {
-#if defined(__AVX512F__)
-    return "avx512";
+#if defined(__AVX512F__) && KERNEL_BITS == 512
+    return "avx512 (512-bit kernel)";
+#elif defined(__AVX512F__)
+    return "avx512 (256-bit kernel)";
 #elif defined(__AVX2__)
     return "avx2";
 #elif defined(__ARM_NEON)

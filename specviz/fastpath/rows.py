@@ -17,6 +17,11 @@ The C source is built once per CPU model and compiler with the system's C compil
 -march=native`, OpenMP: the runtime torch has loaded is the one used, so the threads are torch's) into
 the user cache, and checked on a small product before use. No compiler, a failed build or a failed check:
 the layout is not offered and the log says why. SPECVIZ_KERNEL=off turns it off.
+
+SPECVIZ_KERNEL_WIDE=1 builds the AVX-512 variant (rows.c, SPECVIZ_WIDE: one 64-byte load per block and
+step, eight rows' sums in registers, a software prefetch ahead of the stream) on a CPU with AVX-512.
+It gives the same bits as the default 256-bit kernel (tests/test_fastpath.py checks it where the CPU
+has AVX-512), but it is off by default: it has not been measured faster on an AVX-512 Xeon yet.
 """
 from __future__ import annotations
 
@@ -179,8 +184,9 @@ def _built(compiler: str) -> tuple[Path | None, str]:
     folder = cache_root() / "kernels"
     folder.mkdir(parents=True, exist_ok=True)
     errors = []
+    wide = ["-DSPECVIZ_WIDE"] if os.environ.get("SPECVIZ_KERNEL_WIDE", "").strip() in ("1", "on", "yes") else []
     for arch in ARCH_FLAGS:
-        flags = ["-O3", *arch, "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-lm"]
+        flags = ["-O3", *arch, *wide, "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-lm"]
         tag = hashlib.sha256(repr((source, flags, version, cpu_model())).encode()).hexdigest()[:16]
         path = folder / f"rows-{tag}.so"
         if path.exists():
