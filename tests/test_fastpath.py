@@ -585,6 +585,10 @@ def test_a_measurement_on_a_busy_or_old_machine_is_taken_again():
     assert is_busy(busy) and "busy" in remeasure_reason(busy, now)
     assert "days old" in remeasure_reason({**quiet, "at": now - 2 * MAX_AGE_S}, now)
     assert remeasure_reason(None, now) != ""                 # an older version's entry, without a load
+    import os
+
+    assert remeasure_reason({**busy, "pid": os.getpid()}, now) == ""    # this process's own: kept till restart
+    assert remeasure_reason({**busy, "pid": -1}, now) != ""
 
 
 def test_calibrated_peaks_measured_on_a_busy_machine_are_not_kept(tmp_path, monkeypatch):
@@ -595,9 +599,15 @@ def test_calibrated_peaks_measured_on_a_busy_machine_are_not_kept(tmp_path, monk
     monkeypatch.setattr(device, "calibrate", lambda d, t, **kw: calls.append(1) or device.Peaks("cpu", 1e10, 1e11, "float32"))
     monkeypatch.setattr(device.os, "getloadavg", lambda: (next(loads), 0, 0))
     monkeypatch.setattr(device.os, "cpu_count", lambda: 2)
+    pid = {"now": 1}
+    monkeypatch.setattr(device, "_this_process", lambda: pid["now"])
     device.cached_peaks(torch.device("cpu"), torch.float32)    # busy: stored, but not for good
+    device.cached_peaks(torch.device("cpu"), torch.float32)    # the same process keeps it until it ends
+    assert len(calls) == 1
+    pid["now"] = 2                                             # the next start
     device.cached_peaks(torch.device("cpu"), torch.float32)    # so measured again (quiet now)
-    device.cached_peaks(torch.device("cpu"), torch.float32)    # and this one is kept
+    pid["now"] = 3
+    device.cached_peaks(torch.device("cpu"), torch.float32)    # and this quiet one is kept
     assert len(calls) == 2
 
 
@@ -656,11 +666,20 @@ def test_layout_plan_is_measured_once_kept_in_the_cache_and_reported(tmp_path, m
     layout.forget()                                            # `calibrate` re-times with the peaks
     layout.plan_for(ws)
     assert len(calls) == 4
-    load["load"] = 4.0                                         # timed on a busy machine: kept until the next load
+    import json
+    import os
+
+    load.update(load=4.0, pid=os.getpid())                     # timed on a busy machine: kept until the next start
     layout.forget()
     layout.plan_for(ws)
     layout.plan_for(ws)
-    assert len(calls) == 8
+    assert len(calls) == 6                                     # this process keeps it
+    load["pid"] = -1                                           # as if a later start read it
+    layout.forget()
+    layout.plan_for(ws)
+    table = json.loads((tmp_path / "layouts.json").read_text())
+    layout.plan_for(ws)
+    assert len(calls) == 10 and table                          # another process's busy timing: taken again
     assert layout.plan_for(ws, compiled=True).choice[(8, 4)] == ("colmajor",) * 3   # what the compiler traces
 
 

@@ -138,13 +138,17 @@ BUSY_LOAD_PER_CPU = 0.75      # 1-minute load average per CPU at or above which 
 MAX_AGE_S = 7 * 24 * 3600     # a week: drivers, BIOS settings and neighbours change
 
 
+def _this_process() -> int:
+    return os.getpid()
+
+
 def load_now() -> dict:
     """The machine's load right now, as stored beside a measurement: 1-minute load average, CPUs, time."""
     try:
         load = os.getloadavg()[0]
     except (OSError, AttributeError):          # Windows: no load average
         load = -1.0
-    return {"load": round(load, 2), "cpus": os.cpu_count() or 1, "at": round(time.time())}
+    return {"load": round(load, 2), "cpus": os.cpu_count() or 1, "at": round(time.time()), "pid": _this_process()}
 
 
 def is_busy(record) -> bool:
@@ -160,6 +164,8 @@ def remeasure_reason(record, now: float | None = None) -> str:
     (an older version's entry), was taken on a busy machine, or is older than MAX_AGE_S."""
     if not isinstance(record, dict):
         return "stored without the machine's load"
+    if record.get("pid") == _this_process():
+        return ""              # taken by this very process: kept until the next start, busy or not
     if is_busy(record):
         return f"measured on a busy machine (load {record['load']:.2f} on {record['cpus']} CPUs)"
     try:
