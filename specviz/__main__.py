@@ -1,4 +1,4 @@
-"""Command line: `python -m specviz generate | bench-hf | calibrate | roofline | sweep`.
+"""Command line: `python -m specviz generate | bench-hf | calibrate | roofline | sweep | kernels | …`.
 
 Every user error ends as one line on stderr and a non-zero exit, never a traceback
 (set SPECVIZ_DEBUG=1 to see tracebacks while developing)."""
@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     classroom.add_parser(sub)
     whatif.add_parser(sub)
     bench_vllm.add_parser(sub)
+    from specviz.cli import kernels
+    kernels.add_parser(sub)
     return p
 
 

@@ -25,7 +25,8 @@ import torch
 from specviz.cli.classroom import POOL, _pct
 from specviz.cli.common import add_compile_arg
 from specviz.engine.request import Knobs, Request
-from specviz.limits import LimitError, check_request
+from specviz.limits import LimitError
+from specviz.serve.door import check_run
 from specviz.vllm.client import VllmClient, VllmError
 from specviz.vllm.launcher import LaunchSpec, VllmServer, free_port
 from specviz.vllm.run import run_all
@@ -151,7 +152,7 @@ def run(args) -> int:
     # on first use: transformers is slow to import
     from specviz.pairs.pipeline import encode_prompt, load_pair
 
-    check_request(1, args.depth, 0.0, args.max_new_tokens)
+    check_run(1, args.depth, 0.0, args.max_new_tokens)
     if not 1 <= args.users <= 64:
         raise LimitError("--users must be 1-64")
     if not 1 <= args.repeats <= 9:

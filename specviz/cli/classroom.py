@@ -24,7 +24,8 @@ from urllib.parse import urlparse
 from specviz.cli.common import add_pair_args
 from specviz.engine.policies import PolicyChoice
 from specviz.engine.request import Knobs, Request
-from specviz.limits import LimitError, check_request
+from specviz.limits import LimitError
+from specviz.serve.door import check_run
 
 POOL = ["Rewrite this sentence in the passive voice: the students measured the knee of the curve.",
         "Summarise in one sentence: speculative decoding drafts tokens with a small model and checks them "
@@ -157,8 +158,7 @@ def run(args) -> int:
     # on first use: transformers is slow to import
     from specviz.pairs.pipeline import encode_prompt, load_pair
 
-    check_request(1, args.depth, 0.0, args.max_new_tokens)
-    _policy(args)
+    check_run(1, args.depth, 0.0, args.max_new_tokens, args.policy, args.threshold)
     if not 1 <= args.users <= 64 or not 1 <= args.separate_concurrency <= 64 or not 1 <= args.repeats <= 20:
         raise LimitError("--users and --separate-concurrency must be 1-64, --repeats 1-20")
     pair = load_pair(args.target, args.draft, args.device)

@@ -106,7 +106,7 @@ def run_roofline(args) -> int:
                                 pass_cost(spec, 1, 1, args.context).bytes, args.repeats, new_cache)
         result["pass_vs_roofline_pairs"] = pairs
         result["pass_vs_roofline_1_token"] = sorted(pairs)[len(pairs) // 2]
-    print(f"path: {fast.shown}")
+    print(f"path: {fast.shown}" + (f" ({fast.note})" if fast.note else ""))
     for n, t in zip(ns, secs):
         print(f"{n:5d} tokens/pass: {1000 * t:8.2f} ms  ({n / t:8.1f} tokens/s)")
     out = Path(args.out)
@@ -161,7 +161,9 @@ def run_sweep(args) -> int:
         w.writerows(rows)
     best = best_depths(rows)
     cross = crossover_from_rows(rows)
+    print(f"path: {pair.fast.shown}" + (f" ({pair.fast.note})" if pair.fast.note else ""))
     (out / "sweep.json").write_text(json.dumps({"target": args.target, "draft": args.draft, "path": pair.fast.label,
+                                                "layout": pair.fast.layout or "stock (transformers)",
                                                 "rows": rows,
                                                 "best_depth": best, "crossover_batch": cross}, indent=1))
     charts.sweep_figure(rows, batches, depths).write_html(out / "sweep.html", include_plotlyjs=True)
@@ -170,5 +172,6 @@ def run_sweep(args) -> int:
     print("batch → best depth: " + ", ".join(f"{b}→{k}" for b, k in best.items()))
     print(f"speculation stops paying from batch size {cross}" if cross else
           "speculation pays at every batch size measured")
-    print(json.dumps({"best_depth": best, "crossover_batch": cross}))
+    print(json.dumps({"best_depth": best, "crossover_batch": cross, "path": pair.fast.label,
+                      "layout": pair.fast.layout or "stock (transformers)"}))
     return 0

@@ -6,8 +6,10 @@ the fast path off it builds today's `RaggedCache`, so nothing changes. Modes:
 - "off":      stock transformers modules + RaggedCache (the reference path);
 - "static":   StaticCache + compact forward, eager (no compile; what most tests use);
 - "compiled": StaticCache + compact forward, each decoder layer compiled;
-- "on" = "compiled"; "auto" = "compiled" where a measurement on this machine found it faster
-  (recorded by `python -m specviz bench-hf --compile on`), else "off".
+- "on" = "compiled"; "auto": on a CPU what the app serves, "static" where its measured pass beats
+  eager here (`specviz.fastpath.passes` times both when the model loads), else "off"; on CUDA
+  "compiled" where a measurement on this machine found it faster (recorded by `python -m specviz
+  bench-hf --compile on`), else "off". The default of the app and of every CLI command.
 Unsupported architectures fall back to "off" with a sentence (`FastPath.note`).
 """
 from __future__ import annotations
@@ -47,6 +49,7 @@ class FastPath:
     mode: str = "off"
     note: str = ""
     layout: str = ""          # which weight layouts serve (fastpath.layout.Plan.summary), "" when off
+    auto: bool = False        # chosen by --compile auto: falls back to eager where that measured faster
 
     @property
     def shown(self) -> str:
@@ -71,10 +74,20 @@ def resolve(choice: str, device=None) -> FastPath:
         return FastPath("static")
     if choice == "on":
         return FastPath("compiled")
+    if _on_cpu(device):
+        return FastPath("static", "auto: the fast path where its pass measured faster than eager here", auto=True)
     decided = auto_decision(device)
     if decided is None:
         return FastPath("off", "auto: not measured on this machine yet (bench-hf --compile on records it)")
     return FastPath("compiled" if decided else "off", "auto: " + ("measured faster" if decided else "measured slower"))
+
+
+def _on_cpu(device) -> bool:
+    import torch
+
+    if device is None:
+        return not torch.cuda.is_available()
+    return torch.device(device).type == "cpu"
 
 
 def cache_factory(model, fast: FastPath) -> tuple[Callable | None, FastPath]:
@@ -90,6 +103,13 @@ def cache_factory(model, fast: FastPath) -> tuple[Callable | None, FastPath]:
         compact = CompactLlama(model, compiled=fast.mode == "compiled")
     except Unsupported as exc:
         return None, FastPath("off", f"{exc}; running eager")
+    if fast.auto:
+        from specviz.fastpath.passes import eager_faster
+
+        slower = eager_faster(compact.plan)
+        if slower is not None:
+            return None, FastPath("off", f"auto: the fast path measured slower here ({slower[0]:.1f} vs "
+                                         f"{slower[1]:.1f} ms a one-token pass eager; {compact.summary()}); running eager")
     if fast.mode == "compiled":
         compile_compact(compact)
 

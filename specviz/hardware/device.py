@@ -149,19 +149,78 @@ def machine_key(device, dtype) -> str:
     return f"{platform.node()} | {device_name(device)} | {str(dtype).replace('torch.', '')} | torch {torch.__version__}"
 
 
+# A measurement taken while the machine was busy is not kept for good: on a fresh machine the first
+# start calibrated 8.2 GB/s beside a running `pip` (22.7 when quiet) and that figure was shown to the
+# class for ever. So every cached measurement carries the load it was taken under, and is taken again
+# at the next use when that load was high or the entry is old.
+BUSY_LOAD_PER_CPU = 0.75      # 1-minute load average per CPU at or above which the machine counts as busy
+MAX_AGE_S = 7 * 24 * 3600     # a week: drivers, BIOS settings and neighbours change
+
+
+def _this_process() -> int:
+    return os.getpid()
+
+
+def load_now() -> dict:
+    """The machine's load right now, as stored beside a measurement: 1-minute load average, CPUs, time."""
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):          # Windows: no load average
+        load = -1.0
+    return {"load": round(load, 2), "cpus": os.cpu_count() or 1, "at": round(time.time()), "pid": _this_process()}
+
+
+def is_busy(record) -> bool:
+    """True when `record` (from load_now) says others were using the CPUs (unknown load: not busy)."""
+    try:
+        return float(record["load"]) / max(1, int(record["cpus"])) >= BUSY_LOAD_PER_CPU
+    except (TypeError, KeyError, ValueError):
+        return False
+
+
+def remeasure_reason(record, now: float | None = None) -> str:
+    """Why a cached measurement should be taken again ("" when it may be kept): it has no load record
+    (an older version's entry), was taken on a busy machine, or is older than MAX_AGE_S."""
+    if not isinstance(record, dict):
+        return "stored without the machine's load"
+    if record.get("pid") == _this_process():
+        return ""              # taken by this very process: kept until the next start, busy or not
+    if is_busy(record):
+        return f"measured on a busy machine (load {record['load']:.2f} on {record['cpus']} CPUs)"
+    try:
+        age = (now or time.time()) - float(record["at"])
+    except (KeyError, TypeError, ValueError):
+        return "stored without a date"
+    return f"{age / 86400:.0f} days old" if age > MAX_AGE_S else ""
+
+
 def cached_peaks(device=None, dtype=None, refresh: bool = False, **calibrate_kw) -> Peaks:
     """This machine's peaks from the cache (`<cache>/peaks.json`, one entry per `machine_key`), measured
-    and stored when missing or when `refresh` (what `python -m specviz calibrate` does)."""
+    and stored when missing, when `refresh` (what `python -m specviz calibrate` does), or when the stored
+    one was taken on a busy machine or is stale (`remeasure_reason`; the log says which)."""
+    import logging
+
     device, dtype = _device_and_dtype(device, dtype)
     key, path = machine_key(device, dtype), cache_root() / "peaks.json"
     table = read_table(path)
-    if not refresh and isinstance(table.get(key), dict):
-        try:
-            return Peaks(**table[key])
-        except TypeError:
-            pass                         # an entry from another version: measure again
+    entry = table.get(key)
+    if not refresh and isinstance(entry, dict):
+        why = remeasure_reason(entry.get("measured"))
+        if not why:
+            try:
+                return Peaks(**{k: v for k, v in entry.items() if k != "measured"})
+            except TypeError:
+                pass                     # an entry from another version: measure again
+        else:
+            logging.getLogger("specviz").info("calibration: the cached peaks were %s; measuring again", why)
+    load = load_now()
     peaks = calibrate(device, dtype, **calibrate_kw)
-    table[key] = {"device": peaks.device, "bandwidth": peaks.bandwidth, "flops": peaks.flops, "dtype": peaks.dtype}
+    table[key] = {"device": peaks.device, "bandwidth": peaks.bandwidth, "flops": peaks.flops, "dtype": peaks.dtype,
+                  "measured": load}
+    if is_busy(load):
+        logging.getLogger("specviz").info("calibration: %.1f GB/s measured on a busy machine (load %.2f on %d "
+                                          "CPUs); measured again at the next start", peaks.bandwidth / 1e9,
+                                          load["load"], load["cpus"])
     write_table(path, table)
     return peaks
 

@@ -61,9 +61,9 @@ def load_pair(target_ref: str, draft_ref: str, device: str | None = None,
               compile: str | None = None) -> Pair:
     """Load target and draft (reusing already loaded models when given) and build the drafter.
     `compile` (off / on / auto, or static for tests) picks the forward path, see specviz.fastpath;
-    None reads SPECVIZ_COMPILE (what `app.py --compile` sets), default off."""
+    None reads SPECVIZ_COMPILE (what `app.py --compile` sets), default auto (as the app)."""
     if compile is None:
-        compile = os.environ.get("SPECVIZ_COMPILE", "off")
+        compile = os.environ.get("SPECVIZ_COMPILE", "auto")
     dref = parse_draft_ref(draft_ref)
     for ref in (target_ref, dref.ref):
         if ref.strip().startswith(SHAPE_PREFIX):
