@@ -42,7 +42,7 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def test_cache(tmp_path_factory):
+def fresh_cache(tmp_path_factory):
     """A fresh cache folder for the module (layout timings, the C kernel's build)."""
     mp = pytest.MonkeyPatch()
     mp.setenv("SPECVIZ_CACHE", str(tmp_path_factory.mktemp("specviz-cache")))
@@ -74,7 +74,7 @@ def test_cases_cover_what_they_claim():
 
 
 @pytest.mark.parametrize("path,draft,batch,depth,eos", CASES)
-def test_greedy_is_exact_on_every_path(test_cache, make_pair, monkeypatch, prompts, reference,
+def test_greedy_is_exact_on_every_path(fresh_cache, make_pair, monkeypatch, prompts, reference,
                                        path, draft, batch, depth, eos):
     pair = path_pair(make_pair, monkeypatch, path, draft)
     eng = pair.engine()
@@ -103,7 +103,7 @@ def _wait_for_warm_ups() -> None:
             assert not t.is_alive(), "a fast-path warm-up hung"
 
 
-def test_auto_path_serves_many_clients_at_once(test_cache, tiny_paths, monkeypatch, greedy, prompts):
+def test_auto_path_serves_many_clients_at_once(fresh_cache, tiny_paths, monkeypatch, greedy, prompts):
     """The app's LocalRunner pieces (PairCache with auto, one scheduler per pair): four pairs, one per
     draft kind, each moved to its fast path; then 12 clients at once, greedy and sampled. Greedy rows
     equal the target's own output; a sampled request equals the same seeded request run alone on that
