@@ -15,7 +15,8 @@ def add_pair_args(p) -> None:
     p.add_argument("--target", default=os.environ.get("SPECVIZ_TARGET", DEFAULT_TARGET),
                    help="target model: hub id, local dir, .gguf file or smollm2-135m-offline")
     p.add_argument("--draft", default=os.environ.get("SPECVIZ_DRAFT", DEFAULT_DRAFT),
-                   help="draft: a model reference, 'ngram', or 'layerskip:A-B'")
+                   help=f"draft: a model reference, 'ngram', or 'layerskip:A-B' (default {DEFAULT_DRAFT}, "
+                        "a layer-skip view of the target; the app's default pair drafts with ngram)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
 
 
@@ -32,8 +33,9 @@ def _compile_choice(value: str) -> str:
 
 def add_compile_arg(p) -> None:
     p.add_argument("--compile", default=os.environ.get("SPECVIZ_COMPILE", "off"), type=_compile_choice,
-                   help="fast path: on = static KV cache + compact forward, compiled; off = stock "
-                        "transformers (default); auto = on where bench-hf --compile on measured it faster")
+                   help="fast path, one of: off = stock transformers (default here; the app's default is "
+                        "auto); static = static KV cache + compact forward, eager; on = the same, compiled; "
+                        "auto = on where bench-hf --compile on measured it faster, else off")
 
 
 def add_run_args(p) -> None:
