@@ -285,7 +285,7 @@ def test_compiled_path_is_lossless(make_pair, prompts, reference, tmp_path, monk
 
 def test_compile_choices(tmp_path, monkeypatch):
     assert check_compile(" ON ") == "on"
-    with pytest.raises(ValueError, match="auto, on, off"):
+    with pytest.raises(ValueError, match="auto, on, off, static"):
         check_compile("fast")
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     # on a CPU auto is what the app serves: the static path, falling back to eager where that measured faster

@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 from apphelp import client, pair_label
-from test_app import CHROMIUM, browser_page, needs_chromium
-
 from specviz import lessons
+from test_app import browser_page, needs_chromium
+
 
 CHAPTERS = ["race", "knee", "breadth_depth", "ledger", "sweep", "policies"]
 
@@ -118,6 +118,7 @@ def test_browser_walks_the_lesson(api, tmp_path):
     with browser_page(1500) as page:
         page.goto(url)
         page.wait_for_selector("#chapter-intro", timeout=30000)
+        texts = {}
         for chapter in CHAPTERS:
             page.locator(f"#next-{_previous(chapter)}").click()
             page.wait_for_selector(f"#chapter-{chapter}", state="visible", timeout=10000)
@@ -126,10 +127,13 @@ def test_browser_walks_the_lesson(api, tmp_path):
                 f"document.querySelector('#conclusion-{chapter}').innerText.includes('measured on this machine')",
                 timeout=120000)
             page.wait_for_selector(f"#plot-{chapter} .js-plotly-plot", timeout=30000)
+            texts[chapter] = page.locator(f"#conclusion-{chapter}").inner_text()
             if chapter == "race":
                 page.screenshot(path=str(tmp_path / "lesson.png"), full_page=True)
                 shutil.copy(tmp_path / "lesson.png", "/tmp/specviz-lesson.png")
-        assert CHROMIUM
+        # every chapter concluded in the page, each conclusion its own, every placeholder filled
+        assert len(set(texts.values())) == len(CHAPTERS), texts
+        assert not any(re.search(r"\{[a-z_]+(:[^}]*)?\}", t) for t in texts.values()), texts
 
 
 def _previous(chapter: str) -> str:

@@ -18,7 +18,8 @@ def add_pair_args(p) -> None:
     p.add_argument("--target", default=os.environ.get("SPECVIZ_TARGET", DEFAULT_TARGET),
                    help="target model: hub id, local dir, .gguf file or smollm2-135m-offline")
     p.add_argument("--draft", default=os.environ.get("SPECVIZ_DRAFT", DEFAULT_DRAFT),
-                   help="draft: a model reference, 'ngram', or 'layerskip:A-B'")
+                   help=f"draft: a model reference, 'ngram', or 'layerskip:A-B' (default {DEFAULT_DRAFT}, "
+                        "a layer-skip view of the target; the app's default pair drafts with ngram)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
 
 

@@ -6,8 +6,10 @@ rows may end up with different depths in one step). After each step the engine r
 (`StepObservation`), which the adaptive policy learns from.
 
 - `fixed`: always the requested depth.
-- `disable-by-batch-size`: vLLM's `--speculative-disable-by-batch-size`: depth 0 while more than
-  `threshold` rows are active (under load the spare compute is gone, drafts only add work).
+- `disable-by-batch-size`: after vLLM's former `--speculative-disable-by-batch-size` (removed in 2026 for
+  a depth per batch size, `num_speculative_tokens_per_batch_size`; vLLM counted queued requests, here
+  the rows running): depth 0 while more than `threshold` rows are active (under load the spare compute
+  is gone, drafts only add work).
 - `batch-table`: a depth per batch size (the largest table key ≤ B applies), e.g. profiled offline.
 - `adaptive`: choose k each step to maximise expected tokens/s from the measured acceptance rate and
   the measured draft and verify times (SmartSpec's goodput, DSpark's load-aware depth).

@@ -28,7 +28,7 @@ from specviz.machine import cache_root
 
 # no torch import at module level: app.py checks --compile before ZeroGPU's `spaces` is imported
 
-COMPILE_CHOICES = ("auto", "on", "off")
+COMPILE_CHOICES = ("auto", "on", "off", "static")    # every value --compile takes (help, errors)
 
 
 class CompileError(ValueError):
@@ -37,7 +37,7 @@ class CompileError(ValueError):
 
 def check_compile(value: str) -> str:
     v = (value or "").strip().lower()
-    if v not in COMPILE_CHOICES + ("static",):
+    if v not in COMPILE_CHOICES:
         raise CompileError(f"--compile must be one of {', '.join(COMPILE_CHOICES)}, not '{value}'")
     return v
 
