@@ -112,7 +112,17 @@ def fill(template_text: str, values: dict, wrap=None) -> str:
         return template_text
     # "1.45×" reads as one number: a "×" right after an isolated number goes inside its isolate, or a
     # right-to-left sentence shows it on the number's other side ("×1.45")
-    return out.replace(PDI + "×", "×" + PDI) if wrap is not None else out
+    # (the same for a percent sign written after the field: "12%", not "%12")
+    if wrap is None:
+        return out
+    return out.replace(PDI + "×", "×" + PDI).replace(PDI + "%", "%" + PDI)
+
+
+def quoted(value) -> str:
+    """A name the reader typed, ready to sit inside the template's quotes ('…' in English, «…» in Persian):
+    control characters and backslashes escaped as `repr` shows them, without repr's own ASCII quotes."""
+    text = repr(str(value))
+    return text[1:-1]
 
 
 ARABIC_SCRIPT = re.compile(r"[\u0600-\u06FF\uFB50-\uFDFF\uFE70-\uFEFF]")

@@ -128,7 +128,7 @@ class Lesson:
         if chapter == "policies":
             pool = [prompt] + [encode_prompt(pair.tokenizer, p) for p in ROW_POOL]
             return lambda: experiments.run_policies(pair, pool)
-        raise error(lang, "errors.unknown_chapter", chapter=str(chapter)[:40])
+        raise error(lang, "errors.unknown_chapter", chapter=lessons.quoted(str(chapter)[:40]))
 
 
 def build(app) -> tuple[Lesson, gr.Radio, gr.Dropdown]:

@@ -187,8 +187,8 @@ class RunStore:
     def _difference(self, pair, prompt, ours, ref, pos, lang) -> str:
         margin = logit_margin(pair, prompt + ours[:pos])
         dec = pair.tokenizer.decode
-        msg = t(lang, "app.lossless_differs", pos=pos + 1, target_tok=dec([ref[pos]]) if ref[pos] >= 0 else lessons.text(lang, "app.end_of_text"),
-                ours_tok=dec([ours[pos]]), margin=f"{margin:.2g}")
+        msg = t(lang, "app.lossless_differs", pos=pos + 1, target_tok=lessons.quoted(dec([ref[pos]])) if ref[pos] >= 0 else lessons.text(lang, "app.end_of_text"),
+                ours_tok=lessons.quoted(dec([ours[pos]])), margin=f"{margin:.2g}")
         if margin < NEAR_TIE:
             msg += " " + lessons.text(lang, "app.lossless_near_tie")
         return msg

@@ -131,7 +131,7 @@ def _hardware(app, gpu: str, bw_tbs: float, flops_tflops: float, lang: str = les
 def _short(value) -> str:
     """A name quoted in a refusal, cut short (a script may send 10,000 characters)."""
     text = str(value)
-    return text if len(text) <= 40 else text[:39] + "…"
+    return lessons.quoted(text if len(text) <= 40 else text[:39] + "…")
 
 
 def _model(name: str, bytes_per_param: float, lang: str = lessons.DEFAULT_LANG) -> rf.ModelSpec:
