@@ -43,6 +43,7 @@ from specviz.engine.request import Knobs, RunTotals, StepEvent
 from specviz.hardware.roofline import (best_depths, crossover_from_rows, expected_tokens_per_pass, latency_curve,
                               predicted_knee, walltime_improvement)
 from specviz.engine.torchmode import inference_steps
+from specviz.lessons import Said
 
 Result = dict[str, Any]
 
@@ -547,8 +548,12 @@ def _ledger_table(parts, times, positions, theory) -> list[dict]:
 # they are not in assets/published/speedups.json (a batch-indexed file). Numbers: PUBLISHED-RESULTS.md.
 VLLM_BLOG_SOURCE = ("vLLM blog, 'How Speculative Decoding Boosts vLLM Performance by up to 2.8x' (2024-10-17): "
                     "4× H100, Llama-3-70B")
-VLLM_BLOG = [("draft model (Qwama-0.5B)", "QPS 1", 1.5), ("draft model (Qwama-0.5B)", "high QPS", 1 / 1.4),
-             ("n-gram, CNN/DailyMail", "QPS 1", 2.8), ("n-gram, CNN/DailyMail", "high QPS", 1 / 1.8)]
+# Names and loads are Saids: their English is what the CSV and the tests read, a chart shows them in its
+# reader's language.
+_DRAFT_MODEL, _NGRAM = (Said("chapter.sweep.blog_draft_model", model="Qwama-0.5B"),
+                        Said("chapter.sweep.blog_ngram", data="CNN/DailyMail"))
+_LIGHT, _HIGH = Said("chapter.sweep.load_light", qps=1), Said("chapter.sweep.load_high")
+VLLM_BLOG = [(_DRAFT_MODEL, _LIGHT, 1.5), (_DRAFT_MODEL, _HIGH, 1 / 1.4), (_NGRAM, _LIGHT, 2.8), (_NGRAM, _HIGH, 1 / 1.8)]
 
 
 def published_points() -> list[dict]:
@@ -556,10 +561,11 @@ def published_points() -> list[dict]:
     the vLLM blog's light- vs high-load points (batch None, `load` named). Never ours: each carries its
     source and the label "published measurement"."""
     out = [{"source": s.source, "label": PUBLISHED_LABEL, "batch": b, "speedup": x,
-            "series": f"{s.label} ({s.cite})", "load": None}
+            "series": Said("chapter.sweep.series", label=s.label, cite=s.cite), "load": None}
            for s in load_published() for b, x in zip(s.batch_sizes, s.speedup)]
     out += [{"source": VLLM_BLOG_SOURCE, "label": PUBLISHED_LABEL, "batch": None, "speedup": x,
-             "series": f"vLLM, {name} (vLLM blog)", "load": load} for name, load, x in VLLM_BLOG]
+             "series": Said("chapter.sweep.blog_series", name=name), "name": name, "load": load}
+            for name, load, x in VLLM_BLOG]
     return out
 
 

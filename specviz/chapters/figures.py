@@ -42,6 +42,24 @@ EXTRA = {
 }
 
 
+def _rtl(L: dict) -> bool:
+    return lessons.direction(L.get("_lang", lessons.DEFAULT_LANG)) == "rtl"
+
+
+def _said(L: dict, value) -> str:
+    """A Said carried in a result (a published series' name, a load) in the chart's language: `L["_lang"]`,
+    which the page's labels carry (ui.lesson.chart_labels); right-to-left as a whole when Persian."""
+    return lessons.isolate_rtl(lessons.say(L.get("_lang", lessons.DEFAULT_LANG), value))
+
+
+def _aligned(L: dict, x_ltr: float = 0) -> dict:
+    """Where a note sits: at the left edge, left-aligned, in English; at the right edge, right-aligned,
+    in Persian (its lines start on the right)."""
+    if _rtl(L):
+        return dict(x=1 - x_ltr, xanchor="right", align="right")
+    return dict(x=x_ltr, xanchor="left", align="left")
+
+
 def _labels(chapter: str, labels: dict | None) -> dict:
     """The caller's labels over English: en.toml's [chapter.<chapter>] keys, then EXTRA."""
     table = lessons.load("en").get("chapter", {}).get(chapter, {})
@@ -102,20 +120,22 @@ def figure_race(result: dict, labels: dict | None = None, dark: bool = False) ->
         fig.add_trace(go.Scatter(x=[t for _, t in keys], y=[names.get(ln, ln) for ln, _ in keys], mode="markers",
                                  name=L["legend_tokens"], marker=dict(symbol="line-ns-open", size=26, color=TICK,
                                                                       line=dict(width=2, color=TICK)),
-                                 text=[_span(steps[k]) for k in keys], hovertemplate="%{x:.3f} s: %{text}"))
+                                 text=[_span(steps[k], L) for k in keys], hovertemplate="%{x:.3f} s: %{text}"))
     note = L["replay_note"]
     if result.get("done") and result.get("values"):
         v = result["values"]
         note += "<br>" + lessons.chart_fill(L["headline"] if v.get("speedup", 0) >= 1 else L["headline_slower"], v)
-    fig.add_annotation(text=note, x=0, y=1.12, xref="paper", yref="paper", showarrow=False, xanchor="left",
-                       align="left", font=dict(size=12))
+    fig.add_annotation(text=note, y=1.12, xref="paper", yref="paper", showarrow=False, font=dict(size=12),
+                       **_aligned(L))
     fig.update_yaxes(categoryorder="array", categoryarray=[names["plain"], names["spec"]])
     return _style(fig, dark, height=320, barmode="overlay", xaxis_title=L["axis_seconds"],
                   margin=dict(l=150, r=20, t=70, b=100), legend=dict(orientation="h", y=-0.45, x=0))
 
 
-def _span(idx: list[int]) -> str:
-    return f"token {idx[0]}" if len(idx) == 1 else f"tokens {min(idx)}–{max(idx)}"
+def _span(idx: list[int], L: dict) -> str:
+    if len(idx) == 1:
+        return lessons.chart_fill(L["hover_token"], {"n": idx[0]})
+    return lessons.chart_fill(L["hover_tokens"], {"a": min(idx), "b": max(idx)})
 
 
 # --- the knee ----------------------------------------------------------------------------------------
@@ -154,7 +174,7 @@ def figure_breadth_depth(result: dict, labels: dict | None = None, dark: bool = 
         go.Bar(x=x, y=[r["breadth_ms"] for r in rows], name=L["legend_breadth"], marker_color=OWN),
         go.Bar(x=x, y=[r["depth_ms"] for r in rows], name=L["legend_depth"], marker_color=DRAFT,
                customdata=[r.get("breadth_over_depth") for r in rows],
-               hovertemplate="%{y:.1f} ms (breadth ÷ depth %{customdata:.2f})<extra></extra>")])
+               hovertemplate="%{y:.1f} ms (" + L["hover_ratio"] + " %{customdata:.2f})<extra></extra>")])
     bp = result.get("breakpoint")
     if bp is not None and str(bp) in x:
         # by position: a numeric-looking category name would be read as an index on a category axis
@@ -267,7 +287,7 @@ def _published(fig: go.Figure, points: list[dict], L: dict) -> None:
         pts = sorted(pts, key=lambda p: p["batch"])
         src = lessons.chart_fill(L["source"], {"source": pts[0]["source"]})
         fig.add_trace(go.Scatter(x=[p["batch"] for p in pts], y=[p["speedup"] for p in pts], mode="lines+markers",
-                                 name=f"{name}, {L['published']}", marker=dict(symbol=symbols[i % 4], size=9),
+                                 name=_said(L, name) + ("، " if _rtl(L) else ", ") + L["published"], marker=dict(symbol=symbols[i % 4], size=9),
                                  line=dict(width=2, color=POLICY_COLOURS[(i + 1) % len(POLICY_COLOURS)]),
                                  hovertemplate="B=%{x}: %{y:.2f}×<br>" + src + "<extra></extra>"), row=1, col=2)
     xs = [p["batch"] for p in points if p.get("batch") is not None]
@@ -275,15 +295,22 @@ def _published(fig: go.Figure, points: list[dict], L: dict) -> None:
         fig.add_trace(go.Scatter(x=[min(xs), max(xs)], y=[1, 1], mode="lines", showlegend=False,
                                  line=dict(color=PLAIN, width=1, dash="dot"), hoverinfo="skip"), row=1, col=2)
     by_load: dict[str, list[str]] = {}
+    lang = L.get("_lang", lessons.DEFAULT_LANG)
     for p in points:
         if p.get("batch") is None:      # measured against load (vLLM blog), not batch: a note, not a curve
-            name = p["series"].removesuffix(" (vLLM blog)").removeprefix("vLLM, ")
-            by_load.setdefault(name, []).append(f"{p['speedup']:.2f}× ({p['load']})")
+            name = lessons.say(lang, p.get("name") or p["series"])
+            x = f"{p['speedup']:.2f}×"
+            by_load.setdefault(name, []).append(f"{lessons.isolate_ltr(x) if _rtl(L) else x} "
+                                                f"({lessons.say(lang, p['load'])})")
     if by_load:
-        note = "<br>".join(f"{name}: {' → '.join(v)}" for name, v in by_load.items())
-        fig.add_annotation(text=lessons.chart_fill(L["vllm_note"], {"published": L["published"], "points": "<br>" + note}),
-                           x=0, y=-0.45, xref="paper", yref="paper", showarrow=False, xanchor="left",
-                           yanchor="top", align="left", font=dict(size=11))
+        # one plotly line per series: each Persian line is right-to-left on its own (an isolate does not
+        # span plotly's <br>), and its arrow points the way it reads
+        arrow = " ← " if _rtl(L) else " → "
+        lines = [f"{name}: {arrow.join(v)}" for name, v in by_load.items()]
+        head = lessons.chart_fill(L["vllm_note"], {"published": L["published"], "points": ""})
+        note = "<br>".join(lessons.isolate_rtl(line) for line in [head.rstrip(), *lines])
+        fig.add_annotation(text=note, y=-0.45, xref="paper", yref="paper", showarrow=False, yanchor="top",
+                           font=dict(size=11), **_aligned(L))
 
 
 # --- policies ------------------------------------------------------------------------------------------
@@ -296,11 +323,12 @@ def figure_policies(result: dict, labels: dict | None = None, dark: bool = False
     batches = sorted({r["batch_size"] for r in rows})
     winners = {(w["batch_size"], w["policy"]) for w in result.get("winners", [])}
     fig = go.Figure()
-    for i, name in enumerate(dict.fromkeys(r["policy"] for r in rows)):
-        mine = {r["batch_size"]: r for r in rows if r["policy"] == name}
+    for i, policy in enumerate(dict.fromkeys(r["policy"] for r in rows)):
+        mine = {r["batch_size"]: r for r in rows if r["policy"] == policy}
+        name = lessons.isolate_rtl(lessons.policy_label(L.get("_lang", lessons.DEFAULT_LANG), policy))
         ys = [mine[b]["vs_plain"] if b in mine else None for b in batches]
         fig.add_trace(go.Bar(x=[str(b) for b in batches], y=ys, name=name, marker=dict(color=POLICY_COLOURS[i % len(POLICY_COLOURS)],
-                                                    line=dict(width=[3 if (b, name) in winners else 0 for b in batches],
+                                                    line=dict(width=[3 if (b, policy) in winners else 0 for b in batches],
                                                               color=TICK)),
                              customdata=[mine[b]["tokens_per_s"] if b in mine else None for b in batches],
                              hovertemplate=name + ": %{y:.2f}× (%{customdata:.1f} " + L["column_tokens_per_s"]

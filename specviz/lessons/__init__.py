@@ -154,8 +154,15 @@ def text_bidi(lang: str, key: str, /, **values) -> str:
     return fill(template(lang, key), _said_in(lang, values), wrap=isolate_ltr)
 
 
+def policy_label(lang: str, name: str) -> str:
+    """A depth policy's name for readers ([policy_label]); the API, the CLI and the radio's values keep
+    the English name. A policy without a label is shown by its name."""
+    key = f"policy_label.{name}"
+    return text(lang, key) if template(lang, key) != key else str(name)
+
+
 def _said_in(lang: str, values: dict) -> dict:
-    return {k: (say(lang, v) if isinstance(v, (Key, Said)) else v) for k, v in values.items()}
+    return {k: (say(lang, v) if isinstance(v, (Key, Said, Listed)) else v) for k, v in values.items()}
 
 
 def chart_fill(template_text: str, values: dict) -> str:
@@ -190,6 +197,27 @@ def _said(key: str, values: dict) -> Said:
     return Said(key, **values)
 
 
+class Listed(str):
+    """Several values shown as one list (a value of a `Said`): its English is the items joined by ", ";
+    a page shows each item in its language, joined by that language's separator (`app.list_separator`),
+    names isolated left-to-right inside a right-to-left list."""
+
+    def __new__(cls, items) -> "Listed":
+        items = tuple(items)
+        self = super().__new__(cls, ", ".join(str(i) for i in items))
+        self.items = items
+        return self
+
+    def __reduce__(self):
+        return (Listed, (self.items,))
+
+    def shown(self, lang: str) -> str:
+        parts = [say(lang, i) for i in self.items]
+        if lang in RTL_LANGS:
+            parts = [isolate_ltr(p) for p in parts]
+        return template(lang, "app.list_separator").join(parts)
+
+
 def _render(lang: str, key: str, values: dict) -> str:
     plain = _said_in(lang, values)
     if lang in RTL_LANGS:
@@ -206,4 +234,6 @@ def say(lang: str, message) -> str:
         return _render(lang, message.key, message.values)
     if isinstance(message, Key):
         return text(lang, message)
+    if isinstance(message, Listed):
+        return message.shown(lang)
     return str(message)

