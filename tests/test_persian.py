@@ -169,7 +169,9 @@ def test_token_stream_and_rows_take_their_own_direction():
     html = tokens_html(view)
     assert 'dir="auto"' in html and "step" in html and ARABIC.search(html)
     rows = rows_html({0: view}, {}, lang="fa")
-    assert 'dir="auto"' in rows and "ردیف" in rows and "tokens" not in rows
+    # the row line is right-to-left in Persian: its stat starts with a number, so dir="auto" would be LTR
+    assert 'dir="auto"' not in rows and rows.count('dir="rtl"') == 2 and "ردیف" in rows and "tokens" not in rows
+    assert 'dir="ltr"' in rows_html({0: view}, {}, lang="en")
 
 
 def test_pair_labels_translate_and_keep_their_english_value():

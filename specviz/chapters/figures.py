@@ -46,10 +46,14 @@ def _rtl(L: dict) -> bool:
     return lessons.direction(L.get("_lang", lessons.DEFAULT_LANG)) == "rtl"
 
 
-def _said(L: dict, value) -> str:
-    """A Said carried in a result (a published series' name, a load) in the chart's language: `L["_lang"]`,
-    which the page's labels carry (ui.lesson.chart_labels); right-to-left as a whole when Persian."""
-    return lessons.isolate_rtl(lessons.say(L.get("_lang", lessons.DEFAULT_LANG), value))
+def _said(L: dict, value, *more: str) -> str:
+    """A Said carried in a result (a published series' name) in the chart's language (`L["_lang"]`, which
+    the page's labels carry: ui.lesson.chart_labels), then `more` labels after a comma; right-to-left as
+    a whole when Persian (plotly lays a label out left-to-right: parts isolated one by one would read in
+    reverse order)."""
+    lang = L.get("_lang", lessons.DEFAULT_LANG)
+    text = lessons.template(lang, "app.list_separator").join([lessons.say(lang, value), *more])
+    return lessons.isolate_rtl(text)
 
 
 def _aligned(L: dict, x_ltr: float = 0) -> dict:
@@ -287,7 +291,7 @@ def _published(fig: go.Figure, points: list[dict], L: dict) -> None:
         pts = sorted(pts, key=lambda p: p["batch"])
         src = lessons.chart_fill(L["source"], {"source": pts[0]["source"]})
         fig.add_trace(go.Scatter(x=[p["batch"] for p in pts], y=[p["speedup"] for p in pts], mode="lines+markers",
-                                 name=_said(L, name) + ("، " if _rtl(L) else ", ") + L["published"], marker=dict(symbol=symbols[i % 4], size=9),
+                                 name=_said(L, name, L["published"]), marker=dict(symbol=symbols[i % 4], size=9),
                                  line=dict(width=2, color=POLICY_COLOURS[(i + 1) % len(POLICY_COLOURS)]),
                                  hovertemplate="B=%{x}: %{y:.2f}×<br>" + src + "<extra></extra>"), row=1, col=2)
     xs = [p["batch"] for p in points if p.get("batch") is not None]
