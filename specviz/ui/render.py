@@ -101,7 +101,8 @@ def _span(kind: str, text: str, title: str, special: str | None = None, role: bo
     """One token, one span, one `tok-*` class (a contract); markup keeps its class and is marked by
     `data-special` (a badge, its raw text in the tooltip) or `data-role` (the role name after it)."""
     if special is not None:
-        tip = html.escape(f"{title} · {text.strip()}")
+        raw = text.strip()      # model output: left-to-right inside a Persian tooltip
+        tip = html.escape(f"{title} · {lessons.isolate_ltr(raw) if lessons.ARABIC_SCRIPT.search(title) else raw}")
         return f'<span class="{CLASS[kind]}" data-special="1" title="{tip}">⟨{html.escape(special)}⟩</span>'
     mark = ' data-role="1"' if role else ""
     return f'<span class="{CLASS[kind]}"{mark} title="{html.escape(title)}">{html.escape(text)}</span>'
