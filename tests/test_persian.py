@@ -96,7 +96,7 @@ def test_every_english_text_has_a_persian_one(fa):
     but also an English phrase or sentence mixed into a Persian one (placeholders and `code` aside)."""
     en = set(__import__("test_lessons").flat(lessons.load("en")))
     assert set(fa) == en
-    words = {k: re.sub(r"`[^`]*`", " ", re.sub(r"\{[^}]*\}", " ", v)) for k, v in fa.items()}
+    words = {k: re.sub(r"`[^`]*`|<br>", " ", re.sub(r"\{[^}]*\}", " ", v)) for k, v in fa.items()}   # code, plotly's line break
     mixed = {k: english_outside_isolates(v) for k, v in words.items()}
     assert not any(mixed.values()), {k: v for k, v in mixed.items() if v}
 
@@ -184,6 +184,10 @@ def test_chapter_titles_and_chart_labels_are_isolated_right_to_left():
     head = lessons.chart_fill(labels["headline"], {"flops_ratio": 1.8, "speedup": 1.59})
     assert lessons.LRI + "1.8×" + lessons.PDI in head
     assert live_labels("fa")["throughput_title"].startswith(lessons.RLI)
+    # plotly lays every <br> line out on its own: each Persian line is isolated by itself
+    note = labels["replay_note"]
+    assert "<br>" in note and all(line.startswith(lessons.RLI) and line.endswith(lessons.PDI)
+                                  for line in note.split("<br>"))
     assert live_labels("en")["row"] == "row {n}"
 
 
@@ -333,8 +337,12 @@ def test_browser_persian_page_has_no_english_sentence(classroom, tmp_path):
         page.locator("#next-intro").click()
         page.locator("#run-race").click()
         _wait_text(page, "#conclusion-race", "اندازه‌گیری‌شده")
-        page.wait_for_selector("#plot-race .js-plotly-plot", timeout=30000)
+        page.wait_for_selector("#plot-race .js-plotly-plot .annotation", timeout=30000)
         found["lesson"] = page.evaluate(READ_PAGE)
+        # the race's Persian note starts at the right, where its lines start (not mid-chart, not left)
+        note, plot = page.evaluate("""() => [document.querySelector('#plot-race .annotation-text'),
+            document.querySelector('#plot-race .nsewdrag')].map((e) => e.getBoundingClientRect().toJSON())""")
+        assert abs(note["right"] - plot["right"]) < 30 and note["left"] > plot["left"], (note, plot)
         # the playground, after a Run (counters with the forward path, rows, the live charts, the baseline)
         page.get_by_role("tab").nth(1).click()
         page.locator("#max-new-tokens input[type=number]").fill("24")

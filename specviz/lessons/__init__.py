@@ -138,7 +138,10 @@ def isolate_ltr(value: str) -> str:
 
 def isolate_rtl(value: str) -> str:
     """A whole Persian label made right-to-left where its container lays text out left-to-right
-    (plotly's SVG text): otherwise "token در هر pass" reads with its words in reverse order."""
+    (plotly's SVG text): otherwise "token در هر pass" reads with its words in reverse order. Each line of
+    a label broken with plotly's <br> is isolated on its own (plotly lays every line out separately)."""
+    if "<br>" in value:
+        return "<br>".join(isolate_rtl(line) for line in value.split("<br>"))
     return RLI + value + PDI if ARABIC_SCRIPT.search(value) else value
 
 

@@ -84,11 +84,12 @@ def chart_labels(lang: str) -> dict:
 
 
 def _for_reader(fig, lang: str):
-    """Plotly anchors a title at its start, which in a right-to-left page is its right end, so a long Persian
-    title runs off the plot's left edge; a centred title sits right in either direction."""
+    """A Persian title starts where Persian text starts, at the right (as the playground's live charts do):
+    on a phone a long title then loses its end, not its beginning. (Plotly measures text in a hidden SVG
+    that style.css keeps left-to-right, so its anchors are where they say.)"""
     if _rtl(lang):
         title = fig.layout.title.text
-        fig.update_layout(title_x=0.5, title_xanchor="center", title_font_size=14,   # Persian titles run longer
+        fig.update_layout(title_x=0.98, title_xanchor="right", title_font_size=14,   # Persian titles run longer
                           title_text=lessons.isolate_rtl(title) if title else title)   # plotly: LTR text
     return fig
 
