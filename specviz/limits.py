@@ -95,7 +95,7 @@ def between(value, what: str, lo: float, hi: float) -> float:
 def brief(value, width: int = 40) -> str:
     """A value quoted in a refusal: short, whatever was sent (1e308 stays "1e+308", not 309 digits)."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 1000:
-        return f"a number of about {int(value.bit_length() * 0.30103) + 1} digits"
+        return Said("errors.long_number", digits=int(value.bit_length() * 0.30103) + 1)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
             and abs(value) >= 1e9:
         return f"{value:.3g}"

@@ -1,4 +1,4 @@
-"""The Lesson tab's experiments (specviz.chapters.experiments) and their figures (specviz.chapters.figures), on the tiny
+"""The Lesson tab's experiments (one module per chapter in specviz.chapters, each with its figure), on the tiny
 random-weight pairs: every chapter runs to done, yields progressively, and hands the UI numbers that fill
 its conclusion templates in both languages. No timed asserts: timings are whatever this machine gives."""
 from __future__ import annotations

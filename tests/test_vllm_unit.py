@@ -139,7 +139,11 @@ def test_pair_labels_begin_with_vllm():
     assert pair_label("smollm2-135m-offline", "n-gram", 4) == "vLLM (smollm2-135m-offline, n-gram, k=4)"
     assert pair_label("/root/.cache/x/SmolLM2-dir/", "speculative", 3) == "vLLM (SmolLM2-dir, speculative, k=3)"
     assert pair_label("m", "none", None) == "vLLM (m, no speculation)"
-    assert pair_label("m", "speculative", None) == "vLLM (m, speculative, k=?)"
+    # no k: a launched pool's servers, whose k follows the depth slider (the label says so, in Persian too)
+    assert pair_label("m", "speculative", None) == "vLLM (m, speculative, k = depth slider)"
+    from specviz import lessons
+    assert lessons.say("fa", pair_label("m", "n-gram", 4)).startswith("vLLM (")
+    assert "ثابت" not in lessons.say("fa", pair_label("m", "n-gram", 4)) and "بدون" in lessons.say("fa", pair_label("m", "none", 0))
 
 
 def test_rejected_drafts_show_as_marks_never_as_text():

@@ -103,7 +103,7 @@ def figure_breadth_depth(result: dict, labels: dict | None = None, dark: bool = 
         go.Bar(x=x, y=[r["breadth_ms"] for r in rows], name=L["legend_breadth"], marker_color=OWN),
         go.Bar(x=x, y=[r["depth_ms"] for r in rows], name=L["legend_depth"], marker_color=DRAFT,
                customdata=[r.get("breadth_over_depth") for r in rows],
-               hovertemplate="%{y:.1f} ms (breadth ÷ depth %{customdata:.2f})<extra></extra>")])
+               hovertemplate="%{y:.1f} ms (" + L["hover_ratio"] + " %{customdata:.2f})<extra></extra>")])
     bp = result.get("breakpoint")
     if bp is not None and str(bp) in x:
         # by position: a numeric-looking category name would be read as an index on a category axis

@@ -40,6 +40,28 @@ EXTRA = {
 }
 
 
+def is_rtl(L: dict) -> bool:
+    return lessons.direction(L.get("_lang", lessons.DEFAULT_LANG)) == "rtl"
+
+
+def said_label(L: dict, value, *more: str) -> str:
+    """A Said carried in a result (a published series' name) in the chart's language (`L["_lang"]`, which
+    the page's labels carry: ui.lesson.chart_labels), then `more` labels after a comma; right-to-left as
+    a whole when Persian (plotly lays a label out left-to-right: parts isolated one by one would read in
+    reverse order)."""
+    lang = L.get("_lang", lessons.DEFAULT_LANG)
+    text = lessons.template(lang, "app.list_separator").join([lessons.say(lang, value), *more])
+    return lessons.isolate_rtl(text)
+
+
+def aligned(L: dict, x_ltr: float = 0) -> dict:
+    """Where a note sits: at the left edge, left-aligned, in English; at the right edge, right-aligned,
+    in Persian (its lines start on the right)."""
+    if is_rtl(L):
+        return dict(x=1 - x_ltr, xanchor="right", align="right")
+    return dict(x=x_ltr, xanchor="left", align="left")
+
+
 def labels_for(chapter: str, labels: dict | None) -> dict:
     """The caller's labels over English: en.toml's [chapter.<chapter>] keys, then EXTRA."""
     table = lessons.load("en").get("chapter", {}).get(chapter, {})

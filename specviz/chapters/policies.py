@@ -119,11 +119,12 @@ def figure_policies(result: dict, labels: dict | None = None, dark: bool = False
     batches = sorted({r["batch_size"] for r in rows})
     winners = {(w["batch_size"], w["policy"]) for w in result.get("winners", [])}
     fig = go.Figure()
-    for i, name in enumerate(dict.fromkeys(r["policy"] for r in rows)):
-        mine = {r["batch_size"]: r for r in rows if r["policy"] == name}
+    for i, policy in enumerate(dict.fromkeys(r["policy"] for r in rows)):
+        mine = {r["batch_size"]: r for r in rows if r["policy"] == policy}
+        name = lessons.isolate_rtl(lessons.policy_label(L.get("_lang", lessons.DEFAULT_LANG), policy))
         ys = [mine[b]["vs_plain"] if b in mine else None for b in batches]
         fig.add_trace(go.Bar(x=[str(b) for b in batches], y=ys, name=name, marker=dict(color=POLICY_COLOURS[i % len(POLICY_COLOURS)],
-                                                    line=dict(width=[3 if (b, name) in winners else 0 for b in batches],
+                                                    line=dict(width=[3 if (b, policy) in winners else 0 for b in batches],
                                                               color=TICK)),
                              customdata=[mine[b]["tokens_per_s"] if b in mine else None for b in batches],
                              hovertemplate=name + ": %{y:.2f}× (%{customdata:.1f} " + L["column_tokens_per_s"]

@@ -13,7 +13,7 @@ from specviz import lessons
 from specviz.chapters.base import Chapter, Result
 from specviz.chapters.common import (TimedRun, as_policy, draft_cost, finished, finite, settings_of, snapshot,
                                      timed_run, warm_up)
-from specviz.chapters.plotting import DRAFT, PLAIN, PREFILL, TICK, VERIFY, labels_for, styled
+from specviz.chapters.plotting import DRAFT, PLAIN, PREFILL, TICK, VERIFY, aligned, labels_for, styled
 from specviz.engine.policies import Policy
 from specviz.engine.torchmode import inference_steps
 
@@ -130,20 +130,22 @@ def figure_race(result: dict, labels: dict | None = None, dark: bool = False) ->
         fig.add_trace(go.Scatter(x=[t for _, t in keys], y=[names.get(ln, ln) for ln, _ in keys], mode="markers",
                                  name=L["legend_tokens"], marker=dict(symbol="line-ns-open", size=26, color=TICK,
                                                                       line=dict(width=2, color=TICK)),
-                                 text=[_span(steps[k]) for k in keys], hovertemplate="%{x:.3f} s: %{text}"))
+                                 text=[_span(steps[k], L) for k in keys], hovertemplate="%{x:.3f} s: %{text}"))
     note = L["replay_note"]
     if result.get("done") and result.get("values"):
         v = result["values"]
         note += "<br>" + lessons.chart_fill(L["headline"] if v.get("speedup", 0) >= 1 else L["headline_slower"], v)
-    fig.add_annotation(text=note, x=0, y=1.12, xref="paper", yref="paper", showarrow=False, xanchor="left",
-                       align="left", font=dict(size=12))
+    fig.add_annotation(text=note, y=1.12, xref="paper", yref="paper", showarrow=False, font=dict(size=12),
+                       **aligned(L))
     fig.update_yaxes(categoryorder="array", categoryarray=[names["plain"], names["spec"]])
     return styled(fig, dark, height=320, barmode="overlay", xaxis_title=L["axis_seconds"],
                   margin=dict(l=150, r=20, t=70, b=100), legend=dict(orientation="h", y=-0.45, x=0))
 
 
-def _span(idx: list[int]) -> str:
-    return f"token {idx[0]}" if len(idx) == 1 else f"tokens {min(idx)}–{max(idx)}"
+def _span(idx: list[int], L: dict) -> str:
+    if len(idx) == 1:
+        return lessons.chart_fill(L["hover_token"], {"n": idx[0]})
+    return lessons.chart_fill(L["hover_tokens"], {"a": min(idx), "b": max(idx)})
 
 
 CHAPTER = Chapter("race", run=lambda ctx: run_race(ctx.pair, ctx.prompt, depth=ctx.depth), figure=figure_race,

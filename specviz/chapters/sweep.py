@@ -14,10 +14,11 @@ from specviz import lessons
 from specviz.chapters import vllm_panels
 from specviz.chapters.base import Chapter, Result, VllmPanel
 from specviz.chapters.common import TimedRun, finished, settings_of, snapshot, timed_run, warm_up
-from specviz.chapters.plotting import PLAIN, POLICY_COLOURS, labels_for, styled
+from specviz.chapters.plotting import PLAIN, POLICY_COLOURS, aligned, is_rtl, labels_for, said_label, styled
 from specviz.engine.torchmode import inference_steps
 from specviz.hardware.profiles import PUBLISHED_LABEL, load_published
 from specviz.hardware.roofline import best_depths, crossover_from_rows
+from specviz.lessons import Said
 
 SWEEP_PAYS = 1.05        # a depth "pays" at a batch size when it beats plain decoding by ≥ 5 % (the race's band)
 
@@ -51,8 +52,12 @@ VLLM_BLOG_SOURCE = ("vLLM blog, 'How Speculative Decoding Boosts vLLM Performanc
                     "4× H100, Llama-3-70B")
 
 
-VLLM_BLOG = [("draft model (Qwama-0.5B)", "QPS 1", 1.5), ("draft model (Qwama-0.5B)", "high QPS", 1 / 1.4),
-             ("n-gram, CNN/DailyMail", "QPS 1", 2.8), ("n-gram, CNN/DailyMail", "high QPS", 1 / 1.8)]
+# Names and loads are Saids: their English is what the CSV and the tests read, a chart shows them in its
+# reader's language.
+_DRAFT_MODEL, _NGRAM = (Said("chapter.sweep.blog_draft_model", model="Qwama-0.5B"),
+                        Said("chapter.sweep.blog_ngram", data="CNN/DailyMail"))
+_LIGHT, _HIGH = Said("chapter.sweep.load_light", qps=1), Said("chapter.sweep.load_high")
+VLLM_BLOG = [(_DRAFT_MODEL, _LIGHT, 1.5), (_DRAFT_MODEL, _HIGH, 1 / 1.4), (_NGRAM, _LIGHT, 2.8), (_NGRAM, _HIGH, 1 / 1.8)]
 
 
 def published_points() -> list[dict]:
@@ -60,10 +65,11 @@ def published_points() -> list[dict]:
     the vLLM blog's light- vs high-load points (batch None, `load` named). Never ours: each carries its
     source and the label "published measurement"."""
     out = [{"source": s.source, "label": PUBLISHED_LABEL, "batch": b, "speedup": x,
-            "series": f"{s.label} ({s.cite})", "load": None}
+            "series": Said("chapter.sweep.series", label=s.label, cite=s.cite), "load": None}
            for s in load_published() for b, x in zip(s.batch_sizes, s.speedup)]
     out += [{"source": VLLM_BLOG_SOURCE, "label": PUBLISHED_LABEL, "batch": None, "speedup": x,
-             "series": f"vLLM, {name} (vLLM blog)", "load": load} for name, load, x in VLLM_BLOG]
+             "series": Said("chapter.sweep.blog_series", name=name), "name": name, "load": load}
+            for name, load, x in VLLM_BLOG]
     return out
 
 
@@ -163,7 +169,7 @@ def _published(fig: go.Figure, points: list[dict], L: dict) -> None:
         pts = sorted(pts, key=lambda p: p["batch"])
         src = lessons.chart_fill(L["source"], {"source": pts[0]["source"]})
         fig.add_trace(go.Scatter(x=[p["batch"] for p in pts], y=[p["speedup"] for p in pts], mode="lines+markers",
-                                 name=f"{name}, {L['published']}", marker=dict(symbol=symbols[i % 4], size=9),
+                                 name=said_label(L, name, L["published"]), marker=dict(symbol=symbols[i % 4], size=9),
                                  line=dict(width=2, color=POLICY_COLOURS[(i + 1) % len(POLICY_COLOURS)]),
                                  hovertemplate="B=%{x}: %{y:.2f}×<br>" + src + "<extra></extra>"), row=1, col=2)
     xs = [p["batch"] for p in points if p.get("batch") is not None]
@@ -171,15 +177,22 @@ def _published(fig: go.Figure, points: list[dict], L: dict) -> None:
         fig.add_trace(go.Scatter(x=[min(xs), max(xs)], y=[1, 1], mode="lines", showlegend=False,
                                  line=dict(color=PLAIN, width=1, dash="dot"), hoverinfo="skip"), row=1, col=2)
     by_load: dict[str, list[str]] = {}
+    lang = L.get("_lang", lessons.DEFAULT_LANG)
     for p in points:
         if p.get("batch") is None:      # measured against load (vLLM blog), not batch: a note, not a curve
-            name = p["series"].removesuffix(" (vLLM blog)").removeprefix("vLLM, ")
-            by_load.setdefault(name, []).append(f"{p['speedup']:.2f}× ({p['load']})")
+            name = lessons.say(lang, p.get("name") or p["series"])
+            x = f"{p['speedup']:.2f}×"
+            by_load.setdefault(name, []).append(f"{lessons.isolate_ltr(x) if is_rtl(L) else x} "
+                                                f"({lessons.say(lang, p['load'])})")
     if by_load:
-        note = "<br>".join(f"{name}: {' → '.join(v)}" for name, v in by_load.items())
-        fig.add_annotation(text=lessons.chart_fill(L["vllm_note"], {"published": L["published"], "points": "<br>" + note}),
-                           x=0, y=-0.45, xref="paper", yref="paper", showarrow=False, xanchor="left",
-                           yanchor="top", align="left", font=dict(size=11))
+        # one plotly line per series: each Persian line is right-to-left on its own (an isolate does not
+        # span plotly's <br>), and its arrow points the way it reads
+        arrow = " ← " if is_rtl(L) else " → "
+        lines = [f"{name}: {arrow.join(v)}" for name, v in by_load.items()]
+        head = lessons.chart_fill(L["vllm_note"], {"published": L["published"], "points": ""})
+        note = "<br>".join(lessons.isolate_rtl(line) for line in [head.rstrip(), *lines])
+        fig.add_annotation(text=note, y=-0.45, xref="paper", yref="paper", showarrow=False, yanchor="top",
+                           font=dict(size=11), **aligned(L))
 
 
 # beside the class's sweep: vLLM's own recorded grid as a speed-up heatmap

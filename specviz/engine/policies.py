@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from specviz.hardware.roofline import expected_tokens_per_pass
-from specviz.lessons import Said
+from specviz.lessons import Said, quoted
 from specviz.limits import MAX_DEPTH
 
 POLICY_NAMES = ("fixed", "disable-by-batch-size", "batch-table", "adaptive", "confidence")
@@ -237,7 +237,7 @@ def make_policy(name: str, threshold: float | None = None, table: dict[int, int]
             raise PolicyError(Said("errors.confidence_range", value=t))
         return ConfidencePolicy(float(t))
     shown = name if len(name) <= 40 else name[:37] + "…"
-    raise PolicyError(Said("errors.unknown_policy", name=shown, names=", ".join(POLICY_NAMES)))
+    raise PolicyError(Said("errors.unknown_policy", name=quoted(shown), names=", ".join(POLICY_NAMES)))
 
 
 def parse_table(text: str) -> dict[int, int]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from specviz.hardware.device import machine_key
+from specviz.lessons import Said
 from specviz.machine import cache_root
 
 # no torch import at module level: app.py checks --compile before ZeroGPU's `spaces` is imported
@@ -54,7 +55,7 @@ class FastPath:
     @property
     def shown(self) -> str:
         """The label with the weights' layout: what the counters and benchmarks print."""
-        return f"{self.label}; {self.layout}" if self.on and self.layout else self.label
+        return Said("playground.fast.shown", label=self.label, layout=self.layout) if self.on and self.layout else self.label
 
     @property
     def on(self) -> bool:
@@ -62,7 +63,8 @@ class FastPath:
 
     @property
     def label(self) -> str:
-        return {"off": "eager (transformers)", "static": "static (eager)", "compiled": "static, compiled"}[self.mode]
+        # a Said: "eager (transformers)" … in logs, JSON and the CLI; the counters show the reader's language
+        return Said(f"playground.fast.{self.mode}")
 
 
 def resolve(choice: str, device=None) -> FastPath:

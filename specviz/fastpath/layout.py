@@ -43,13 +43,15 @@ import torch.nn.functional as F
 
 from specviz.fastpath import rows
 from specviz.hardware.device import is_busy, load_now, machine_key, read_table, remeasure_reason, write_table
+from specviz.lessons import Listed, Said
 from specviz.machine import cache_root, cpu_model
 
 log = logging.getLogger("specviz.fastpath")
 
 PACK_ROWS = 8          # oneDNN reorders for this many rows: 1–16 rows all ran at their best with it
 PROBE_ROWS = ((1, 1), (1, 5), (16, 5))     # (rows, tokens) timed per class: decode, verify, shared batch
-CLASS_NAMES = ("1 row", "2-16 rows", "17+ rows")
+# Saids: "1 row" … in logs and benchmarks, the reader's language in the counters
+CLASS_NAMES = (Said("playground.fast.rows_one"), Said("playground.fast.rows_few"), Said("playground.fast.rows_many"))
 FEW_ROWS = 16          # the upper bound of the middle class (rows × tokens of one pass)
 MIN_GAIN = 0.10        # a copy in another layout must be this much faster than what is already kept
 # what a whole C layer (rows.c) can multiply by: our kernel, or the BLAS product F.linear runs, on the
@@ -252,8 +254,9 @@ class Plan:
             else:
                 merged.append([text, [name]])
         if len(merged) == 1:
-            return f"weights {merged[0][0]}"
-        return "weights " + ", ".join(f"{text} ({', '.join(names)})" for text, names in merged)
+            return Said("playground.fast.weights", layouts=merged[0][0])
+        return Said("playground.fast.weights", layouts=Listed(
+            Said("playground.fast.layout_rows", layout=text, rows=Listed(names)) for text, names in merged))
 
 
 IDENTITY = Plan({}, "in place")

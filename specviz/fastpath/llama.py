@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from specviz.fastpath import rows
 from specviz.fastpath.layout import CLASS_NAMES, Plan, Routed, linear, plan_for, row_class, stacked
+from specviz.lessons import Listed, Said
 
 SUPPORTED = ("llama", "qwen2")
 
@@ -199,8 +200,9 @@ class CompactLlama:
         classes = [name for name, lay in zip(CLASS_NAMES, self._c_layers) if lay is not None]
         if not classes:
             return self.plan.summary()
-        where = "" if len(classes) == len(CLASS_NAMES) else f" ({', '.join(classes)})"
-        return f"{self.plan.summary()}; layers in C{where}"
+        if len(classes) == len(CLASS_NAMES):
+            return Said("playground.fast.in_c_all", weights=self.plan.summary())
+        return Said("playground.fast.in_c", weights=self.plan.summary(), rows=Listed(classes))
 
     def c_layers(self, n_rows: int):
         """The layers as our C layer runs them for a block of `n_rows` tokens (`rows.layers`), or None

@@ -34,11 +34,14 @@ from specviz.machine import cache_root
 OFFLINE_ALIAS = "smollm2-135m-offline"
 OFFLINE_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
-# Draft → target pairs the app offers (hub ids spelled exactly as on the hub).
+# Draft → target pairs the app offers (hub ids spelled exactly as on the hub). The labels are Saids: the
+# English ("SmolLM2 135M → 360M (CPU-friendly)") is the value the API takes, the page shows its reader's.
 HUB_PRESETS: dict[str, tuple[str, str]] = {
-    "SmolLM2 135M → 360M (CPU-friendly)": ("HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-360M-Instruct"),
-    "SmolLM2 135M → 1.7B (GPU)": ("HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-1.7B-Instruct"),
-    "Qwen2.5 0.5B → 7B (GPU)": ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-7B-Instruct"),
+    Said("pairs.preset_cpu", name="SmolLM2 135M → 360M"): ("HuggingFaceTB/SmolLM2-135M-Instruct",
+                                                          "HuggingFaceTB/SmolLM2-360M-Instruct"),
+    Said("pairs.preset_gpu", name="SmolLM2 135M → 1.7B"): ("HuggingFaceTB/SmolLM2-135M-Instruct",
+                                                          "HuggingFaceTB/SmolLM2-1.7B-Instruct"),
+    Said("pairs.preset_gpu", name="Qwen2.5 0.5B → 7B"): ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-7B-Instruct"),
 }
 
 

@@ -79,7 +79,7 @@ def load_pair(target_ref: str, draft_ref: str, device: str | None = None,
         try:
             view, layer_map, kept = make_layerskip_model(target.model, a, b)
         except ValueError as exc:
-            raise ModelError(str(exc)) from exc
+            raise ModelError(exc.args[0] if len(exc.args) == 1 else str(exc)) from exc      # keeps a Said
         label = f"{target_ref} without layers {a}-{b}"
         dcache, _ = cache_factory(view, fast)
         return Pair(target, None, draft_ref,

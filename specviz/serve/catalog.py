@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from specviz.fastpath import check_compile
-from specviz.serve.warmup import WarmResult, warm
 from specviz.lessons import Key, Said, direction, isolate_ltr, isolate_rtl, say
 from specviz.pairs.models import HUB_PRESETS, OFFLINE_ALIAS, ModelError, load_tokenizer
 from specviz.pairs.pipeline import Pair, load_pair
+from specviz.serve.warmup import WarmResult, warm
 
 log = logging.getLogger("specviz")
 
@@ -47,6 +47,15 @@ OFFLINE_CHOICES = [
                Said("pairs.layerskip_note")),
     PairChoice(Said("pairs.self_label", model=OFFLINE_MODEL), OFFLINE_ALIAS, OFFLINE_ALIAS, Said("pairs.self_note")),
 ]
+
+
+def known_label(label: str):
+    """The Said of a pair label the app offers (a recording names its pair by the English label), so a
+    page can show it in its reader's language; any other label as it is (names and paths)."""
+    labels = [c.label for c in (OFFLINE_NGRAM, HUB_NGRAM, *OFFLINE_CHOICES)]
+    labels += [Said("pairs.hub_label", preset=p, state=Key(s)) for p in HUB_PRESETS
+               for s in ("pairs.cached", "pairs.downloads")]
+    return next((said for said in labels if str(said) == label), label)
 
 
 def offline_model_installed() -> bool:

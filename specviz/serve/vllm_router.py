@@ -74,20 +74,19 @@ class VllmRouter:
 
     def knee(self, choice, context, peaks):
         if self.endpoint(choice) is not None:
-            raise VllmError("the knee is measured on SpecViz's own engine; pick one of its pairs")
+            raise VllmError(Said("errors.vllm.knee"))
         return self.inner.knee(choice, context, peaks)
 
     def ready(self, choice) -> None:
         """A sentence (VllmError) unless the vLLM pair's server can take a Run now."""
         ep = self.endpoint(choice)
         if ep is None:
-            raise VllmError("this vLLM pair is not configured any more; pick another pair")
+            raise VllmError(Said("errors.vllm.not_configured"))
         if isinstance(ep, LaunchedPool):
             return                  # which server is ready depends on the Run's depth: the Run says (packets)
         ep.ready_model()
         if ep.model_ref is None or choice.target != ep.model_ref:
-            raise VllmError("this vLLM server was not reachable when the app started, so its model is unknown "
-                            "to the page: restart the app once the server is up")
+            raise VllmError(Said("errors.vllm.model_unknown"))
 
     def packets(self, req: RunRequest, choice, control) -> Iterator[Packet]:
         ep = self.endpoint(choice)
@@ -102,8 +101,7 @@ class VllmRouter:
                 raise VllmError(pool.starting_sentence(req.depth, ep))
         served = ep.ready_model()                 # a sentence if it is starting, failed or unreachable
         if served.max_len and max(map(len, req.prompts)) + req.max_new > served.max_len:
-            raise VllmError(f"the prompt plus {req.max_new} new tokens is longer than this vLLM server's "
-                            f"max-model-len ({served.max_len} tokens): ask for fewer tokens")
+            raise VllmError(Said("errors.vllm.too_long", n=req.max_new, max_len=served.max_len))
         run = VllmRun(ep.client(), served.name, [list(p) for p in req.prompts], req.batch, req.max_new,
                       req.temperature, req.seed, stop=control.knobs.stop, running=ep.running)
         ep.enter()
@@ -120,7 +118,7 @@ class VllmRouter:
         res = run.result
         error = res.error
         if error and ep.server is not None and not ep.server.alive():
-            error += " (the server SpecViz launched has stopped; it starts again at the next Run)"
+            error = Said("errors.vllm.with_stopped", error=error)
         yield Packet(pending, res.totals.copy(), final=True, stopped=res.stopped, outputs=res.outputs,
                      worker_pid=os.getpid(), error=error)
 

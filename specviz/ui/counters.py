@@ -2,6 +2,7 @@
 plain decoding, and whether the device was shared while it was measured. Pure functions of numbers."""
 from __future__ import annotations
 
+from specviz import lessons
 from specviz.ui.i18n import t
 
 
@@ -69,7 +70,9 @@ def counters_md(lang: str, totals, regime: str, sample=None, pass_md: str = "", 
     if pass_md:
         parts.append(pass_md)
     if regime:
-        parts.append(t(lang, "playground.regime", regime=regime))
+        # the regime is a code value ("memory-bound"); the page names it as its prose does
+        name = lessons.Key(f"playground.regime_name.{regime}")
+        parts.append(t(lang, "playground.regime", regime=name if lessons.template("en", name) != name else regime))
     if path_md:
         parts.append(path_md)
     parts.append(device_md(lang, sample))

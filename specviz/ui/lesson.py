@@ -40,9 +40,20 @@ def chapter_choices(lang: str) -> list[tuple[str, str]]:
 def chart_labels(lang: str, chapter: str) -> dict:
     """Every short string of a chapter's table (chart labels), in this language. Plotly lays its text out
     left-to-right, so a Persian label is made right-to-left as a whole (its numbers are isolated
-    left-to-right when charts_lesson fills them in)."""
+    left-to-right when a chapter's figure fills them in)."""
     table = lessons.load(lang).get("chapter", {}).get(chapter, {})
-    return {k: lessons.isolate_rtl(v) for k, v in table.items() if isinstance(v, str) and k not in ("title", "body")}
+    out = {k: lessons.isolate_rtl(v) for k, v in table.items() if isinstance(v, str) and k not in ("title", "body")}
+    out["_lang"] = lang           # for the Saids a result carries (published series' names, loads)
+    return out
+
+
+POLICY_FIELDS = ("policy", "small_policy", "large_policy")
+
+
+def _named(lang: str, values: dict) -> dict:
+    """A conclusion's values with each policy (its English name in the result) named for the reader."""
+    return {k: lessons.policy_label(lang, v) if k in POLICY_FIELDS and isinstance(v, str) else v
+            for k, v in values.items()}
 
 
 def conclusion_md(lang: str, result: dict) -> str:
@@ -50,7 +61,7 @@ def conclusion_md(lang: str, result: dict) -> str:
     chapter = result["chapter"]
     keys = result.get("conclusions") or ([result["conclusion"]] if result.get("conclusion") else [])
     values = result.get("conclusion_values") or [result.get("values", {})] * len(keys)
-    parts = [t(lang, f"chapter.{chapter}.{k}", **v) for k, v in zip(keys, values)]
+    parts = [t(lang, f"chapter.{chapter}.{k}", **_named(lang, v)) for k, v in zip(keys, values)]
     if chapter == "sweep":          # the same curve on real GPUs, from published measurements (right panel)
         parts.append(lessons.text(lang, "chapter.sweep.published_intro"))
     device = str(result.get("device", "?"))
@@ -108,7 +119,7 @@ class Lesson:
         """The chapter's experiment, ready to start, on the pair with the lesson's default prompt and pool."""
         found = BY_KEY.get(chapter) if isinstance(chapter, str) else None
         if found is None or not found.has_experiment:
-            raise error(lang, "errors.unknown_chapter", chapter=str(chapter)[:40])
+            raise error(lang, "errors.unknown_chapter", chapter=lessons.quoted(str(chapter)[:40]))
         prompt = encode_prompt(pair.tokenizer, DEFAULT_PROMPT)
         pool = [prompt] + [encode_prompt(pair.tokenizer, p) for p in ROW_POOL]
         ctx = Context(pair=pair, prompt=prompt, pool=pool, peaks=self.app.peaks, depth=DEFAULT_DEPTH)

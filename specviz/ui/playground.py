@@ -50,7 +50,13 @@ def pack(**values) -> tuple:
 
 
 def _policy_info(lang: str) -> str:
-    return " · ".join(f"**{name}**: {lessons.text(lang, 'policies.' + name)}" for name in POLICY_NAMES)
+    return " · ".join(f"**{lessons.policy_label(lang, name)}**: {lessons.text(lang, 'policies.' + name)}"
+                      for name in POLICY_NAMES)
+
+
+def _policy_choices(lang: str) -> list[tuple[str, str]]:
+    """(shown, value): the policy's label in the reader's language, its English name as the value."""
+    return [(lessons.policy_label(lang, name), name) for name in POLICY_NAMES]
 
 
 def build(app) -> "Playground":
@@ -73,9 +79,10 @@ def build(app) -> "Playground":
             depth = tr.add(gr.Slider(0, MAX_DEPTH, value=DEFAULT_DEPTH, step=1, elem_id="depth"),
                            label="app.label_depth")
             same = tr.add(gr.Checkbox(False, elem_id="same-prompt"), label="app.label_same_prompt")
-            policy = tr.add(gr.Radio(list(POLICY_NAMES), value="fixed", label=lessons.text("en", "app.label_policy"),
+            policy = tr.add(gr.Radio(_policy_choices("en"), value="fixed", label=lessons.text("en", "app.label_policy"),
                                      elem_id="policy"),
-                            lambda lang: gr.update(label=lessons.text(lang, "app.label_policy"), info=_policy_info(lang)))
+                            lambda lang: gr.update(label=lessons.text(lang, "app.label_policy"), info=_policy_info(lang),
+                                                   choices=_policy_choices(lang)))
             threshold = tr.add(gr.Number(8, elem_id="threshold"), label="app.label_threshold")
             temperature = tr.add(gr.Slider(0, app.limits.max_temperature, value=0, step=0.05, elem_id="temperature"),
                                  label="app.label_temperature")
@@ -83,8 +90,10 @@ def build(app) -> "Playground":
                                        elem_id="max-new-tokens"),
                              label="app.label_max_new_tokens")
             with gr.Group():
-                replay_pick = tr.add(gr.Dropdown(page.runs.shipped_titles(), value=None, elem_id="replay-pick"),
-                                     label="playground.replay_pick")
+                replay_pick = tr.add(gr.Dropdown(page.runs.shipped_options("en"), value=None, elem_id="replay-pick",
+                                                 label=lessons.text("en", "playground.replay_pick")),
+                                     lambda lang: gr.update(label=lessons.text(lang, "playground.replay_pick"),
+                                                            choices=page.runs.shipped_options(lang)))
                 replay_file = tr.add(gr.File(file_types=[".json"], elem_id="replay-file", height=90),
                                      label="playground.replay_file")
                 replay = tr.add(gr.Button(elem_id="replay"), value="app.replay")
@@ -350,7 +359,8 @@ class Playground:
             choice = None if policy is None else PolicyChoice.parse(*policy)
             live.control.set(depth=depth, batch=batch, policy=choice)
         except (LimitError, ValueError, TypeError, PolicyError) as exc:
-            gr.Warning(human(self.lang(session), exc))
+            lang = self.lang(session)
+            gr.Warning(human(lang, exc), title=lessons.text(lang, "app.warning_title"))
 
     def on_depth(self, v, request: gr.Request):
         self.set_knobs(_session(request), depth=v)

@@ -22,6 +22,7 @@ from gradio.utils import get_upload_folder
 
 from specviz import lessons
 from specviz.serve import recordings
+from specviz.serve.catalog import known_label
 from specviz.serve.live import LiveRun
 from specviz.serve.recordings import Recording
 from specviz.ui.errors import error
@@ -71,6 +72,22 @@ class TempFiles:
         return path
 
 
+UNKNOWN_DEVICE = "unknown device"       # what a recording says when no calibration named the device
+
+
+def _device(name: str):
+    return lessons.Key("playground.unknown_device") if name == UNKNOWN_DEVICE else name
+
+
+def replay_title(lang: str, rec) -> str:
+    """A recording's title (`Recording.title` is its English) in the reader's language; a Persian one
+    isolated right-to-left, since the dropdown lays its text out left-to-right."""
+    said = lessons.Said("playground.replay_title", pair=known_label(rec.pair), prompt=rec.prompt[:40],
+                        device=_device(rec.device), date=rec.date[:16].replace("T", " "))
+    text = lessons.say(lang, said)
+    return lessons.isolate_ltr(lessons.isolate_rtl(text)) if lessons.direction(lang) == "rtl" else text
+
+
 class RunStore:
     def __init__(self):
         self._lock = threading.Lock()
@@ -101,7 +118,7 @@ class RunStore:
                live: LiveRun) -> FinishedRun:
         csv_path = self._path("specviz-chart-data", "csv")
         write_csv(csv_path, live.csv_rows())
-        device = live.peaks.device if live.peaks is not None else "unknown device"
+        device = live.peaks.device if live.peaks is not None else UNKNOWN_DEVICE
         rec = Recording(device=device, date=recordings.now_iso(), pair=choice.label, prompt=prompt_text,
                         settings={"batch": req.batch, "depth": req.depth, "policy": req.policy.name,
                                   "threshold": req.policy.threshold, "temperature": req.temperature, "max_new": req.max_new},
@@ -126,6 +143,11 @@ class RunStore:
     def shipped_titles(self) -> list[str]:
         return list(recordings.shipped())
 
+    def shipped_options(self, lang: str) -> list[tuple[str, str]]:
+        """(shown, value) for the recordings dropdown: the title in the reader's language, the English
+        title (what the API takes) as value."""
+        return [(replay_title(lang, recordings.load(path)), title) for title, path in recordings.shipped().items()]
+
     def open_recording(self, title, upload, lang: str = lessons.DEFAULT_LANG) -> Recording:
         """The uploaded recording (read, checked, then its file deleted) or a shipped one by title."""
         path = _upload_path(upload)
@@ -144,8 +166,8 @@ class RunStore:
         live = LiveRun(_NoControl(), rec.pair, None, None, shared=False, lang=lang)
         live.worker_source = "recording"
         streamer = streamer_cls(app, live, _NoTokenizer(), session, lang)
-        status = t(lang, "playground.status_replay", device=rec.device, date=rec.date[:16].replace("T", " "),
-                   pair=rec.pair)
+        status = t(lang, "playground.status_replay", device=_device(rec.device), date=rec.date[:16].replace("T", " "),
+                   pair=known_label(rec.pair))
         speed = replay_speed(rec)
         if speed > 1:
             status += " · " + t(lang, "playground.replay_faster", speed=round(speed, 1), limit=int(REPLAY_MAX_S))
@@ -189,8 +211,8 @@ class RunStore:
     def _difference(self, pair, prompt, ours, ref, pos, lang) -> str:
         margin = logit_margin(pair, prompt + ours[:pos])
         dec = pair.tokenizer.decode
-        msg = t(lang, "app.lossless_differs", pos=pos + 1, target_tok=dec([ref[pos]]) if ref[pos] >= 0 else lessons.text(lang, "app.end_of_text"),
-                ours_tok=dec([ours[pos]]), margin=f"{margin:.2g}")
+        msg = t(lang, "app.lossless_differs", pos=pos + 1, target_tok=lessons.quoted(dec([ref[pos]])) if ref[pos] >= 0 else lessons.text(lang, "app.end_of_text"),
+                ours_tok=lessons.quoted(dec([ours[pos]])), margin=f"{margin:.2g}")
         if margin < NEAR_TIE:
             msg += " " + lessons.text(lang, "app.lossless_near_tie")
         return msg

@@ -105,7 +105,7 @@ class SpecVizApp:
             if len(parts) == 2 and all(parts):
                 return self._typed(PairChoice(f"{parts[0]} → {parts[1]}", parts[1], parts[0], lessons.Said("pairs.custom_note")))
             raise error(lang, "errors.custom_pair")
-        raise error(lang, "errors.unknown_pair", pair=str(label)[:60])
+        raise error(lang, "errors.unknown_pair", pair=lessons.quoted(str(label)[:60]))
 
     def _typed(self, choice: PairChoice) -> PairChoice:
         """A typed pair, unless this server already holds MAX_TYPED_PAIRS of them: each loaded pair keeps

@@ -82,11 +82,12 @@ def chart_labels(lang: str) -> dict:
 
 
 def _for_reader(fig, lang: str):
-    """Plotly anchors a title at its start, which in a right-to-left page is its right end, so a long Persian
-    title runs off the plot's left edge; a centred title sits right in either direction."""
+    """A Persian title starts where Persian text starts, at the right (as the playground's live charts do):
+    on a phone a long title then loses its end, not its beginning. (Plotly measures text in a hidden SVG
+    that style.css keeps left-to-right, so its anchors are where they say.)"""
     if _rtl(lang):
         title = fig.layout.title.text
-        fig.update_layout(title_x=0.5, title_xanchor="center", title_font_size=14,   # Persian titles run longer
+        fig.update_layout(title_x=0.98, title_xanchor="right", title_font_size=14,   # Persian titles run longer
                           title_text=lessons.isolate_rtl(title) if title else title)   # plotly: LTR text
     return fig
 
@@ -129,7 +130,7 @@ def _hardware(app, gpu: str, bw_tbs: float, flops_tflops: float, lang: str = les
 def _short(value) -> str:
     """A name quoted in a refusal, cut short (a script may send 10,000 characters)."""
     text = str(value)
-    return text if len(text) <= 40 else text[:39] + "…"
+    return lessons.quoted(text if len(text) <= 40 else text[:39] + "…")
 
 
 def _model(name: str, bytes_per_param: float, lang: str = lessons.DEFAULT_LANG) -> rf.ModelSpec:
@@ -138,11 +139,11 @@ def _model(name: str, bytes_per_param: float, lang: str = lessons.DEFAULT_LANG) 
     return replace(MODELS[name], bytes_per_param=bytes_per_param)
 
 
-def _draft(name: str, target: rf.ModelSpec) -> rf.ModelSpec | None:
+def _draft(name: str, target: rf.ModelSpec, lang: str = lessons.DEFAULT_LANG) -> rf.ModelSpec | None:
     try:
         return rf.resolve_draft(rf.NGRAM if name == NGRAM else str(name), target)
     except rf.PresetError as exc:
-        raise gr.Error(str(exc)) from None
+        raise gr.Error(lessons.say(lang, exc)) from None
 
 
 def draft_choices(target: str) -> list[str]:
@@ -198,7 +199,7 @@ def _inputs(app, gpu, target, draft, alpha, context, overhead_ms, model, bw_tbs,
     gpu, target, draft, model = (str(x) for x in (gpu, target, draft, model))    # raw API values too
     g, hw_desc, bpp, kind = _hardware(app, gpu, bw_tbs, flops_tflops, lang)
     t_spec = _model(target, bpp, lang)
-    d_spec = _draft(draft, t_spec)
+    d_spec = _draft(draft, t_spec, lang)
     if d_spec is not None:
         d_spec = replace(d_spec, bytes_per_param=bpp)
     cal, note = calibration_for(app, gpu, g, kind, model, lang)
