@@ -11,8 +11,8 @@ import pytest
 from specviz import lessons
 from specviz.chapters import BY_KEY, breadth_depth, common, knee, ledger, policies, race, sweep
 from specviz.engine.request import Knobs, Request
+from specviz.hardware.costmodel import crossover_from_rows
 from specviz.hardware.device import Peaks
-from specviz.hardware.roofline import crossover_from_rows
 
 # a CPU-like calibration: enough for the roofline column, no measurement needed in a test
 PEAKS = Peaks("cpu", 3.0e10, 3.0e10, "float32")

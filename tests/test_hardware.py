@@ -5,6 +5,7 @@ import json
 import pytest
 
 from specviz.hardware import device as hw
+from specviz.hardware import presets
 from specviz.hardware import roofline as rf
 
 
@@ -83,13 +84,13 @@ def test_regimes():
 
 
 def test_presets_and_whatif():
-    assert rf.GPUS["H100 SXM"].ridge == pytest.approx(295, rel=0.01)
-    assert rf.GPUS["H200"].ridge == pytest.approx(206, rel=0.01)
-    assert 130e6 < rf.MODELS["SmolLM2-135M"].params < 140e6
-    assert 6.5e9 < rf.MODELS["Qwen2.5-7B"].params < 8e9
+    assert presets.GPUS["H100 SXM"].ridge == pytest.approx(295, rel=0.01)
+    assert presets.GPUS["H200"].ridge == pytest.approx(206, rel=0.01)
+    assert 130e6 < presets.MODELS["SmolLM2-135M"].params < 140e6
+    assert 6.5e9 < presets.MODELS["Qwen2.5-7B"].params < 8e9
     # bf16 weights, 2 FLOPs per parameter: the knee sits near the ridge / 1 FLOP-per-byte
-    h200 = rf.GPUS["H200"]
-    knee = rf.predicted_knee(rf.MODELS["Qwen2.5-7B"], h200.bandwidth, h200.flops, context=256)
+    h200 = presets.GPUS["H200"]
+    knee = rf.predicted_knee(presets.MODELS["Qwen2.5-7B"], h200.bandwidth, h200.flops, context=256)
     assert 120 < knee < 260
     # memory-bound step model: flat up to 64 tokens per pass, linear after
     step = lambda n: max(1.0, n / 64)  # noqa: E731

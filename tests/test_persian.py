@@ -229,7 +229,7 @@ def test_sentences_the_code_makes_for_the_page_speak_persian_and_keep_their_engl
     each is a Said whose English is exactly what the CLI, the logs and the JSON said before."""
     from specviz.fastpath import FastPath
     from specviz.fastpath.layout import CLASS_NAMES
-    from specviz.hardware import roofline as rf
+    from specviz.hardware import costmodel
     from specviz.hardware.profiles import load_published, stack_calibration
     from specviz.lessons import Listed, Said
     from specviz.pairs.models import HUB_PRESETS
@@ -239,11 +239,11 @@ def test_sentences_the_code_makes_for_the_page_speak_persian_and_keep_their_engl
     from specviz.vllm.backend import pair_label
 
     # the What-if cost-model line
-    assert rf.SERVING.source == ("SpecDecode-Bench (arXiv 2601.11580) pass-time fit, vLLM 0.10.1, H100, "
+    assert costmodel.SERVING.source == ("SpecDecode-Bench (arXiv 2601.11580) pass-time fit, vLLM 0.10.1, H100, "
                                  "Llama-3.1-8B: 5.9 ms + 21 µs/token + 39 ns/cached token + 1.2 ms/step")
-    sglang = stack_calibration("SGLang v0.4.4", rf.SERVING, load_published())
+    sglang = stack_calibration("SGLang v0.4.4", costmodel.SERVING, load_published())
     assert sglang.name == "serving stack (SpecDecode-Bench fit) + SGLang v0.4.4 bookkeeping (fitted)"
-    for text in (rf.IDEAL.name, rf.IDEAL.source, rf.SERVING.name, rf.SERVING.source, sglang.name, sglang.source):
+    for text in (costmodel.IDEAL.name, costmodel.IDEAL.source, costmodel.SERVING.name, costmodel.SERVING.source, sglang.name, sglang.source):
         _persian(text)
     # the counters' forward path
     layout = Said("playground.fast.weights", layouts=Listed(

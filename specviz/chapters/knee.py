@@ -14,8 +14,9 @@ from specviz.chapters.base import Chapter, Result
 from specviz.chapters.common import finished, finite, settings_of, snapshot
 from specviz.chapters.plotting import PLAIN, REJECTED, VERIFY, labels_for, styled, vline
 from specviz.engine.torchmode import inference_steps
+from specviz.hardware.costmodel import latency_curve
 from specviz.hardware.device import KNEE_TOKENS, OVERHEAD_FACTOR, Peaks, find_knee, knee_steps
-from specviz.hardware.roofline import latency_curve, predicted_knee
+from specviz.hardware.roofline import predicted_knee
 
 KNEE_FLAT = 1.15         # 2 tokens within 15 % of 1 token: "almost free"; beyond it extra tokens cost
 

@@ -16,8 +16,8 @@ from specviz.chapters.base import Chapter, Result, VllmPanel
 from specviz.chapters.common import TimedRun, finished, settings_of, snapshot, timed_run, warm_up
 from specviz.chapters.plotting import PLAIN, POLICY_COLOURS, aligned, is_rtl, labels_for, said_label, styled
 from specviz.engine.torchmode import inference_steps
+from specviz.hardware.costmodel import best_depths, crossover_from_rows
 from specviz.hardware.profiles import PUBLISHED_LABEL, load_published
-from specviz.hardware.roofline import best_depths, crossover_from_rows
 from specviz.lessons import Said
 
 SWEEP_PAYS = 1.05        # a depth "pays" at a batch size when it beats plain decoding by ≥ 5 % (the race's band)

@@ -13,9 +13,10 @@ from specviz.cli.sweep_vllm import run_sweep_vllm
 from specviz.engine.request import Knobs
 from specviz.fastpath import cache_factory, resolve
 from specviz.fastpath.layout import forget
+from specviz.hardware.costmodel import best_depths, crossover_from_rows
 from specviz.hardware.device import cached_peaks, calibrate, device_name, find_knee, measure_latency, paired_roofline
 from specviz.hardware.profiles import spec_to_dict
-from specviz.hardware.roofline import best_depths, crossover_from_rows, pass_cost, predicted_knee, spec_from_config
+from specviz.hardware.roofline import pass_cost, predicted_knee, spec_from_config
 from specviz.limits import LimitError
 from specviz.pairs.models import load_model, pick_device
 

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from specviz import charts
-from specviz.hardware.roofline import best_depths, crossover_from_rows
+from specviz.hardware.costmodel import best_depths, crossover_from_rows
 from specviz.limits import LimitError
 from specviz.pairs.models import load_tokenizer
 from specviz.vllm.client import VllmClient, VllmError

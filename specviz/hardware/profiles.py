@@ -15,9 +15,10 @@ import re
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from specviz.hardware.roofline import (GPUS, SERVING, Calibration, GpuSpec, ModelSpec, Setup, depth_crossover,
-                                       fit_alpha, fit_calibration, predicted_knee, resolve_draft, resolve_gpu,
-                                       resolve_model, run_seconds)
+from specviz.hardware.costmodel import (SERVING, Calibration, Setup, depth_crossover, fit_alpha, fit_calibration,
+                                        run_seconds)
+from specviz.hardware.presets import GPUS, GpuSpec, resolve_draft, resolve_gpu, resolve_model
+from specviz.hardware.roofline import ModelSpec, predicted_knee
 from specviz.lessons import Said
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
@@ -365,6 +366,14 @@ def stack_calibration(stack: str, base: Calibration, published: list[PublishedSe
                    spec_row_overhead_s=fit.row_overhead_s,
                    source=Said("whatif.cal.stack_source", base=base.source, us=1e6 * fit.row_overhead_s, stack=stack,
                                series=", ".join(fit.fitted_to)))
+
+
+def preset_calibration(gpu: GpuSpec, stack: str | None = None) -> Calibration:
+    """The calibrated model the What-if tab and `whatif` use for a GPU preset: a recorded profile's rates
+    on that GPU where one is shipped (else the published serving fit), plus `stack`'s per-sequence
+    bookkeeping fitted to its published speed-ups (None or the base stack: none added)."""
+    base = gpu_calibration(gpu, load_profiles())
+    return base if stack is None else stack_calibration(stack, base, load_published())
 
 
 @dataclass(frozen=True)

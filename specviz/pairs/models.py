@@ -27,7 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from specviz.hardware.roofline import MODELS
+from specviz.hardware.presets import MODELS
 from specviz.lessons import Said
 from specviz.machine import cache_root
 
