@@ -41,6 +41,16 @@ CASES = [
 ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One model thread, as the app runs on two cores (every core but one): tiny models gain nothing
+    from two, and on a busy machine a second thread's spin-waits cost more than its work."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def fresh_cache(tmp_path_factory):
     """A fresh cache folder for the module (layout timings, the C kernel's build)."""
