@@ -5,10 +5,10 @@ import shutil
 from contextlib import contextmanager
 
 import pytest
-
 from apphelp import start_app, stop_app
+
+from specviz.engine.request import RowStep
 from specviz.ui.render import RowView, tokens_html
-from specviz.engine.loop import RowStep
 
 
 @pytest.fixture(scope="module")

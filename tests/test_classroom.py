@@ -7,7 +7,6 @@ import time
 
 import psutil
 import pytest
-
 from apphelp import client, pair_label, unexpected_tracebacks
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-
 from apphelp import client, pair_label, start_app, stop_app
+
+from specviz.chapters import CHAPTERS as REGISTRY
 
 GENERIC = "upstream Gradio app has raised an exception"
 ROOT = Path(__file__).resolve().parents[1]
@@ -408,7 +409,8 @@ def test_parallel_hostile_mix_then_exact(door, greedy):
     assert out["outputs"][0] == greedy(out["prompt_ids"][0], 16)
 
 
-CHAPTERS = ["race", "knee", "breadth_depth", "ledger", "sweep", "policies"]
+# the registry the page reads: every chapter with an experiment
+CHAPTERS = [c.key for c in REGISTRY if c.has_experiment]
 
 
 def test_each_chapter_under_concurrent_use(door):

@@ -3,8 +3,8 @@ import threading
 
 import pytest
 
-from specviz.engine.loop import EngineError, Knobs
 from specviz.engine.policies import POLICY_NAMES, make_policy, parse_table
+from specviz.engine.request import EngineError, Knobs
 
 MAX_NEW = 24
 DRAFTS = ["draft", "target", "ngram", "layerskip:1-2"]

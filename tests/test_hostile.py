@@ -3,7 +3,6 @@ control and zero-width characters, markup and script payloads, unknown and misma
 the Gradio API (which bypasses the sliders) and the CLI. Each gets a clear sentence or a correct result,
 and the app is alive afterwards."""
 import pytest
-
 from apphelp import client, pair_label, unexpected_tracebacks
 from conftest import ROWS_CAP
 

@@ -5,9 +5,9 @@ import time
 import pytest
 import torch
 
-from specviz.limits import Limits
 from specviz.engine.policies import make_policy, parse_table
 from specviz.engine.request import Knobs, Request
+from specviz.limits import Limits
 from specviz.serve.scheduler import Busy, DeviceGate, Scheduler
 
 MAX_NEW = 24

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from apphelp import ROOT, client, start_app, stop_app, unexpected_tracebacks
+
 from specviz.vllm.client import VllmClient, VllmError
 from specviz.vllm.launcher import LaunchSpec, VllmServer, free_port, vllm_installed
 

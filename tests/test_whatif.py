@@ -227,8 +227,8 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
     from specviz import lessons
     from specviz.hardware.device import Peaks
     from specviz.hardware.roofline import MODELS
-    from specviz.ui import whatif
     from specviz.serve import runner
+    from specviz.ui import whatif
 
     used = set()
     template = lessons.template
@@ -272,6 +272,12 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
         generated += [md, _figure_texts(lat), _figure_texts(cross),
                       _figure_texts(whatif.speedup_view(a, *args, lang="fa"))]
     profiles = load_profiles()
+    # a GPU preset with a profile recorded on that GPU: the serving stack with the profile's rates
+    from specviz.hardware.profiles import gpu_calibration
+    h100 = replace(profiles[0], device="cuda: NVIDIA H100 80GB HBM3")
+    cal = gpu_calibration(whatif.rf.GPUS["H100 SXM"], [h100])
+    assert "rates from" in cal.name and "achieved rates" in cal.source          # the English, for the CLI
+    generated += [lessons.say("fa", cal.name), lessons.say("fa", cal.source)]
     for prof in profiles + [replace(profiles[0], spec=None)]:
         md, fig = whatif.profile_view([prof], prof.label, lang="fa")
         generated += [md, _figure_texts(fig)]
