@@ -33,6 +33,16 @@ BROKEN_BELOW = 1e-6      # a broken rule must be rejected far beyond it
 DEPTHS = (3, 0, 5, 1, 8, 2, 4)    # the depth asked for, changed at every step (k = 0 included)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One thread for this module: tiny models gain nothing from two, and on a busy machine a second
+    thread's spin-waits cost more than its work (the figures here are counts, not timings)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def fast_pairs(make_pair):
     """The pairs on the fast path: our C layers (every matrix in the "rows" layout) when the kernel

@@ -66,9 +66,8 @@ def _grow(ev, knobs):
 @pytest.mark.parametrize("draft", DRAFTS)
 def test_every_policy_is_lossless(make_pair, prompts, reference, policy, draft):
     make, depths = ACTING.get(policy, (lambda: make_policy(policy), None))
-    eng, events = run(make_pair(draft), prompts, Knobs(depth=5, batch_size=1, policy=make()), max_new=40,
-                      on_step=_grow)
-    assert_exact(eng, reference, 40)
+    eng, events = run(make_pair(draft), prompts, Knobs(depth=5, batch_size=1, policy=make()), on_step=_grow)
+    assert_exact(eng, reference)
     assert len(eng.outputs()) == 6 and {ev.batch_size for ev in events} >= {1, 3, 6}
     if depths is not None:       # the policy acted: every depth it should have chosen, it chose
         assert {ev.depth for ev in events} == depths, [(ev.batch_size, ev.depth) for ev in events]

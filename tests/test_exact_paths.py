@@ -41,6 +41,16 @@ CASES = [
 ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One model thread, as the app runs on two cores (every core but one): tiny models gain nothing
+    from two, and on a busy machine a second thread's spin-waits cost more than its work."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def fresh_cache(tmp_path_factory):
     """A fresh cache folder for the module (layout timings, the C kernel's build)."""
@@ -108,7 +118,8 @@ def test_auto_path_serves_many_clients_at_once(fresh_cache, tiny_paths, monkeypa
     draft kind, each moved to its fast path; then 12 clients at once, greedy and sampled. Greedy rows
     equal the target's own output; a sampled request equals the same seeded request run alone on that
     pair (its random stream is its own, and our C layers give a row the same bits among any others)."""
-    from specviz.fastpath import layout, warmup
+    from specviz.fastpath import layout
+    from specviz.serve import warmup
     from specviz.limits import Limits
     from specviz.serve.catalog import PairCache, PairChoice
     from specviz.serve.runner import Schedulers
