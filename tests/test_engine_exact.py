@@ -47,7 +47,8 @@ def test_mixed_acceptance_is_exercised(make_pair, prompts, reference):
     assert 0 in counts and max(counts) >= 1
 
 
-@pytest.mark.parametrize("policy", ["fixed", "disable-by-batch-size", "batch-table", "adaptive", "confidence"])
+@pytest.mark.parametrize("policy", ["fixed", "disable-by-batch-size", "batch-table", "adaptive", "confidence",
+                                    "adaptive-verification"])
 @pytest.mark.parametrize("draft", ["draft", "layerskip:1-2", "ngram"])
 def test_every_policy_is_lossless(make_pair, prompts, reference, policy, draft):
     pol = {"disable-by-batch-size": lambda: make_policy(policy, threshold=2),
