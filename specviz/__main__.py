@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     whatif.add_parser(sub)
     from specviz.cli import bench_vllm
     bench_vllm.add_parser(sub)
+    from specviz.cli import frontier
+    frontier.add_parser(sub)
     return p
 
 

@@ -28,9 +28,10 @@ confidences depend only on the tokens before each position, and the cut-off only
 n-gram drafts are a fixed function of the context, so every row may use this step's B*.
 
 The draft depth. DSpark drafts a block in one pass; a model draft here pays a pass per position. So
-model rows draft only one position deeper than the step before verified, stop drafting once their raw
-survival falls well under the last cut-off, and probe now and then after steps that verified nothing.
-n-gram drafting costs almost nothing, so it always drafts the full depth.
+model rows draft to the depth with the best expected tokens per second (measured draft cost by rows,
+verify cost, mean survival per position), stop drafting once their raw survival falls well under the
+last cut-off, and probe one position now and then after choosing not to draft. n-gram drafting costs
+almost nothing, so it always drafts the full depth.
 
 Ownership: the engine owns one `Budget` and calls it from the thread that steps the batch.
 """
@@ -45,6 +46,7 @@ PRIOR_WEIGHT = 4.0       # pseudo-counts for the prior (the raw confidence, or N
 NGRAM_PRIOR = 0.5
 MAX_COUNT = 400.0        # counts decay past this, so the tables follow a changing workload
 DRAFT_STOP = 0.25        # model rows stop drafting below this fraction of the last cut-off
+FORGET = 0.995           # per step: a count's weight halves in ~140 steps
 PROBE_EVERY = 32         # steps without a verified draft before model rows draft again
 
 
@@ -139,6 +141,13 @@ class Calibration:
         n = self.reached.get(k, 0.0)
         return (self.kept.get(k, 0.0) + PRIOR_WEIGHT * prior) / (n + PRIOR_WEIGHT)
 
+    def forget(self, factor: float) -> None:
+        """Fade every count a little, so a slot class that stopped being verified drifts back to its
+        prior and is tried again (the only exploration the scheduler does)."""
+        for k in self.reached:
+            self.reached[k] *= factor
+            self.kept[k] = self.kept.get(k, 0.0) * factor
+
     def observe(self, key: int, pos: int, kept: bool) -> None:
         k = (key, min(pos, POSITIONS - 1))
         n = self.reached.get(k, 0.0) + 1.0
@@ -165,26 +174,48 @@ def _bin(c: float) -> int:
 class Budget:
     """The batch-wide verification budget (see the module docstring)."""
 
-    def __init__(self, verify_seed: dict[int, float] | None = None):
-        self.verify = CostTable(seed=dict(verify_seed or {}))   # seconds by real tokens per verify pass
+    def __init__(self, verify_seed: dict[int, float] | None = None, padded: bool = False,
+                 draft_seed: dict[int, float] | None = None):
+        # seconds by tokens per verify pass: real tokens where the forward skips holes (the fast path),
+        # rows × (longest row + 1) where it multiplies the padding too (the stock modules)
+        self.verify = CostTable(seed=dict(verify_seed or {}))
+        self.padded = padded
         self.overhead = CostTable()        # seconds outside the forwards, by rows
         self.model_cal, self.ngram_cal = Calibration(), Calibration()
         self.cutoff = 0.0                  # survival of the last slot chosen in the previous step
-        self.depth_hint: int | None = None  # deepest row verified in the previous step (None: no step yet)
-        self._idle = 0                     # steps since a model row last verified a draft
+        self.draft = CostTable(seed=dict(draft_seed or {}))   # seconds per draft pass, by rows
+        self.pos_mean: dict[int, float] = {}   # position → mean survival over rows (moving average)
+        self._step_depth = 0               # the depth rows drafted to this step
+        self._idle = 0                     # steps in a row that chose not to draft (model drafts)
         self._keys: list[list[int]] = []   # per row and position of the last selection: calibration key
 
     # --- before drafting ---------------------------------------------------------------------------
-    def draft_depth(self, depth: int, kind: str) -> int:
-        """How deep rows under this budget draft this step (the slider's depth is the ceiling)."""
-        if kind != "model" or self.depth_hint is None:
+    def draft_depth(self, depth: int, kind: str, rows: int) -> int:
+        """How deep rows under this budget draft this step (the slider's depth is the ceiling). n-gram
+        drafts are free, so always the full depth; a model draft, the depth with the best expected
+        tokens per second from the costs and the survival per position measured so far (the whole
+        depth until a step has been measured), probing one position now and then after choosing 0."""
+        self._step_depth = depth
+        if kind != "model" or not self.draft or not self.verify:
             return depth
-        if self.depth_hint == 0:
-            if self._idle < PROBE_EVERY:
-                return 0
-            self._idle = 0
-            return min(depth, 1)
-        return min(depth, self.depth_hint + 1)
+        best = max(range(depth + 1), key=lambda d: self._expected_rate(d, rows))
+        self._idle = 0 if best else self._idle + 1
+        if not best and self._idle >= PROBE_EVERY:
+            self._idle, best = 0, min(depth, 1)
+        self._step_depth = best
+        return best
+
+    def _expected_rate(self, d: int, rows: int) -> float:
+        """Tokens per second if every row drafted and verified d positions (the verify pass then
+        trims, so this is the upper end of what drafting d can bring)."""
+        gain = rows * (1.0 + sum(self._mean_survival(j) for j in range(d)))
+        cost = self.overhead.at(rows) + d * self.draft.at(rows) + self.verify.at(rows * (1 + d))
+        return gain / max(cost, 1e-9)
+
+    def _mean_survival(self, j: int) -> float:
+        if j in self.pos_mean:
+            return self.pos_mean[j]
+        return NGRAM_PRIOR ** (j + 1) if j == 0 else self._mean_survival(j - 1) * NGRAM_PRIOR
 
     def draft_floor(self) -> float:
         """Model rows stop drafting once their raw survival falls below this."""
@@ -210,67 +241,107 @@ class Budget:
         return out, keys
 
     def select(self, prop, chosen: list[bool], sampled: list[bool], fixed_s: float, rows: int) -> Selection:
-        """Per row, how many of its drafts to verify. Rows not `chosen` (other policies) keep theirs;
-        `sampled` rows with a model draft follow the previous cut-off (see Exactness); the others
-        share B*. `fixed_s`: this step's draft seconds."""
+        """Per row, how many of its drafts to verify. Rows not `chosen` (other policies) keep theirs.
+        B* is the argmax over every chosen row's slots; greedy and n-gram rows verify their part of the
+        top B*, while `sampled` rows with a model draft keep the slots above the previous step's cut-off
+        (see Exactness) and this step's cut-off is stored for the next. `fixed_s`: the draft seconds."""
         lengths = prop.lengths.tolist()
         fixed_tokens, gain = rows, float(rows)
         slots: list[tuple[float, int, int]] = []
         self._keys = [[] for _ in lengths]
+        survivals: dict[int, list[float]] = {}
         for i, k in enumerate(lengths):
-            if not chosen[i] or k == 0:
+            if not chosen[i]:
                 fixed_tokens += k
                 continue
-            surv, self._keys[i] = self.survival(prop, i)
-            if sampled[i] and prop.match is None:
-                lengths[i] = sum(1 for s in surv if s >= self.cutoff)
-                fixed_tokens += lengths[i]
-                gain += sum(surv[:lengths[i]])
-                continue
-            slots += [(s, j, i) for j, s in enumerate(surv)]
+            survivals[i], self._keys[i] = self.survival(prop, i)
+            slots += [(s, j, i) for j, s in enumerate(survivals[i])]
             lengths[i] = 0
-        drafted = sum(int(x) for x in prop.lengths.tolist())
-        slots.sort(key=lambda t: (-t[0], t[1]))
-        fixed_s += self.overhead.at(rows)
-        best, best_rate, total = 0, gain / max(fixed_s + self.verify.at(fixed_tokens), 1e-9), gain
-        for b, (s, _, _) in enumerate(slots, start=1):
-            total += s
-            rate = total / max(fixed_s + self.verify.at(fixed_tokens + b), 1e-9)
-            if rate > best_rate:
-                best, best_rate = b, rate
+        self._learn_depth(survivals)
+        slots.sort(key=lambda t: (-t[0], t[1]))     # S falls along a row, so the top B is a prefix per row
+        best = self._argmax(slots, lengths, fixed_tokens, gain, fixed_s + self.overhead.at(rows), rows)
+        cutoff = self.cutoff
         for _, _, i in slots[:best]:
             lengths[i] += 1
+        for i, surv in survivals.items():
+            if sampled[i] and prop.match is None:
+                lengths[i] = sum(1 for s in surv if s >= cutoff)
         if slots:
             self.cutoff = slots[best - 1][0] if best else min(1.0, slots[0][0] + 1e-6)
-        return Selection(lengths, drafted, sum(lengths), best)
+        self._forget()
+        return Selection(lengths, sum(int(x) for x in prop.lengths.tolist()), sum(lengths), best)
+
+    def _argmax(self, slots, lengths, fixed_tokens: int, gain: float, fixed_s: float, rows: int) -> int:
+        """B* = argmax_B (gain + Σ_{top B} S) ÷ (fixed_s + verify_s(tokens of the pass with B slots))."""
+        # padded passes cost by their longest row: start from the longest fixed row
+        longest, taken = max(lengths, default=0), list(lengths)
+        tokens = rows * (longest + 1) if self.padded else fixed_tokens
+        best, best_rate, total = 0, gain / max(fixed_s + self.verify.at(tokens), 1e-9), gain
+        for b, (s, _, i) in enumerate(slots, start=1):
+            total += s
+            taken[i] += 1
+            longest = max(longest, taken[i])
+            tokens = rows * (longest + 1) if self.padded else fixed_tokens + b
+            rate = total / max(fixed_s + self.verify.at(tokens), 1e-9)
+            if rate > best_rate:
+                best, best_rate = b, rate
+        return best
+
+    def _learn_depth(self, survivals: dict[int, list[float]]) -> None:
+        """Mean survival per position over the rows under the budget (0 past a row's drafts)."""
+        if not survivals:
+            return
+        for j in range(self._step_depth):
+            mean = sum(s[j] if j < len(s) else 0.0 for s in survivals.values()) / len(survivals)
+            old = self.pos_mean.get(j)
+            self.pos_mean[j] = mean if old is None else 0.7 * old + 0.3 * mean
+
+    def _forget(self) -> None:
+        self.model_cal.forget(FORGET)
+        self.ngram_cal.forget(FORGET)
 
     # --- after verification ----------------------------------------------------------------------
     def observe(self, prop, verified: list[int], accepted: list[int], chosen: list[bool], rows: int,
                 tokens: int, verify_s: float, overhead_s: float) -> None:
         """Learn from the step: acceptance per position (for the calibration tables) and the costs."""
         cal = self.ngram_cal if prop.match is not None else self.model_cal
-        deepest = 0
         for i, (k, a) in enumerate(zip(verified, accepted)):
             if not chosen[i]:
                 continue
-            deepest = max(deepest, k)
             keys = self._keys[i] if i < len(self._keys) else []
             for j in range(min(k, a + 1, len(keys))):   # slot j was reached iff the ones before were kept
                 cal.observe(keys[j], j, j < a)
-        if any(chosen):
-            self.depth_hint = deepest
-            self._idle = 0 if deepest else self._idle + 1
-        if tokens:
+        if tokens:     # the engine passes rows + verified drafts, or the padded shape (self.padded)
             self.verify.observe(tokens, verify_s)
+        if prop.passes:
+            self.draft.observe(rows, prop.seconds / prop.passes)
         self.overhead.observe(rows, overhead_s)
 
 
+SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
 def verify_profile(model, device, dtype, new_cache=None, context: int = 64,
-                   sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)) -> dict[int, float]:
-    """A warm-up profile of the target's verify pass: median seconds by tokens per pass (the knee
-    measurement's curve, short). `Budget` scales it to the steps it then observes."""
+                   sizes: tuple[int, ...] = SIZES) -> dict[int, float]:
+    """A warm-up profile of a forward pass: median seconds by tokens per pass (the knee measurement's
+    curve, short). For the target it stands for the verify cost by tokens; for a model draft, the cost
+    of one draft pass by rows (one token per row). `Budget` scales it to the steps it then observes."""
     from specviz.hardware.device import measure_latency
 
-    secs = measure_latency(model, list(sizes), context, device, dtype, repeats=3, new_cache=new_cache)
-    return dict(zip(sizes, secs))
+    secs = measure_latency(model, list(sizes), context, device, dtype, repeats=5, new_cache=new_cache)
+    return dict(zip(sizes, monotone(list(sizes), secs)))
+
+
+def pair_profiles(pair, context: int = 64) -> tuple[dict[int, float], dict[int, float] | None]:
+    """Warm-up profiles for a pair: the target's verify cost, and the model draft's pass cost (None for
+    n-gram, whose drafting costs no forward, or where the draft cannot be timed on its own)."""
+    t = pair.target
+    verify = verify_profile(t.model, t.device, t.dtype, pair.target_cache, context)
+    drafter = pair.make_drafter()
+    if getattr(drafter, "kind", "") != "model":
+        return verify, None
+    try:
+        return verify, verify_profile(drafter.model, t.device, t.dtype, drafter.cache_factory, context)
+    except Exception:         # a layer-skip view may not run outside its own cache: learn it online
+        return verify, None
 

@@ -56,7 +56,8 @@ class SpeculativeEngine:
         self.pressure: dict[int, int] = {}     # request id → tokens it put into the step being run
         self.admitting: set[int] = set()       # request ids whose rows were being prefilled
         self._readmit: list[Row] = []          # rows whose caches were dropped (after a fault)
-        self.budget = Budget()                 # adaptive verification's cost tables and calibration
+        # adaptive verification's cost tables and calibration; the stock modules multiply padding too
+        self.budget = Budget(padded=cache_factory is None)
 
     # --- one request, start to finish (CLI, benchmarks, tests) ---------------------------------------
     def generate(self, prompts: list[list[int]], knobs: Knobs, max_new_tokens: int,
@@ -183,7 +184,8 @@ class SpeculativeEngine:
         budgeted = [plans[r.owner.id].budgeted for r in self.rows]
         model_budget = any(budgeted) and self.drafter.kind == "model"
         # a row never drafts past its token limit: the step emits at most k + 1 tokens
-        depths = [max(0, min(self._draft_depth(plans[r.owner.id]), r.owner.max_new - len(r.out) - 1))
+        chosen: dict[int, int] = {}        # the budget's draft depth, once per requested depth
+        depths = [max(0, min(self._draft_depth(plans[r.owner.id], B, chosen), r.owner.max_new - len(r.out) - 1))
                   for r in self.rows]
         temps = [r.owner.temperature for r in self.rows]
         gens = [r.gen for r in self.rows]
@@ -219,7 +221,8 @@ class SpeculativeEngine:
         row_steps, plain = self._apply(prop, n, nxt, seqs, proposed)
         wall = time.perf_counter() - t0
         if selection is not None:
-            self.budget.observe(prop, verified, kept, budgeted, B, B + sum(verified), verify_s,
+            tokens = B * (K + 1) if self.budget.padded else B + sum(verified)
+            self.budget.observe(prop, verified, kept, budgeted, B, tokens, verify_s,
                                 max(0.0, wall - prop.seconds - verify_s))
         verify_cost = pass_cost(self.spec, B, K + 1, L0)
         shared = dict(batch_size=B, draft_s=prop.seconds, verify_s=verify_s,
@@ -240,8 +243,12 @@ class SpeculativeEngine:
             out.append((req, ev))
         return out
 
-    def _draft_depth(self, plan: StepPlan) -> int:
-        return self.budget.draft_depth(plan.depth, self.drafter.kind) if plan.budgeted else plan.depth
+    def _draft_depth(self, plan: StepPlan, rows: int, chosen: dict[int, int]) -> int:
+        if not plan.budgeted:
+            return plan.depth
+        if plan.depth not in chosen:
+            chosen[plan.depth] = self.budget.draft_depth(plan.depth, self.drafter.kind, rows)
+        return chosen[plan.depth]
 
     def _finish_step(self, req: Request, ev: StepEvent, plan: StepPlan, prop: Proposal) -> None:
         req.steps += 1
