@@ -30,6 +30,8 @@ NVML psutil hub offline process worker slider sliders Run Stop Markdown CSV What
 lookup prompt layerskip layers layer k B K s ms GB GiB TB TFLOP TFLOPs W µs dense bf fp int datasheet
 English scheduler byte bytes SXM cost log SpecViz vLLM SGLang EAGLE DSpark SmartSpec AdaEDL SpecDec Leviathan ZeroGPU Gradio API SmolLM Qwen Llama
 H100 H200 A100 L4 T4 SmolLM2 Qwen2 Qwen3 EOS MTP Medusa Spec Spaces HF JSON GGUF
+verification slot slots concurrency checkpoint checkpoints CUDA graph graphs SM100 B300 DeepSeek V4 Pro V0 PR issue arXiv
+num enable
 """.split())
 GLUE = {"the", "of", "is", "are", "and", "to", "on", "with", "for", "in", "a", "an", "it", "this", "that", "was",
         "not", "or", "be", "at", "as", "from", "here", "your", "you", "we", "our", "please", "try", "again"}
@@ -103,7 +105,8 @@ def test_errors_keep_their_english_and_speak_persian():
         (_raised(check_prompt_ids, list(range(5000)), Limits()),
          "the prompt is 5,000 tokens long; at most 4,096 fit here — please shorten it"),
         (_raised(make_policy, "zz"),
-         "unknown policy 'zz'; choose one of: fixed, disable-by-batch-size, batch-table, adaptive, confidence"),
+         "unknown policy 'zz'; choose one of: fixed, disable-by-batch-size, batch-table, adaptive, confidence, "
+         "adaptive-verification"),
         (_raised(make_policy, "confidence", threshold=3), "the confidence threshold is a probability between 0 "
                                                           "and 1, not 3"),
         (_raised(parse_table, "1:x"), "bad batch table '1:x': write B:K pairs like 1:6,8:2,32:0"),
