@@ -44,11 +44,32 @@ def test_sampler_with_nothing_reports_unavailable_not_zero(monkeypatch):
         s.stop()
 
 
-def test_calibration_is_positive_and_plausible():
+def test_calibration_turns_its_timings_into_the_right_rates(monkeypatch):
+    """The figures follow from what was timed: a copy of size_mb (read + write) and an n × n matmul.
+    The timer is replaced (a rate on a shared machine has no bound worth asserting); each timed
+    operation still runs, and is checked to do the work the formula counts."""
+    import torch
+
+    timed = []
+
+    def fake_timed(fn, device, repeats):
+        out = fn()
+        timed.append(out)
+        return 0.01 if len(timed) == 1 else 0.002          # 10 ms for the copy, 2 ms for the matmul
+    monkeypatch.setattr(hw, "_timed", fake_timed)
+    peaks = hw.calibrate(size_mb=4, matmul_n=64, repeats=2)
+    copy, product = timed
+    assert copy.numel() * 4 == 4 * 2**20 and bool((copy == 1).all())
+    assert product.shape == (64, 64)
+    assert peaks.bandwidth == pytest.approx(2 * 4 * 2**20 / 0.01)
+    assert peaks.flops == pytest.approx(2 * 64**3 / 0.002)
+    assert peaks.ridge == pytest.approx(peaks.flops / peaks.bandwidth)
+    assert peaks.device == "cpu" and peaks.dtype == str(torch.get_default_dtype()).replace("torch.", "")
+
+
+def test_calibration_measures_something():
     peaks = hw.calibrate(size_mb=32, matmul_n=256, repeats=2)
-    assert 1e8 < peaks.bandwidth < 1e13        # 0.1 GB/s … 10 TB/s
-    assert 1e8 < peaks.flops < 1e16
-    assert peaks.ridge > 0
+    assert peaks.bandwidth > 0 and peaks.flops > 0 and peaks.ridge > 0
 
 
 def test_regimes():
@@ -96,8 +117,9 @@ def test_sweep_cli_end_to_end(tiny_paths, tmp_path):
 
 
 def test_roofline_on_a_shape_ref_writes_a_profile(tmp_path):
-    from specviz.hardware.profiles import load_profile
     from test_models_and_cli import cli
+
+    from specviz.hardware.profiles import load_profile
 
     prof = tmp_path / "p.json"
     r = cli("roofline", "--target", "shape:SmolLM2-135M", "--max-tokens", "4", "--repeats", "1",
@@ -123,6 +145,8 @@ def test_peaks_are_cached_per_machine(tmp_path, monkeypatch):
         return hw.Peaks(device.type, 1e10 * len(calls), 1e11, "float32")
 
     monkeypatch.setattr(hw, "calibrate", fake_calibrate)
+    # a quiet machine (the tests' own may be busy: then every call re-measures, tested in test_fastpath.py)
+    monkeypatch.setattr(hw, "load_now", lambda: {"load": 0.0, "cpus": 2, "at": __import__("time").time()})
     first = hw.cached_peaks()
     assert hw.cached_peaks() == first and len(calls) == 1          # the second call reads the cache
     assert hw.cached_peaks(refresh=True).bandwidth == 2e10          # `calibrate` measures again

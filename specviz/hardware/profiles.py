@@ -15,9 +15,10 @@ import re
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from specviz.hardware.roofline import (GPUS, SERVING, Calibration, GpuSpec, ModelSpec, Setup, depth_crossover,
+                                       fit_alpha, fit_calibration, predicted_knee, resolve_draft, resolve_gpu,
+                                       resolve_model, run_seconds)
 from specviz.lessons import Said
-from specviz.hardware.roofline import (GPUS, SERVING, Calibration, GpuSpec, ModelSpec, Setup, fit_calibration,
-                              predicted_knee)
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 PROFILES_DIR = ASSETS / "profiles"
@@ -114,10 +115,10 @@ def gpu_calibration(gpu: GpuSpec, profiles: list[Profile]) -> Calibration:
         return SERVING
     fitted = profile_calibration(prof)
     scale = prof.flops / gpu.flops          # the profile's efficiency is of its calibrated peak
-    return replace(SERVING, name=f"{SERVING.name}, rates from {prof.name}",
+    return replace(SERVING, name=Said("whatif.cal.rates_name", base=SERVING.name, profile=prof.name),
                    flops_eff=min(1.0, fitted.flops_eff * scale),
                    bandwidth_eff=min(1.0, prof.bandwidth / gpu.bandwidth),
-                   source=f"{SERVING.source}; achieved rates {fitted.source}")
+                   source=Said("whatif.cal.rates_source", base=SERVING.source, rates=fitted.source))
 
 
 # --- published measurements --------------------------------------------------------------------------
@@ -148,8 +149,20 @@ class PublishedSeries:
         return (self.gpu, self.target, self.draft) == (gpu, target, draft)
 
 
+_LABEL = re.compile(r"(?P<method>.+) on (?P<engine>.+)")              # "EAGLE on SGLang"
+_CITE = re.compile(r"(?P<paper>.+) paper, Table (?P<table>\d+)")     # "EAGLE-3 paper, Table 4"
+
+
+def _said(text: str, pattern: re.Pattern, key: str) -> str:
+    """A label or citation of the data file in the reader's language where it has the usual shape (a
+    Said: its English is the text itself), else the text as it is (a name)."""
+    m = pattern.fullmatch(text)
+    return Said(key, **m.groupdict()) if m else text
+
+
 def _series(d: dict) -> PublishedSeries:
-    s = PublishedSeries(str(d["id"]), str(d["label"]), str(d["cite"]), str(d["source"]), str(d["gpu"]), str(d["target"]),
+    s = PublishedSeries(str(d["id"]), _said(str(d["label"]), _LABEL, "whatif.series_label"),
+                        _said(str(d["cite"]), _CITE, "whatif.series_cite"), str(d["source"]), str(d["gpu"]), str(d["target"]),
                         str(d["draft"]), int(d["depth"]), int(d["context"]),
                         None if d.get("fit_batch") is None else int(d["fit_batch"]),
                         [int(b) for b in d["batch_sizes"]], [float(x) for x in d["speedup"]],
@@ -249,7 +262,6 @@ class Comparison:
 
 
 def series_setup(series: PublishedSeries, cal: Calibration, context: int | None = None):
-    from specviz.hardware.roofline import Setup, resolve_draft, resolve_gpu, resolve_model
 
     gpu, target = resolve_gpu(series.gpu), resolve_model(series.target)
     return Setup(target, resolve_draft(series.draft, target), gpu.bandwidth, gpu.flops,
@@ -259,7 +271,6 @@ def series_setup(series: PublishedSeries, cal: Calibration, context: int | None 
 def compare(series: PublishedSeries, cal: Calibration, alpha: float | None = None,
             alpha_note: str = "given", context: int | None = None) -> Comparison:
     """Estimate the series' points with `cal`; α is fitted at the series' fit batch unless given."""
-    from specviz.hardware.roofline import depth_crossover, fit_alpha
 
     setup = series_setup(series, cal, context)
     if alpha is None:
@@ -350,9 +361,10 @@ def stack_calibration(stack: str, base: Calibration, published: list[PublishedSe
     fit = fit_stack(stack, base, published)
     if fit is None:
         return base
-    return replace(base, name=f"{base.name} + {stack} bookkeeping (fitted)", spec_row_overhead_s=fit.row_overhead_s,
-                   source=f"{base.source}; + {1e6 * fit.row_overhead_s:.0f} µs per sequence per speculative step, "
-                          f"fitted to the published {stack} speed-ups ({', '.join(fit.fitted_to)})")
+    return replace(base, name=Said("whatif.cal.stack_name", base=base.name, stack=stack),
+                   spec_row_overhead_s=fit.row_overhead_s,
+                   source=Said("whatif.cal.stack_source", base=base.source, us=1e6 * fit.row_overhead_s, stack=stack,
+                               series=", ".join(fit.fitted_to)))
 
 
 @dataclass(frozen=True)
@@ -404,7 +416,6 @@ def compare_sweep(sweep: RecordedSweep, cal: Calibration, bandwidth: float, flop
     """The end-to-end tokens/s the model expects for every cell of a recorded sweep. α is the measured
     acceptance at depth 1 (at k = 1 the share of drafts accepted *is* α); bytes per parameter follow
     the profile's dtype (fp32 on a CPU)."""
-    from specviz.hardware.roofline import resolve_draft, resolve_model, run_seconds
 
     target = replace(resolve_model(sweep.target), bytes_per_param=4.0 if sweep.device.startswith("cpu") else 2.0)
     setup = CurveSetup(target, resolve_draft(sweep.draft, target), bandwidth, flops, sweep.prompt_tokens, cal,

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from specviz.lessons import Said, quoted
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -236,7 +238,7 @@ def draft_names(targets: list[str] | None = None) -> list[str]:
 
 def resolve_model(name: str) -> ModelSpec:
     if name not in MODELS:
-        raise PresetError(f"unknown model preset {name!r}: one of {', '.join(MODELS)}")
+        raise PresetError(Said("errors.unknown_model_preset", name=quoted(name), names=", ".join(MODELS)))
     return MODELS[name]
 
 
@@ -250,14 +252,13 @@ def resolve_draft(name: str, target: ModelSpec) -> ModelSpec | None:
         if name.startswith(prefix):
             base = name[len(prefix):]
             if base != target.name:
-                raise PresetError(f"{name} drafts for {base}, not for {target.name}: an EAGLE head reads its "
-                                  f"own target's features (use {prefix}{target.name})")
+                raise PresetError(Said("errors.eagle_other_target", name=name, base=base, target=target.name,
+                                       fix=f"{prefix}{target.name}"))
             return eagle_head(resolve_model(base), prefix)
     if name.startswith(LAYERSKIP):
         a, _, b = name[len(LAYERSKIP):].partition("-")
         if not (a.isdigit() and b.isdigit() and int(a) <= int(b) < target.n_layers):
-            raise PresetError(f"bad layer-skip draft {name!r}: layerskip:A-B with 0 <= A <= B < "
-                              f"{target.n_layers}")
+            raise PresetError(Said("errors.bad_layerskip_preset", name=quoted(name), n=target.n_layers))
         kept = target.n_layers - (int(b) - int(a) + 1)
         return replace(target, name=name, n_layers=kept)
     return resolve_model(name)
@@ -267,11 +268,10 @@ def resolve_gpu(name: str | None = None, bandwidth: float | None = None, flops: 
     """A GPU preset by name, or one given by its bandwidth (bytes/s) and dense FLOP/s."""
     if name is not None:
         if name not in GPUS:
-            raise PresetError(f"unknown GPU {name!r}: one of {', '.join(GPUS)}, or give --bandwidth and --flops")
+            raise PresetError(Said("errors.unknown_gpu_preset", name=quoted(name), names=", ".join(GPUS)))
         return GPUS[name]
     if bandwidth is None or flops is None or not (0 < bandwidth < 1e15 and 0 < flops < 1e18):
-        raise PresetError("give a GPU preset, or both its bandwidth (bytes/s, e.g. 3.35e12) and its FLOP rate "
-                          "(FLOP/s, e.g. 989e12), both positive")
+        raise PresetError(Said("errors.gpu_needs_numbers"))
     return GpuSpec(f"custom GPU ({bandwidth / 1e12:.3g} TB/s, {flops / 1e12:.4g} TFLOP/s)", float(bandwidth),
                    float(flops), "given by the user")
 
@@ -314,8 +314,8 @@ class Calibration:
             self.pass_overhead_s or self.layer_overhead_s or self.step_overhead_s or self.spec_row_overhead_s)
 
 
-IDEAL = Calibration("ideal roofline", source="peak datasheet rates, no overheads, memory and arithmetic overlap "
-                                             "perfectly (the article's argument)")
+# names and sources are Saids: English where printed (CLI, JSON), the reader's language on the page
+IDEAL = Calibration(Said("whatif.cal.ideal_name"), source=Said("whatif.ideal_note"))
 
 
 def pass_time(cost: PassCost, n_layers: int, bandwidth: float, flops: float, cal: Calibration = IDEAL) -> float:
@@ -336,15 +336,21 @@ class PassFit:
     per_token_s: float       # per token in the pass (all rows together)
     per_kv_token_s: float    # per cached token the pass reads (all rows together)
     per_step_s: float        # per decode step, outside the forward pass
-    source: str
+    source: str              # the paper, a name (e.g. "SpecDecode-Bench (arXiv 2601.11580)")
+    stack: str               # the software it measured, a name (e.g. "vLLM 0.10.1")
+
+    @property
+    def description(self) -> Said:
+        return Said("whatif.cal.fit_source", source=self.source, stack=self.stack, gpu=self.gpu.split()[0],
+                    model=self.model, fixed=f"{1e3 * self.fixed_s:.1f}", per_token=f"{1e6 * self.per_token_s:.0f}",
+                    per_kv=f"{1e9 * self.per_kv_token_s:.0f}", per_step=f"{1e3 * self.per_step_s:.1f}")
 
 
 # SpecDecode-Bench ("Speculative Decoding: Performance or Illusion?", arXiv 2601.11580), simulator fit of
 # vLLM 0.10.1 on one H100 with Llama-3.1-8B, batch 1-64 (PUBLISHED-RESULTS.md).
 SPECDECODE_BENCH_H100 = PassFit(
     "H100 SXM", "Llama-3.1-8B", fixed_s=5.9e-3, per_token_s=21e-6, per_kv_token_s=39e-9, per_step_s=1.2e-3,
-    source="SpecDecode-Bench (arXiv 2601.11580) pass-time fit, vLLM 0.10.1, H100, Llama-3.1-8B: 5.9 ms + "
-           "21 µs/token + 39 ns/cached token + 1.2 ms/step")
+    source="SpecDecode-Bench (arXiv 2601.11580)", stack="vLLM 0.10.1")
 
 
 def calibration_from_fit(fit: PassFit) -> Calibration:
@@ -359,9 +365,9 @@ def calibration_from_fit(fit: PassFit) -> Calibration:
     # whole, so no per-layer launch cost: a 1-layer draft pays it too — ~32 % of the target's pass vs the
     # ≈ 37.5 % SpecDecode-Bench measured for EAGLE on this model)
     weights = spec.streamed_params * spec.bytes_per_param / (gpu.bandwidth * bw_eff)
-    return Calibration(f"serving stack ({fit.source.split(' (')[0]} fit)", bandwidth_eff=bw_eff,
+    return Calibration(Said("whatif.cal.serving_name", fit=fit.source.split(" (")[0]), bandwidth_eff=bw_eff,
                        flops_eff=flops_eff, overlap=0.0, pass_overhead_s=max(0.0, fit.fixed_s - weights),
-                       step_overhead_s=fit.per_step_s, source=fit.source)
+                       step_overhead_s=fit.per_step_s, source=fit.description)
 
 
 SERVING = calibration_from_fit(SPECDECODE_BENCH_H100)

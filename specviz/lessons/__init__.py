@@ -22,9 +22,6 @@ from pathlib import Path
 LANGS = ("en", "fa")
 DEFAULT_LANG = "en"
 RTL_LANGS = frozenset({"fa"})
-# The order of the argument (SEED-NOTES): more FLOPs yet faster → the race → decode is memory-bound →
-# breadth ≈ depth → the price → when it hurts → vLLM's answer and beyond. Keys of the [chapter.*] tables.
-CHAPTERS = ("intro", "race", "knee", "breadth_depth", "ledger", "sweep", "policies")
 
 _DIR = Path(__file__).resolve().parent
 # Unicode left-to-right isolate … pop directional isolate: keeps a filled-in number, token or name
@@ -112,7 +109,17 @@ def fill(template_text: str, values: dict, wrap=None) -> str:
         return template_text
     # "1.45×" reads as one number: a "×" right after an isolated number goes inside its isolate, or a
     # right-to-left sentence shows it on the number's other side ("×1.45")
-    return out.replace(PDI + "×", "×" + PDI) if wrap is not None else out
+    # (the same for a percent sign written after the field: "12%", not "%12")
+    if wrap is None:
+        return out
+    return out.replace(PDI + "×", "×" + PDI).replace(PDI + "%", "%" + PDI)
+
+
+def quoted(value) -> str:
+    """A name the reader typed, ready to sit inside the template's quotes ('…' in English, «…» in Persian):
+    control characters and backslashes escaped as `repr` shows them, without repr's own ASCII quotes."""
+    text = repr(str(value))
+    return text[1:-1]
 
 
 ARABIC_SCRIPT = re.compile(r"[\u0600-\u06FF\uFB50-\uFDFF\uFE70-\uFEFF]")
@@ -128,7 +135,10 @@ def isolate_ltr(value: str) -> str:
 
 def isolate_rtl(value: str) -> str:
     """A whole Persian label made right-to-left where its container lays text out left-to-right
-    (plotly's SVG text): otherwise "token در هر pass" reads with its words in reverse order."""
+    (plotly's SVG text): otherwise "token در هر pass" reads with its words in reverse order. Each line of
+    a label broken with plotly's <br> is isolated on its own (plotly lays every line out separately)."""
+    if "<br>" in value:
+        return "<br>".join(isolate_rtl(line) for line in value.split("<br>"))
     return RLI + value + PDI if ARABIC_SCRIPT.search(value) else value
 
 
@@ -144,8 +154,15 @@ def text_bidi(lang: str, key: str, /, **values) -> str:
     return fill(template(lang, key), _said_in(lang, values), wrap=isolate_ltr)
 
 
+def policy_label(lang: str, name: str) -> str:
+    """A depth policy's name for readers ([policy_label]); the API, the CLI and the radio's values keep
+    the English name. A policy without a label is shown by its name."""
+    key = f"policy_label.{name}"
+    return text(lang, key) if template(lang, key) != key else str(name)
+
+
 def _said_in(lang: str, values: dict) -> dict:
-    return {k: (say(lang, v) if isinstance(v, (Key, Said)) else v) for k, v in values.items()}
+    return {k: (say(lang, v) if isinstance(v, (Key, Said, Listed)) else v) for k, v in values.items()}
 
 
 def chart_fill(template_text: str, values: dict) -> str:
@@ -180,6 +197,27 @@ def _said(key: str, values: dict) -> Said:
     return Said(key, **values)
 
 
+class Listed(str):
+    """Several values shown as one list (a value of a `Said`): its English is the items joined by ", ";
+    a page shows each item in its language, joined by that language's separator (`app.list_separator`),
+    names isolated left-to-right inside a right-to-left list."""
+
+    def __new__(cls, items) -> "Listed":
+        items = tuple(items)
+        self = super().__new__(cls, ", ".join(str(i) for i in items))
+        self.items = items
+        return self
+
+    def __reduce__(self):
+        return (Listed, (self.items,))
+
+    def shown(self, lang: str) -> str:
+        parts = [say(lang, i) for i in self.items]
+        if lang in RTL_LANGS:
+            parts = [isolate_ltr(p) for p in parts]
+        return template(lang, "app.list_separator").join(parts)
+
+
 def _render(lang: str, key: str, values: dict) -> str:
     plain = _said_in(lang, values)
     if lang in RTL_LANGS:
@@ -196,4 +234,6 @@ def say(lang: str, message) -> str:
         return _render(lang, message.key, message.values)
     if isinstance(message, Key):
         return text(lang, message)
+    if isinstance(message, Listed):
+        return message.shown(lang)
     return str(message)

@@ -21,13 +21,14 @@ from typing import Callable
 import gradio as gr
 
 from specviz import lessons
+from specviz.engine.policies import PolicyError
 from specviz.limits import LimitError, brief
 from specviz.pairs.models import ModelError
-from specviz.engine.policies import PolicyError
 from specviz.serve.recordings import RecordingError
 
 log = logging.getLogger("specviz.app")
 HUMAN = (ModelError, LimitError, PolicyError, RecordingError)
+GRADIO_TITLE = "Error"          # gr.Error's default title
 
 
 def human(lang: str, message) -> str:
@@ -50,7 +51,12 @@ def as_error(exc: Exception, lang: str = lessons.DEFAULT_LANG, where: str = "") 
     """Any exception as the error a user sees."""
     if isinstance(exc, gr.Error):
         # not logged twice; a keyed message (lessons.Said) in the reader's language
-        return exc if not exc.print_exception else refusal(human(lang, exc.message), where, lang)
+        if exc.print_exception:
+            return refusal(human(lang, exc.message), where, lang)
+        exc.message = human(lang, exc.message)
+        if exc.title == GRADIO_TITLE:           # raised without one: gradio would show its English "Error"
+            exc.title = lessons.text(lang, "app.error_title")
+        return exc
     if isinstance(exc, HUMAN):
         return refusal(human(lang, exc), where, lang)        # its sentence in the reader's language
     if isinstance(exc, RecursionError):
@@ -133,22 +139,24 @@ def guard(fn: Callable, where: str, lang_of: Callable[[str | None], str]) -> Cal
     return plain
 
 
-KINDS = {"Slider": "a number", "Number": "a number", "Textbox": "text", "Checkbox": "true or false",
-         "Dropdown": "one of the listed choices", "Radio": "one of the listed choices", "File": "a file"}
+KINDS = {"Slider": "errors.kind_number", "Number": "errors.kind_number", "Textbox": "errors.kind_text",
+         "Checkbox": "errors.kind_bool", "Dropdown": "errors.kind_choice", "Radio": "errors.kind_choice",
+         "File": "errors.kind_file"}
 
 
-def input_sentence(block_fn, index: int | None, value, exc: Exception) -> str:
-    """What was wrong with an input gradio could not read, in a sentence a person (or script) can act on."""
+def input_sentence(block_fn, index: int | None, value, exc: Exception) -> lessons.Said:
+    """What was wrong with an input gradio could not read, in a sentence a person (or script) can act on
+    (a Said: its English is what an API caller reads)."""
     if isinstance(exc, RecursionError):
-        return lessons.text(lessons.DEFAULT_LANG, "errors.too_deep")
+        return lessons.Said("errors.too_deep")
     if index is None:
         want = len(block_fn.inputs)
         names = ", ".join(_param_name(block_fn, i) for i in range(want))
         if isinstance(value, list) and len(value) != want:
-            return f"This call sent {len(value)} value(s); it takes {want}: {names}."
-        return f"This call sent values that could not be read; it takes {want}: {names}."
-    kind = KINDS.get(type(block_fn.inputs[index]).__name__, "a valid value")
-    return f"'{_param_name(block_fn, index)}' must be {kind}, not {brief(value)}."
+            return lessons.Said("errors.call_count", sent=len(value), want=want, names=names)
+        return lessons.Said("errors.call_unreadable", want=want, names=names)
+    kind = lessons.Key(KINDS.get(type(block_fn.inputs[index]).__name__, "errors.kind_value"))
+    return lessons.Said("errors.bad_input", name=_param_name(block_fn, index), kind=kind, value=brief(value))
 
 
 def _param_name(block_fn, index: int) -> str:
@@ -176,7 +184,9 @@ def _guard_preprocess(blocks: gr.Blocks) -> None:
             return await original(block_fn, inputs, state, explicit_call)
         except Exception as exc:
             index, value = _failing_input(block_fn, inputs, exc)
-            raise refusal(input_sentence(block_fn, index, value, exc), str(block_fn.api_name or "")) from None
+            # before the handler no session is known here: the sentence is in English (what an API
+            # script sends wrong; the page's own controls cannot send these values)
+            raise refusal(str(input_sentence(block_fn, index, value, exc)), str(block_fn.api_name or "")) from None
     blocks.preprocess_data = preprocess_data
 
 

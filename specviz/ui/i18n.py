@@ -12,6 +12,7 @@ updates never reach that page — so the API keeps English names while the page 
 """
 from __future__ import annotations
 
+import json
 import threading
 
 import gradio as gr
@@ -25,6 +26,20 @@ SWITCH_JS = """(lang) => {
   document.body.classList.toggle('sv-rtl', rtl);
   const titles = __TITLES__;
   if (titles[lang]) { document.title = titles[lang]; }
+  // gradio (6.x) heads every toast with its type ("Error", "Warning") and never shows the title a
+  // refusal carries: put the reader's word there, and again whenever gradio re-renders a toast
+  window.__svToast = __TOASTS__[lang];
+  if (!window.__svToastObserver) {
+    const fix = () => {
+      for (const el of document.querySelectorAll('.toast-title')) {
+        const node = el.firstChild, type = ['error', 'warning'].find((k) => el.classList.contains(k));
+        const want = type && window.__svToast ? window.__svToast[type] + ' ' : null;
+        if (want && node && node.nodeType === 3 && node.data !== want) { node.data = want; }
+      }
+    };
+    window.__svToastObserver = new MutationObserver(fix);
+    window.__svToastObserver.observe(document.body, {subtree: true, childList: true, characterData: true});
+  }
   // gradio's own words (upload boxes, the footer) follow its locale: switch it with ours
   const core = performance.getEntriesByType('resource').map((r) => r.name)
     .find((n) => /\/assets\/core-[\w-]+\.js$/.test(n));
@@ -35,10 +50,12 @@ SWITCH_JS = """(lang) => {
 
 def switch_js() -> str:
     """The language switch's browser side: direction, `lang`, and the page title (the tab's name)."""
-    import json
 
     titles = {lang: lessons.text(lang, "app.page_title") for lang in lessons.LANGS}
-    return SWITCH_JS.replace("__TITLES__", json.dumps(titles, ensure_ascii=False))
+    toasts = {lang: {"error": lessons.text(lang, "app.error_title"), "warning": lessons.text(lang, "app.warning_title")}
+              for lang in lessons.LANGS}
+    return (SWITCH_JS.replace("__TITLES__", json.dumps(titles, ensure_ascii=False))
+            .replace("__TOASTS__", json.dumps(toasts, ensure_ascii=False)))
 
 
 def pick_lang(request: gr.Request | None, asked: str | None = None) -> str:

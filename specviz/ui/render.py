@@ -101,7 +101,8 @@ def _span(kind: str, text: str, title: str, special: str | None = None, role: bo
     """One token, one span, one `tok-*` class (a contract); markup keeps its class and is marked by
     `data-special` (a badge, its raw text in the tooltip) or `data-role` (the role name after it)."""
     if special is not None:
-        tip = html.escape(f"{title} · {text.strip()}")
+        raw = text.strip()      # model output: left-to-right inside a Persian tooltip
+        tip = html.escape(f"{title} · {lessons.isolate_ltr(raw) if lessons.ARABIC_SCRIPT.search(title) else raw}")
         return f'<span class="{CLASS[kind]}" data-special="1" title="{tip}">⟨{html.escape(special)}⟩</span>'
     mark = ' data-role="1"' if role else ""
     return f'<span class="{CLASS[kind]}"{mark} title="{html.escape(title)}">{html.escape(text)}</span>'
@@ -127,6 +128,9 @@ def rows_html(views: dict[int, RowView], status: dict[int, str], limit: int = 64
               lang: str = lessons.DEFAULT_LANG) -> str:
     """Compact view of every row: tokens so far and a kept/drafted bar."""
     lines = []
+    # the reader's direction, not dir="auto": a Persian stat starts with a number ("24 token · 3 از 5 …"),
+    # and auto would lay it out left-to-right, splitting "3 از 5"
+    way = lessons.direction(lang)
     for row in sorted(views)[:limit]:
         v = views[row]
         share = v.accepted / v.drafted if v.drafted else 0.0
@@ -138,5 +142,5 @@ def rows_html(views: dict[int, RowView], status: dict[int, str], limit: int = 64
             f'<div class="row-line"><div class="row-name">{name}</div>'
             f'<div class="row-bar" title="{bar}">'
             f'<div class="row-fill" style="width:{width}%"></div></div>'
-            f'<div class="row-stat" dir="auto">{stat} {html.escape(status.get(row, ""))}</div></div>')
-    return '<div class="rows" dir="auto">' + "".join(lines) + "</div>"
+            f'<div class="row-stat" dir="{way}">{stat} {html.escape(status.get(row, ""))}</div></div>')
+    return f'<div class="rows" dir="{way}">' + "".join(lines) + "</div>"

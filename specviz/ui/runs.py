@@ -17,13 +17,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import gradio as gr
+import torch
+from gradio.utils import get_upload_folder
 
 from specviz import lessons
 from specviz.serve import recordings
+from specviz.serve.catalog import known_label
+from specviz.serve.live import LiveRun
 from specviz.serve.recordings import Recording
 from specviz.ui.errors import error
 from specviz.ui.i18n import t
-from specviz.serve.live import LiveRun
 
 NEAR_TIE = 0.05        # a logit margin below this is within float noise of a tie (fp32 or bf16 kernels)
 REPLAY_MAX_GAP_S = 2.0  # a replay never waits longer than this between two steps
@@ -69,6 +72,22 @@ class TempFiles:
         return path
 
 
+UNKNOWN_DEVICE = "unknown device"       # what a recording says when no calibration named the device
+
+
+def _device(name: str):
+    return lessons.Key("playground.unknown_device") if name == UNKNOWN_DEVICE else name
+
+
+def replay_title(lang: str, rec) -> str:
+    """A recording's title (`Recording.title` is its English) in the reader's language; a Persian one
+    isolated right-to-left, since the dropdown lays its text out left-to-right."""
+    said = lessons.Said("playground.replay_title", pair=known_label(rec.pair), prompt=rec.prompt[:40],
+                        device=_device(rec.device), date=rec.date[:16].replace("T", " "))
+    text = lessons.say(lang, said)
+    return lessons.isolate_ltr(lessons.isolate_rtl(text)) if lessons.direction(lang) == "rtl" else text
+
+
 class RunStore:
     def __init__(self):
         self._lock = threading.Lock()
@@ -99,10 +118,10 @@ class RunStore:
                live: LiveRun) -> FinishedRun:
         csv_path = self._path("specviz-chart-data", "csv")
         write_csv(csv_path, live.csv_rows())
-        device = live.peaks.device if live.peaks is not None else "unknown device"
+        device = live.peaks.device if live.peaks is not None else UNKNOWN_DEVICE
         rec = Recording(device=device, date=recordings.now_iso(), pair=choice.label, prompt=prompt_text,
-                        settings={"batch": req.batch, "depth": req.depth, "policy": req.policy,
-                                  "threshold": req.threshold, "temperature": req.temperature, "max_new": req.max_new},
+                        settings={"batch": req.batch, "depth": req.depth, "policy": req.policy.name,
+                                  "threshold": req.policy.threshold, "temperature": req.temperature, "max_new": req.max_new},
                         steps=parts["steps"], samples=parts["samples"], totals=parts["totals"],
                         outputs=parts["outputs"], prompt_ids=result["prompt_ids"], versions=recordings.versions())
         rec_path = self._path("specviz-run", "json")
@@ -124,6 +143,11 @@ class RunStore:
     def shipped_titles(self) -> list[str]:
         return list(recordings.shipped())
 
+    def shipped_options(self, lang: str) -> list[tuple[str, str]]:
+        """(shown, value) for the recordings dropdown: the title in the reader's language, the English
+        title (what the API takes) as value."""
+        return [(replay_title(lang, recordings.load(path)), title) for title, path in recordings.shipped().items()]
+
     def open_recording(self, title, upload, lang: str = lessons.DEFAULT_LANG) -> Recording:
         """The uploaded recording (read, checked, then its file deleted) or a shipped one by title."""
         path = _upload_path(upload)
@@ -142,8 +166,8 @@ class RunStore:
         live = LiveRun(_NoControl(), rec.pair, None, None, shared=False, lang=lang)
         live.worker_source = "recording"
         streamer = streamer_cls(app, live, _NoTokenizer(), session, lang)
-        status = t(lang, "playground.status_replay", device=rec.device, date=rec.date[:16].replace("T", " "),
-                   pair=rec.pair)
+        status = t(lang, "playground.status_replay", device=_device(rec.device), date=rec.date[:16].replace("T", " "),
+                   pair=known_label(rec.pair))
         speed = replay_speed(rec)
         if speed > 1:
             status += " · " + t(lang, "playground.replay_faster", speed=round(speed, 1), limit=int(REPLAY_MAX_S))
@@ -187,8 +211,8 @@ class RunStore:
     def _difference(self, pair, prompt, ours, ref, pos, lang) -> str:
         margin = logit_margin(pair, prompt + ours[:pos])
         dec = pair.tokenizer.decode
-        msg = t(lang, "app.lossless_differs", pos=pos + 1, target_tok=dec([ref[pos]]) if ref[pos] >= 0 else lessons.text(lang, "app.end_of_text"),
-                ours_tok=dec([ours[pos]]), margin=f"{margin:.2g}")
+        msg = t(lang, "app.lossless_differs", pos=pos + 1, target_tok=lessons.quoted(dec([ref[pos]])) if ref[pos] >= 0 else lessons.text(lang, "app.end_of_text"),
+                ours_tok=lessons.quoted(dec([ours[pos]])), margin=f"{margin:.2g}")
         if margin < NEAR_TIE:
             msg += " " + lessons.text(lang, "app.lossless_near_tie")
         return msg
@@ -196,7 +220,6 @@ class RunStore:
 
 def target_alone(pair, prompt: list[int], max_new: int) -> list[int]:
     """The target's own greedy continuation of `prompt` (transformers' generate, no draft, no batch)."""
-    import torch
 
     model = pair.target.model
     ids = torch.tensor([prompt], device=pair.target.device)
@@ -210,7 +233,6 @@ def target_alone(pair, prompt: list[int], max_new: int) -> list[int]:
 
 def logit_margin(pair, seq: list[int]) -> float:
     """How far the target's best next token is ahead of its second best after `seq`."""
-    import torch
 
     with torch.inference_mode():
         logits = pair.target.model(torch.tensor([seq], device=pair.target.device)).logits[0, -1].float()
@@ -266,8 +288,6 @@ class UploadSweeper:
         self._thread: threading.Thread | None = None
 
     def discard_later(self, path: str) -> None:
-        from gradio.utils import get_upload_folder
-
         real = os.path.realpath(path)
         if not real.startswith(os.path.realpath(get_upload_folder()) + os.sep):
             return                      # only files gradio received; never anything else on the disk

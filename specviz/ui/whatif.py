@@ -5,19 +5,18 @@ over them where a source measured the same setup, beside the latency curves reco
 specviz/lessons/{en,fa}.toml; handlers write in the session's language (English for API callers)."""
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 import gradio as gr
 
 from specviz import charts, lessons
 from specviz.hardware import roofline as rf
-from specviz.engine.loop import EngineError
-from specviz.hardware.device import find_knee
-from specviz.pairs.models import ModelError
+from specviz.hardware.device import OVERHEAD_FACTOR, find_knee
 from specviz.hardware.profiles import (Profile, compare, fit_stack, gpu_calibration, load_profiles, load_published,
-                              profile_calibration, profile_for_device, stack_calibration)
+                                       profile_calibration, profile_for_device, stack_calibration)
 from specviz.hardware.roofline import GPUS, MODELS, crossover_from_rows, latency_curve, predicted_knee, whatif_rows
+from specviz.limits import LimitError
+from specviz.pairs.models import ModelError
 from specviz.serve import runner
 from specviz.serve.catalog import pair_options
 from specviz.ui.errors import as_sentences
@@ -40,7 +39,6 @@ DEFAULTS = dict(gpu="H100 SXM", target="Llama-3.1-8B", draft="EAGLE:Llama-3.1-8B
 
 # The tab's words live in the [whatif] table of specviz/lessons/{en,fa}.toml. The constants above are the
 # values the dropdowns and the API exchange (unchanged in every language); only their labels are translated.
-ARABIC_SCRIPT = re.compile(r"[\u0600-\u06FF]")       # Arabic script: a value that is itself a Persian text
 
 
 def _rtl(lang: str) -> bool:
@@ -50,7 +48,7 @@ def _rtl(lang: str) -> bool:
 def _isolate(value: str) -> str:
     """Keep a filled-in number, name, source or code left-to-right inside a Persian sentence. A value that is
     itself a Persian text (a nested sentence) stays in the right-to-left flow: an isolate would reverse it."""
-    return value if ARABIC_SCRIPT.search(value) else lessons.LRI + value + lessons.PDI
+    return value if lessons.ARABIC_SCRIPT.search(value) else lessons.LRI + value + lessons.PDI
 
 
 def tx(lang: str, key: str, /, **values) -> str:
@@ -84,11 +82,12 @@ def chart_labels(lang: str) -> dict:
 
 
 def _for_reader(fig, lang: str):
-    """Plotly anchors a title at its start, which in a right-to-left page is its right end, so a long Persian
-    title runs off the plot's left edge; a centred title sits right in either direction."""
+    """A Persian title starts where Persian text starts, at the right (as the playground's live charts do):
+    on a phone a long title then loses its end, not its beginning. (Plotly measures text in a hidden SVG
+    that style.css keeps left-to-right, so its anchors are where they say.)"""
     if _rtl(lang):
         title = fig.layout.title.text
-        fig.update_layout(title_x=0.5, title_xanchor="center", title_font_size=14,   # Persian titles run longer
+        fig.update_layout(title_x=0.98, title_xanchor="right", title_font_size=14,   # Persian titles run longer
                           title_text=lessons.isolate_rtl(title) if title else title)   # plotly: LTR text
     return fig
 
@@ -131,7 +130,7 @@ def _hardware(app, gpu: str, bw_tbs: float, flops_tflops: float, lang: str = les
 def _short(value) -> str:
     """A name quoted in a refusal, cut short (a script may send 10,000 characters)."""
     text = str(value)
-    return text if len(text) <= 40 else text[:39] + "…"
+    return lessons.quoted(text if len(text) <= 40 else text[:39] + "…")
 
 
 def _model(name: str, bytes_per_param: float, lang: str = lessons.DEFAULT_LANG) -> rf.ModelSpec:
@@ -140,11 +139,11 @@ def _model(name: str, bytes_per_param: float, lang: str = lessons.DEFAULT_LANG) 
     return replace(MODELS[name], bytes_per_param=bytes_per_param)
 
 
-def _draft(name: str, target: rf.ModelSpec) -> rf.ModelSpec | None:
+def _draft(name: str, target: rf.ModelSpec, lang: str = lessons.DEFAULT_LANG) -> rf.ModelSpec | None:
     try:
         return rf.resolve_draft(rf.NGRAM if name == NGRAM else str(name), target)
     except rf.PresetError as exc:
-        raise gr.Error(str(exc)) from None
+        raise gr.Error(lessons.say(lang, exc)) from None
 
 
 def draft_choices(target: str) -> list[str]:
@@ -200,7 +199,7 @@ def _inputs(app, gpu, target, draft, alpha, context, overhead_ms, model, bw_tbs,
     gpu, target, draft, model = (str(x) for x in (gpu, target, draft, model))    # raw API values too
     g, hw_desc, bpp, kind = _hardware(app, gpu, bw_tbs, flops_tflops, lang)
     t_spec = _model(target, bpp, lang)
-    d_spec = _draft(draft, t_spec)
+    d_spec = _draft(draft, t_spec, lang)
     if d_spec is not None:
         d_spec = replace(d_spec, bytes_per_param=bpp)
     cal, note = calibration_for(app, gpu, g, kind, model, lang)
@@ -527,7 +526,6 @@ def build(app) -> None:
 
 
 KNEE_CONTEXT = 256
-OVERHEAD_FACTOR = 2.0     # the same rule as hardware.step_metrics: > 2× the roofline time = overhead-bound
 
 
 def knee_view(upd, context: int = KNEE_CONTEXT, lang: str = lessons.DEFAULT_LANG):
@@ -577,7 +575,7 @@ def _build_measure(app) -> None:
                     yield tx(lang, "knee_waiting", position=upd.position), gr.skip()
                     continue
                 yield knee_view(upd, lang=lang)
-        except (ModelError, EngineError) as exc:
+        except (ModelError, LimitError) as exc:
             raise gr.Error(lessons.say(lang, exc)) from None
 
     go.click(measure, [pick], [md, fig], api_name="measure_knee", concurrency_limit=1)

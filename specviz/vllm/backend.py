@@ -14,6 +14,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from specviz.lessons import Said
 from specviz.vllm import metrics
 from specviz.vllm.client import ServedModel, VllmClient, VllmError
 from specviz.vllm.launcher import LaunchSpec, VllmServer
@@ -26,8 +27,10 @@ def pair_label(model: str, method: str, k: int | None) -> str:
     """Pair labels of vLLM entries begin with `vLLM` (outside checks rely on it)."""
     name = os.path.basename(model.rstrip("/")) or model
     if method == "none" or k == 0:
-        return f"vLLM ({name}, no speculation)"
-    return f"vLLM ({name}, {method}, k={k if k is not None else '?'})"
+        return Said("pairs.vllm_plain", name=name)
+    if k is None:                    # launched servers: k follows the depth slider
+        return Said("pairs.vllm_follows", name=name, method=method)
+    return Said("pairs.vllm_fixed", name=name, method=method, k=k)
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,7 @@ class Endpoint:
             ep.served = served
         except VllmError as exc:
             log.warning("vLLM at %s: %s", url, exc)
-            ep = cls(client.url, "vLLM (server not reachable at start-up)", "?", None)
+            ep = cls(client.url, Said("pairs.vllm_unreachable"), "?", None)
         ep.start_polling()
         return ep
 
@@ -85,7 +88,7 @@ class Endpoint:
             self.status = Status("ready")
         except VllmError as exc:
             log.warning("vLLM launch failed: %s", exc)
-            self.status = Status("failed", str(exc))
+            self.status = Status("failed", exc.args[0] if len(exc.args) == 1 else str(exc))   # keeps a Said
             return
         self.start_polling()
 
@@ -104,14 +107,12 @@ class Endpoint:
         """The served model, or a sentence saying why a Run cannot start now."""
         if self.status.state == "starting":
             waited = int(time.monotonic() - self._started_at)
-            raise VllmError(f"the vLLM server is still starting ({waited} s so far; it takes about 2 minutes "
-                            "on a small CPU): please try again in a minute")
+            raise VllmError(Said("errors.vllm.still_starting", waited=waited))
         if self.status.state == "failed":
-            raise VllmError(f"the vLLM server could not start: {self.status.note}")
+            raise VllmError(Said("errors.vllm.could_not_start", note=self.status.note))
         if self.server is not None and not self.server.alive():
             self.restart()
-            raise VllmError("the vLLM server SpecViz launched has stopped; it is being started again "
-                            "(about 2 minutes)")
+            raise VllmError(Said("errors.vllm.restarting"))
         if self.served is None:                       # an operator's server that was down at start-up
             self.served = VllmClient(self.url, timeout_s=10).model()
         return self.served

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 from urllib.parse import urlparse
 
+from specviz.lessons import Said, quoted
 from specviz.limits import LimitError
 
 
@@ -55,7 +56,7 @@ class Completion:
 def normalise_url(url: str) -> str:
     u = urlparse((url or "").strip())
     if u.scheme not in ("http", "https") or not u.hostname:
-        raise VllmError(f"the vLLM URL must look like http://HOST:PORT, not {url!r}")
+        raise VllmError(Said("errors.vllm.bad_url", url=quoted(url)))
     return f"{u.scheme}://{u.netloc}"
 
 
@@ -70,9 +71,9 @@ class VllmClient:
             with urllib.request.urlopen(self.url + path, timeout=timeout or self.timeout_s) as r:
                 return r.read()
         except urllib.error.HTTPError as exc:
-            raise VllmError(f"the vLLM server at {self.url} answered {path} with HTTP {exc.code}") from None
+            raise VllmError(Said("errors.vllm.http", url=self.url, path=path, code=exc.code)) from None
         except (urllib.error.URLError, ConnectionError, socket.timeout, http.client.HTTPException, OSError) as exc:
-            raise VllmError(f"the vLLM server at {self.url} is not reachable ({_reason(exc)})") from None
+            raise VllmError(Said("errors.vllm.unreachable", url=self.url, reason=_reason(exc))) from None
 
     def healthy(self) -> bool:
         try:
@@ -86,21 +87,21 @@ class VllmClient:
         try:
             data = json.loads(raw)["data"]
         except (ValueError, KeyError, TypeError):
-            raise VllmError(f"{self.url} does not look like a vLLM server (/v1/models gave no model list)") from None
+            raise VllmError(Said("errors.vllm.not_vllm", url=self.url)) from None
         return [ServedModel(str(m["id"]), m.get("max_model_len"), str(m.get("root") or m["id"])) for m in data]
 
     def model(self, name: str | None = None) -> ServedModel:
         """The served model called `name` (the only one, when None)."""
         served = self.models()
         if not served:
-            raise VllmError(f"the vLLM server at {self.url} serves no model")
+            raise VllmError(Said("errors.vllm.no_model", url=self.url))
         if name is None:
             return served[0]
         for m in served:
             if m.name == name:
                 return m
         names = ", ".join(m.name for m in served)
-        raise VllmError(f"the vLLM server at {self.url} does not serve a model called {name!r} (it serves {names})")
+        raise VllmError(Said("errors.vllm.other_model", url=self.url, name=quoted(name), names=names))
 
     def metrics_text(self) -> str:
         return self._get("/metrics", timeout=5).decode("utf-8", "replace")
@@ -122,7 +123,7 @@ class VllmClient:
         except urllib.error.HTTPError as exc:
             raise VllmError(refusal(exc.code, _read_error(exc), self.url)) from None
         except (urllib.error.URLError, ConnectionError, socket.timeout, http.client.HTTPException, OSError) as exc:
-            raise VllmError(f"the vLLM server at {self.url} is not reachable ({_reason(exc)})") from None
+            raise VllmError(Said("errors.vllm.unreachable", url=self.url, reason=_reason(exc))) from None
         with resp:
             yield from self._events(resp)
 
@@ -143,11 +144,9 @@ class VllmClient:
         except VllmError:
             raise
         except (ConnectionError, socket.timeout, http.client.HTTPException, OSError, ValueError) as exc:
-            raise VllmError(f"the vLLM server at {self.url} stopped answering in the middle of the run "
-                            f"({_reason(exc)})") from None
+            raise VllmError(Said("errors.vllm.stopped_answering", url=self.url, reason=_reason(exc))) from None
         if not done:
-            raise VllmError(f"the vLLM server at {self.url} closed the stream before the end of the run "
-                            "(was it stopped?)")
+            raise VllmError(Said("errors.vllm.stream_closed", url=self.url))
 
     def complete(self, model: str, prompt_ids: list[int], max_tokens: int, **kw) -> Completion:
         out = Completion()
@@ -166,7 +165,7 @@ def parse_chunk(obj: dict, url: str = "the vLLM server") -> Chunk | None:
     if "error" in obj and not obj.get("choices"):
         err = obj["error"]
         msg = err.get("message") if isinstance(err, dict) else str(err)
-        raise VllmError(f"the vLLM server at {url} failed during generation: {_first_line(msg)}")
+        raise VllmError(Said("errors.vllm.failed", url=url, detail=_first_line(msg)))
     spec = ((obj.get("metrics") or {}).get("speculative_decoding")) or None
     choices = obj.get("choices") or []
     if not choices:
@@ -176,14 +175,14 @@ def parse_chunk(obj: dict, url: str = "the vLLM server") -> Chunk | None:
                  spec, obj.get("usage"), c.get("prompt_token_ids"))
 
 
-def refusal(code: int, message: str, url: str) -> str:
-    """vLLM's HTTP error → one sentence naming the cause."""
+def refusal(code: int, message: str, url: str) -> Said:
+    """vLLM's HTTP error → one sentence naming the cause (vLLM's own words quoted as its detail)."""
     low = message.lower()
     if code == 404 and "model" in low:
-        return f"the vLLM server at {url} does not serve that model: {_first_line(message)}"
+        return Said("errors.vllm.refused_model", url=url, detail=_first_line(message))
     if "maximum context length" in low or "max_model_len" in low or "too long" in low or "context length" in low:
-        return f"vLLM refused the request: the prompt plus new tokens are longer than the server's max-model-len ({_first_line(message)})"
-    return f"vLLM refused the request (HTTP {code}): {_first_line(message)}"
+        return Said("errors.vllm.refused_long", detail=_first_line(message))
+    return Said("errors.vllm.refused", code=code, detail=_first_line(message))
 
 
 def _read_error(exc: urllib.error.HTTPError) -> str:

@@ -13,6 +13,7 @@ import atexit
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from specviz.lessons import Said
+from specviz.pairs.models import resolve_ref
 from specviz.vllm.client import VllmClient, VllmError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,8 +50,6 @@ class LaunchSpec:
 
 
 def free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -64,7 +65,6 @@ def vllm_installed(venv: Path = VENV) -> bool:
 
 def model_dir(ref: str) -> str:
     """The directory vLLM reads for a model reference (the offline alias → our safetensors copy)."""
-    from specviz.pairs.models import resolve_ref
 
     return resolve_ref(ref)
 
@@ -77,7 +77,7 @@ def speculative_config(draft: str, depth: int, schedule=()) -> dict | None:
         cfg = {"method": "ngram", "num_speculative_tokens": depth,
                "prompt_lookup_max": NGRAM_MAX, "prompt_lookup_min": NGRAM_MIN}
     elif draft.startswith("layerskip"):
-        raise VllmError(f"vLLM has no layer-skipping draft like '{draft}': use the n-gram draft or a draft model")
+        raise VllmError(Said("errors.vllm.no_layerskip", draft=draft))
     else:
         cfg = {"method": "draft_model", "model": model_dir(draft), "num_speculative_tokens": depth}
     if schedule:
@@ -130,7 +130,7 @@ class VllmServer:
             if self.alive():
                 return self
             if not vllm_installed(self.venv):
-                raise VllmError(f"vLLM is not installed ({self.venv} is missing): run bash scripts/vllm-setup")
+                raise VllmError(Said("errors.vllm.not_installed", venv=str(self.venv)))
             argv = server_argv(self.spec, model_dir(self.spec.target), python_path(self.venv))
             fd, path = tempfile.mkstemp(prefix=f"specviz-vllm-{self.spec.port}-", suffix=".log")
             self.log_path = Path(path)
@@ -147,15 +147,14 @@ class VllmServer:
         while True:
             waited = int(time.monotonic() - t0)
             if not self.alive():
-                raise VllmError(f"the vLLM server exited while starting (code {self.proc.returncode}): "
-                                f"{self.last_log_line()}")
+                raise VllmError(Said("errors.vllm.exited", code=self.proc.returncode, line=self.last_log_line()))
             if client.healthy():
                 if progress:
                     progress(f"vLLM server on port {self.spec.port} healthy after {waited} s")
                 return
             if waited >= timeout_s:
                 self.stop()
-                raise VllmError(f"the vLLM server was not healthy after {timeout_s:.0f} s; log: {self.log_path}")
+                raise VllmError(Said("errors.vllm.not_healthy", seconds=timeout_s, log=str(self.log_path)))
             if progress and waited // 10 != last:
                 last = waited // 10
                 progress(f"starting vLLM on port {self.spec.port}… {waited} s ({self.last_log_line()[:100]})")

@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Callable
 
+from specviz.lessons import Said
 from specviz.vllm.backend import Endpoint, pair_label
 from specviz.vllm.client import VllmError
 
@@ -39,7 +40,7 @@ class LaunchedPool:
                  memory: Callable[[], float | None] = mem_available_gib, max_servers: int = MAX_SERVERS):
         self.target, self.draft = target, draft
         method = "n-gram" if draft == "ngram" else draft
-        self.label = pair_label(target, method, None).replace("k=?", "k = depth slider")
+        self.label = pair_label(target, method, None)          # k follows the depth slider
         self.model_ref = target
         self._launch, self._memory, self._max = launch, memory, max_servers
         self._lock = threading.Lock()
@@ -74,12 +75,9 @@ class LaunchedPool:
         while idle and (len(self._servers) - len(victims) >= self._max or not self._room(len(victims))):
             victims.append(idle.pop(0))
         if len(self._servers) - len(victims) >= self._max:
-            raise VllmError(f"{len(self._servers)} vLLM servers are busy with Runs at other depths; "
-                            "try this depth again when one finishes")
+            raise VllmError(Said("errors.vllm.servers_busy", n=len(self._servers)))
         if not self._room(len(victims)):
-            raise VllmError(f"not enough free memory for another vLLM server ({self._memory():.1f} GiB "
-                            f"available, about {SERVER_GIB:.0f} needed) while the others serve Runs; "
-                            "try again when they finish")
+            raise VllmError(Said("errors.vllm.no_memory", free=self._memory(), need=SERVER_GIB))
         out = []
         for k in victims:
             out.append(self._servers.pop(k))
@@ -90,13 +88,12 @@ class LaunchedPool:
         avail = self._memory()
         return avail is None or avail + freed * SERVER_GIB >= SERVER_GIB * 1.5
 
-    def starting_sentence(self, k: int, ep: Endpoint) -> str:
+    def starting_sentence(self, k: int, ep: Endpoint) -> Said:
         ready = [d for d in self.depths() if d != k]
         waited = int(time.monotonic() - ep._started_at)
-        now = (f"; ready now: k = {', '.join(map(str, ready))} (set the depth there to run at once)"
-               if ready else "")
-        return (f"starting a vLLM server for k = {k} ({waited} s so far; about 2 minutes on a small CPU): "
-                f"press Run again in a minute{now}")
+        if ready:
+            return Said("errors.vllm.starting_ready", k=k, waited=waited, ready=", ".join(map(str, ready)))
+        return Said("errors.vllm.starting", k=k, waited=waited)
 
     def close(self) -> None:
         with self._lock:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from specviz.engine.request import RowStep, RunTotals, StepEvent
+from specviz.lessons import Said
 from specviz.vllm.client import VllmClient, VllmError
 from specviz.vllm.steps import align, closing_step, live_step, row_figures
 
@@ -71,9 +72,10 @@ class VllmRun:
                 self._q.put(("chunk", i, ch, time.perf_counter()))
             self._q.put(("end", i, None, time.perf_counter()))
         except VllmError as exc:
-            self._q.put(("error", i, str(exc), time.perf_counter()))
+            self._q.put(("error", i, exc.args[0] if len(exc.args) == 1 else str(exc), time.perf_counter()))
         except Exception as exc:      # never leave the consumer waiting
-            self._q.put(("error", i, f"the vLLM client failed ({type(exc).__name__}: {exc})", time.perf_counter()))
+            self._q.put(("error", i, Said("errors.vllm.client_failed", kind=type(exc).__name__, detail=str(exc)),
+                         time.perf_counter()))
 
     def events(self) -> Iterator[StepEvent]:
         t0 = time.perf_counter()
