@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_vllm.add_parser(sub)
     from specviz.cli import kernels
     kernels.add_parser(sub)
+    from specviz.cli import frontier
+    frontier.add_parser(sub)
     return p
 
 

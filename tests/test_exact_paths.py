@@ -119,8 +119,8 @@ def test_auto_path_serves_many_clients_at_once(fresh_cache, tiny_paths, monkeypa
     equal the target's own output; a sampled request equals the same seeded request run alone on that
     pair (its random stream is its own, and our C layers give a row the same bits among any others)."""
     from specviz.fastpath import layout
-    from specviz.serve import warmup
     from specviz.limits import Limits
+    from specviz.serve import warmup
     from specviz.serve.catalog import PairCache, PairChoice
     from specviz.serve.runner import Schedulers
     from specviz.serve.scheduler import DeviceGate

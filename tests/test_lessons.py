@@ -66,7 +66,8 @@ def test_structure_follows_the_argument(tables):
             assert f"chapter.{chapter}.{part}" in tables["en"]
     for chapter in KEYS[1:]:
         assert any(k.startswith(f"chapter.{chapter}.conclusion_") for k in tables["en"]), chapter
-    assert set(data["policies"]) == {"fixed", "disable-by-batch-size", "batch-table", "adaptive", "confidence"}
+    assert set(data["policies"]) == {"fixed", "disable-by-batch-size", "batch-table", "adaptive", "confidence",
+                                     "adaptive-verification"}
     from specviz.engine.policies import POLICY_NAMES
     assert set(data["policies"]) == set(POLICY_NAMES)
 

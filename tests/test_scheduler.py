@@ -54,14 +54,14 @@ def run_concurrently(sched, requests, gate=None):
 
 POLICIES = [lambda: make_policy("fixed"), lambda: make_policy("disable-by-batch-size", threshold=3),
             lambda: make_policy("batch-table", table=parse_table("1:5,4:2,8:0")), lambda: make_policy("adaptive"),
-            lambda: make_policy("confidence", threshold=0.05)]
+            lambda: make_policy("confidence", threshold=0.05), lambda: make_policy("adaptive-verification")]
 
 
 @pytest.mark.parametrize("draft", ["layerskip:1-2", "draft", "ngram"])
 def test_eight_concurrent_requests_share_steps_and_stay_exact(make_pair, prompts, reference, draft):
     gate = DeviceGate()
     sched = make_scheduler(make_pair(draft), gate=gate)
-    reqs = [Request([prompts[i % 4]], Knobs(depth=i % 6, batch_size=1 + i % 2, policy=POLICIES[i % 5]()),
+    reqs = [Request([prompts[i % 4]], Knobs(depth=i % 6, batch_size=1 + i % 2, policy=POLICIES[i % len(POLICIES)]()),
                     MAX_NEW) for i in range(8)]
     _, results = run_concurrently(sched, reqs, gate)
     shared = []

@@ -36,6 +36,15 @@ class Proposal:
     passes: int = 0               # draft forward passes
     seconds: float = 0.0          # time inside draft forwards
     cost: PassCost = ZERO_COST    # FLOPs and bytes of those passes (rejected work included)
+    conf: torch.Tensor | None = None   # [B, K] the draft's top probability at each drafted position
+    #                                    (asked for with scores=True; a model drafter only)
+    match: list[int] | None = None     # per row, the n-gram length its drafts came from (n-gram only)
+
+    def cut(self, lengths: torch.Tensor) -> "Proposal":
+        """The same drafts, each row verifying only its first lengths[i] (≤ what it drafted)."""
+        K = int(lengths.max()) if lengths.numel() else 0
+        return Proposal(self.tokens[:, :K], lengths, None if self.q is None else self.q[:, :K], self.passes,
+                        self.seconds, self.cost, None if self.conf is None else self.conf[:, :K], self.match)
 
 
 class Drafter(Protocol):
@@ -44,9 +53,11 @@ class Drafter(Protocol):
     - `admit(seqs)`: rows with these token sequences join at the end of the batch (a drafter with a
       cache may defer their prefill to the first step that drafts). Returns (seconds, PassCost).
     - `retire(keep)`: only the rows at these positions stay, in this order.
-    - `propose(seqs, depths, confidence, temperatures, gens)`: up to depths[i] tokens for row i, whose
-      full sequence is seqs[i]; a row stops early when its draft's top probability falls below
-      confidence[i] (None: no threshold); a row with temperature > 0 samples from its own generator.
+    - `propose(seqs, depths, confidence, temperatures, gens, scores=False, survival=None)`: up to
+      depths[i] tokens for row i, whose full sequence is seqs[i]; a row stops early when its draft's top
+      probability falls below confidence[i] (None: no threshold), or when the running product of those
+      probabilities falls below survival[i]; a row with temperature > 0 samples from its own generator.
+      With `scores` a model drafter also returns each position's top probability (`Proposal.conf`).
     - `commit(accepted, lengths)`: after verification, row i kept accepted[i] of its lengths[i] drafts;
       forget the rest.
     - `reset()`: drop every row and any cached state (after a failed step).
@@ -60,7 +71,8 @@ class Drafter(Protocol):
     def retire(self, keep: list[int]) -> None: ...
 
     def propose(self, seqs: list[list[int]], depths: list[int], confidence: list[float | None],
-                temperatures: list[float], gens: list) -> Proposal: ...
+                temperatures: list[float], gens: list, scores: bool = False,
+                survival: list[float | None] | None = None) -> Proposal: ...
 
     def commit(self, accepted: torch.Tensor, lengths: torch.Tensor) -> None: ...
 
@@ -101,7 +113,8 @@ class ModelDrafter:
 
     # --- one step -------------------------------------------------------------------------------
     def propose(self, seqs: list[list[int]], depths: list[int], confidence: list[float | None],
-                temperatures: list[float], gens: list) -> Proposal:
+                temperatures: list[float], gens: list, scores: bool = False,
+                survival: list[float | None] | None = None) -> Proposal:
         B, K = len(seqs), max(depths, default=0)
         lengths = torch.zeros(B, dtype=torch.long, device=self.device)
         tokens = torch.zeros(B, max(K, 1), dtype=torch.long, device=self.device)
@@ -115,6 +128,11 @@ class ModelDrafter:
         thresholds = None
         if any(c is not None for c in confidence):
             thresholds = torch.tensor([0.0 if c is None else c for c in confidence], device=self.device)
+        floor = None     # survival stop: the running product of top probabilities
+        if survival is not None and any(c is not None for c in survival):
+            floor = torch.tensor([0.0 if c is None else c for c in survival], device=self.device)
+        conf = torch.zeros(B, K, device=self.device) if scores or floor is not None else None
+        running = torch.ones(B, device=self.device)
         feed, feed_valid = left_padded([s[f:] for s, f in zip(seqs, self.fed)], self.device)
         ctx, seconds, cost, passes = self.draft_kv.length, 0.0, ZERO_COST, 0
         alive = want > 0
@@ -126,9 +144,17 @@ class ModelDrafter:
             ctx = self.draft_kv.length
             logits = logits[:, -1, : self.vocab]
             d, probs = self._pick(logits, temperatures, gens, alive) if sampling else (logits.argmax(dim=-1), None)
-            if thresholds is not None:
-                top = probs if probs is not None else torch.softmax(logits.float(), dim=-1)
-                alive = alive & (top.max(dim=-1).values >= thresholds)
+            if thresholds is not None or conf is not None:
+                # the distribution's top probability depends only on the tokens before position j,
+                # never on the token drawn there: stopping on it keeps sampled verification exact
+                top = (probs if probs is not None else torch.softmax(logits.float(), dim=-1)).max(dim=-1).values
+                if thresholds is not None:
+                    alive = alive & (top >= thresholds)
+                if conf is not None:
+                    conf[:, j] = top
+                    running = running * top
+                    if floor is not None:
+                        alive = alive & (running >= floor)
             tokens[:, j] = torch.where(alive, d, 0)
             if q_all is not None:
                 q_all[:, j] = probs
@@ -141,7 +167,8 @@ class ModelDrafter:
             feed, feed_valid = tokens[:, j:j + 1].clone(), alive[:, None].clone()
         Kused = int(lengths.max())
         return Proposal(tokens[:, :Kused], lengths,
-                        None if q_all is None else q_all[:, :Kused], passes, seconds, cost)
+                        None if q_all is None else q_all[:, :Kused], passes, seconds, cost,
+                        None if conf is None else conf[:, :Kused])
 
     def _pick(self, logits: torch.Tensor, temperatures: list[float], gens: list, drafting: torch.Tensor):
         """Greedy rows take the argmax; sampled rows still drafting draw from their tempered
@@ -198,27 +225,32 @@ class NgramDrafter:
     def lookup(self, seq: list[int], k: int) -> list[int]:
         """The k tokens that followed the earliest occurrence of seq's last n tokens, for the largest
         n = 3..1 that occurs earlier (vLLM's n-gram proposer picks the same: longest, then earliest)."""
+        return self.match(seq, k)[0]
+
+    def match(self, seq: list[int], k: int) -> tuple[list[int], int]:
+        """`lookup`'s drafts and the n-gram length n they came from (0: no match)."""
         if not seq:
-            return []
+            return [], 0
         last = seq[-1]
         for n in range(min(self.max_ngram, len(seq) - 1), 0, -1):
             tail = seq[-n:]
             for start in range(len(seq) - n):
                 # one int comparison first: slicing every candidate cost ~5 ms a step at 16 rows
                 if seq[start + n - 1] == last and seq[start:start + n] == tail:
-                    return seq[start + n:start + n + k]
-        return []
+                    return seq[start + n:start + n + k], n
+        return [], 0
 
-    def propose(self, seqs, depths, confidence, temperatures, gens) -> Proposal:
+    def propose(self, seqs, depths, confidence, temperatures, gens, scores=False, survival=None) -> Proposal:
         t0 = time.perf_counter()
-        drafts = [self.lookup(s, k) if k > 0 else [] for s, k in zip(seqs, depths)]
+        found = [self.match(s, k) if k > 0 else ([], 0) for s, k in zip(seqs, depths)]
+        drafts = [d for d, _ in found]
         K = max([len(d) for d in drafts] + [0])
         tokens = torch.zeros(len(seqs), K, dtype=torch.long)
         for i, d in enumerate(drafts):
             tokens[i, :len(d)] = torch.tensor(d, dtype=torch.long)
         lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)
         return Proposal(tokens.to(self.device), lengths.to(self.device), None, 0,
-                        time.perf_counter() - t0)
+                        time.perf_counter() - t0, match=[n for _, n in found])
 
 
 def make_layerskip_model(model, first: int, last: int):

@@ -25,6 +25,7 @@ from typing import Iterator
 
 import torch
 
+from specviz.engine.budget import Budget
 from specviz.engine.drafters import Drafter, Proposal
 from specviz.engine.kvcache import RaggedCache, prefill, timed_forward
 from specviz.engine.policies import StepObservation, StepPlan
@@ -51,6 +52,8 @@ class SpeculativeEngine:
         self.pressure: dict[int, int] = {}     # request id → tokens it put into the step being run
         self.admitting: set[int] = set()       # request ids whose rows were being prefilled
         self._readmit: list[Row] = []          # rows whose caches were dropped (after a fault)
+        # adaptive verification's cost tables and calibration; the stock modules multiply padding too
+        self.budget = Budget(padded=cache_factory is None)
 
     # --- one request, start to finish (CLI, benchmarks, tests) ---------------------------------------
     def generate(self, prompts: list[list[int]], knobs: Knobs, max_new_tokens: int,
@@ -174,14 +177,25 @@ class SpeculativeEngine:
         owners = _unique(r.owner for r in self.rows)
         plans = {req.id: req.plan(B) for req in owners}
         seqs = [r.seq for r in self.rows]
+        budgeted = [plans[r.owner.id].budgeted for r in self.rows]
+        model_budget = any(budgeted) and self.drafter.kind == "model"
         # a row never drafts past its token limit: the step emits at most k + 1 tokens
-        depths = [max(0, min(plans[r.owner.id].depth, r.owner.max_new - len(r.out) - 1)) for r in self.rows]
+        chosen: dict[int, int] = {}        # the budget's draft depth, once per requested depth
+        depths = [max(0, min(self._draft_depth(plans[r.owner.id], B, chosen), r.owner.max_new - len(r.out) - 1))
+                  for r in self.rows]
         temps = [r.owner.temperature for r in self.rows]
         gens = [r.gen for r in self.rows]
+        floors = [self.budget.draft_floor() if b else None for b in budgeted] if model_budget else None
+        prop = self.drafter.propose(seqs, depths, [plans[r.owner.id].confidence for r in self.rows], temps, gens,
+                                    scores=model_budget, survival=floors)
+        proposed = prop.lengths.tolist()
+        selection = None
+        if any(budgeted):
+            selection = self.budget.select(prop, budgeted, [t > 0 for t in temps], prop.seconds, B)
+            prop = prop.cut(torch.tensor(selection.lengths, dtype=torch.long, device=self.device))
         self.pressure = {req.id: 0 for req in owners}
-        for r, d in zip(self.rows, depths):
+        for r, d in zip(self.rows, prop.lengths.tolist()):
             self.pressure[r.owner.id] += d + 1
-        prop = self.drafter.propose(seqs, depths, [plans[r.owner.id].confidence for r in self.rows], temps, gens)
         K = prop.tokens.shape[1]
 
         # verify: [last token, d_1..d_K] per row; slots past a row's drafts are holes   # [B, K+1]
@@ -199,15 +213,21 @@ class SpeculativeEngine:
         self.drafter.commit(n, prop.lengths)
         self.target_kv.compact()
 
-        row_steps, plain = self._apply(prop, n, nxt, seqs)
+        verified, kept = prop.lengths.tolist(), n.tolist()
+        row_steps, plain = self._apply(prop, n, nxt, seqs, proposed)
         wall = time.perf_counter() - t0
+        if selection is not None:
+            tokens = B * (K + 1) if self.budget.padded else B + sum(verified)
+            self.budget.observe(prop, verified, kept, budgeted, B, tokens, verify_s,
+                                max(0.0, wall - prop.seconds - verify_s))
         verify_cost = pass_cost(self.spec, B, K + 1, L0)
         shared = dict(batch_size=B, draft_s=prop.seconds, verify_s=verify_s,
                       overhead_s=max(0.0, wall - prop.seconds - verify_s), wall_s=wall,
                       tokens_per_pass=B * (K + 1), context=L0, draft_flops=prop.cost.flops,
                       draft_bytes=prop.cost.bytes, target_flops=verify_cost.flops, target_bytes=verify_cost.bytes,
                       users=len(owners), shared_emitted=sum(len(rs.emitted) for rs in row_steps),
-                      path=self.fast_label)
+                      path=self.fast_label, slots_drafted=sum(proposed), slots_verified=sum(verified),
+                      budget=None if selection is None else selection.budget)
         out = []
         for req in owners:
             mine = [i for i, r in enumerate(self.rows) if r.owner is req]
@@ -218,6 +238,13 @@ class SpeculativeEngine:
             self._finish_step(req, ev, plans[req.id], prop)
             out.append((req, ev))
         return out
+
+    def _draft_depth(self, plan: StepPlan, rows: int, chosen: dict[int, int]) -> int:
+        if not plan.budgeted:
+            return plan.depth
+        if plan.depth not in chosen:
+            chosen[plan.depth] = self.budget.draft_depth(plan.depth, self.drafter.kind, rows)
+        return chosen[plan.depth]
 
     def _finish_step(self, req: Request, ev: StepEvent, plan: StepPlan, prop: Proposal) -> None:
         req.steps += 1
@@ -239,7 +266,7 @@ class SpeculativeEngine:
             n[idx], nxt[idx] = n_s, nxt_s
         return n, nxt
 
-    def _apply(self, prop, n, nxt, seqs):
+    def _apply(self, prop, n, nxt, seqs, proposed):
         """Append each row's accepted drafts and the target's token; mark rows that finished.
         Returns the RowSteps and, per row, what plain decoding would have spent on its tokens."""
         out: list[RowStep] = []
@@ -257,7 +284,7 @@ class SpeculativeEngine:
             if not r.done and len(r.out) >= r.owner.max_new:
                 r.done, r.finish = True, "length"
             kind = "plain" if k == 0 else ("bonus" if a == k else "correction")
-            out.append(RowStep(r.id, drafts[i][:k], a, emitted, kind, r.done, r.finish))
+            out.append(RowStep(r.id, drafts[i][:k], a, emitted, kind, r.done, r.finish, proposed[i]))
             # plain decoding would run one pass per emitted token, at growing context (linear in it)
             ctx = len(seqs[i]) - 1 + (len(emitted) - 1) / 2
             plain.append(len(emitted) * plain_token_flops(self.spec, ctx))

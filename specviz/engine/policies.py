@@ -15,6 +15,8 @@ rows may end up with different depths in one step). After each step the engine r
   the measured draft and verify times (SmartSpec's goodput, DSpark's load-aware depth).
 - `confidence`: draft up to the requested depth, but a row stops when the draft's top probability
   falls below a threshold (DISCO / SpecDec++ / AdaEDL in spirit).
+- `adaptive-verification`: draft up to the requested depth, then verify only the slots most likely to
+  survive, a budget chosen per step over the whole batch (DSpark; see `specviz.engine.budget`).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from specviz.hardware.roofline import expected_tokens_per_pass
 from specviz.lessons import Said, quoted
 from specviz.limits import MAX_DEPTH
 
-POLICY_NAMES = ("fixed", "disable-by-batch-size", "batch-table", "adaptive", "confidence")
+POLICY_NAMES = ("fixed", "disable-by-batch-size", "batch-table", "adaptive", "confidence", "adaptive-verification")
 
 
 class PolicyError(ValueError):
@@ -44,6 +46,7 @@ class PlanContext:
 class StepPlan:
     depth: int                         # max draft tokens per row this step
     confidence: float | None = None    # stop a row's drafting below this top probability
+    budgeted: bool = False             # the engine's verification budget trims these rows' drafts
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,23 @@ class ConfidencePolicy:
 
     def describe(self) -> str:
         return f"rows stop drafting below {self.threshold:.2f} draft confidence"
+
+
+class AdaptiveVerification:
+    """Rows draft up to the requested depth; the engine's batch-wide budget (`specviz.engine.budget`)
+    then picks which drafted slots the target verifies. The state lives in the engine, because the
+    budget is shared by every row of the batch, whoever's request it is."""
+
+    name = "adaptive-verification"
+
+    def plan(self, ctx: PlanContext) -> StepPlan:
+        return StepPlan(ctx.depth, budgeted=True)
+
+    def observe(self, obs: StepObservation) -> None:
+        pass
+
+    def describe(self) -> str:
+        return "verify the slots most likely to survive, a budget per step from measured costs"
 
 
 @dataclass
@@ -236,6 +256,8 @@ def make_policy(name: str, threshold: float | None = None, table: dict[int, int]
         if not 0.0 <= t <= 1.0:
             raise PolicyError(Said("errors.confidence_range", value=t))
         return ConfidencePolicy(float(t))
+    if name == "adaptive-verification":
+        return AdaptiveVerification()
     shown = name if len(name) <= 40 else name[:37] + "…"
     raise PolicyError(Said("errors.unknown_policy", name=quoted(shown), names=", ".join(POLICY_NAMES)))
 

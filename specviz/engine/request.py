@@ -89,6 +89,7 @@ class RowStep:
     last_kind: str          # "plain" (nothing drafted), "correction" (after a rejection) or "bonus"
     done: bool = False
     finish: str = ""        # "eos" | "length" | "" (still running)
+    proposed: int = 0       # drafts the drafter made for this row; `drafted` are those verified
 
 
 @dataclass
@@ -121,6 +122,9 @@ class StepEvent:
     shared_emitted: int = 0         # tokens all rows of the step emitted
     share: float = 1.0              # this request's rows ÷ rows in the step (its part of the FLOPs)
     path: str = ""                  # the forward path that ran the passes (specviz.fastpath labels)
+    slots_drafted: int = 0          # draft slots proposed this step, all rows of the batch together
+    slots_verified: int = 0         # of which the verify pass checked (fewer under adaptive verification)
+    budget: int | None = None       # adaptive verification's B* this step (None: no row under it)
 
     @property
     def emitted(self) -> int:
@@ -150,6 +154,7 @@ class RunTotals:
     plain_flops: float = 0.0
     shared_batch_max: int = 0       # the most rows in any step this request took part in
     users_max: int = 0              # the most distinct requests in such a step
+    proposed: int = 0               # drafts this request's rows proposed (drafted = those verified)
 
     def copy(self) -> "RunTotals":
         """A snapshot to hand to another thread (these totals keep changing in the engine's thread)."""
@@ -169,6 +174,7 @@ class RunTotals:
         self.plain_flops += ev.plain_flops
         self.shared_batch_max = max(self.shared_batch_max, ev.batch_size)
         self.users_max = max(self.users_max, ev.users)
+        self.proposed += sum(r.proposed for r in ev.rows)
 
     @property
     def tokens_per_s(self) -> float:
@@ -198,7 +204,8 @@ class RunTotals:
                 "acceptance_rate": self.acceptance_rate, "mean_accepted_length": self.mean_accepted_length,
                 "flops_ratio": self.flops_ratio, "decode_s": self.wall_s, "prefill_s": self.prefill_s,
                 "draft_s": self.draft_s, "verify_s": self.verify_s, "overhead_share": self.overhead_share,
-                "shared_batch_max": self.shared_batch_max, "users_max": self.users_max}
+                "shared_batch_max": self.shared_batch_max, "users_max": self.users_max,
+                "proposed": self.proposed}
 
 
 @dataclass

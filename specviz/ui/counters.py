@@ -67,6 +67,9 @@ def counters_md(lang: str, totals, regime: str, sample=None, pass_md: str = "", 
              t(lang, "playground.acceptance", value=acc),
              t(lang, "playground.per_pass", value=totals.mean_accepted_length),
              t(lang, "playground.flops", value=totals.flops_ratio)]
+    proposed = getattr(totals, "proposed", 0)
+    if proposed > totals.drafted:          # adaptive verification checked only part of the drafts
+        parts.append(t(lang, "playground.verified_slots", verified=totals.drafted, proposed=proposed))
     if pass_md:
         parts.append(pass_md)
     if regime:

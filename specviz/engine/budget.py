@@ -1,0 +1,347 @@
+"""Adaptive verification: verify only the draft slots that are likely to survive (DSpark, vLLM's
+`enable_adaptive_verification`).
+
+Every row drafts; every drafted slot (row r, position j) gets a survival probability
+
+    S(r, j) = c(r, 1) · c(r, 2) · … · c(r, j),
+
+the chance that the target keeps drafts 1..j. The step then verifies a global budget of B slots, the
+B with the highest survival over the whole batch. Because S only falls along a row, those B slots are
+a prefix of each row's draft: position 5 of a confident row can beat position 1 of an unsure one, and
+a row may verify nothing and decode one token. B is chosen each step as
+
+    B* = argmax_B (rows + Σ_{top B} S) ÷ (draft_s + overhead_s + verify_s(rows + B)),
+
+expected tokens over expected seconds, from cost tables measured on this machine.
+
+Where the confidences come from:
+- a model (or layer-skip) draft: the draft's top probability at that position, calibrated against the
+  acceptance measured at that position and confidence (`Calibration`), so that S predicts acceptance;
+- n-gram: no probabilities, so c is the acceptance measured at that position for drafts that came from
+  a match of that length, learnt online.
+
+Exactness. Greedy rows are exact whatever is verified (the target's argmax decides). A sampled row
+with a model draft is exact only if the decision to verify position j never looks at the token drawn
+at j or after it; the top-B choice of this step does (S(r, j+1) depends on d_j). So a sampled model row
+verifies the positions whose survival clears the cut-off *of the previous step* (`cutoff`): its
+confidences depend only on the tokens before each position, and the cut-off only on the past.
+n-gram drafts are a fixed function of the context, so every row may use this step's B*.
+
+The draft depth. DSpark drafts a block in one pass; a model draft here pays a pass per position. So
+model rows draft to the depth with the best expected tokens per second (measured draft cost by rows,
+verify cost, mean survival per position), stop drafting once their raw survival falls well under the
+last cut-off, and probe one position now and then after choosing not to draft. n-gram drafting costs
+almost nothing, so it always drafts the full depth.
+
+Ownership: the engine owns one `Budget` and calls it from the thread that steps the batch.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+CONF_BINS = 10           # raw-confidence bins of the calibration table
+POSITIONS = 8            # positions told apart (deeper ones share the last entry)
+PRIOR_WEIGHT = 4.0       # pseudo-counts for the prior (the raw confidence, or NGRAM_PRIOR)
+NGRAM_PRIOR = 0.5
+MAX_COUNT = 400.0        # counts decay past this, so the tables follow a changing workload
+DRAFT_STOP = 0.25        # model rows stop drafting below this fraction of the last cut-off
+FORGET = 0.995           # per step: a count's weight halves in ~140 steps
+PROBE_EVERY = 32         # steps without a verified draft before model rows draft again
+
+
+def monotone(xs: list[int], ys: list[float]) -> list[float]:
+    """The non-decreasing fit of ys over increasing xs (pool-adjacent-violators, weights equal):
+    a bigger pass never costs less, whatever noise the timings carry."""
+    blocks: list[list[float]] = []      # [sum, count]
+    for y in ys:
+        blocks.append([y, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s, c = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += c
+    out: list[float] = []
+    for s, c in blocks:
+        out += [s / c] * int(c)
+    return out
+
+
+@dataclass
+class CostTable:
+    """Seconds by size (tokens per verify pass, or rows), from observed steps, optionally seeded by a
+    profile measured at warm-up. A query is the monotone fit, interpolated; above the largest size it
+    grows along the last measured slope, below the smallest it stays flat."""
+
+    smoothing: float = 0.3
+    seed: dict[int, float] = field(default_factory=dict)     # size → seconds, measured at warm-up
+    seen: dict[int, float] = field(default_factory=dict)     # size → seconds, observed (moving average)
+    _fit: tuple[list[int], list[float]] | None = None
+
+    def observe(self, size: int, seconds: float) -> None:
+        old = self.seen.get(size)
+        self.seen[size] = seconds if old is None else (1 - self.smoothing) * old + self.smoothing * seconds
+        self._fit = None
+
+    def __bool__(self) -> bool:
+        return bool(self.seed or self.seen)
+
+    def at(self, size: int) -> float:
+        xs, ys = self._fitted()
+        if not xs:
+            return 0.0
+        i = bisect.bisect_left(xs, size)
+        if i < len(xs) and xs[i] == size:
+            return ys[i]
+        if i == 0:
+            return ys[0]
+        if i == len(xs):
+            if len(xs) == 1:
+                return ys[0]
+            slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]))
+            return ys[-1] + slope * (size - xs[-1])
+        w = (size - xs[i - 1]) / (xs[i] - xs[i - 1])
+        return ys[i - 1] * (1 - w) + ys[i] * w
+
+    def _fitted(self) -> tuple[list[int], list[float]]:
+        """Observed sizes win; the seed fills the sizes not seen yet, scaled by how far the observed
+        steps sit from it (a profile of one long row is not a step of many short ones)."""
+        if self._fit is None:
+            points = dict(self.seed)
+            if self.seed and self.seen:
+                ratios = sorted(s / self._seed_at(n) for n, s in self.seen.items() if self._seed_at(n) > 0)
+                scale = ratios[len(ratios) // 2] if ratios else 1.0
+                points = {n: s * scale for n, s in self.seed.items()}
+            points.update(self.seen)
+            xs = sorted(points)
+            self._fit = (xs, monotone(xs, [points[x] for x in xs]))
+        return self._fit
+
+    def _seed_at(self, n: int) -> float:
+        xs = sorted(self.seed)
+        i = bisect.bisect_left(xs, n)
+        if i < len(xs) and xs[i] == n:
+            return self.seed[n]
+        if i == 0 or i == len(xs):
+            return self.seed[xs[min(i, len(xs) - 1)]]
+        w = (n - xs[i - 1]) / (xs[i] - xs[i - 1])
+        return self.seed[xs[i - 1]] * (1 - w) + self.seed[xs[i]] * w
+
+
+@dataclass
+class Calibration:
+    """P(the target keeps slot j | it kept every slot before j), by (key, position): the key is a raw
+    confidence bin for model drafts and the match length for n-gram drafts. Counts start from a prior
+    (the raw confidence, or NGRAM_PRIOR) worth PRIOR_WEIGHT observations."""
+
+    reached: dict[tuple[int, int], float] = field(default_factory=dict)
+    kept: dict[tuple[int, int], float] = field(default_factory=dict)
+
+    def rate(self, key: int, pos: int, prior: float) -> float:
+        k = (key, min(pos, POSITIONS - 1))
+        n = self.reached.get(k, 0.0)
+        return (self.kept.get(k, 0.0) + PRIOR_WEIGHT * prior) / (n + PRIOR_WEIGHT)
+
+    def forget(self, factor: float) -> None:
+        """Fade every count a little, so a slot class that stopped being verified drifts back to its
+        prior and is tried again (the only exploration the scheduler does)."""
+        for k in self.reached:
+            self.reached[k] *= factor
+            self.kept[k] = self.kept.get(k, 0.0) * factor
+
+    def observe(self, key: int, pos: int, kept: bool) -> None:
+        k = (key, min(pos, POSITIONS - 1))
+        n = self.reached.get(k, 0.0) + 1.0
+        a = self.kept.get(k, 0.0) + float(kept)
+        if n > MAX_COUNT:
+            a, n = a * MAX_COUNT / n, MAX_COUNT
+        self.reached[k], self.kept[k] = n, a
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What the scheduler decided in one step."""
+
+    lengths: list[int]         # per row: drafts offered to the verify pass
+    drafted: int               # draft slots the drafter proposed, all rows
+    verified: int              # of which verified
+    budget: int                # B* (the slots chosen by this step's argmax; sampled model rows aside)
+
+
+def _bin(c: float) -> int:
+    return min(CONF_BINS - 1, max(0, int(c * CONF_BINS)))
+
+
+class Budget:
+    """The batch-wide verification budget (see the module docstring)."""
+
+    def __init__(self, verify_seed: dict[int, float] | None = None, padded: bool = False,
+                 draft_seed: dict[int, float] | None = None):
+        # seconds by tokens per verify pass: real tokens where the forward skips holes (the fast path),
+        # rows × (longest row + 1) where it multiplies the padding too (the stock modules)
+        self.verify = CostTable(seed=dict(verify_seed or {}))
+        self.padded = padded
+        self.overhead = CostTable()        # seconds outside the forwards, by rows
+        self.model_cal, self.ngram_cal = Calibration(), Calibration()
+        self.cutoff = 0.0                  # survival of the last slot chosen in the previous step
+        self.draft = CostTable(seed=dict(draft_seed or {}))   # seconds per draft pass, by rows
+        self.pos_mean: dict[int, float] = {}   # position → mean survival over rows (moving average)
+        self._step_depth = 0               # the depth rows drafted to this step
+        self._idle = 0                     # steps in a row that chose not to draft (model drafts)
+        self._keys: list[list[int]] = []   # per row and position of the last selection: calibration key
+
+    # --- before drafting ---------------------------------------------------------------------------
+    def draft_depth(self, depth: int, kind: str, rows: int) -> int:
+        """How deep rows under this budget draft this step (the slider's depth is the ceiling). n-gram
+        drafts are free, so always the full depth; a model draft, the depth with the best expected
+        tokens per second from the costs and the survival per position measured so far (the whole
+        depth until a step has been measured), probing one position now and then after choosing 0."""
+        self._step_depth = depth
+        if kind != "model" or not self.draft or not self.verify:
+            return depth
+        best = max(range(depth + 1), key=lambda d: self._expected_rate(d, rows))
+        self._idle = 0 if best else self._idle + 1
+        if not best and self._idle >= PROBE_EVERY:
+            self._idle, best = 0, min(depth, 1)
+        self._step_depth = best
+        return best
+
+    def _expected_rate(self, d: int, rows: int) -> float:
+        """Tokens per second if every row drafted and verified d positions (the verify pass then
+        trims, so this is the upper end of what drafting d can bring)."""
+        gain = rows * (1.0 + sum(self._mean_survival(j) for j in range(d)))
+        cost = self.overhead.at(rows) + d * self.draft.at(rows) + self.verify.at(rows * (1 + d))
+        return gain / max(cost, 1e-9)
+
+    def _mean_survival(self, j: int) -> float:
+        if j in self.pos_mean:
+            return self.pos_mean[j]
+        return NGRAM_PRIOR ** (j + 1) if j == 0 else self._mean_survival(j - 1) * NGRAM_PRIOR
+
+    def draft_floor(self) -> float:
+        """Model rows stop drafting once their raw survival falls below this."""
+        return DRAFT_STOP * self.cutoff
+
+    # --- after drafting ------------------------------------------------------------------------------
+    def survival(self, prop, i: int) -> tuple[list[float], list[int]]:
+        """Row i's survival per drafted position, and the calibration key of each position."""
+        k = int(prop.lengths[i])
+        if prop.match is not None:               # n-gram: measured acceptance by match length
+            n = prop.match[i]
+            cs, keys = [self.ngram_cal.rate(n, j, NGRAM_PRIOR) for j in range(k)], [n] * k
+        elif prop.conf is not None:              # model: calibrated top probability
+            raw = prop.conf[i, :k].tolist()
+            keys = [_bin(c) for c in raw]
+            cs = [self.model_cal.rate(b, j, c) for j, (b, c) in enumerate(zip(keys, raw))]
+        else:
+            cs, keys = [NGRAM_PRIOR] * k, [0] * k
+        out, s = [], 1.0
+        for c in cs:
+            s *= min(1.0, max(0.0, c))
+            out.append(s)
+        return out, keys
+
+    def select(self, prop, chosen: list[bool], sampled: list[bool], fixed_s: float, rows: int) -> Selection:
+        """Per row, how many of its drafts to verify. Rows not `chosen` (other policies) keep theirs.
+        B* is the argmax over every chosen row's slots; greedy and n-gram rows verify their part of the
+        top B*, while `sampled` rows with a model draft keep the slots above the previous step's cut-off
+        (see Exactness) and this step's cut-off is stored for the next. `fixed_s`: the draft seconds."""
+        lengths = prop.lengths.tolist()
+        fixed_tokens, gain = rows, float(rows)
+        slots: list[tuple[float, int, int]] = []
+        self._keys = [[] for _ in lengths]
+        survivals: dict[int, list[float]] = {}
+        for i, k in enumerate(lengths):
+            if not chosen[i]:
+                fixed_tokens += k
+                continue
+            survivals[i], self._keys[i] = self.survival(prop, i)
+            slots += [(s, j, i) for j, s in enumerate(survivals[i])]
+            lengths[i] = 0
+        self._learn_depth(survivals)
+        slots.sort(key=lambda t: (-t[0], t[1]))     # S falls along a row, so the top B is a prefix per row
+        best = self._argmax(slots, lengths, fixed_tokens, gain, fixed_s + self.overhead.at(rows), rows)
+        cutoff = self.cutoff
+        for _, _, i in slots[:best]:
+            lengths[i] += 1
+        for i, surv in survivals.items():
+            if sampled[i] and prop.match is None:
+                lengths[i] = sum(1 for s in surv if s >= cutoff)
+        if slots:
+            self.cutoff = slots[best - 1][0] if best else min(1.0, slots[0][0] + 1e-6)
+        self._forget()
+        return Selection(lengths, sum(int(x) for x in prop.lengths.tolist()), sum(lengths), best)
+
+    def _argmax(self, slots, lengths, fixed_tokens: int, gain: float, fixed_s: float, rows: int) -> int:
+        """B* = argmax_B (gain + Σ_{top B} S) ÷ (fixed_s + verify_s(tokens of the pass with B slots))."""
+        # padded passes cost by their longest row: start from the longest fixed row
+        longest, taken = max(lengths, default=0), list(lengths)
+        tokens = rows * (longest + 1) if self.padded else fixed_tokens
+        best, best_rate, total = 0, gain / max(fixed_s + self.verify.at(tokens), 1e-9), gain
+        for b, (s, _, i) in enumerate(slots, start=1):
+            total += s
+            taken[i] += 1
+            longest = max(longest, taken[i])
+            tokens = rows * (longest + 1) if self.padded else fixed_tokens + b
+            rate = total / max(fixed_s + self.verify.at(tokens), 1e-9)
+            if rate > best_rate:
+                best, best_rate = b, rate
+        return best
+
+    def _learn_depth(self, survivals: dict[int, list[float]]) -> None:
+        """Mean survival per position over the rows under the budget (0 past a row's drafts)."""
+        if not survivals:
+            return
+        for j in range(self._step_depth):
+            mean = sum(s[j] if j < len(s) else 0.0 for s in survivals.values()) / len(survivals)
+            old = self.pos_mean.get(j)
+            self.pos_mean[j] = mean if old is None else 0.7 * old + 0.3 * mean
+
+    def _forget(self) -> None:
+        self.model_cal.forget(FORGET)
+        self.ngram_cal.forget(FORGET)
+
+    # --- after verification ----------------------------------------------------------------------
+    def observe(self, prop, verified: list[int], accepted: list[int], chosen: list[bool], rows: int,
+                tokens: int, verify_s: float, overhead_s: float) -> None:
+        """Learn from the step: acceptance per position (for the calibration tables) and the costs."""
+        cal = self.ngram_cal if prop.match is not None else self.model_cal
+        for i, (k, a) in enumerate(zip(verified, accepted)):
+            if not chosen[i]:
+                continue
+            keys = self._keys[i] if i < len(self._keys) else []
+            for j in range(min(k, a + 1, len(keys))):   # slot j was reached iff the ones before were kept
+                cal.observe(keys[j], j, j < a)
+        if tokens:     # the engine passes rows + verified drafts, or the padded shape (self.padded)
+            self.verify.observe(tokens, verify_s)
+        if prop.passes:
+            self.draft.observe(rows, prop.seconds / prop.passes)
+        self.overhead.observe(rows, overhead_s)
+
+
+SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def verify_profile(model, device, dtype, new_cache=None, context: int = 64,
+                   sizes: tuple[int, ...] = SIZES) -> dict[int, float]:
+    """A warm-up profile of a forward pass: median seconds by tokens per pass (the knee measurement's
+    curve, short). For the target it stands for the verify cost by tokens; for a model draft, the cost
+    of one draft pass by rows (one token per row). `Budget` scales it to the steps it then observes."""
+    from specviz.hardware.device import measure_latency
+
+    secs = measure_latency(model, list(sizes), context, device, dtype, repeats=5, new_cache=new_cache)
+    return dict(zip(sizes, monotone(list(sizes), secs)))
+
+
+def pair_profiles(pair, context: int = 64) -> tuple[dict[int, float], dict[int, float] | None]:
+    """Warm-up profiles for a pair: the target's verify cost, and the model draft's pass cost (None for
+    n-gram, whose drafting costs no forward, or where the draft cannot be timed on its own)."""
+    t = pair.target
+    verify = verify_profile(t.model, t.device, t.dtype, pair.target_cache, context)
+    drafter = pair.make_drafter()
+    if getattr(drafter, "kind", "") != "model":
+        return verify, None
+    try:
+        return verify, verify_profile(drafter.model, t.device, t.dtype, drafter.cache_factory, context)
+    except Exception:         # a layer-skip view may not run outside its own cache: learn it online
+        return verify, None
+

@@ -1,0 +1,159 @@
+"""Adaptive verification: the budget's pieces, the engine under it (exact, and it does trim), sampling
+keeps the target's distribution, and the frontier command's refusals."""
+import math
+
+import pytest
+import torch
+
+from specviz.engine.budget import Budget, CostTable, monotone
+from specviz.engine.drafters import Proposal
+from specviz.engine.loop import Knobs
+from specviz.engine.policies import make_policy
+from specviz.engine.request import Request
+
+
+def test_monotone_pools_the_dips():
+    assert monotone([1, 2, 4, 8], [1.0, 3.0, 2.0, 5.0]) == [1.0, 2.5, 2.5, 5.0]
+    assert monotone([1, 2], [2.0, 1.0]) == [1.5, 1.5]
+
+
+def test_cost_table_interpolates_and_extends_along_the_last_slope():
+    t = CostTable(seen={1: 1.0, 3: 3.0})
+    assert t.at(2) == pytest.approx(2.0)
+    assert t.at(5) == pytest.approx(5.0)
+    assert t.at(0) == pytest.approx(1.0)
+
+
+def test_seed_is_scaled_to_what_the_steps_measured():
+    t = CostTable(seed={1: 1.0, 8: 1.0, 64: 8.0})
+    t.observe(8, 2.0)              # the real steps cost twice the profile
+    assert t.at(64) == pytest.approx(16.0)
+    assert t.at(8) == pytest.approx(2.0)
+
+
+def _proposal(conf: list[list[float]]) -> Proposal:
+    B, K = len(conf), max(len(c) for c in conf)
+    c = torch.zeros(B, K)
+    for i, row in enumerate(conf):
+        c[i, :len(row)] = torch.tensor(row)
+    return Proposal(torch.zeros(B, K, dtype=torch.long), torch.tensor([len(r) for r in conf]), None, conf=c)
+
+
+def test_confident_row_goes_deeper_than_an_unsure_one():
+    """Position 5 of a confident row beats position 1 of an unsure one; each row verifies a prefix."""
+    b = Budget(verify_seed={2: 1.0, 7: 1.0, 12: 1.5})  # flat to 7 tokens, then dear
+    prop = _proposal([[0.99] * 6, [0.2] * 6])
+    sel = b.select(prop, [True, True], [False, False], 0.0, 2)
+    assert sel.lengths[0] == 6 and sel.lengths[1] <= 1
+    assert sel.verified == sum(sel.lengths) and sel.drafted == 12 and sel.budget == sel.verified
+
+
+def test_compute_bound_pass_verifies_nothing_and_memory_bound_verifies_all():
+    steep = Budget(verify_seed={1: 1.0, 100: 100.0})   # every slot costs a whole token's pass
+    assert steep.select(_proposal([[0.9] * 4]), [True], [False], 0.0, 1).lengths == [0]
+    flat = Budget(verify_seed={1: 1.0, 100: 1.0})
+    assert flat.select(_proposal([[0.9] * 4]), [True], [False], 0.0, 1).lengths == [4]
+
+
+def test_sampled_model_rows_follow_the_previous_cutoff():
+    """A sampled row's cut may not look at its own later drafts: it keeps the slots above the cut-off
+    set by the step before, whatever this step's B* is."""
+    b = Budget(verify_seed={1: 1.0, 100: 100.0})
+    b.cutoff = 0.5
+    sel = b.select(_proposal([[0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9]]), [True], [True], 0.0, 1)
+    assert sel.lengths == [sum(1 for j in range(1, 8) if 0.9 ** j >= 0.5)]
+
+
+def _engine(pair, budget=None):
+    eng = pair.engine()
+    if budget is not None:
+        eng.budget = budget
+    return eng
+
+
+@pytest.mark.parametrize("draft", ["draft", "layerskip:1-2", "ngram"])
+def test_trimmed_verification_is_still_exact(make_pair, prompts, reference, draft):
+    """A dear verify pass makes the budget cut drafts; greedy output still equals the target's."""
+    eng = _engine(make_pair(draft), Budget(verify_seed={1: 0.01, 4: 0.011, 8: 0.03, 64: 0.3}))
+    reqs = [Request([prompts[i % 4]], Knobs(6, 2, make_policy("adaptive-verification")), 24) for i in range(4)]
+    for r in reqs:
+        eng.add(r)
+    events = []
+    while any(not r.done for r in reqs):
+        events += [ev for _, ev in eng.step()]
+    for i, r in enumerate(reqs):
+        for row, out in r.outputs().items():
+            assert out == reference(i % 4, 24), f"request {i} row {row}"
+    drafted = sum(ev.slots_drafted for ev in events[::1])
+    verified = sum(ev.slots_verified for ev in events)
+    assert drafted > 0 and verified < drafted, "the budget never cut a draft"
+    assert any(ev.budget is not None for ev in events)
+    assert all(r.totals.proposed >= r.totals.drafted for r in reqs)
+
+
+def _chi2_pvalue(stat: float, dof: int) -> float:
+    """Upper tail of the chi-square distribution (Wilson–Hilferty normal approximation)."""
+    z = ((stat / dof) ** (1 / 3) - (1 - 2 / (9 * dof))) / math.sqrt(2 / (9 * dof))
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+class HalfBudget(Budget):
+    """Every row drafts the full depth and B* is the top half of the slots: a budget that looks at
+    every row's later drafts, the case that would bias sampling if a sampled row followed it."""
+
+    def draft_depth(self, depth, kind, rows):
+        self._step_depth = depth
+        return depth
+
+    def draft_floor(self):
+        return 0.0
+
+    def _argmax(self, slots, *args):
+        return len(slots) // 2
+
+
+@pytest.mark.parametrize("draft", ["layerskip:1-2", "draft"])
+def test_sampling_keeps_the_targets_distribution(make_pair, prompts, draft):
+    """The first sampled token of many rows under adaptive verification follows the target's own
+    distribution (a chi-square test against p; the budget cut drafts in these steps)."""
+    pair = make_pair(draft)
+    eng = _engine(pair, HalfBudget())
+    temp, prompt = 1.0, prompts[0]
+    # a first class sets the cut-off and the calibration, so the measured steps start trimmed
+    list(eng.generate([prompt], Knobs(3, 64, make_policy("adaptive-verification")), 12, temperature=temp, seed=99))
+    reqs = [Request([prompt], Knobs(3, 64, make_policy("adaptive-verification")), 3, temperature=temp, seed=s)
+            for s in range(48)]
+    for r in reqs:
+        eng.add(r)
+    events = []
+    while any(not r.done for r in reqs):
+        events += [ev for _, ev in eng.step()]
+    firsts = [out[0] for r in reqs for out in r.outputs().values()]
+    with torch.inference_mode():
+        logits = pair.target.model(input_ids=torch.tensor([prompt])).logits[0, -1, : pair.vocab].float()
+    p = torch.softmax(logits / temp, dim=-1)
+    n = len(firsts)
+    counts = torch.bincount(torch.tensor(firsts), minlength=p.numel()).float()
+    big = p * n >= 5
+    obs = torch.cat([counts[big], counts[~big].sum()[None]])
+    exp = torch.cat([p[big] * n, (p[~big].sum() * n)[None]])
+    stat = float(((obs - exp) ** 2 / exp.clamp_min(1e-9)).sum())
+    assert _chi2_pvalue(stat, int(big.sum())) > 1e-4, f"chi2 {stat:.1f} over {int(big.sum())} bins"
+    assert sum(ev.slots_verified for ev in events) < sum(ev.slots_drafted for ev in events)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--users", "0"], "--users must list whole numbers from 1 to 64"),
+    (["--users", "a,b"], "--users must be whole numbers separated by commas"),
+    (["--depths", "0"], "at least one depth above 0"),
+    (["--depths", "0,99"], "--depths must list whole numbers from 0 to"),
+    (["--prompts", "poem"], "--prompts must be pool or grounded"),
+    (["--repeats", "0"], "--repeats must be 1-9"),
+    (["--max-new-tokens", "0"], "--max-new-tokens must be 1-512"),
+])
+def test_frontier_refuses_bad_input_in_one_sentence(capsys, argv, words):
+    from specviz.__main__ import main
+
+    assert main(["frontier", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
