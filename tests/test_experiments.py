@@ -282,7 +282,7 @@ def test_sweep_rule():
 def test_policies_table_and_winners(runs):
     last = runs["policies"][-1]
     # start, plain + every policy per batch, final
-    assert len(runs["policies"]) == 1 + 2 * (1 + len(ex.POLICY_NAMES)) + 1
+    assert len(runs["policies"]) == 1 + 2 * (1 + len(policies.POLICY_NAMES)) + 1
     rows = last["table"]
     assert {(r["policy"], r["batch_size"]) for r in rows} == {(p, b) for p in policies.POLICY_NAMES for b in (1, 3)}
     for w in last["winners"]:
