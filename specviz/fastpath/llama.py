@@ -133,7 +133,7 @@ class CompactLlama:
         self.head = self._w(head)
         self.layers = [self._layer(block, ms) for block, ms in zip(inner.layers, mats)]
         self._tuples = [w.as_tuple() for w in self.layers]        # built once, not per layer per pass
-        self._c_layers = tuple(rows.layers(self._tuples, self.dims, functools.partial(_for_class, c))
+        self._c_layers = tuple(rows.layers(self.layers, self.dims, functools.partial(_for_class, c))
                                if self.plan.c_layers[c] else None
                                for c in range(len(CLASS_NAMES)))     # per row class, immutable once built
         # what a short block (decode, verify, draft) runs: `hidden` itself, or a compiled twin set by

@@ -303,6 +303,12 @@ void specviz_layer(float *x, long M, long T, const long *sel, const specviz_weig
         for (long i = 0; i < d; i++) x[r * d + i] += o[r * w->down_w + i];
 }
 
+/* The binding (rows.py, _Weights) mirrors specviz_weights field by field; it refuses a library whose
+ * struct has another size (a source edited on one side only), rather than read fields at wrong offsets. */
+long specviz_weights_size(void) {
+    return (long)sizeof(specviz_weights);
+}
+
 long specviz_layer_scratch(long M, const specviz_weights *w) {
     long o = w->o_w > w->down_w ? w->o_w : w->down_w;
     return M * (w->d + w->qkv_w + w->H * w->hd + o + w->gu_w + w->inter);

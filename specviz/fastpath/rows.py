@@ -142,6 +142,10 @@ def _load():
                                       + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int])
         lib.specviz_layer_scratch.restype = ctypes.c_long
         lib.specviz_layer_scratch.argtypes = [ctypes.c_long, ctypes.POINTER(_Weights)]
+        lib.specviz_weights_size.restype = ctypes.c_long
+        if lib.specviz_weights_size() != ctypes.sizeof(_Weights):
+            return None, (f"its layer struct is {lib.specviz_weights_size()} bytes but the binding's is "
+                          f"{ctypes.sizeof(_Weights)}: rows.c and rows.py disagree")
         lib.specviz_isa.restype = ctypes.c_char_p
         lib.specviz_set_gemm.argtypes = [ctypes.c_void_p]
         lib.specviz_has_gemm.restype = ctypes.c_int
@@ -266,11 +270,16 @@ class Layers:
     scale: float
 
 
-def layers(tuples, dims, pick) -> Layers | None:
-    """The C view of a model's layers (`tuples` as CompactLlama keeps them; `pick(w)` resolves a Routed
-    weight for the block's rows), or None when a matrix is in a layout the C layer cannot multiply by
-    (`kind`) or a norm or bias is not plain fp32 (the torch layer then serves)."""
-    if not tuples or any(kind(pick(tuples[0][i])) is None for i in (1, 3, 6, 7)):   # the four matrices
+def _matrices(w) -> tuple:
+    """A layer's four matrices, in the order the C struct holds them: q/k/v, output, gate/up, down."""
+    return w.wqkv, w.wo, w.w_gu, w.w_down
+
+
+def layers(layer_weights, dims, pick) -> Layers | None:
+    """The C view of a model's layers (CompactLlama's `LayerWeights`, read by name; `pick(w)` resolves a
+    Routed weight for the block's rows), or None when a matrix is in a layout the C layer cannot multiply
+    by (`kind`) or a norm or bias is not plain fp32 (the torch layer then serves)."""
+    if not layer_weights or any(kind(pick(m)) is None for m in _matrices(layer_weights[0])):
         return None
     if library() is None or dims.n_heads % dims.n_kv or dims.head_dim % 2:
         return None
@@ -284,8 +293,9 @@ def layers(tuples, dims, pick) -> Layers | None:
         keep.append(t)
         return t.data_ptr()
     try:
-        for ln1, wqkv, bqkv, wo, bo, ln2, w_gu, w_down in tuples:
-            mats = [pick(m) for m in (wqkv, wo, w_gu, w_down)]
+        for w in layer_weights:
+            ln1, bqkv, bo, ln2 = w.ln1, w.bqkv, w.bo, w.ln2
+            mats = [pick(m) for m in _matrices(w)]
             if any(kind(m) is None for m in mats):
                 return None
             keep.extend(mats)
