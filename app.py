@@ -1,7 +1,7 @@
 """SpecViz web app: `python app.py [--target REF] [--draft REF] [--host H] [--port P]`.
 
 Env: SPECVIZ_TARGET, SPECVIZ_DRAFT, SPECVIZ_HOST, SPECVIZ_PORT, SPECVIZ_COMPILE (the fast path:
-auto | on | off, default auto; `--compile`), and SPECVIZ_ALLOW_CUSTOM=1 to let
+auto | static | on | off, default auto; `--compile`), and SPECVIZ_ALLOW_CUSTOM=1 to let
 visitors type their own "draft → target" pair (off by default: on a shared Space any hub id would load),
 SPECVIZ_VLLM_URL (`--vllm-url`: a vLLM server whose model the pair list then offers), `--vllm-launch`
 (start a local vLLM server for the offline n-gram pair from .venv-vllm; SPECVIZ_VLLM_PORT picks its port).
@@ -21,7 +21,7 @@ def parse_args(argv=None):
     p.add_argument("--host", default=os.environ.get("SPECVIZ_HOST", "0.0.0.0" if on_space else "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(os.environ.get("SPECVIZ_PORT", "7860")))
     p.add_argument("--compile", default=os.environ.get("SPECVIZ_COMPILE", "auto"),
-                   help="fast path (static KV cache, compact forward; compiled on CUDA): auto | on | off. "
+                   help="fast path (static KV cache, compact forward; compiled on CUDA): auto | static | on | off. "
                         "Pairs are served eagerly while it warms up in the background; auto switches where "
                         "it measured faster here (default auto; off on ZeroGPU)")
     p.add_argument("--vllm-url", action="append", default=None,

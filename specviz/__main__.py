@@ -1,4 +1,4 @@
-"""Command line: `python -m specviz generate | bench-hf | calibrate | roofline | sweep`.
+"""Command line: `python -m specviz generate | bench-hf | calibrate | roofline | sweep | kernels | …`.
 
 Every user error ends as one line on stderr and a non-zero exit, never a traceback
 (set SPECVIZ_DEBUG=1 to see tracebacks while developing)."""
@@ -7,6 +7,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+
+from specviz.cli import bench, bench_vllm, classroom, download, generate, hardware_cmds, tiny, whatif
+from specviz.engine.policies import PolicyError
+from specviz.limits import LimitError
+from specviz.pairs.models import ModelError
 
 
 class UsageError(Exception):
@@ -20,6 +25,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _quiet_libraries() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # on first use: transformers is slow to import
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
@@ -27,8 +33,6 @@ def _quiet_libraries() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from specviz.cli import bench, download, generate, hardware_cmds, tiny
-
     p = _Parser(prog="python -m specviz", description="SpecViz: speculative decoding, measured.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     generate.add_parser(sub)
@@ -36,20 +40,15 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_parser(sub)
     download.add_parser(sub)
     hardware_cmds.add_parsers(sub)
-    from specviz.cli import classroom
     classroom.add_parser(sub)
-    from specviz.cli import whatif
     whatif.add_parser(sub)
-    from specviz.cli import bench_vllm
     bench_vllm.add_parser(sub)
+    from specviz.cli import kernels
+    kernels.add_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    from specviz.limits import LimitError
-    from specviz.pairs.models import ModelError
-    from specviz.engine.policies import PolicyError
-
     try:
         args = build_parser().parse_args(argv)
         _quiet_libraries()

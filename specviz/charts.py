@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import plotly.graph_objects as go
 
 from specviz import lessons
-from specviz.hardware.roofline import best_depths
+from specviz.hardware.costmodel import best_depths
 
 ACCEPT, REJECT, BONUS, PLAIN = "#1a9850", "#d73027", "#2c7bb6", "#7f7f7f"
 LAYOUT = dict(margin=dict(l=48, r=16, t=40, b=90), height=330, template="plotly_white",

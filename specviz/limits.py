@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from specviz.lessons import Key, Said
 
@@ -46,6 +47,11 @@ class Limits:
     max_prompt_chars: int = 20_000     # checked before tokenizing: a huge paste is refused at once
     max_temperature: float = 2.0
     max_queue: int = 32                # requests waiting for room in the shared batch
+
+    def __post_init__(self):
+        # the engine's own caps bound every configurable limit (a larger value would pass the door and then
+        # fail the engine's invariants)
+        assert 0 <= self.max_depth <= MAX_DEPTH and 1 <= self.max_new_tokens <= ENGINE_MAX_NEW
 
 
 def limits_from_env(base: Limits = Limits()) -> Limits:
@@ -120,16 +126,17 @@ def check_prompt_ids(ids: list[int], limits: Limits = Limits()) -> list[int]:
 
 @dataclass(frozen=True)
 class RunArgs:
-    """The numbers of one request, checked."""
+    """One request's values, checked."""
 
     batch: int
     depth: int
     temperature: float
     max_new: int
+    policy: Any = None        # a checked engine.policies.PolicyChoice, filled in at the door (serve/door.py)
 
 
 def check_request(batch, depth, temperature, max_new, limits: Limits = Limits()) -> RunArgs:
-    """The single check every entry point calls before a request reaches a model."""
+    """A request's numbers (the door, `specviz.serve.door.check_run`, adds its policy)."""
     return RunArgs(whole(batch, "batch size (rows)", 1, limits.max_rows_per_user),
                    whole(depth, "speculation depth", 0, limits.max_depth),
                    between(temperature, "temperature", 0.0, limits.max_temperature),

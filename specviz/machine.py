@@ -16,7 +16,7 @@ def cache_root() -> Path:
     env = os.environ.get("SPECVIZ_CACHE")
     if env:
         return Path(env)
-    from platformdirs import user_cache_dir   # imported here: only the first caller pays for it
+    from platformdirs import user_cache_dir  # imported here: only the first caller pays for it
 
     return Path(user_cache_dir("specviz"))
 

@@ -15,7 +15,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-
 from tiny import build_pair  # noqa: E402
 
 

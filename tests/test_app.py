@@ -1,13 +1,14 @@
 """The live playground, driven through its API (gradio_client) and in a real browser (Playwright +
 Debian's chromium)."""
+import re
 import shutil
 from contextlib import contextmanager
 
 import pytest
-
 from apphelp import start_app, stop_app
+
+from specviz.engine.request import RowStep
 from specviz.ui.render import RowView, tokens_html
-from specviz.engine.loop import RowStep
 
 
 @pytest.fixture(scope="module")
@@ -259,3 +260,7 @@ def test_browser_stop_pressed_with_run_stops_it(app_url):
         page.wait_for_timeout(500)
         page.evaluate("() => { document.querySelector('#run').click(); document.querySelector('#stop').click(); }")
         _wait_status(page, "Stopped")
+        # "Stopped. N tokens.": it did not decode its 4 × 512 tokens to the end
+        status = page.locator("#status").inner_text()
+        m = re.search(r"Stopped\. ([\d,]+) tokens", status)
+        assert m and int(m.group(1).replace(",", "")) < 4 * 512, status

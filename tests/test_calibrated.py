@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from specviz.hardware import profiles
+from specviz.hardware import costmodel, presets, profiles
 from specviz.hardware import roofline as rf
 
-H100 = rf.GPUS["H100 SXM"]
-L8 = rf.MODELS["Llama-3.1-8B"]
+H100 = presets.GPUS["H100 SXM"]
+L8 = presets.MODELS["Llama-3.1-8B"]
 
 
 def _cost(n, ctx=800):
@@ -19,30 +19,30 @@ def _cost(n, ctx=800):
 
 
 def test_calibrated_pass_grows_from_the_first_extra_token():
-    ideal = [rf.pass_time(_cost(n), L8.n_layers, H100.bandwidth, H100.flops) for n in (1, 2, 4, 64)]
-    cal = [rf.pass_time(_cost(n), L8.n_layers, H100.bandwidth, H100.flops, rf.SERVING) for n in (1, 2, 4, 64)]
+    ideal = [costmodel.pass_time(_cost(n), L8.n_layers, H100.bandwidth, H100.flops) for n in (1, 2, 4, 64)]
+    cal = [costmodel.pass_time(_cost(n), L8.n_layers, H100.bandwidth, H100.flops, costmodel.SERVING) for n in (1, 2, 4, 64)]
     assert ideal[3] / ideal[0] < 1.001        # the roofline: flat below the knee (only 63 new KV slots)
     assert cal[0] < cal[1] < cal[2] < cal[3] and cal[3] / cal[0] > 1.2    # real kernels: every token adds
     # the arithmetic adds on top of the streaming: one extra token costs its FLOPs at the achieved rate
-    per_token = (_cost(2).flops - _cost(1).flops) / (H100.flops * rf.SERVING.flops_eff)
+    per_token = (_cost(2).flops - _cost(1).flops) / (H100.flops * costmodel.SERVING.flops_eff)
     assert cal[1] - cal[0] == pytest.approx(per_token + (_cost(2).bytes - _cost(1).bytes) / H100.bandwidth)
 
 
 def test_calibration_reduces_to_the_ideal_roofline():
-    plain = rf.Calibration("no overheads", bandwidth_eff=1.0, flops_eff=1.0, overlap=1.0)
-    assert plain.is_ideal and rf.IDEAL.is_ideal and not rf.SERVING.is_ideal
+    plain = costmodel.Calibration("no overheads", bandwidth_eff=1.0, flops_eff=1.0, overlap=1.0)
+    assert plain.is_ideal and costmodel.IDEAL.is_ideal and not costmodel.SERVING.is_ideal
     for n in (1, 7, 300, 5000):
         c = _cost(n)
-        assert rf.pass_time(c, L8.n_layers, H100.bandwidth, H100.flops, plain) == rf.step_time(
+        assert costmodel.pass_time(c, L8.n_layers, H100.bandwidth, H100.flops, plain) == rf.step_time(
             c, H100.bandwidth, H100.flops)
-    rows_old = rf.whatif_rows(L8, None, H100.bandwidth, H100.flops, 0.6, 512, [1, 64, 512], [0, 2])
-    rows_new = rf.whatif_rows(L8, None, H100.bandwidth, H100.flops, 0.6, 512, [1, 64, 512], [0, 2],
+    rows_old = costmodel.whatif_rows(L8, None, H100.bandwidth, H100.flops, 0.6, 512, [1, 64, 512], [0, 2])
+    rows_new = costmodel.whatif_rows(L8, None, H100.bandwidth, H100.flops, 0.6, 512, [1, 64, 512], [0, 2],
                               calibration=plain)
     assert [r["tokens_per_s"] for r in rows_old] == [r["tokens_per_s"] for r in rows_new]
     # zero overlap is the sum of the two terms; efficiencies stretch each one
-    half = rf.Calibration("half rates", bandwidth_eff=0.5, flops_eff=0.5, overlap=0.0)
+    half = costmodel.Calibration("half rates", bandwidth_eff=0.5, flops_eff=0.5, overlap=0.0)
     c = _cost(100)
-    assert rf.pass_time(c, 1, H100.bandwidth, H100.flops, half) == pytest.approx(
+    assert costmodel.pass_time(c, 1, H100.bandwidth, H100.flops, half) == pytest.approx(
         2 * c.bytes / H100.bandwidth + 2 * c.flops / H100.flops)
 
 
@@ -50,76 +50,76 @@ def test_serving_calibration_reproduces_the_published_pass_fit():
     # PUBLISHED-RESULTS.md: 5.9 ms + 21 µs per token (+ 39 ns per cached token) + 1.2 ms per step →
     # 7.2 ms at 1 token, 8.5 at 64, 10.5 at 160, 13.0 at 280 (no cache)
     for n, ms in ((1, 7.1), (64, 8.44), (160, 10.46), (280, 12.98)):
-        t = rf.pass_time(rf.pass_cost(L8, 1, n, 0), L8.n_layers, H100.bandwidth, H100.flops, rf.SERVING)
-        assert 1000 * (t + rf.SERVING.step_overhead_s) == pytest.approx(ms, rel=0.01)
+        t = costmodel.pass_time(rf.pass_cost(L8, 1, n, 0), L8.n_layers, H100.bandwidth, H100.flops, costmodel.SERVING)
+        assert 1000 * (t + costmodel.SERVING.step_overhead_s) == pytest.approx(ms, rel=0.01)
     # 39 ns per cached token: the K and V bytes at the achieved bandwidth
-    extra = (rf.pass_time(rf.pass_cost(L8, 1, 1, 1000), 32, H100.bandwidth, H100.flops, rf.SERVING)
-             - rf.pass_time(rf.pass_cost(L8, 1, 1, 0), 32, H100.bandwidth, H100.flops, rf.SERVING))
+    extra = (costmodel.pass_time(rf.pass_cost(L8, 1, 1, 1000), 32, H100.bandwidth, H100.flops, costmodel.SERVING)
+             - costmodel.pass_time(rf.pass_cost(L8, 1, 1, 0), 32, H100.bandwidth, H100.flops, costmodel.SERVING))
     assert extra / 1000 == pytest.approx(39e-9, rel=0.03)
-    assert rf.SERVING.overlap == 0 and 0.6 < rf.SERVING.flops_eff < 0.8 and rf.SERVING.step_overhead_s == 1.2e-3
+    assert costmodel.SERVING.overlap == 0 and 0.6 < costmodel.SERVING.flops_eff < 0.8 and costmodel.SERVING.step_overhead_s == 1.2e-3
 
 
 def test_drafts_pay_their_own_pass_overhead():
-    setup = rf.Setup(L8, rf.resolve_draft("EAGLE:Llama-3.1-8B", L8), H100.bandwidth, H100.flops, 800, rf.SERVING)
+    setup = costmodel.Setup(L8, presets.resolve_draft("EAGLE:Llama-3.1-8B", L8), H100.bandwidth, H100.flops, 800, costmodel.SERVING)
     ratio = setup.pass_s(setup.draft, 1, 1) / setup.pass_s(L8, 1, 1)
     assert 0.25 < ratio < 0.47            # SpecDecode-Bench measured ≈ 37.5 % for EAGLE on this model
     # eager stacks pay per layer: a deep narrow draft costs about what a wider, shallower model does
-    eager = rf.Calibration("eager", overlap=0.0, layer_overhead_s=0.15e-3)
-    h200 = rf.GPUS["H200"]
-    small, big = rf.MODELS["SmolLM2-135M"], rf.MODELS["SmolLM2-1.7B"]
-    t_small, t_big = (rf.pass_time(rf.pass_cost(m, 1, 1, 256), m.n_layers, h200.bandwidth, h200.flops, eager)
+    eager = costmodel.Calibration("eager", overlap=0.0, layer_overhead_s=0.15e-3)
+    h200 = presets.GPUS["H200"]
+    small, big = presets.MODELS["SmolLM2-135M"], presets.MODELS["SmolLM2-1.7B"]
+    t_small, t_big = (costmodel.pass_time(rf.pass_cost(m, 1, 1, 256), m.n_layers, h200.bandwidth, h200.flops, eager)
                       for m in (small, big))
     assert t_small > 0.8 * t_big and small.params < big.params / 10
 
 
 def test_eagle_heads_and_draft_resolution():
-    head = rf.eagle_head(L8)
+    head = presets.eagle_head(L8)
     assert head.name == "EAGLE:Llama-3.1-8B" and head.n_layers == 1 and head.vocab == L8.vocab
     assert head.streamed_params == L8.layer_params + L8.head_params + 2 * 4096 * 4096
-    head3 = rf.resolve_draft("EAGLE-3:Llama-3.1-8B", L8)
+    head3 = presets.resolve_draft("EAGLE-3:Llama-3.1-8B", L8)
     assert head3.vocab == 32000 and head3.streamed_params < head.streamed_params
-    assert rf.resolve_draft("ngram", L8) is None
-    assert rf.resolve_draft("layerskip:4-11", L8).n_layers == 24
-    assert "EAGLE:Llama-3.1-70B" in rf.draft_names() and "EAGLE:Llama-3.1-8B" in rf.draft_names(["Llama-3.1-8B"])
+    assert presets.resolve_draft("ngram", L8) is None
+    assert presets.resolve_draft("layerskip:4-11", L8).n_layers == 24
+    assert "EAGLE:Llama-3.1-70B" in presets.draft_names() and "EAGLE:Llama-3.1-8B" in presets.draft_names(["Llama-3.1-8B"])
     for bad, msg in (("EAGLE:Llama-3.1-70B", "not for Llama-3.1-8B"), ("GPT-5", "unknown model"),
                      ("layerskip:9-3", "bad layer-skip"), ("EAGLE:nope", "not for")):
-        with pytest.raises(rf.PresetError, match=msg):
-            rf.resolve_draft(bad, L8)
+        with pytest.raises(presets.PresetError, match=msg):
+            presets.resolve_draft(bad, L8)
     # the engine's FLOPs accounting sees no change for plain models
     assert rf.pass_cost(L8, 2, 3, 100) == rf.pass_cost(replace(L8, extra_params=0), 2, 3, 100)
 
 
 def test_custom_gpu_and_unknown_gpu():
-    g = rf.resolve_gpu(None, 2e12, 400e12)
+    g = presets.resolve_gpu(None, 2e12, 400e12)
     assert g.bandwidth == 2e12 and g.flops == 400e12 and "custom" in g.name
     for kw in ({"name": "GTX 480"}, {}, {"bandwidth": 2e12}, {"bandwidth": -1, "flops": 1e12},
                {"bandwidth": float("nan"), "flops": 1e12}):
-        with pytest.raises(rf.PresetError):
-            rf.resolve_gpu(**kw)
+        with pytest.raises(presets.PresetError):
+            presets.resolve_gpu(**kw)
 
 
 def test_fit_alpha_round_trip_and_depth_crossover():
-    setup = rf.Setup(L8, rf.resolve_draft("EAGLE:Llama-3.1-8B", L8), H100.bandwidth, H100.flops, 800, rf.SERVING)
+    setup = costmodel.Setup(L8, presets.resolve_draft("EAGLE:Llama-3.1-8B", L8), H100.bandwidth, H100.flops, 800, costmodel.SERVING)
     for alpha in (0.3, 0.7, 0.9):
         s = setup.speedup(2, 3, alpha)
-        assert rf.fit_alpha(setup, 2, 3, s) == pytest.approx(alpha, abs=1e-6)
-    free = rf.Setup(L8, None, H100.bandwidth, H100.flops, 800, rf.SERVING)     # n-gram: a free draft
-    cross = rf.depth_crossover(free, 0.2, 3)
+        assert costmodel.fit_alpha(setup, 2, 3, s) == pytest.approx(alpha, abs=1e-6)
+    free = costmodel.Setup(L8, None, H100.bandwidth, H100.flops, 800, costmodel.SERVING)     # n-gram: a free draft
+    cross = costmodel.depth_crossover(free, 0.2, 3)
     assert cross is not None and cross <= 64 and free.speedup(cross, 3, 0.2) < 1 <= free.speedup(cross - 1, 3, 0.2)
-    assert rf.depth_crossover(free, 0.3, 3) > cross              # better drafts pay to larger batches
-    assert rf.depth_crossover(free, 0.95, 1, max_batch=8) is None
+    assert costmodel.depth_crossover(free, 0.3, 3) > cross              # better drafts pay to larger batches
+    assert costmodel.depth_crossover(free, 0.95, 1, max_batch=8) is None
 
 
 def test_fit_calibration_recovers_known_constants_and_fits_the_cpu_profile():
-    spec, bw, fl = rf.MODELS["SmolLM2-135M"], 20e9, 200e9
-    truth = rf.Calibration("truth", flops_eff=0.6, overlap=0.0, layer_overhead_s=0.5e-3)
+    spec, bw, fl = presets.MODELS["SmolLM2-135M"], 20e9, 200e9
+    truth = costmodel.Calibration("truth", flops_eff=0.6, overlap=0.0, layer_overhead_s=0.5e-3)
     ns = [1, 2, 4, 8, 16, 32, 64, 128]
-    secs = [rf.pass_time(rf.pass_cost(spec, 1, n, 256), spec.n_layers, bw, fl, truth) for n in ns]
-    got = rf.fit_calibration(spec, ns, secs, 256, bw, fl, "fit", "synthetic")
+    secs = [costmodel.pass_time(rf.pass_cost(spec, 1, n, 256), spec.n_layers, bw, fl, truth) for n in ns]
+    got = costmodel.fit_calibration(spec, ns, secs, 256, bw, fl, "fit", "synthetic")
     assert got.flops_eff == pytest.approx(0.6) and got.layer_overhead_s == pytest.approx(0.5e-3)
     prof = profiles.load_profiles()[0]
     cal = profiles.profile_calibration(prof)
-    est = rf.latency_curve(prof.spec, prof.bandwidth, prof.flops, prof.tokens_per_pass, prof.context,
+    est = costmodel.latency_curve(prof.spec, prof.bandwidth, prof.flops, prof.tokens_per_pass, prof.context,
                            calibration=cal)
     assert all(abs(e / t - 1) < 0.25 for e, t in zip(est, prof.latency_s))
     assert "fitted to" in cal.source and prof.name in cal.source
@@ -130,9 +130,9 @@ def test_published_points_load_and_match_presets(tmp_path):
     assert len(series) >= 3
     for s in series:
         assert s.source and s.cite and profiles.PUBLISHED_LABEL in s.legend
-        target = rf.resolve_model(s.target)          # every series names presets that exist
-        rf.resolve_gpu(s.gpu)
-        rf.resolve_draft(s.draft, target)
+        target = presets.resolve_model(s.target)          # every series names presets that exist
+        presets.resolve_gpu(s.gpu)
+        presets.resolve_draft(s.draft, target)
         assert len(s.batch_sizes) == len(s.speedup) and all(x > 0 for x in s.speedup)
     eagle = next(s for s in series if s.id == "eagle3-table4-eagle")
     assert eagle.matches("H100 SXM", "Llama-3.1-8B", "EAGLE:Llama-3.1-8B")
@@ -145,13 +145,13 @@ def test_published_points_load_and_match_presets(tmp_path):
 
 
 def test_calibrated_beats_the_ideal_roofline_on_published_points():
-    for cal_name, cal in (("calibrated", rf.SERVING), ("ideal", rf.IDEAL)):
+    for cal_name, cal in (("calibrated", costmodel.SERVING), ("ideal", costmodel.IDEAL)):
         comps = {c.series.id: c for c in profiles.compare_all(profiles.load_published(), cal)}
         for c in comps.values():
             assert c.estimate and len(c.errors) == len(c.series.speedup)
         if cal_name == "calibrated":
             calibrated = comps
-    ideal = {c.series.id: c for c in profiles.compare_all(profiles.load_published(), rf.IDEAL)}
+    ideal = {c.series.id: c for c in profiles.compare_all(profiles.load_published(), costmodel.IDEAL)}
     for sid in ("eagle3-table4-eagle", "eagle3-table4-eagle3"):
         c = calibrated[sid]
         assert c.errors[0] == pytest.approx(0, abs=1e-6)        # α is fitted there
@@ -165,13 +165,13 @@ def test_curve_setup_costs_what_the_profile_measured():
     assert profiles.curve_time(curve, 1) == 0.040 and profiles.curve_time(curve, 4) == pytest.approx(0.060)
     assert 0.060 < profiles.curve_time(curve, 8) < 0.080 and profiles.curve_time(curve, 2) == pytest.approx(0.050)
     assert profiles.curve_time(curve, 32) == pytest.approx(0.160)                # linear past the last point
-    target = replace(rf.MODELS["SmolLM2-135M"], bytes_per_param=4.0)
-    skip = rf.resolve_draft("layerskip:12-17", target)
-    s = profiles.CurveSetup(target, skip, 23e9, 0.2e12, 64, rf.IDEAL, curve=curve)
+    target = replace(presets.MODELS["SmolLM2-135M"], bytes_per_param=4.0)
+    skip = presets.resolve_draft("layerskip:12-17", target)
+    s = profiles.CurveSetup(target, skip, 23e9, 0.2e12, 64, costmodel.IDEAL, curve=curve)
     assert s.pass_s(target, 2, 2) == pytest.approx(0.060)                        # rows × tokens per pass
     assert s.pass_s(skip, 1, 1) == pytest.approx(0.040 * skip.streamed_params / target.streamed_params)
-    other = rf.MODELS["SmolLM2-360M"]                                            # another model: the rule
-    assert s.pass_s(other, 1, 1) == rf.Setup(target, skip, 23e9, 0.2e12, 64, rf.IDEAL).pass_s(other, 1, 1)
+    other = presets.MODELS["SmolLM2-360M"]                                            # another model: the rule
+    assert s.pass_s(other, 1, 1) == costmodel.Setup(target, skip, 23e9, 0.2e12, 64, costmodel.IDEAL).pass_s(other, 1, 1)
 
 
 def test_recorded_sweeps_compare_end_to_end():
@@ -181,7 +181,7 @@ def test_recorded_sweeps_compare_end_to_end():
         prof = profiles.profile_for_device(profiles.load_profiles(), "cpu", sw.path)
         assert prof is not None and prof.path == sw.path            # each sweep meets its own path's passes
         cal = profiles.compare_sweep(sw, profiles.profile_calibration(prof), prof.bandwidth, prof.flops)
-        ideal = profiles.compare_sweep(sw, rf.IDEAL, prof.bandwidth, prof.flops)
+        ideal = profiles.compare_sweep(sw, costmodel.IDEAL, prof.bandwidth, prof.flops)
         mean = lambda e: sum(map(abs, e)) / len(e)  # noqa: E731
         assert mean(cal.errors()) < mean(ideal.errors())
         if sw.path != profiles.EAGER:     # the engine the app serves, measured on a quiet machine: the goal
@@ -218,17 +218,17 @@ def test_whatif_cli_prints_the_contract(capsys):
     rc, out2, _ = _whatif(capsys, "--bandwidth", "3.35e12", "--flops", "989e12", *args)
     assert rc == 0 and json.loads(out2)["rows"] == data["rows"]
     rc, out3, _ = _whatif(capsys, "--gpu", "H100 SXM", *args, "--model", "ideal")
-    ideal = rf.whatif_rows(L8, rf.resolve_draft("EAGLE:Llama-3.1-8B", L8), H100.bandwidth, H100.flops, 0.7, 800,
+    ideal = costmodel.whatif_rows(L8, presets.resolve_draft("EAGLE:Llama-3.1-8B", L8), H100.bandwidth, H100.flops, 0.7, 800,
                            [1, 2, 16, 64, 512], [0, 1, 3])
     assert [r["tokens_per_s"] for r in json.loads(out3)["rows"]] == pytest.approx([r["tokens_per_s"] for r in ideal])
-    assert json.loads(out3)["crossover_batch"] == rf.crossover_from_rows(ideal)
+    assert json.loads(out3)["crossover_batch"] == costmodel.crossover_from_rows(ideal)
 
 
 def test_stack_bookkeeping_is_per_sequence_and_only_when_speculating():
-    base = rf.Setup(rf.MODELS["Llama-3.1-8B"], rf.resolve_draft("EAGLE:Llama-3.1-8B", rf.MODELS["Llama-3.1-8B"]),
-                    3.35e12, 989e12, 800, rf.SERVING)
-    extra = replace(base, calibration=replace(rf.SERVING, spec_row_overhead_s=100e-6))
-    assert not replace(rf.IDEAL, spec_row_overhead_s=1e-6).is_ideal
+    base = costmodel.Setup(presets.MODELS["Llama-3.1-8B"], presets.resolve_draft("EAGLE:Llama-3.1-8B", presets.MODELS["Llama-3.1-8B"]),
+                    3.35e12, 989e12, 800, costmodel.SERVING)
+    extra = replace(base, calibration=replace(costmodel.SERVING, spec_row_overhead_s=100e-6))
+    assert not replace(costmodel.IDEAL, spec_row_overhead_s=1e-6).is_ideal
     for b in (1, 8, 64):
         assert extra.step_s(b, 0) == base.step_s(b, 0)                       # plain decoding pays nothing
         assert extra.step_s(b, 3) - base.step_s(b, 3) == pytest.approx(b * 100e-6)
@@ -237,18 +237,18 @@ def test_stack_bookkeeping_is_per_sequence_and_only_when_speculating():
 def test_stack_fit_on_synthetic_speedups_recovers_the_overhead():
     # speed-ups made by the model itself with 120 µs of bookkeeping: the fit finds it, and the held-out
     # check (fitted to the other series only) finds it too
-    made = replace(rf.SERVING, spec_row_overhead_s=120e-6)
+    made = replace(costmodel.SERVING, spec_row_overhead_s=120e-6)
     series = []
     for i, (draft, alpha) in enumerate((("EAGLE:Llama-3.1-8B", 0.7), ("EAGLE-3:Llama-3.1-8B", 0.85))):
         s = profiles.PublishedSeries(f"s{i}", "x", "x", "synthetic", "H100 SXM", "Llama-3.1-8B", draft, 3, 800, 2,
                                      [2, 8, 32, 64], [], "Other stack 1.0")
         setup = profiles.series_setup(s, made)
         series.append(replace(s, speedup=[setup.speedup(b, 3, alpha) for b in s.batch_sizes]))
-    fit = profiles.fit_stack("Other stack 1.0", rf.SERVING, series)
+    fit = profiles.fit_stack("Other stack 1.0", costmodel.SERVING, series)
     assert fit.row_overhead_s == pytest.approx(120e-6, abs=2e-6) and fit.max_error < 0.01
     assert all(x == pytest.approx(120e-6, abs=2e-6) for _, x, _ in fit.held_out)
-    assert profiles.fit_stack(profiles.BASE_STACK, rf.SERVING, series) is None      # the fit's own stack
-    assert profiles.stack_calibration("Other stack 1.0", rf.SERVING, series).spec_row_overhead_s == fit.row_overhead_s
+    assert profiles.fit_stack(profiles.BASE_STACK, costmodel.SERVING, series) is None      # the fit's own stack
+    assert profiles.stack_calibration("Other stack 1.0", costmodel.SERVING, series).spec_row_overhead_s == fit.row_overhead_s
 
 
 def test_whatif_cli_published_and_sweeps_reports(capsys):

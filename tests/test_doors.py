@@ -15,8 +15,9 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-
 from apphelp import client, pair_label, start_app, stop_app
+
+from specviz.chapters import CHAPTERS as REGISTRY
 
 GENERIC = "upstream Gradio app has raised an exception"
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,17 +50,47 @@ def door(tiny_paths, tmp_path_factory):
     stop_app(proc)
 
 
-def sentence_or_result(fn):
-    """A call either works or fails with a short sentence — never the generic error, never a traceback."""
+def outcome(fn) -> tuple[bool, object]:
+    """(True, result) when the call worked, else (False, its sentence) — checked to be a short sentence,
+    never the generic error, never a traceback."""
     from gradio_client.exceptions import AppError
 
     CALLS["n"] += 1
     try:
-        return fn()
+        return True, fn()
     except AppError as exc:
         msg = str(exc)
         assert msg and GENERIC not in msg and "Traceback" not in msg and len(msg) < 600, msg
-        return msg
+        return False, msg
+
+
+def sentence_or_result(fn):
+    """A call either works or fails with a short sentence — never the generic error, never a traceback."""
+    return outcome(fn)[1]
+
+
+def _any(v) -> bool:
+    return True
+
+
+# The wrong values an endpoint may take without refusing, and why; any other wrong value that does not
+# get a sentence fails the test. (endpoint, parameter) → which of the BAD values are fine there.
+ACCEPTED = {
+    ("/generate", "prompt_text"): lambda v: isinstance(v, str),      # any text is a prompt
+    ("/generate", "policy_name"): lambda v: v is None,               # no policy: the default (fixed)
+    ("/generate", "thr"): _any,                  # the threshold is ignored by the fixed policy used here
+    ("/generate", "same_prompt"): _any,          # a checkbox: any value reads as checked or not
+    ("/generate", "temp"): lambda v: v is True,  # JSON true is the number 1, a valid temperature
+    ("/stop", "press"): _any,                    # the button's value is not read
+    ("/on_target", "current"): _any,             # the draft box's old value: replaced from the new target
+    # the What-if (and its CSV: positional names): true is 1, a valid context / overhead; a preset GPU
+    # ignores the custom bandwidth and FLOP/s (numbers only: a non-number is refused even there)
+    **{(ep, p): (lambda v: v is True) for ep, ps in (("/whatif", ("context", "overhead")),
+                                                     ("/whatif_csv", ("param_4", "param_5"))) for p in ps},
+    **{(ep, p): (lambda v: isinstance(v, (int, float))) for ep, ps in (("/whatif", ("bw", "fl")),
+                                                                        ("/whatif_csv", ("param_7", "param_8")))
+       for p in ps},
+}
 
 
 def endpoints(c) -> dict[str, list[dict]]:
@@ -97,7 +128,10 @@ def test_every_endpoint_refuses_wrong_types_with_a_sentence(door):
                 args[i] = v
                 if name in SLOW and isinstance(v, bool):
                     continue                       # True is not a pair label either, but a slow one to prove
-                sentence_or_result(lambda: c.predict(*args, api_name=name))
+                ok, got = outcome(lambda: c.predict(*args, api_name=name))
+                if ok:          # no sentence: only where the wrong value is one this parameter may take
+                    fine = ACCEPTED.get((name, params[i]["parameter_name"]), lambda v: False)
+                    assert fine(v), f"{name} took {params[i]['parameter_name']}={v!r:.40} without a sentence"
                 n += 1
     assert n >= 150, n
 
@@ -267,7 +301,9 @@ def test_long_replays_never_block_another_replay(door, tmp_path):
     time.sleep(2)
     short = c.predict(None, handle_file(str(SHIPPED)), api_name="/replay")
     assert short[-1]["replay"] and short[-1]["done"]
-    assert sum(not j.done() for j in jobs) >= 8, "the long replays ended early"
+    # the short one did not wait behind the long ones: they were still playing when it ended (how many
+    # of the ten had started by then depends on the load, so no count is asserted)
+    assert any(not j.done() for j in jobs), "the short replay waited for the long ones"
     for j in jobs:
         j.cancel()
     CALLS["n"] += 11
@@ -373,7 +409,8 @@ def test_parallel_hostile_mix_then_exact(door, greedy):
     assert out["outputs"][0] == greedy(out["prompt_ids"][0], 16)
 
 
-CHAPTERS = ["race", "knee", "breadth_depth", "ledger", "sweep", "policies"]
+# the registry the page reads: every chapter with an experiment
+CHAPTERS = [c.key for c in REGISTRY if c.has_experiment]
 
 
 def test_each_chapter_under_concurrent_use(door):

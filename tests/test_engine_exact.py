@@ -3,8 +3,8 @@ import threading
 
 import pytest
 
-from specviz.engine.loop import EngineError, Knobs
-from specviz.engine.policies import make_policy, parse_table
+from specviz.engine.policies import POLICY_NAMES, make_policy, parse_table
+from specviz.engine.request import EngineError, Knobs
 
 MAX_NEW = 24
 DRAFTS = ["draft", "target", "ngram", "layerskip:1-2"]
@@ -47,14 +47,33 @@ def test_mixed_acceptance_is_exercised(make_pair, prompts, reference):
     assert 0 in counts and max(counts) >= 1
 
 
-@pytest.mark.parametrize("policy", ["fixed", "disable-by-batch-size", "batch-table", "adaptive", "confidence"])
-@pytest.mark.parametrize("draft", ["draft", "layerskip:1-2", "ngram"])
+# parameters that make each policy act on the schedule below (batch 1, then 3 at step 1, then 6 at step 2;
+# then the first rows finish and the batch shrinks): disable-by-batch-size speculates at 1 to 4 rows and
+# not at 6; the table gives k = 5, 2 and 0 in turn; confidence stops rows at different depths
+ACTING = {"disable-by-batch-size": (lambda: make_policy("disable-by-batch-size", threshold=4), {0, 5}),
+          "batch-table": (lambda: make_policy("batch-table", table=parse_table("1:5,3:2,6:0")), {5, 2, 0}),
+          "confidence": (lambda: make_policy("confidence", threshold=0.05), None)}
+
+
+def _grow(ev, knobs):
+    if ev.step == 0:
+        knobs.set(batch_size=3)
+    if ev.step == 1:
+        knobs.set(batch_size=6)
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+@pytest.mark.parametrize("draft", DRAFTS)
 def test_every_policy_is_lossless(make_pair, prompts, reference, policy, draft):
-    pol = {"disable-by-batch-size": lambda: make_policy(policy, threshold=2),
-           "batch-table": lambda: make_policy(policy, table=parse_table("1:5,3:2,6:0")),
-           "confidence": lambda: make_policy(policy, threshold=0.05)}.get(policy, lambda: make_policy(policy))()
-    eng, events = run(make_pair(draft), prompts, Knobs(depth=5, batch_size=4, policy=pol))
+    make, depths = ACTING.get(policy, (lambda: make_policy(policy), None))
+    eng, events = run(make_pair(draft), prompts, Knobs(depth=5, batch_size=1, policy=make()), on_step=_grow)
     assert_exact(eng, reference)
+    assert len(eng.outputs()) == 6 and {ev.batch_size for ev in events} >= {1, 3, 6}
+    if depths is not None:       # the policy acted: every depth it should have chosen, it chose
+        assert {ev.depth for ev in events} == depths, [(ev.batch_size, ev.depth) for ev in events]
+    if policy == "disable-by-batch-size":
+        assert all(ev.depth == 0 for ev in events if ev.batch_size > 4)
+        assert all(ev.depth == 5 for ev in events if ev.batch_size <= 4)
 
 
 def test_confidence_gives_rows_different_depths(make_pair, prompts, reference):

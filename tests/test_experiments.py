@@ -1,4 +1,4 @@
-"""The Lesson tab's experiments (specviz.chapters.experiments) and their figures (specviz.chapters.figures), on the tiny
+"""The Lesson tab's experiments (one module per chapter in specviz.chapters, each with its figure), on the tiny
 random-weight pairs: every chapter runs to done, yields progressively, and hands the UI numbers that fill
 its conclusion templates in both languages. No timed asserts: timings are whatever this machine gives."""
 from __future__ import annotations
@@ -9,11 +9,10 @@ import string
 import pytest
 
 from specviz import lessons
-from specviz.chapters import figures as charts_lesson
-from specviz.chapters import experiments as ex
-from specviz.hardware.device import Peaks
+from specviz.chapters import BY_KEY, breadth_depth, common, knee, ledger, policies, race, sweep
 from specviz.engine.request import Knobs, Request
-from specviz.hardware.roofline import crossover_from_rows
+from specviz.hardware.costmodel import crossover_from_rows
+from specviz.hardware.device import Peaks
 
 # a CPU-like calibration: enough for the roofline column, no measurement needed in a test
 PEAKS = Peaks("cpu", 3.0e10, 3.0e10, "float32")
@@ -32,13 +31,13 @@ def runs(make_pair, prompts):
     """Every chapter once, small sizes; chapter → every dict it yielded."""
     skip, ngram = make_pair("layerskip:1-2"), make_pair("ngram")
     return {
-        "race": collect(ex.run_race(skip, prompts[1], depth=3, max_new=12)),
-        "race_ngram": collect(ex.run_race(ngram, prompts[1], depth=3, max_new=12)),
-        "knee": collect(ex.run_knee(skip, PEAKS, context=16, repeats=1, cap=8)),
-        "breadth_depth": collect(ex.run_breadth_depth(skip, context=16, ns=(1, 2, 4, 8), repeats=1)),
-        "ledger": collect(ex.run_ledger(skip, prompts[1], depth=3, max_new=16)),
-        "sweep": collect(ex.run_sweep(ngram, prompts[0], batches=(1, 2, 3), depths=(1, 2), max_new=6)),
-        "policies": collect(ex.run_policies(skip, prompts[:2], batches=(1, 3), depth=2, max_new=6)),
+        "race": collect(race.run_race(skip, prompts[1], depth=3, max_new=12)),
+        "race_ngram": collect(race.run_race(ngram, prompts[1], depth=3, max_new=12)),
+        "knee": collect(knee.run_knee(skip, PEAKS, context=16, repeats=1, cap=8)),
+        "breadth_depth": collect(breadth_depth.run_breadth_depth(skip, context=16, ns=(1, 2, 4, 8), repeats=1)),
+        "ledger": collect(ledger.run_ledger(skip, prompts[1], depth=3, max_new=16)),
+        "sweep": collect(sweep.run_sweep(ngram, prompts[0], batches=(1, 2, 3), depths=(1, 2), max_new=6)),
+        "policies": collect(policies.run_policies(skip, prompts[:2], batches=(1, 3), depth=2, max_new=6)),
     }
 
 
@@ -87,7 +86,7 @@ def test_race_same_tokens_two_lanes_one_clock(runs):
         assert last["identical"] is True and last["replayed_together"] is True
         v = last["values"]
         assert v["speedup"] > 0 and v["slowdown"] == pytest.approx(1 / v["speedup"])
-        assert last["conclusion"] == ex.race_conclusion(v["speedup"])
+        assert last["conclusion"] == race.race_conclusion(v["speedup"])
         lanes = last["lanes"]
         assert lanes["plain"]["tokens"] == lanes["spec"]["tokens"] == 12
         assert lanes["plain"]["steps"] == 12 and lanes["spec"]["steps"] <= 12
@@ -107,7 +106,7 @@ def test_race_same_tokens_two_lanes_one_clock(runs):
 
 
 def test_race_takes_a_policy_by_name(make_pair, prompts):
-    last = collect(ex.run_race(make_pair("ngram"), prompts[0], depth=2, max_new=4, policy="adaptive"))[-1]
+    last = collect(race.run_race(make_pair("ngram"), prompts[0], depth=2, max_new=4, policy="adaptive"))[-1]
     assert last["settings"]["policy"] == "adaptive" and last["identical"] is True
 
 
@@ -123,18 +122,18 @@ def test_knee_points_roofline_and_rule(runs, make_pair):
     assert 1 <= v["knee"] <= 8 and last["measured_knee"] == v["knee"]
     t = last["table"]
     assert v["ratio2"] == pytest.approx(t[1]["measured_ms"] / t[0]["measured_ms"])
-    assert last["conclusion"] == ex.knee_conclusion(v["ratio2"], t[0]["measured_ms"] / 1000, t[0]["roofline_ms"] / 1000)
+    assert last["conclusion"] == knee.knee_conclusion(v["ratio2"], t[0]["measured_ms"] / 1000, t[0]["roofline_ms"] / 1000)
     # without calibrated peaks: no roofline, and so never an overhead-bound verdict
-    bare = collect(ex.run_knee(make_pair("ngram"), None, context=8, repeats=1, cap=2))[-1]
+    bare = collect(knee.run_knee(make_pair("ngram"), None, context=8, repeats=1, cap=2))[-1]
     assert all(r["roofline_ms"] is None for r in bare["table"]) and bare["predicted_knee"] is None
     assert bare["conclusion"] != "conclusion_overhead_bound"
 
 
 def test_knee_rule():
-    assert ex.knee_conclusion(1.5, 0.01, 0.001) == "conclusion_not_memory_bound"
-    assert ex.knee_conclusion(1.05, 0.01, 0.001) == "conclusion_overhead_bound"
-    assert ex.knee_conclusion(1.05, 0.01, 0.008) == "conclusion_flat"
-    assert ex.knee_conclusion(1.05, 0.01, None) == "conclusion_flat"
+    assert knee.knee_conclusion(1.5, 0.01, 0.001) == "conclusion_not_memory_bound"
+    assert knee.knee_conclusion(1.05, 0.01, 0.001) == "conclusion_overhead_bound"
+    assert knee.knee_conclusion(1.05, 0.01, 0.008) == "conclusion_flat"
+    assert knee.knee_conclusion(1.05, 0.01, None) == "conclusion_flat"
 
 
 def test_breadth_depth_side_by_side(runs):
@@ -144,7 +143,7 @@ def test_breadth_depth_side_by_side(runs):
     rows = last["table"]
     assert [r["tokens_per_pass"] for r in rows] == [1, 2, 4, 8]
     assert all(r["breadth_ms"] > 0 and r["depth_ms"] > 0 for r in rows)
-    bp = ex.breadth_depth_breakpoint([r["tokens_per_pass"] for r in rows], [r["breadth_ms"] for r in rows],
+    bp = breadth_depth.breadth_depth_breakpoint([r["tokens_per_pass"] for r in rows], [r["breadth_ms"] for r in rows],
                                      [r["depth_ms"] for r in rows])
     assert last["breakpoint"] == bp
     assert last["conclusion"] == ("conclusion_holds" if bp is None else "conclusion_stops")
@@ -153,11 +152,11 @@ def test_breadth_depth_side_by_side(runs):
 
 def test_breadth_depth_breakpoint_rule():
     ns = [1, 2, 4, 8, 16]
-    assert ex.breadth_depth_breakpoint(ns, [1, 1, 1.1, 1.2, 1.2], [1] * 5) is None
-    assert ex.breadth_depth_breakpoint(ns, [1, 1, 1, 2, 3], [1] * 5) == 8
+    assert breadth_depth.breadth_depth_breakpoint(ns, [1, 1, 1.1, 1.2, 1.2], [1] * 5) is None
+    assert breadth_depth.breadth_depth_breakpoint(ns, [1, 1, 1, 2, 3], [1] * 5) == 8
     # one noisy mismatch below a matching point is not the breakpoint
-    assert ex.breadth_depth_breakpoint(ns, [1, 1.6, 1, 2, 3], [1] * 5) == 8
-    assert ex.breadth_depth_breakpoint(ns, [2, 2, 2, 2, 2], [1] * 5) == 1
+    assert breadth_depth.breadth_depth_breakpoint(ns, [1, 1.6, 1, 2, 3], [1] * 5) == 8
+    assert breadth_depth.breadth_depth_breakpoint(ns, [2, 2, 2, 2, 2], [1] * 5) == 1
 
 
 # --- the ledger -----------------------------------------------------------------------------------------
@@ -174,7 +173,7 @@ def test_ledger_adds_up_to_spent_flops(runs):
 
 
 def _ledger_matches_engine(run_events, totals):
-    led = ex.FlopsLedger()
+    led = ledger.FlopsLedger()
     for ev in run_events:
         led.add(ev)
     assert led.spent == pytest.approx(totals.spent_flops, rel=1e-12)
@@ -188,9 +187,9 @@ def _ledger_matches_engine(run_events, totals):
 
 def test_ledger_equals_engine_totals_ragged_batch(make_pair, prompts):
     # three rows with different drafts (n-gram finds different matches): padded verify slots
-    run = ex.timed_run(make_pair("ngram"), prompts[:3], 3, 3, 10)
+    run = common.timed_run(make_pair("ngram"), prompts[:3], 3, 3, 10)
     _ledger_matches_engine(run.events, run.totals)
-    run = ex.timed_run(make_pair("layerskip:1-2"), prompts[:2], 3, 2, 10, "confidence")
+    run = common.timed_run(make_pair("layerskip:1-2"), prompts[:2], 3, 2, 10, "confidence")
     _ledger_matches_engine(run.events, run.totals)
 
 
@@ -216,7 +215,7 @@ def test_ledger_theory_is_leviathan(runs):
     assert v["theory"] == pytest.approx(tokens)
     assert v["theory_speedup"] == pytest.approx(tokens / (g * c + 1))
     assert v["diff"] == pytest.approx(abs(v["theory_speedup"] / v["measured_speedup"] - 1))
-    assert runs["ledger"][-1]["conclusion"] == ("conclusion_agree" if v["diff"] <= ex.LEDGER_AGREE
+    assert runs["ledger"][-1]["conclusion"] == ("conclusion_agree" if v["diff"] <= ledger.LEDGER_AGREE
                                                 else "conclusion_differ")
     theory = {r["quantity"]: r for r in runs["ledger"][-1]["theory"]}
     assert theory["speedup"]["measured"] == v["measured_speedup"] and theory["tokens_per_pass"]["theory"] == v["theory"]
@@ -224,10 +223,10 @@ def test_ledger_theory_is_leviathan(runs):
 
 def test_leviathan_published_prediction():
     """Leviathan et al. 2023, T5-XXL with T5-small: α 0.75, γ 7, c ≈ 0.02 → their formula predicts 3.2×."""
-    t = ex.leviathan_theory(0.75, 7, 0.02)
+    t = ledger.leviathan_theory(0.75, 7, 0.02)
     assert round(t["speedup"], 1) == 3.2
     assert t["tokens_per_pass"] == pytest.approx((1 - 0.75 ** 8) / 0.25)
-    assert ex.leviathan_theory(0.0, 4, 0.1)["tokens_per_pass"] == 1.0
+    assert ledger.leviathan_theory(0.0, 4, 0.1)["tokens_per_pass"] == 1.0
 
 
 # --- the sweep ------------------------------------------------------------------------------------------
@@ -241,9 +240,9 @@ def test_sweep_fills_cell_by_cell_and_finds_crossover(runs):
     for d in ds[1:]:
         r = d["table"][-1]
         assert r["speedup"] is not None and r["speedup"] > 0              # known as soon as measured
-    cross = ex.sweep_crossover(last["table"])
+    cross = sweep.sweep_crossover(last["table"])
     assert last["crossover_batch"] == cross
-    assert last["best_depth"] == [{"batch_size": b, "depth": k} for b, k in ex.sweep_best_depths(last["table"]).items()]
+    assert last["best_depth"] == [{"batch_size": b, "depth": k} for b, k in sweep.sweep_best_depths(last["table"]).items()]
     assert last["conclusion"] == ("conclusion_no_crossover" if cross is None else "conclusion_crossover")
     assert last["conclusions"][0] == "conclusion_best"
     assert len(last["best_depth"]) == 3 and last["values"]["max_batch"] == 3
@@ -253,7 +252,7 @@ def test_sweep_fills_cell_by_cell_and_finds_crossover(runs):
 
 
 def test_sweep_publishes_sources():
-    pts = ex.published_points()
+    pts = sweep.published_points()
     assert pts and all(p["label"] == "published measurement" and p["source"] for p in pts)
     series = {p["series"] for p in pts}
     assert any("EAGLE-3" in s for s in series) and any(s.startswith("EAGLE on") for s in series)
@@ -262,20 +261,20 @@ def test_sweep_publishes_sources():
 
 
 def test_sweep_rule():
-    assert ex.sweep_conclusion(None) == "conclusion_no_crossover"
-    assert ex.sweep_conclusion(8) == "conclusion_crossover"
+    assert sweep.sweep_conclusion(None) == "conclusion_no_crossover"
+    assert sweep.sweep_conclusion(8) == "conclusion_crossover"
 
     def rows(grid):   # {batch: [tokens/s at k = 0, 1, 2]}
         return [{"batch_size": b, "depth": k, "tokens_per_s": t, "speedup": t / tps[0]}
                 for b, tps in grid.items() for k, t in enumerate(tps)]
     # a 1 % "win" at B = 32 is noise: plain is best there, and speculation stops paying from 32
     r = rows({1: [10, 15, 17], 16: [90, 95, 99], 32: [100, 96, 101]})
-    assert ex.sweep_best_depths(r) == {1: 2, 16: 2, 32: 0} and ex.sweep_crossover(r) == 32
+    assert sweep.sweep_best_depths(r) == {1: 2, 16: 2, 32: 0} and sweep.sweep_crossover(r) == 32
     assert crossover_from_rows(r) is None                  # the plain fastest-cell rule would say "never"
     # a batch size where it stops paying, followed by one where it pays again, is not the crossover
     r = rows({1: [10, 15, 17], 4: [40, 41, 40], 8: [60, 70, 66], 16: [90, 80, 85]})
-    assert ex.sweep_crossover(r) == 16
-    assert ex.sweep_crossover(rows({1: [10, 15, 17], 2: [20, 25, 30]})) is None
+    assert sweep.sweep_crossover(r) == 16
+    assert sweep.sweep_crossover(rows({1: [10, 15, 17], 2: [20, 25, 30]})) is None
 
 
 # --- policies -------------------------------------------------------------------------------------------
@@ -284,7 +283,7 @@ def test_policies_table_and_winners(runs):
     last = runs["policies"][-1]
     assert len(runs["policies"]) == 1 + 2 * 6 + 1          # start, plain + five policies per batch, final
     rows = last["table"]
-    assert {(r["policy"], r["batch_size"]) for r in rows} == {(p, b) for p in ex.POLICY_NAMES for b in (1, 3)}
+    assert {(r["policy"], r["batch_size"]) for r in rows} == {(p, b) for p in policies.POLICY_NAMES for b in (1, 3)}
     for w in last["winners"]:
         mine = [r for r in rows if r["batch_size"] == w["batch_size"]]
         assert w["tokens_per_s"] == max(r["tokens_per_s"] for r in mine)
@@ -296,13 +295,13 @@ def test_policies_table_and_winners(runs):
 
 
 def test_policies_rule():
-    assert ex.policies_conclusion({1: "fixed", 4: "adaptive"}, 0.01) == "conclusion_close"
-    assert ex.policies_conclusion({1: "fixed", 4: "fixed"}, 0.3) == "conclusion_same_winner"
-    assert ex.policies_conclusion({1: "fixed", 4: "adaptive"}, 0.3) == "conclusion_switch"
+    assert policies.policies_conclusion({1: "fixed", 4: "adaptive"}, 0.01) == "conclusion_close"
+    assert policies.policies_conclusion({1: "fixed", 4: "fixed"}, 0.3) == "conclusion_same_winner"
+    assert policies.policies_conclusion({1: "fixed", 4: "adaptive"}, 0.3) == "conclusion_switch"
     rows = [{"policy": p, "batch_size": b, "tokens_per_s": t, "vs_plain": t / 10}
             for p, b, t in [("fixed", 1, 20), ("adaptive", 1, 15), ("fixed", 4, 30), ("adaptive", 4, 40),
                             ("fixed", 16, 30), ("adaptive", 16, 45)]]
-    values, key, per_row = ex.policies_values(rows, [1, 4, 16])
+    values, key, per_row = policies.policies_values(rows, [1, 4, 16])
     assert key == "conclusion_switch"
     assert (values["small_policy"], values["large_policy"], values["batch"]) == ("fixed", "adaptive", 4)
     assert values["spread"] == pytest.approx(0.5) and values["policy"] == "adaptive"
@@ -311,14 +310,14 @@ def test_policies_rule():
     rows = [{"policy": p, "batch_size": b, "tokens_per_s": t, "vs_plain": 1.0}
             for p, b, t in [("fixed", 1, 20), ("adaptive", 1, 15), ("fixed", 4, 10), ("adaptive", 4, 40),
                             ("fixed", 16, 50), ("adaptive", 16, 45)]]
-    values, key, _ = ex.policies_values(rows, [1, 4, 16])
+    values, key, _ = policies.policies_values(rows, [1, 4, 16])
     assert (values["small_policy"], values["large_policy"], values["batch"]) == ("adaptive", "fixed", 16)
 
 
 def test_race_rule():
-    assert ex.race_conclusion(1.3) == "conclusion_faster"
-    assert ex.race_conclusion(0.8) == "conclusion_slower"
-    assert ex.race_conclusion(1.0) == "conclusion_even"
+    assert race.race_conclusion(1.3) == "conclusion_faster"
+    assert race.race_conclusion(0.8) == "conclusion_slower"
+    assert race.race_conclusion(1.0) == "conclusion_even"
 
 
 # --- figures --------------------------------------------------------------------------------------------
@@ -330,19 +329,19 @@ def test_figures_build_for_every_chapter(runs, dark):
         fa = {k: v for k, v in lessons.load("fa")["chapter"][ch].items() if isinstance(v, str)}
         for d in (ds[0], ds[len(ds) // 2], ds[-1]):      # empty, partial and final results all draw
             for labels in ({}, fa):
-                fig = charts_lesson.FIGURES[ch](d, labels, dark=dark)
+                fig = BY_KEY[ch].figure(d, labels, dark=dark)
                 assert fig.layout.paper_bgcolor == "rgba(0,0,0,0)" and fig.layout.plot_bgcolor == "rgba(0,0,0,0)"
                 assert fig.layout.template.layout.paper_bgcolor is not None
                 fig.to_json()
-        assert charts_lesson.FIGURES[ch](ds[-1], {}, dark).data, name
+        assert BY_KEY[ch].figure(ds[-1], {}, dark).data, name
 
 
 def test_figures_use_the_given_labels(runs):
-    race = charts_lesson.figure_race(runs["race"][-1], {"lane_plain": "PLAIN-X", "legend_draft": "DRAFT-X"})
-    assert "PLAIN-X" in {y for tr in race.data for y in (tr.y or [])}
-    assert "DRAFT-X" in {tr.name for tr in race.data}
-    sweep = charts_lesson.figure_sweep(runs["sweep"][-1], {})
-    names = [tr.name or "" for tr in sweep.data]
+    fig = race.figure_race(runs["race"][-1], {"lane_plain": "PLAIN-X", "legend_draft": "DRAFT-X"})
+    assert "PLAIN-X" in {y for tr in fig.data for y in (tr.y or [])}
+    assert "DRAFT-X" in {tr.name for tr in fig.data}
+    fig = sweep.figure_sweep(runs["sweep"][-1], {})
+    names = [tr.name or "" for tr in fig.data]
     assert any("EAGLE-3" in n and "published measurement" in n for n in names)
-    ledger = charts_lesson.figure_ledger(runs["ledger"][-1], {"part_rejected": "WASTE-X"})
-    assert "WASTE-X" in {tr.name for tr in ledger.data}
+    fig = ledger.figure_ledger(runs["ledger"][-1], {"part_rejected": "WASTE-X"})
+    assert "WASTE-X" in {tr.name for tr in fig.data}

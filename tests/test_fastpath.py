@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_engine_exact import MAX_NEW, assert_exact, run
 
-from specviz.engine.loop import Knobs
+from specviz.chapters import knee
+from specviz.engine.request import Knobs
 from specviz.fastpath import FastPath, cache_factory, check_compile, resolve
 from specviz.fastpath.cache import StaticCache, bucket
 from specviz.fastpath.llama import CompactLlama, Unsupported
-from test_engine_exact import MAX_NEW, assert_exact, run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -284,9 +285,15 @@ def test_compiled_path_is_lossless(make_pair, prompts, reference, tmp_path, monk
 
 def test_compile_choices(tmp_path, monkeypatch):
     assert check_compile(" ON ") == "on"
-    with pytest.raises(ValueError, match="auto, on, off"):
+    with pytest.raises(ValueError, match="auto, on, off, static"):
         check_compile("fast")
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    # on a CPU auto is what the app serves: the static path, falling back to eager where that measured faster
+    auto = resolve("auto", "cpu")
+    assert auto.mode == "static" and auto.auto
+    import specviz.fastpath as fp
+
+    monkeypatch.setattr(fp, "_on_cpu", lambda device: False)     # on CUDA: compiled where it measured faster
     assert resolve("auto").mode == "off" and "not measured" in resolve("auto").note
     from specviz.fastpath import record_auto
 
@@ -319,7 +326,8 @@ def test_cli_compile_flag(tiny_paths, tmp_path):
         outs[choice] = (final["outputs"], final["path"])
         assert all(step["path"] == final["path"] for step in lines[:-1])
     assert outs["off"][0] == outs["auto"][0] == outs["static"][0]
-    assert outs["auto"][1] == "eager (transformers)" and outs["static"][1].startswith("static (eager); weights ")
+    assert outs["static"][1].startswith("static (eager); weights ")
+    assert outs["auto"][1] == "eager (transformers)" or outs["auto"][1].startswith("static (eager); weights ")
     r = _cli("bench-hf", "--help", cache=tmp_path)
     assert "--compile" in r.stdout
     # bench-hf says which path and which weight layouts ran, in its text and its JSON
@@ -364,10 +372,10 @@ def _wait_warm(cache, choice, timeout=120):
 def test_warm_up_swaps_a_running_request_onto_the_fast_path_losslessly(tiny_paths, prompts, reference):
     import threading
 
-    from specviz.limits import Limits
     from specviz.engine.request import Request
-    from specviz.serve.scheduler import DeviceGate
+    from specviz.limits import Limits
     from specviz.serve.runner import Schedulers
+    from specviz.serve.scheduler import DeviceGate
 
     gate = DeviceGate()
     cache, choice = _pair_cache(tiny_paths, "static", exclusive=gate.exclusive)
@@ -406,7 +414,7 @@ def test_warm_up_swaps_a_running_request_onto_the_fast_path_losslessly(tiny_path
 
 
 def test_warm_up_stays_eager_when_the_fast_path_is_slower_or_differs(tiny_paths, monkeypatch):
-    from specviz.fastpath import warmup
+    from specviz.serve import warmup
 
     cache, choice = _pair_cache(tiny_paths, "auto")
     monkeypatch.setattr(warmup, "_one_token_ms", lambda eager, fast, ids: (1.0, 2.0))
@@ -525,14 +533,106 @@ def test_layout_choice_follows_the_timings():
     assert choose(_t((1, 0.5, 0.8), (1, 0.9, 0.5), (1, 1.2, 1.1))) == ("colmajor", "onednn", "stock")
     # no oneDNN on this CPU (ARM, bf16): only what is there
     assert choose([{"stock": 2, "colmajor": 1}] * 3) == ("colmajor",) * 3
-    # our rows kernel: its products count at ROWS_CREDIT (its layers also skip ~25 torch calls each)
+    # our rows kernel is one more candidate at its measured time: no credit for it
     amd = [{"stock": 64.8, "colmajor": 50.0, "onednn": 60.0, "rows": 30.9}, {"stock": 84.3, "colmajor": 80.0,
            "onednn": 76.7, "rows": 38.0}, {"stock": 310.0, "colmajor": 330.0, "onednn": 250.0, "rows": 223.5}]
     assert choose(amd) == ("rows",) * 3
-    near = [{"stock": 1.0, "onednn": 0.9, "rows": 1.05}] * 3     # 1.05 × 0.8 = 0.84 < 0.9: rows serves
-    assert choose(near) == ("rows",) * 3
-    far = [{"stock": 1.0, "onednn": 0.7, "rows": 1.0}] * 3       # 0.8 > 0.7: oneDNN's product wins
-    assert choose(far) == ("onednn",) * 3
+    near = [{"stock": 1.0, "onednn": 0.85, "rows": 1.05}] * 3    # once credited to win; now oneDNN's faster product
+    assert choose(near) == ("onednn",) * 3
+    # the Xeon of issue 27 (ms, one row, 576×1536): MKL 0.118, ours 0.166 → the library's product
+    xeon27 = [{"stock": 0.118, "colmajor": 0.127, "onednn": 0.186, "rows": 0.166}] * 3
+    assert choose(xeon27) == ("stock",) * 3
+    # what a C layer can call: onednn left out, the fastest of the rest
+    assert choose(near, allowed=("rows", "stock", "colmajor")) == ("stock",) * 3
+
+
+def _plan_times(*per_class):
+    """times[shape][class][layout] for two shapes from per-class dicts (the head is (96, 64))."""
+    return {(96, 64): list(per_class), (128, 64): list(per_class)}
+
+
+def test_whole_pass_candidates_and_the_kept_pass_follow_the_timings():
+    """The C candidate's matrices are all ones the C layer can call (no oneDNN) while the head keeps
+    its fastest layout; each row class keeps the candidate whose pass measured fastest; eager faster
+    than every fast pass at one row is reported (what --compile auto reads)."""
+    from specviz.fastpath import passes, rows
+    from specviz.fastpath.layout import Plan
+
+    if rows.library() is None:
+        pytest.skip(f"rows kernel not built here: {rows.why()}")
+    t = {"stock": 1.0, "colmajor": 0.95, "onednn": 0.5, "rows": 0.8}
+    base = Plan({}, "measured", _plan_times(t, t, t), {(96, 64): 1, (128, 64): 1})
+    cands = passes.candidates(base, (96, 64))
+    assert cands[passes.TORCH].choice[(128, 64)] == ("onednn",) * 3 and cands[passes.TORCH].c_layers == (False,) * 3
+    assert cands[passes.C].choice[(128, 64)] == ("rows",) * 3 and cands[passes.C].c_layers == (True,) * 3
+    assert cands[passes.C].choice[(96, 64)] == ("onednn",) * 3          # the head is a torch product
+    ms = {passes.TORCH: [10.0, 20.0, 50.0], passes.C: [8.0, 22.0, 60.0], passes.EAGER: [9.0, None, None]}
+    final = passes._merge(cands, [passes.C, passes.TORCH, passes.TORCH], {"ms": ms}, "measured")
+    assert final.c_layers == (True, False, False)
+    assert final.choice[(128, 64)] == ("rows", "onednn", "onednn")
+    assert passes.eager_faster(final) is None
+    slow = passes._merge(cands, [passes.TORCH] * 3, {"ms": {**ms, passes.EAGER: [5.0, None, None]}}, "measured")
+    assert passes.eager_faster(slow) == (10.0, 5.0)
+    assert "1 row: torch layers" in passes.describe(slow)
+
+
+def test_a_measurement_on_a_busy_or_old_machine_is_taken_again():
+    from specviz.hardware.device import BUSY_LOAD_PER_CPU, MAX_AGE_S, is_busy, remeasure_reason
+
+    now = 1e9
+    quiet = {"load": 0.1, "cpus": 2, "at": now - 60}
+    assert not is_busy(quiet) and remeasure_reason(quiet, now) == ""
+    busy = {**quiet, "load": 2 * BUSY_LOAD_PER_CPU}
+    assert is_busy(busy) and "busy" in remeasure_reason(busy, now)
+    assert "days old" in remeasure_reason({**quiet, "at": now - 2 * MAX_AGE_S}, now)
+    assert remeasure_reason(None, now) != ""                 # an older version's entry, without a load
+    import os
+
+    assert remeasure_reason({**busy, "pid": os.getpid()}, now) == ""    # this process's own: kept till restart
+    assert remeasure_reason({**busy, "pid": -1}, now) != ""
+
+
+def test_calibrated_peaks_measured_on_a_busy_machine_are_not_kept(tmp_path, monkeypatch):
+    from specviz.hardware import device
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    calls, loads = [], iter([3.0, 0.1, 0.1])
+    monkeypatch.setattr(device, "calibrate", lambda d, t, **kw: calls.append(1) or device.Peaks("cpu", 1e10, 1e11, "float32"))
+    monkeypatch.setattr(device.os, "getloadavg", lambda: (next(loads), 0, 0))
+    monkeypatch.setattr(device.os, "cpu_count", lambda: 2)
+    pid = {"now": 1}
+    monkeypatch.setattr(device, "_this_process", lambda: pid["now"])
+    device.cached_peaks(torch.device("cpu"), torch.float32)    # busy: stored, but not for good
+    device.cached_peaks(torch.device("cpu"), torch.float32)    # the same process keeps it until it ends
+    assert len(calls) == 1
+    pid["now"] = 2                                             # the next start
+    device.cached_peaks(torch.device("cpu"), torch.float32)    # so measured again (quiet now)
+    pid["now"] = 3
+    device.cached_peaks(torch.device("cpu"), torch.float32)    # and this quiet one is kept
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize("kinds", [("stock",) * 3, ("colmajor",) * 3, ("stock", "colmajor", "rows")])
+def test_c_layers_can_call_the_library_product(loaded, monkeypatch, kinds):
+    """A C layer multiplies through the BLAS product torch links (stock or column-major matrix) where
+    that measured faster, per row class, and still gives transformers' logits."""
+    from specviz.fastpath import llama, rows
+    from specviz.fastpath.layout import Plan
+
+    _need_rows_kernel()
+    if not rows.has_gemm():
+        pytest.skip("torch links no BLAS sgemm here: the C layer multiplies with our kernel only")
+    real = llama.plan_for
+
+    def forced(weights, compiled=False):
+        shapes = {tuple(w.shape) for w in weights}
+        return Plan({s: kinds for s in shapes}, "test", {}, {}, (True,) * 3)
+    monkeypatch.setattr(llama, "plan_for", forced)
+    for model in (loaded["target"].model, _qwen2_with_biases()):
+        compact = CompactLlama(model)
+        assert all(c is not None for c in compact._c_layers)
+        _check_against_transformers(model)
+    monkeypatch.setattr(llama, "plan_for", real)
 
 
 def test_layout_plan_is_measured_once_kept_in_the_cache_and_reported(tmp_path, monkeypatch):
@@ -548,6 +648,8 @@ def test_layout_plan_is_measured_once_kept_in_the_cache_and_reported(tmp_path, m
         return [{n: (1.0 if n == fast else 3.0) for n in names}] + [{n: (1.0 if n == names[-1] else 2.0)
                                                                         for n in names}] * 2
     monkeypatch.setattr(layout, "time_layouts", fake)
+    load = {"load": 0.1, "cpus": 2, "at": __import__("time").time()}   # a quiet machine (the test's own may be busy)
+    monkeypatch.setattr(layout, "load_now", lambda: dict(load))
     ws = [torch.randn(8, 4), torch.randn(8, 4), torch.randn(4, 8)]
     plan = layout.plan_for(ws)
     last = layout.available(torch.float32)[-1]
@@ -565,15 +667,38 @@ def test_layout_plan_is_measured_once_kept_in_the_cache_and_reported(tmp_path, m
     layout.forget()                                            # `calibrate` re-times with the peaks
     layout.plan_for(ws)
     assert len(calls) == 4
+    import json
+    import os
+
+    load.update(load=4.0, pid=os.getpid())                     # timed on a busy machine: kept until the next start
+    layout.forget()
+    layout.plan_for(ws)
+    layout.plan_for(ws)
+    assert len(calls) == 6                                     # this process keeps it
+    load["pid"] = -1                                           # as if a later start read it
+    layout.forget()
+    layout.plan_for(ws)
+    table = json.loads((tmp_path / "layouts.json").read_text())
+    layout.plan_for(ws)
+    assert len(calls) == 10 and table                          # another process's busy timing: taken again
     assert layout.plan_for(ws, compiled=True).choice[(8, 4)] == ("colmajor",) * 3   # what the compiler traces
 
 
-@pytest.mark.parametrize("forced", ["stock", "colmajor", "onednn", "rows", "mixed"])
+@pytest.mark.parametrize("forced", ["stock", "colmajor", "onednn", "rows", "mixed", "C+stock", "C+colmajor"])
 def test_every_layout_gives_the_target_s_greedy_tokens(make_pair, prompts, reference, monkeypatch, forced):
-    from specviz.fastpath import layout
+    from specviz.fastpath import layout, llama, rows
 
     if forced in ("onednn", "rows") and forced not in layout.available(torch.float32):
         pytest.skip(f"no {forced} layout on this CPU")
+    if forced.startswith("C+"):      # whole C layers calling the library's product (no bit-exact verify)
+        if rows.library() is None or not rows.has_gemm():
+            pytest.skip("no C layer with the library product on this CPU")
+        name = forced[2:]
+        monkeypatch.setattr(llama, "plan_for", lambda ws, compiled=False: layout.Plan(
+            {tuple(w.shape): (name,) * 3 for w in ws}, f"test {forced}", {}, {}, (True,) * 3))
+        forced, want_c = "stock", True       # the env var below is then unused (plan_for is replaced)
+    else:
+        want_c = forced == "rows"
     if forced == "mixed":           # a different layout per row class (Routed weights)
         monkeypatch.delenv("SPECVIZ_LAYOUT", raising=False)
         names = layout.available(torch.float32)
@@ -585,6 +710,8 @@ def test_every_layout_gives_the_target_s_greedy_tokens(make_pair, prompts, refer
     for draft in ("ngram", "draft"):
         pair = make_pair(draft, "static")
         assert pair.fast.layout and pair.fast.layout in pair.fast.shown
+        if want_c:
+            assert "layers in C" in pair.fast.layout
         eng, _ = run(pair, prompts, Knobs(depth=4, batch_size=4 if draft == "ngram" else 1))
         assert_exact(eng, reference)
         eng, _ = run(pair, prompts[:1], Knobs(depth=0, batch_size=1))
@@ -592,7 +719,6 @@ def test_every_layout_gives_the_target_s_greedy_tokens(make_pair, prompts, refer
 
 
 def test_knee_is_measured_through_the_pairs_forward_path(make_pair):
-    from specviz.chapters import experiments
     from specviz.hardware.device import measure_latency
 
     pair = make_pair("ngram", "static")
@@ -603,13 +729,13 @@ def test_knee_is_measured_through_the_pairs_forward_path(make_pair):
         return pair.target_cache(batch)
     secs = measure_latency(t.model, [1, 4], 16, t.device, t.dtype, 2, counting)
     assert len(secs) == 2 and all(s > 0 for s in secs) and len(made) == 2 * 3      # a fresh cache per pass
-    final = list(experiments.run_knee(pair, None, context=16, repeats=1, cap=4))[-1]
+    final = list(knee.run_knee(pair, None, context=16, repeats=1, cap=4))[-1]
     assert final["done"] and [r["tokens_per_pass"] for r in final["table"]] == [1, 2, 4]
 
 
 def test_counters_say_which_path_ran():
-    from specviz.ui import counters
     from specviz.serve.catalog import FastStatus
+    from specviz.ui import counters
 
     assert counters.path_md("en", "", None) == ""                  # an old recording: nothing to say
     en = counters.path_md("en", "eager (transformers)", FastStatus("warming"))
@@ -632,9 +758,8 @@ def test_served_app_serves_two_clients_on_the_fast_path(tiny_paths, tmp_path, gr
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from gradio_client import Client
-
     from apphelp import start_app, stop_app
+    from gradio_client import Client
 
     log = tmp_path / "app.log"
     proc, url = start_app(tiny_paths["target"], tiny_paths["draft"], log, {"SPECVIZ_COMPILE": "static"})
@@ -681,3 +806,46 @@ def test_ngram_lookup_is_the_earliest_longest_match():
     for _ in range(2000):
         seq = [rnd.randrange(rnd.choice([2, 5, 50])) for _ in range(rnd.randrange(40))]
         assert d.lookup(seq, 4) == plain(seq, 4), seq
+
+
+def test_auto_falls_back_to_eager_where_eager_measured_faster(loaded, monkeypatch):
+    """--compile auto on a CPU: the static path, unless its whole-pass timing found eager faster at one
+    row; then eager, with a sentence giving both figures."""
+    from specviz.fastpath import passes
+
+    model = loaded["target"].model
+    monkeypatch.delenv("SPECVIZ_LAYOUT", raising=False)
+    monkeypatch.setattr(passes, "eager_faster", lambda plan: None)
+    factory, fast = cache_factory(model, resolve("auto", "cpu"))
+    assert factory is not None and fast.mode == "static"
+    monkeypatch.setattr(passes, "eager_faster", lambda plan: (12.5, 10.0))
+    factory, fast = cache_factory(model, resolve("auto", "cpu"))
+    assert factory is None and fast.mode == "off" and "12.5 vs 10.0 ms" in fast.note
+
+
+def test_the_avx512_kernel_variant_gives_the_default_kernel_s_bits(tmp_path, monkeypatch):
+    """SPECVIZ_KERNEL_WIDE=1 (off by default) builds the 512-bit product: on a CPU with AVX-512 it must
+    give the 256-bit kernel's results bit for bit, at every row count and thread count."""
+    from specviz.fastpath import rows
+
+    _need_rows_kernel()
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    monkeypatch.setenv("SPECVIZ_KERNEL_WIDE", "1")
+    wide, why = rows._load()
+    assert wide is not None, why
+    if not wide.specviz_isa().decode().startswith("avx512 (512"):
+        pytest.skip(f"no AVX-512 here: the variant is not built ({wide.specviz_isa().decode()})")
+    narrow = rows.library()
+    assert rows.isa().startswith(("avx512 (256", "avx2", "neon", "generic"))   # the default stays 256-bit
+    g = torch.Generator().manual_seed(0)
+    for n, k in ((37, 40), (200, 72), (33, 7)):
+        p = rows.pack(torch.randn(n, k, generator=g))
+        for m in range(1, 18):
+            x = torch.randn(m, k, generator=g)
+            for threads in (1, 2):
+                ys = []
+                for lib in (narrow, wide):
+                    y = torch.empty(m, p.blocks.shape[0] * rows.BLOCK)
+                    lib.specviz_rows(x.data_ptr(), m, k, p.blocks.data_ptr(), y.shape[1], y.data_ptr(), threads)
+                    ys.append(y)
+                assert torch.equal(*ys), (n, k, m, threads)

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from specviz.hardware import device as hw
+from specviz.hardware import presets
 from specviz.hardware import roofline as rf
 
 
@@ -44,11 +45,32 @@ def test_sampler_with_nothing_reports_unavailable_not_zero(monkeypatch):
         s.stop()
 
 
-def test_calibration_is_positive_and_plausible():
+def test_calibration_turns_its_timings_into_the_right_rates(monkeypatch):
+    """The figures follow from what was timed: a copy of size_mb (read + write) and an n × n matmul.
+    The timer is replaced (a rate on a shared machine has no bound worth asserting); each timed
+    operation still runs, and is checked to do the work the formula counts."""
+    import torch
+
+    timed = []
+
+    def fake_timed(fn, device, repeats):
+        out = fn()
+        timed.append(out)
+        return 0.01 if len(timed) == 1 else 0.002          # 10 ms for the copy, 2 ms for the matmul
+    monkeypatch.setattr(hw, "_timed", fake_timed)
+    peaks = hw.calibrate(size_mb=4, matmul_n=64, repeats=2)
+    copy, product = timed
+    assert copy.numel() * 4 == 4 * 2**20 and bool((copy == 1).all())
+    assert product.shape == (64, 64)
+    assert peaks.bandwidth == pytest.approx(2 * 4 * 2**20 / 0.01)
+    assert peaks.flops == pytest.approx(2 * 64**3 / 0.002)
+    assert peaks.ridge == pytest.approx(peaks.flops / peaks.bandwidth)
+    assert peaks.device == "cpu" and peaks.dtype == str(torch.get_default_dtype()).replace("torch.", "")
+
+
+def test_calibration_measures_something():
     peaks = hw.calibrate(size_mb=32, matmul_n=256, repeats=2)
-    assert 1e8 < peaks.bandwidth < 1e13        # 0.1 GB/s … 10 TB/s
-    assert 1e8 < peaks.flops < 1e16
-    assert peaks.ridge > 0
+    assert peaks.bandwidth > 0 and peaks.flops > 0 and peaks.ridge > 0
 
 
 def test_regimes():
@@ -62,13 +84,13 @@ def test_regimes():
 
 
 def test_presets_and_whatif():
-    assert rf.GPUS["H100 SXM"].ridge == pytest.approx(295, rel=0.01)
-    assert rf.GPUS["H200"].ridge == pytest.approx(206, rel=0.01)
-    assert 130e6 < rf.MODELS["SmolLM2-135M"].params < 140e6
-    assert 6.5e9 < rf.MODELS["Qwen2.5-7B"].params < 8e9
+    assert presets.GPUS["H100 SXM"].ridge == pytest.approx(295, rel=0.01)
+    assert presets.GPUS["H200"].ridge == pytest.approx(206, rel=0.01)
+    assert 130e6 < presets.MODELS["SmolLM2-135M"].params < 140e6
+    assert 6.5e9 < presets.MODELS["Qwen2.5-7B"].params < 8e9
     # bf16 weights, 2 FLOPs per parameter: the knee sits near the ridge / 1 FLOP-per-byte
-    h200 = rf.GPUS["H200"]
-    knee = rf.predicted_knee(rf.MODELS["Qwen2.5-7B"], h200.bandwidth, h200.flops, context=256)
+    h200 = presets.GPUS["H200"]
+    knee = rf.predicted_knee(presets.MODELS["Qwen2.5-7B"], h200.bandwidth, h200.flops, context=256)
     assert 120 < knee < 260
     # memory-bound step model: flat up to 64 tokens per pass, linear after
     step = lambda n: max(1.0, n / 64)  # noqa: E731
@@ -96,8 +118,9 @@ def test_sweep_cli_end_to_end(tiny_paths, tmp_path):
 
 
 def test_roofline_on_a_shape_ref_writes_a_profile(tmp_path):
-    from specviz.hardware.profiles import load_profile
     from test_models_and_cli import cli
+
+    from specviz.hardware.profiles import load_profile
 
     prof = tmp_path / "p.json"
     r = cli("roofline", "--target", "shape:SmolLM2-135M", "--max-tokens", "4", "--repeats", "1",
@@ -123,6 +146,8 @@ def test_peaks_are_cached_per_machine(tmp_path, monkeypatch):
         return hw.Peaks(device.type, 1e10 * len(calls), 1e11, "float32")
 
     monkeypatch.setattr(hw, "calibrate", fake_calibrate)
+    # a quiet machine (the tests' own may be busy: then every call re-measures, tested in test_fastpath.py)
+    monkeypatch.setattr(hw, "load_now", lambda: {"load": 0.0, "cpus": 2, "at": __import__("time").time()})
     first = hw.cached_peaks()
     assert hw.cached_peaks() == first and len(calls) == 1          # the second call reads the cache
     assert hw.cached_peaks(refresh=True).bandwidth == 2e10          # `calibrate` measures again

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from specviz import lessons
+from specviz.chapters import KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON_DIR = ROOT / "specviz" / "lessons"
@@ -59,11 +60,11 @@ def test_same_keys_in_every_language(tables):
 
 def test_structure_follows_the_argument(tables):
     data = lessons.load("en")
-    assert tuple(data["chapter"]) == lessons.CHAPTERS
-    for chapter in lessons.CHAPTERS:
+    assert tuple(data["chapter"]) == KEYS
+    for chapter in KEYS:
         for part in ("title", "body", "button", "running"):
             assert f"chapter.{chapter}.{part}" in tables["en"]
-    for chapter in lessons.CHAPTERS[1:]:
+    for chapter in KEYS[1:]:
         assert any(k.startswith(f"chapter.{chapter}.conclusion_") for k in tables["en"]), chapter
     assert set(data["policies"]) == {"fixed", "disable-by-batch-size", "batch-table", "adaptive", "confidence"}
     from specviz.engine.policies import POLICY_NAMES
@@ -103,7 +104,7 @@ def test_conclusion_templates_carry_their_numbers(tables):
 
 def test_persian_is_persian_with_english_terms(tables):
     fa = tables["fa"]
-    for chapter in lessons.CHAPTERS:
+    for chapter in KEYS:
         body = fa[f"chapter.{chapter}.body"]
         assert len(ARABIC_SCRIPT.findall(body)) > 100, chapter
         assert body != tables["en"][f"chapter.{chapter}.body"]
@@ -117,7 +118,10 @@ def test_persian_is_persian_with_english_terms(tables):
     assert "batch" in fa["chapter.sweep.body"] and "throughput" in fa["chapter.sweep.body"]
     assert "breadth" in fa["chapter.breadth_depth.body"] and "depth" in fa["chapter.breadth_depth.body"]
     assert "FLOP" in fa["chapter.ledger.body"]
-    assert "--speculative-disable-by-batch-size" in fa["chapter.policies.body"]
+    # vLLM's current knob, not only its removed flag (vLLM dropped --speculative-disable-by-batch-size in
+    # 2026): the lesson's vLLM history is current in both languages
+    for lang in ("en", "fa"):
+        assert "num_speculative_tokens_per_batch_size" in tables[lang]["chapter.policies.vllm_body"], lang
 
 
 def test_direction():

@@ -9,9 +9,9 @@ import pickle
 import re
 
 import pytest
+from test_app import browser_page, needs_chromium
 
 from specviz import lessons
-from test_app import browser_page, needs_chromium
 
 ARABIC = re.compile(r"[\u0600-\u06FF]")
 # a Latin word, hyphenated or dotted compounds whole ("speed-up", "n-gram", "Llama-3.1-8B", "UTF-8")
@@ -120,9 +120,9 @@ def _raised(fn, *args, **kwargs) -> Exception:
 
 
 def test_errors_keep_their_english_and_speak_persian():
+    from specviz.engine.policies import make_policy, parse_table
     from specviz.limits import Limits, check_prompt_ids, check_prompt_text, check_request
     from specviz.pairs.models import parse_draft_ref, resolve_ref
-    from specviz.engine.policies import make_policy, parse_table
 
     cases = [
         (_raised(check_request, 100, 1, 0, 5), "batch size (rows) must be from 1 to 64; 100 is out of range"),
@@ -173,8 +173,8 @@ def test_bidi_persian_values_stay_right_to_left_and_times_sits_inside():
 
 
 def test_chapter_titles_and_chart_labels_are_isolated_right_to_left():
-    from specviz.ui.lesson import chapter_choices, chart_labels
     from specviz.serve.live import live_labels
+    from specviz.ui.lesson import chapter_choices, chart_labels
 
     for label, _ in chapter_choices("fa"):
         assert label.startswith(lessons.RLI) and label.endswith(lessons.PDI)
@@ -229,7 +229,7 @@ def test_sentences_the_code_makes_for_the_page_speak_persian_and_keep_their_engl
     each is a Said whose English is exactly what the CLI, the logs and the JSON said before."""
     from specviz.fastpath import FastPath
     from specviz.fastpath.layout import CLASS_NAMES
-    from specviz.hardware import roofline as rf
+    from specviz.hardware import costmodel
     from specviz.hardware.profiles import load_published, stack_calibration
     from specviz.lessons import Listed, Said
     from specviz.pairs.models import HUB_PRESETS
@@ -239,11 +239,11 @@ def test_sentences_the_code_makes_for_the_page_speak_persian_and_keep_their_engl
     from specviz.vllm.backend import pair_label
 
     # the What-if cost-model line
-    assert rf.SERVING.source == ("SpecDecode-Bench (arXiv 2601.11580) pass-time fit, vLLM 0.10.1, H100, "
+    assert costmodel.SERVING.source == ("SpecDecode-Bench (arXiv 2601.11580) pass-time fit, vLLM 0.10.1, H100, "
                                  "Llama-3.1-8B: 5.9 ms + 21 µs/token + 39 ns/cached token + 1.2 ms/step")
-    sglang = stack_calibration("SGLang v0.4.4", rf.SERVING, load_published())
+    sglang = stack_calibration("SGLang v0.4.4", costmodel.SERVING, load_published())
     assert sglang.name == "serving stack (SpecDecode-Bench fit) + SGLang v0.4.4 bookkeeping (fitted)"
-    for text in (rf.IDEAL.name, rf.IDEAL.source, rf.SERVING.name, rf.SERVING.source, sglang.name, sglang.source):
+    for text in (costmodel.IDEAL.name, costmodel.IDEAL.source, costmodel.SERVING.name, costmodel.SERVING.source, sglang.name, sglang.source):
         _persian(text)
     # the counters' forward path
     layout = Said("playground.fast.weights", layouts=Listed(

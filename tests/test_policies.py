@@ -1,7 +1,6 @@
 import pytest
 
-from specviz.engine.policies import (AdaptiveGoodput, PlanContext, PolicyError, StepObservation, make_policy,
-                              parse_table)
+from specviz.engine.policies import AdaptiveGoodput, PlanContext, PolicyError, StepObservation, make_policy, parse_table
 
 
 def test_fixed_and_disable():

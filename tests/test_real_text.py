@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from specviz.engine.loop import Knobs
+from specviz.engine.request import Knobs
 from specviz.pairs.models import OFFLINE_ALIAS
 
 

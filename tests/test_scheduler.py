@@ -5,9 +5,9 @@ import time
 import pytest
 import torch
 
-from specviz.limits import Limits
 from specviz.engine.policies import make_policy, parse_table
 from specviz.engine.request import Knobs, Request
+from specviz.limits import Limits
 from specviz.serve.scheduler import Busy, DeviceGate, Scheduler
 
 MAX_NEW = 24
@@ -31,8 +31,14 @@ def collect(ticket):
     return events, last
 
 
-def run_concurrently(sched, requests):
-    tickets = [sched.submit(r) for r in requests]
+def run_concurrently(sched, requests, gate=None):
+    """Submit every request and consume each in its own thread. With the scheduler's `gate` given, the
+    submissions happen while it is held (the batch cannot step), so they share steps whatever the load."""
+    if gate is not None:
+        with gate.exclusive():
+            tickets = [sched.submit(r) for r in requests]
+    else:
+        tickets = [sched.submit(r) for r in requests]
     results = [None] * len(tickets)
 
     def consume(i):
@@ -53,10 +59,11 @@ POLICIES = [lambda: make_policy("fixed"), lambda: make_policy("disable-by-batch-
 
 @pytest.mark.parametrize("draft", ["layerskip:1-2", "draft", "ngram"])
 def test_eight_concurrent_requests_share_steps_and_stay_exact(make_pair, prompts, reference, draft):
-    sched = make_scheduler(make_pair(draft))
+    gate = DeviceGate()
+    sched = make_scheduler(make_pair(draft), gate=gate)
     reqs = [Request([prompts[i % 4]], Knobs(depth=i % 6, batch_size=1 + i % 2, policy=POLICIES[i % 5]()),
                     MAX_NEW) for i in range(8)]
-    _, results = run_concurrently(sched, reqs)
+    _, results = run_concurrently(sched, reqs, gate)
     shared = []
     for i, (events, last) in enumerate(results):
         assert last.final and not last.error
@@ -158,19 +165,32 @@ def test_out_of_memory_ends_only_the_culprit(make_pair, prompts, reference):
                 raise torch.OutOfMemoryError("CUDA out of memory (induced by the test)")
             return model(*args, **kw)
         eng.target = forward
-    sched = make_scheduler(make_pair("layerskip:1-2"), engine_hook=hook)
-    small = Request([prompts[0]], Knobs(depth=1, batch_size=1), 30)
+    gate = DeviceGate()
+    sched = make_scheduler(make_pair("layerskip:1-2"), engine_hook=hook, gate=gate)
+    small = Request([prompts[0]], Knobs(depth=1, batch_size=1), 60)
     t_small = sched.submit(small)
-    got = {}
-    th = threading.Thread(target=lambda: got.setdefault("small", collect(t_small)))
-    th.start()
-    time.sleep(0.3)
+    updates = t_small.updates()
+    first = next(updates)
+    while not first.events:          # small has run a step: it is in the batch (no clock involved)
+        first = next(updates)
     big = Request([prompts[1]], Knobs(depth=4, batch_size=3), 30)
-    _, last_big = collect(sched.submit(big))
+    with gate.exclusive():           # the batch pauses: small is still running when big joins it
+        assert not small.done
+        t_big = sched.submit(big)
+    got = {}
+
+    def rest():
+        last = first
+        for upd in updates:
+            last = upd
+        got["small"] = last
+    th = threading.Thread(target=rest)
+    th.start()
+    _, last_big = collect(t_big)
     th.join(60)
     assert last_big.final and "out of memory" in last_big.error and "lower the batch size" in last_big.error
-    _, last_small = got["small"]
-    assert not last_small.error and last_small.outputs[0] == reference(0, 30)
+    last_small = got["small"]
+    assert not last_small.error and last_small.outputs[0] == reference(0, 60)
     _, again = collect(sched.submit(Request([prompts[2]], Knobs(depth=1, batch_size=1), 12)))
     assert not again.error and again.outputs[0] == reference(2, 12)
     sched.close()

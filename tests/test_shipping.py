@@ -4,7 +4,6 @@ import urllib.request
 from pathlib import Path
 
 import yaml
-
 from apphelp import start_app, stop_app
 
 ROOT = Path(__file__).resolve().parents[1]

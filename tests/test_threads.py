@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz.chapters import experiments as ex
+from specviz.chapters import breadth_depth, knee, ledger, policies, race, sweep
 from specviz.hardware.device import Peaks
 
 SRC = Path(__file__).resolve().parents[1] / "specviz"
@@ -88,12 +88,12 @@ def on_fresh_threads(gen) -> list[dict]:
 def test_every_chapter_survives_thread_hops(make_pair, prompts, chapter):
     skip, ngram = make_pair("layerskip:1-2"), make_pair("ngram")
     peaks = Peaks("cpu", 3.0e10, 3.0e10, "float32")
-    make = {"race": lambda: ex.run_race(skip, prompts[1], depth=3, max_new=8),
-            "knee": lambda: ex.run_knee(skip, peaks, context=16, repeats=1, cap=4),
-            "breadth_depth": lambda: ex.run_breadth_depth(skip, context=16, ns=(1, 2, 4), repeats=1),
-            "ledger": lambda: ex.run_ledger(skip, prompts[1], depth=3, max_new=8),
-            "sweep": lambda: ex.run_sweep(ngram, prompts[0], batches=(1, 2), depths=(1,), max_new=4),
-            "policies": lambda: ex.run_policies(skip, prompts[:2], batches=(1, 2), depth=2, max_new=4)}[chapter]
+    make = {"race": lambda: race.run_race(skip, prompts[1], depth=3, max_new=8),
+            "knee": lambda: knee.run_knee(skip, peaks, context=16, repeats=1, cap=4),
+            "breadth_depth": lambda: breadth_depth.run_breadth_depth(skip, context=16, ns=(1, 2, 4), repeats=1),
+            "ledger": lambda: ledger.run_ledger(skip, prompts[1], depth=3, max_new=8),
+            "sweep": lambda: sweep.run_sweep(ngram, prompts[0], batches=(1, 2), depths=(1,), max_new=4),
+            "policies": lambda: policies.run_policies(skip, prompts[:2], batches=(1, 2), depth=2, max_new=4)}[chapter]
     got = on_fresh_threads(make())
     assert got and got[-1]["done"], chapter
 

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from apphelp import ROOT, client, start_app, stop_app, unexpected_tracebacks
+
 from specviz.vllm.client import VllmClient, VllmError
 from specviz.vllm.launcher import LaunchSpec, VllmServer, free_port, vllm_installed
 
@@ -47,9 +47,16 @@ class Running:
         self.url, self.server = url, server
 
     def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+
+    def freeze(self) -> None:
+        """Stop the server's processes where they are (SIGSTOP): a Run streaming from it cannot finish."""
+        self.signal(signal.SIGSTOP)
+
+    def signal(self, sig) -> None:
         if self.server is None:
             pytest.skip("the server was not started by the tests (SPECVIZ_TEST_VLLM_URL)")
-        os.killpg(self.server.proc.pid, signal.SIGKILL)
+        os.killpg(self.server.proc.pid, sig)
 
 
 @pytest.fixture(scope="session")
@@ -224,6 +231,8 @@ def test_server_killed_mid_run_is_a_sentence(app_on_vllm, vllm_server):
     deadline = time.time() + 120
     while time.time() < deadline and not any("tok-" in str(o[0]) for o in job.outputs()):
         time.sleep(0.1)
+    # frozen at once, the server cannot finish the Run whatever the machine's speed; then killed
+    vllm_server.freeze()
     assert not job.done(), "the Run ended before the server could be stopped"
     vllm_server.kill()
     with pytest.raises(Exception) as err:

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from specviz.chapters import BY_KEY, sweep
+from specviz.engine.policies import FIXED
 from specviz.vllm import metrics, steps
 from specviz.vllm.client import VllmClient, VllmError, normalise_url, parse_chunk, refusal
 from specviz.vllm.launcher import LaunchSpec, server_argv, speculative_config
@@ -272,8 +274,8 @@ def test_recorded_vllm_sweep_loads_apart_from_ours(tmp_path):
 
 
 def test_recorded_vllm_sweep_as_the_lesson_reads_it(tmp_path):
-    from specviz.hardware import profiles
     from specviz.chapters import vllm_panels as vl
+    from specviz.hardware import profiles
 
     _recorded_vllm(tmp_path)
     (sw,) = profiles.load_sweeps(tmp_path, engine="vllm")
@@ -291,19 +293,18 @@ def test_recorded_vllm_sweep_as_the_lesson_reads_it(tmp_path):
 
 
 def test_recorded_vllm_panels_say_version_machine_and_command_in_both_languages(tmp_path):
-    from specviz.chapters import figures as charts_lesson
+    from specviz.chapters import vllm_panels as vl
     from specviz.hardware import profiles
     from specviz.ui.lesson import chart_labels, vllm_md
-    from specviz.chapters import vllm_panels as vl
 
     _recorded_vllm(tmp_path)
     (sw,) = profiles.load_sweeps(tmp_path, engine="vllm")
     for lang in ("en", "fa"):
-        md = vllm_md(lang, "policies", sw)
+        md = vllm_md(lang, BY_KEY["policies"], sw)
         assert "0.32.0" in md and "AMD EPYC" in md and "sweep --engine vllm" in md
         assert "0.95×" in md and "1.03×" in md and "{" not in md
-        assert "sweep --engine vllm" in vllm_md(lang, "sweep", sw)
-        fig = charts_lesson.figure_recorded_sweep(vl.sweep_result(sw), chart_labels(lang, "sweep"))
+        assert "sweep --engine vllm" in vllm_md(lang, BY_KEY["sweep"], sw)
+        fig = sweep.figure_recorded_sweep(vl.sweep_result(sw), chart_labels(lang, "sweep"))
         assert fig.data[0].type == "heatmap" and "★ 2.00×" in fig.data[0].text[2][0]
 
 
@@ -379,7 +380,7 @@ def test_a_run_at_a_depth_still_starting_gets_a_sentence_naming_the_ready_ones()
     class Inner:
         zero_gpu = False
     (choice,) = vllm_choices([pool])
-    req = RunRequest("smollm2-135m-offline", "ngram", ((1, 2, 3),), 2, 1, "fixed", None, 0.0, 8)
+    req = RunRequest("smollm2-135m-offline", "ngram", ((1, 2, 3),), 2, 1, FIXED, 0.0, 8)
     router = VllmRouter(Inner(), [pool])
     for _ in range(2):             # the press that starts it, and a press while it is still starting
         router.ready(choice)       # the pair itself is ready: which server depends on the Run's depth
@@ -407,8 +408,8 @@ def test_picking_a_pair_sets_the_depth_slider_by_its_engine():
     from types import SimpleNamespace
 
     from specviz.serve.catalog import PairChoice
-    from specviz.ui.playground import Playground
     from specviz.serve.vllm_router import VllmRouter, vllm_choices
+    from specviz.ui.playground import Playground
     from specviz.vllm.backend import Endpoint
 
     class Inner:
@@ -430,9 +431,9 @@ def test_sweep_on_vllm_writes_our_sweep_files_and_a_record_the_lesson_reads(tiny
     """The orchestration of `sweep --engine vllm` with each server's cells stubbed (the servers themselves
     are the real-server tier's business): one server per depth in order, then the schedule's; the same
     CSV/JSON/HTML as our sweep; recorded.json loads as a vLLM sweep with its command and version."""
-    from specviz.hardware import profiles
     from specviz.__main__ import main
     from specviz.cli import sweep_vllm
+    from specviz.hardware import profiles
     from specviz.vllm import launcher
 
     asked = []

@@ -7,14 +7,15 @@ from dataclasses import replace
 
 import pytest
 
+from specviz.hardware import costmodel, presets
 from specviz.hardware import roofline as rf
 from specviz.hardware.profiles import PROFILES_DIR, load_profiles
 
 
 def test_whatif_rows_hand_checked():
     # a free draft (n-gram), α = 0.5, depth 1: E[tokens] = 1.5 per pass, verify = a 2-token pass
-    h200, m = rf.GPUS["H200"], rf.MODELS["SmolLM2-1.7B"]
-    rows = rf.whatif_rows(m, None, h200.bandwidth, h200.flops, 0.5, 256, [1], [0, 1])
+    h200, m = presets.GPUS["H200"], presets.MODELS["SmolLM2-1.7B"]
+    rows = costmodel.whatif_rows(m, None, h200.bandwidth, h200.flops, 0.5, 256, [1], [0, 1])
     t1 = rf.step_time(rf.pass_cost(m, 1, 1, 256), h200.bandwidth, h200.flops)
     t2 = rf.step_time(rf.pass_cost(m, 1, 2, 256), h200.bandwidth, h200.flops)
     assert rows[0]["tokens_per_s"] == pytest.approx(1 / t1)
@@ -23,14 +24,14 @@ def test_whatif_rows_hand_checked():
 
 
 def test_speculation_pays_at_batch_1_and_stops_at_large_batch():
-    h100, t, d = rf.GPUS["H100 SXM"], rf.MODELS["Qwen2.5-7B"], rf.MODELS["Qwen2.5-0.5B"]
+    h100, t, d = presets.GPUS["H100 SXM"], presets.MODELS["Qwen2.5-7B"], presets.MODELS["Qwen2.5-0.5B"]
     batches, depths = [1, 4, 16, 64, 256, 1024, 4096], [0, 1, 2, 4, 8]
-    rows = rf.whatif_rows(t, d, h100.bandwidth, h100.flops, 0.7, 128, batches, depths)
-    best = rf.best_depths(rows)
+    rows = costmodel.whatif_rows(t, d, h100.bandwidth, h100.flops, 0.7, 128, batches, depths)
+    best = costmodel.best_depths(rows)
     assert best[1] >= 2                                  # memory-bound: deep drafts are nearly free
     assert best[4096] == 0                               # compute-bound: speculation only costs
     assert list(best.values()) == sorted(best.values(), reverse=True)   # deeper at small batch
-    cross = rf.crossover_from_rows(rows)
+    cross = costmodel.crossover_from_rows(rows)
     assert cross is not None and 64 < cross <= 4096
     # below the crossover the winner spends more FLOPs than plain decoding and still finishes sooner
     r1 = next(r for r in rows if r["batch_size"] == 1 and r["depth"] == best[1])
@@ -42,9 +43,9 @@ def test_crossover_from_rows_on_synthetic_grids():
     def grid(best):
         return [{"batch_size": b, "depth": k, "tokens_per_s": 2.0 if k == d else 1.0}
                 for b, d in best.items() for k in (0, 2)]
-    assert rf.crossover_from_rows(grid({1: 2, 2: 2, 4: 0, 8: 0})) == 4
-    assert rf.crossover_from_rows(grid({1: 2, 2: 2})) is None
-    assert rf.crossover_from_rows(grid({1: 0, 2: 2, 4: 0})) == 4      # must stay 0 from there on
+    assert costmodel.crossover_from_rows(grid({1: 2, 2: 2, 4: 0, 8: 0})) == 4
+    assert costmodel.crossover_from_rows(grid({1: 2, 2: 2})) is None
+    assert costmodel.crossover_from_rows(grid({1: 0, 2: 2, 4: 0})) == 4      # must stay 0 from there on
 
 
 def test_recorded_profiles_load_with_a_prediction(tmp_path):
@@ -63,20 +64,20 @@ def test_recorded_profiles_load_with_a_prediction(tmp_path):
 def test_whatif_compute_labels_estimates_and_rejects_bad_input():
     import gradio as gr
 
-    from specviz.ui import whatif
+    from specviz.ui import whatif_views
 
     class NoPeaks:
         peaks = None
 
-    md, lat, cross = whatif.compute(NoPeaks(), "H200", "Qwen2.5-7B", "Qwen2.5-0.5B", 0.7, 1024, 0)
+    md, lat, cross = whatif_views.compute(NoPeaks(), "H200", "Qwen2.5-7B", "Qwen2.5-0.5B", 0.7, 1024, 0)
     assert "Estimates" in md and "estimate" in lat.layout.title.text and "estimate" in cross.layout.title.text
     assert "| 1 |" in md and "knee" in md
     with pytest.raises(gr.Error, match="not calibrated"):
-        whatif.compute(NoPeaks(), whatif.THIS_MACHINE, "Qwen2.5-7B", whatif.NGRAM, 0.7, 1024, 0)
+        whatif_views.compute(NoPeaks(), whatif_views.THIS_MACHINE, "Qwen2.5-7B", whatif_views.NGRAM, 0.7, 1024, 0)
     with pytest.raises(gr.Error, match="Out of range"):
-        whatif.compute(NoPeaks(), "H200", "Qwen2.5-7B", whatif.NGRAM, 1.5, 1024, 0)
+        whatif_views.compute(NoPeaks(), "H200", "Qwen2.5-7B", whatif_views.NGRAM, 1.5, 1024, 0)
     with pytest.raises(gr.Error, match="Unknown GPU"):
-        whatif.compute(NoPeaks(), "GTX 480", "Qwen2.5-7B", whatif.NGRAM, 0.5, 1024, 0)
+        whatif_views.compute(NoPeaks(), "GTX 480", "Qwen2.5-7B", whatif_views.NGRAM, 0.5, 1024, 0)
 
 
 class NoPeaks:
@@ -84,10 +85,10 @@ class NoPeaks:
 
 
 def test_whatif_tab_states_its_error_against_published_points():
-    from specviz.ui import whatif
+    from specviz.ui import whatif_views
 
-    vals = dict(whatif.DEFAULTS)
-    md, lat, cross = whatif.compute(NoPeaks(), *vals.values())
+    vals = dict(whatif_views.DEFAULTS)
+    md, lat, cross = whatif_views.compute(NoPeaks(), *vals.values())
     assert vals["gpu"] == "H100 SXM" and vals["draft"] == "EAGLE:Llama-3.1-8B"
     assert "calibrated model" in md and "published measurement" in md and "EAGLE-3 paper" in md
     # every model's worst error on the SGLang series, the stack-fitted one with its held-out figure
@@ -99,7 +100,7 @@ def test_whatif_tab_states_its_error_against_published_points():
     assert fitted < alone < ideal and fitted <= held and 0 < row_us < 1000
     names = [t.name for t in lat.data]
     assert "calibrated estimate" in names and "roofline estimate" in names
-    fig = whatif.speedup_view(NoPeaks(), *vals.values())
+    fig = whatif_views.speedup_view(NoPeaks(), *vals.values())
     markers = [t for t in fig.data if t.mode == "markers"]
     assert markers and all("published measurement" in t.name for t in markers)
     assert {"k=3, calibrated (vLLM) estimate", "k=3, calibrated + SGLang bookkeeping (fitted) estimate",
@@ -107,74 +108,85 @@ def test_whatif_tab_states_its_error_against_published_points():
     eagle = next(t for t in markers if "EAGLE on SGLang" in t.name)
     assert list(eagle.y)[:2] == [1.40, 1.38]
     # no published setup: the figure has estimates only, and the text says which setups have points
-    md2, *_ = whatif.compute(NoPeaks(), "H200", "Qwen2.5-7B", "Qwen2.5-0.5B", 0.7, 1024, 0)
+    md2, *_ = whatif_views.compute(NoPeaks(), "H200", "Qwen2.5-7B", "Qwen2.5-0.5B", 0.7, 1024, 0)
     assert "No published measurement matches" in md2 and "H100 SXM + Llama-3.1-8B" in md2
-    fig2 = whatif.speedup_view(NoPeaks(), "H200", "Qwen2.5-7B", "Qwen2.5-0.5B", 0.7, 1024, 0)
+    fig2 = whatif_views.speedup_view(NoPeaks(), "H200", "Qwen2.5-7B", "Qwen2.5-0.5B", 0.7, 1024, 0)
     assert not [t for t in fig2.data if t.mode == "markers"]
 
 
 def test_whatif_models_custom_gpu_and_eagle_heads():
     import gradio as gr
 
-    from specviz.ui import whatif
+    from specviz.ui import whatif_views
 
     args = ["Llama-3.1-8B", "EAGLE:Llama-3.1-8B", 0.7, 800, 0]
-    ideal, *_ = whatif.compute(NoPeaks(), "H100 SXM", *args, "ideal")
+    ideal, *_ = whatif_views.compute(NoPeaks(), "H100 SXM", *args, "ideal")
     assert "ideal roofline model" in ideal and "Calibrated: a pass" not in ideal
     def table(md):
         return [line for line in md.splitlines() if line.startswith("| ")]
 
-    md_custom, *_ = whatif.compute(NoPeaks(), whatif.CUSTOM_GPU, *args, "calibrated", 3.35, 989)
-    md_h100, *_ = whatif.compute(NoPeaks(), "H100 SXM", *args, "calibrated")
-    md_fast, *_ = whatif.compute(NoPeaks(), whatif.CUSTOM_GPU, *args, "calibrated", 8, 989)
+    md_custom, *_ = whatif_views.compute(NoPeaks(), whatif_views.CUSTOM_GPU, *args, "calibrated", 3.35, 989)
+    md_h100, *_ = whatif_views.compute(NoPeaks(), "H100 SXM", *args, "calibrated")
+    md_fast, *_ = whatif_views.compute(NoPeaks(), whatif_views.CUSTOM_GPU, *args, "calibrated", 8, 989)
     assert "custom GPU (3.35 TB/s, 989 TFLOP/s)" in md_custom
     assert table(md_custom) == table(md_h100) != table(md_fast)        # a GPU given by its numbers
     with pytest.raises(gr.Error, match="custom GPU"):
-        whatif.compute(NoPeaks(), whatif.CUSTOM_GPU, *args, "calibrated", 0, 989)
+        whatif_views.compute(NoPeaks(), whatif_views.CUSTOM_GPU, *args, "calibrated", 0, 989)
     with pytest.raises(gr.Error, match="cost model"):
-        whatif.compute(NoPeaks(), "H200", *args, "magic")
+        whatif_views.compute(NoPeaks(), "H200", *args, "magic")
     with pytest.raises(gr.Error, match="reads its own target"):
-        whatif.compute(NoPeaks(), "H200", "Llama-3.1-70B", "EAGLE:Llama-3.1-8B", 0.7, 800, 0)
-    assert whatif.remap_draft("EAGLE-3:Llama-3.1-8B", "Qwen2.5-7B") == "EAGLE-3:Qwen2.5-7B"
-    assert whatif.remap_draft(whatif.NGRAM, "Qwen2.5-7B") == whatif.NGRAM
-    assert "EAGLE:Qwen2.5-7B" in whatif.draft_choices("Qwen2.5-7B")
-    assert "EAGLE:Llama-3.1-8B" not in whatif.draft_choices("Qwen2.5-7B")
+        whatif_views.compute(NoPeaks(), "H200", "Llama-3.1-70B", "EAGLE:Llama-3.1-8B", 0.7, 800, 0)
+    assert whatif_views.remap_draft("EAGLE-3:Llama-3.1-8B", "Qwen2.5-7B") == "EAGLE-3:Qwen2.5-7B"
+    assert whatif_views.remap_draft(whatif_views.NGRAM, "Qwen2.5-7B") == whatif_views.NGRAM
+    assert "EAGLE:Qwen2.5-7B" in whatif_views.draft_choices("Qwen2.5-7B")
+    assert "EAGLE:Llama-3.1-8B" not in whatif_views.draft_choices("Qwen2.5-7B")
 
 
 def test_this_machine_is_calibrated_from_its_recorded_profile():
     from specviz.hardware.device import Peaks
-    from specviz.ui import whatif
+    from specviz.ui import whatif_views
 
     class Cpu:
         peaks = Peaks("cpu", 23e9, 0.24e12, "float32")
 
-    md, lat, _ = whatif.compute(Cpu(), whatif.THIS_MACHINE, "SmolLM2-135M", whatif.NGRAM, 0.6, 256, 0)
+    md, lat, _ = whatif_views.compute(Cpu(), whatif_views.THIS_MACHINE, "SmolLM2-135M", whatif_views.NGRAM, 0.6, 256, 0)
     # the profile recorded on the fast path, which the app serves where it measured faster
     assert "measured** by calibration" in md and "fitted to cpu-2core-smollm2-135m-fast.json" in md
 
     class Gpu:
         peaks = Peaks("cuda", 4e12, 900e12, "bfloat16")
 
-    md, *_ = whatif.compute(Gpu(), whatif.THIS_MACHINE, "SmolLM2-135M", whatif.NGRAM, 0.6, 256, 0)
+    md, *_ = whatif_views.compute(Gpu(), whatif_views.THIS_MACHINE, "SmolLM2-135M", whatif_views.NGRAM, 0.6, 256, 0)
     assert "no recorded profile for this device" in md
 
 
 @pytest.mark.parametrize("slot", range(9))
-def test_whatif_bad_api_values_become_one_message(slot):
+@pytest.mark.parametrize("custom", [False, True], ids=["preset-gpu", "custom-gpu"])
+def test_whatif_bad_api_values_become_one_message(slot, custom):
+    """A bad value is refused with the one human message. The custom-GPU numbers (slots 7, 8) must be
+    numbers always; their range (nan, inf, -1) is checked only when the GPU is the custom one, and ignored
+    (the view works) otherwise."""
     import gradio as gr
 
-    from specviz.ui import whatif
+    from specviz.ui import whatif_views
 
+    base = list(whatif_views.DEFAULTS.values())
+    if custom:
+        base[0] = whatif_views.CUSTOM_GPU
+    if slot == 0 and custom:
+        return                           # slot 0 is the GPU itself: the preset-gpu case covers it
     for bad in (None, "abc", float("nan"), float("inf"), -1, [], {}):
-        args = list(whatif.DEFAULTS.values())
+        args = list(base)
         args[slot] = bad
-        for view in (whatif.compute, whatif.speedup_view):
-            try:
+        ignored = slot in (7, 8) and not custom and isinstance(bad, (int, float))
+        for view in (whatif_views.compute, whatif_views.speedup_view):
+            if ignored:
+                view(NoPeaks(), *args)       # must not raise: the numbers play no part for a preset GPU
+                continue
+            with pytest.raises(gr.Error) as info:
                 view(NoPeaks(), *args)
-            except gr.Error:
-                pass                 # the one human message; anything else would fail the test
-            else:
-                assert slot in (7, 8)        # custom-GPU numbers are ignored unless the GPU is custom
+            msg = str(info.value.message if hasattr(info.value, "message") else info.value)
+            assert msg and "Traceback" not in msg and len(msg) < 400, (slot, bad, msg)
 
 
 # --- the tab in Persian: every [whatif] text, through the builders and handlers the page uses -------------
@@ -215,9 +227,9 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
 
     from specviz import lessons
     from specviz.hardware.device import Peaks
-    from specviz.hardware.roofline import MODELS
-    from specviz.ui import whatif
+    from specviz.hardware.presets import MODELS
     from specviz.serve import runner
+    from specviz.ui import whatif, whatif_views
 
     used = set()
     template = lessons.template
@@ -238,7 +250,7 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
     # handlers find the session's language; an API caller without one gets English
     app.tr.remember("fa-tab", "fa")
     fa, en = type("R", (), {"session_hash": "fa-tab"})(), type("R", (), {"session_hash": "api"})()
-    vals = list(whatif.DEFAULTS.values())
+    vals = list(whatif_views.DEFAULTS.values())
     md, lat, cross = _handler(blocks, "whatif")(*vals, request=fa)
     generated += [md, _figure_texts(lat), _figure_texts(cross)]
     assert not ARABIC.search(_handler(blocks, "whatif")(*vals, request=en)[0])
@@ -252,33 +264,34 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
     tiny_gpu = type("A", (), {"peaks": Peaks("cuda", 4e12, 900e12, "bfloat16")})()
     for a, args in [(app, ["H200", "Qwen2.5-7B", "Qwen2.5-0.5B", 0.7, 1024, 0]),
                     (app, ["H100 SXM", "Llama-3.1-8B", "EAGLE-3:Llama-3.1-8B", 0.8, 800, 0, "ideal"]),
-                    (app, [whatif.CUSTOM_GPU, "Llama-3.1-8B", whatif.NGRAM, 0.9, 800, 0, "calibrated", 2, 400]),
-                    (tiny_cpu, [whatif.THIS_MACHINE, "SmolLM2-135M", whatif.NGRAM, 0.6, 256, 0]),
-                    (tiny_gpu, [whatif.THIS_MACHINE, "SmolLM2-135M", whatif.NGRAM, 0.6, 256, 0]),
-                    (app, ["H100 SXM", "Llama-3.1-8B", "EAGLE:Llama-3.1-8B", 0.71, 800, 0, whatif.SGLANG]),
-                    (tiny_cpu, [whatif.THIS_MACHINE, "SmolLM2-135M", whatif.NGRAM, 0.6, 256, 0, whatif.SGLANG])]:
-        md, lat, cross = whatif.compute(a, *args, lang="fa")
+                    (app, [whatif_views.CUSTOM_GPU, "Llama-3.1-8B", whatif_views.NGRAM, 0.9, 800, 0, "calibrated", 2, 400]),
+                    (tiny_cpu, [whatif_views.THIS_MACHINE, "SmolLM2-135M", whatif_views.NGRAM, 0.6, 256, 0]),
+                    (tiny_gpu, [whatif_views.THIS_MACHINE, "SmolLM2-135M", whatif_views.NGRAM, 0.6, 256, 0]),
+                    (app, ["H100 SXM", "Llama-3.1-8B", "EAGLE:Llama-3.1-8B", 0.71, 800, 0, whatif_views.SGLANG]),
+                    (tiny_cpu, [whatif_views.THIS_MACHINE, "SmolLM2-135M", whatif_views.NGRAM, 0.6, 256, 0, whatif_views.SGLANG])]:
+        md, lat, cross = whatif_views.compute(a, *args, lang="fa")
         generated += [md, _figure_texts(lat), _figure_texts(cross),
-                      _figure_texts(whatif.speedup_view(a, *args, lang="fa"))]
+                      _figure_texts(whatif_views.speedup_view(a, *args, lang="fa"))]
     profiles = load_profiles()
     # a GPU preset with a profile recorded on that GPU: the serving stack with the profile's rates
+    from specviz.hardware.presets import GPUS
     from specviz.hardware.profiles import gpu_calibration
     h100 = replace(profiles[0], device="cuda: NVIDIA H100 80GB HBM3")
-    cal = gpu_calibration(whatif.rf.GPUS["H100 SXM"], [h100])
+    cal = gpu_calibration(GPUS["H100 SXM"], [h100])
     assert "rates from" in cal.name and "achieved rates" in cal.source          # the English, for the CLI
     generated += [lessons.say("fa", cal.name), lessons.say("fa", cal.source)]
     for prof in profiles + [replace(profiles[0], spec=None)]:
-        md, fig = whatif.profile_view([prof], prof.label, lang="fa")
+        md, fig = whatif_views.profile_view([prof], prof.label, lang="fa")
         generated += [md, _figure_texts(fig)]
     # a series measured on the base stack (no bookkeeping fitted), and a stack with a single series
     from specviz.hardware.profiles import BASE_STACK, load_published
     eagle, eagle3 = (next(x for x in load_published() if x.id == i)
                      for i in ("eagle3-table4-eagle", "eagle3-table4-eagle3"))
-    monkeypatch.setattr(whatif, "load_published", lambda: [replace(eagle, stack=BASE_STACK), eagle3])
+    monkeypatch.setattr(whatif_views, "load_published", lambda: [replace(eagle, stack=BASE_STACK), eagle3])
     for draft in ("EAGLE:Llama-3.1-8B", "EAGLE-3:Llama-3.1-8B"):
-        generated.append(whatif.compute(app, "H100 SXM", "Llama-3.1-8B", draft, 0.7, 800, 0, lang="fa")[0])
-    monkeypatch.setattr(whatif, "load_published", lambda: [])
-    generated.append(whatif.published_md(None, "H200", "x", "y", 0.7, "calibrated", lang="fa"))
+        generated.append(whatif_views.compute(app, "H100 SXM", "Llama-3.1-8B", draft, 0.7, 800, 0, lang="fa")[0])
+    monkeypatch.setattr(whatif_views, "load_published", lambda: [])
+    generated.append(whatif_views.published_md(None, "H200", "x", "y", 0.7, "calibrated", lang="fa"))
     # the knee measured from the page: queue, progress, result (with and without peaks, overhead-bound)
     spec = MODELS["SmolLM2-135M"]
     slow = runner.KneeUpdate([1, 2, 4, 8], [0.05, 0.05, 0.051, 0.06], "cpu: 2 cores", spec,
@@ -287,17 +300,17 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
     for out in _handler(blocks, "measure_knee")("tiny → tiny", request=fa):
         generated += [o for o in out if isinstance(o, str)]
     for upd in (replace(slow, done=False), replace(slow, peaks=None)):
-        md, fig = whatif.knee_view(upd, lang="fa")
+        md, fig = whatif_views.knee_view(upd, lang="fa")
         generated += [md, _figure_texts(fig)]
     # the errors a student can meet
-    for call in (lambda: whatif.compute(app, whatif.THIS_MACHINE, *vals[1:], lang="fa"),
-                 lambda: whatif.compute(app, "H200", "Qwen2.5-7B", whatif.NGRAM, "abc", 1024, 0, lang="fa"),
-                 lambda: whatif.compute(app, "H200", "Qwen2.5-7B", whatif.NGRAM, 1.5, 1024, 0, lang="fa"),
-                 lambda: whatif.compute(app, whatif.CUSTOM_GPU, *vals[1:7], 0, 989, lang="fa"),
-                 lambda: whatif.compute(app, "GTX 480", *vals[1:], lang="fa"),
-                 lambda: whatif.compute(app, "H200", "GPT-9", whatif.NGRAM, 0.5, 1024, 0, lang="fa"),
-                 lambda: whatif.compute(app, "H200", *vals[1:6], "magic", lang="fa"),
-                 lambda: whatif.profile_view(profiles, "nope", lang="fa")):
+    for call in (lambda: whatif_views.compute(app, whatif_views.THIS_MACHINE, *vals[1:], lang="fa"),
+                 lambda: whatif_views.compute(app, "H200", "Qwen2.5-7B", whatif_views.NGRAM, "abc", 1024, 0, lang="fa"),
+                 lambda: whatif_views.compute(app, "H200", "Qwen2.5-7B", whatif_views.NGRAM, 1.5, 1024, 0, lang="fa"),
+                 lambda: whatif_views.compute(app, whatif_views.CUSTOM_GPU, *vals[1:7], 0, 989, lang="fa"),
+                 lambda: whatif_views.compute(app, "GTX 480", *vals[1:], lang="fa"),
+                 lambda: whatif_views.compute(app, "H200", "GPT-9", whatif_views.NGRAM, 0.5, 1024, 0, lang="fa"),
+                 lambda: whatif_views.compute(app, "H200", *vals[1:6], "magic", lang="fa"),
+                 lambda: whatif_views.profile_view(profiles, "nope", lang="fa")):
         with pytest.raises(gr.Error) as err:
             call()
         generated.append(str(err.value))
@@ -321,16 +334,15 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
 
 def test_whatif_english_words_match_the_data_they_name():
     from specviz import lessons
-    from specviz.hardware import roofline as rf
     from specviz.hardware.profiles import PUBLISHED_LABEL
-    from specviz.ui import whatif
+    from specviz.ui import whatif_views
 
     # the API values stay English; the English labels say the same, so English pages do not change
-    assert [label for label, _ in whatif.gpu_options("en")][-2:] == [whatif.THIS_MACHINE, whatif.CUSTOM_GPU]
-    assert (whatif.NGRAM, whatif.NGRAM) in whatif.draft_options("Qwen2.5-7B", "en")
-    assert [v for _, v in whatif.draft_options("Qwen2.5-7B", "fa")] == whatif.draft_choices("Qwen2.5-7B")
+    assert [label for label, _ in whatif_views.gpu_options("en")][-2:] == [whatif_views.THIS_MACHINE, whatif_views.CUSTOM_GPU]
+    assert (whatif_views.NGRAM, whatif_views.NGRAM) in whatif_views.draft_options("Qwen2.5-7B", "en")
+    assert [v for _, v in whatif_views.draft_options("Qwen2.5-7B", "fa")] == whatif_views.draft_choices("Qwen2.5-7B")
     assert lessons.text("en", "whatif.published_label") == PUBLISHED_LABEL
-    assert lessons.text("en", "whatif.ideal_note") == rf.IDEAL.source
+    assert lessons.text("en", "whatif.ideal_note") == costmodel.IDEAL.source
 
 
 # --- the tab in the running app (API and browser) ------------------------------------------------------

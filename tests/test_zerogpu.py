@@ -28,9 +28,8 @@ def zero_app(tiny_paths, tmp_path, monkeypatch):
         return real()
 
     monkeypatch.setattr(torch.cuda, "is_available", recording_is_available)
-    from specviz.ui.server import SpecVizApp
-
     from specviz.ui.playground import Playground
+    from specviz.ui.server import SpecVizApp
 
     app = SpecVizApp(tiny_paths["target"], "layerskip:1-2", preload=False, allow_custom=True)
     app.page = Playground(app)
@@ -100,9 +99,8 @@ def test_worker_errors_are_human_messages(zero_app, tiny_paths):
 def test_without_zero_gpu_the_app_runs_locally(tiny_paths, monkeypatch):
     monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
     monkeypatch.syspath_prepend(FAKE)
-    from specviz.ui.server import SpecVizApp
-
     from specviz.ui.playground import Playground
+    from specviz.ui.server import SpecVizApp
 
     app = SpecVizApp(tiny_paths["target"], tiny_paths["draft"], preload=False, calibrate_peaks=False)
     app.page = Playground(app)
@@ -113,9 +111,8 @@ def test_without_zero_gpu_the_app_runs_locally(tiny_paths, monkeypatch):
 
 def test_served_app_streams_from_the_worker(tiny_paths, tmp_path, greedy):
     """The launched app under ZeroGPU: the page's /generate endpoint streams tokens decoded in the worker."""
-    from gradio_client import Client
-
     from apphelp import start_app, stop_app
+    from gradio_client import Client
 
     env = {"SPACES_ZERO_GPU": "true", "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), FAKE])}
     proc, url = start_app(tiny_paths["target"], "layerskip:1-2", tmp_path / "app.log", env)

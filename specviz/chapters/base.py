@@ -22,6 +22,7 @@ class Context:
     prompt: list[int]              # the default prompt's token ids (chat template applied)
     pool: list[list[int]]          # the default prompt, then the pool prompts (one per extra row/user)
     peaks: Any = None              # specviz.hardware.device.Peaks of this device, or None
+    depth: int = 4                 # the lesson's default speculation depth
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,12 @@ import json
 import statistics
 import time
 
+import torch
+
 from specviz.cli.common import DEFAULT_PROMPTS, add_compile_arg, add_pair_args
+from specviz.engine.request import Knobs
+from specviz.fastpath import record_auto
+from specviz.serve.door import check_knobs
 
 
 def add_parser(sub) -> None:
@@ -39,8 +44,6 @@ def add_parser(sub) -> None:
 
 
 def _ours(pair, prompts, depth, max_new, batch):
-    from specviz.engine.loop import Knobs
-
     engine = pair.engine()
     verify = []
     t0 = time.perf_counter()
@@ -53,8 +56,6 @@ def _ours(pair, prompts, depth, max_new, batch):
 
 
 def _hf(pair, prompts, max_new, **extra):
-    import torch
-
     tok, model = pair.tokenizer, pair.target.model
     width = max(map(len, prompts))
     pad = tok.pad_token_id if tok.pad_token_id is not None else pair.target.eos_ids[0]
@@ -89,11 +90,10 @@ def _assisted_kwargs(pair, depth):
 
 
 def run(args) -> int:
-    from specviz.engine.loop import check_batch, check_depth
+    # on first use: transformers is slow to import
     from specviz.pairs.pipeline import encode_prompt, load_pair
 
-    check_batch(args.batch_size)
-    check_depth(args.depth)
+    check_knobs(args.depth, args.batch_size)
     pair = load_pair(args.target, args.draft, args.device, compile=args.compile)
     if pair.fast.note:
         print(f"specviz: {pair.fast.note}")
@@ -149,7 +149,6 @@ def run(args) -> int:
         "verify_ms_k0": 1e3 * statistics.median(last_totals["verify_k0"] or [0.0]),
     }
     if "ours_k0_eager" in med:
-        from specviz.fastpath import record_auto
 
         result["fast_vs_eager"] = med["ours_k0"] / med["ours_k0_eager"]
         result["fast_vs_eager_k"] = med["ours_k"] / med["ours_k_eager"]

@@ -17,13 +17,19 @@ Last line: {"specviz": {...}, "vllm": {...}, "ratio", "rows", "identical_rows", 
 from __future__ import annotations
 
 import json
-import statistics
+import os
 import sys
-import threading
-import time
+
+import torch
 
 from specviz.cli.classroom import POOL, _pct
 from specviz.cli.common import add_compile_arg
+from specviz.engine.request import Knobs, Request
+from specviz.limits import LimitError
+from specviz.serve.door import check_run
+from specviz.vllm.client import VllmClient, VllmError
+from specviz.vllm.launcher import LaunchSpec, VllmServer, free_port
+from specviz.vllm.run import run_all
 
 WARMUP_TOKENS = 8
 
@@ -54,30 +60,12 @@ def _note(args, text: str) -> None:
 
 def _ours(pair, prompts: list[list[int]], depth: int, max_new: int) -> dict:
     """N one-row requests into one Scheduler at once (as the classroom does), EOS ignored."""
-    from specviz.limits import Limits
-    from specviz.engine.request import Knobs, Request
-    from specviz.serve.scheduler import DeviceGate, Scheduler
+    # on first use: transformers is slow to import
+    from specviz.serve.workload import shared_scheduler, users_at_once
 
-    def make_engine():
-        eng = pair.engine()
-        eng.eos = set()               # ignore EOS: every row decodes exactly max_new tokens
-        return eng
-    sched = Scheduler(make_engine, Limits(), DeviceGate(), pair.target_spec, pair.draft_spec)
-    res: list = [None] * len(prompts)
-
-    def user(i: int, t0: float) -> None:
-        ticket = sched.submit(Request([prompts[i]], Knobs(depth, 1), max_new))
-        last = None
-        for upd in ticket.updates():
-            last = upd
-        res[i] = (time.perf_counter() - t0, last.outputs[0], last.totals, last.error)
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=user, args=(i, t0)) for i in range(len(prompts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
+    sched = shared_scheduler(pair, ignore_eos=True)   # every row decodes exactly max_new tokens, as vLLM's
+    wall, runs = users_at_once(sched, [Request([p], Knobs(depth, 1), max_new) for p in prompts])
+    res = [(r.done_s, r.outputs, r.totals, r.error) for r in runs]
     sched.close()
     errors = [r[3] for r in res if r[3]]
     if errors:
@@ -88,11 +76,8 @@ def _ours(pair, prompts: list[list[int]], depth: int, max_new: int) -> dict:
 
 
 def _vllm(client, model: str, prompts: list[list[int]], max_new: int) -> dict:
-    from specviz.vllm.run import run_all
-
     r = run_all(client, model, prompts, max_new, ignore_eos=True)
     if r.error:
-        from specviz.vllm.client import VllmError
         raise VllmError(r.error)
     drafted = r.totals.drafted
     return {"outputs": [r.outputs[i] for i in sorted(r.outputs)], "wall_s": r.wall_s,
@@ -124,7 +109,6 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 def _margin(pair, prompt: list[int], ours: list[int], pos: int, theirs: int | None) -> dict:
     """Our target's logits at the first differing position: top-1 − top-2, and ours − vLLM's token."""
-    import torch
 
     ids = torch.tensor([prompt + ours[:pos]], device=pair.target.device)
     with torch.inference_mode():
@@ -138,14 +122,11 @@ def _margin(pair, prompt: list[int], ours: list[int], pos: int, theirs: int | No
 
 
 def torch_threads() -> int:
-    import torch
-
     return torch.get_num_threads()
 
 
 def _cpu_name() -> str:
     """The CPU's model name (as lscpu shows it), reported beside every figure."""
-    import os
 
     try:
         with open("/proc/cpuinfo") as f:
@@ -160,9 +141,7 @@ def _cpu_name() -> str:
 def _threads(n: int) -> int:
     """Like for like on a CPU: vLLM's CPU build serves on all cores but one (it logs "Reducing Torch
     threads from 2 to 1" on 2 cores, keeping one for its API server); ours gets the same by default."""
-    import os
 
-    import torch
 
     n = n if n > 0 else max(1, (os.cpu_count() or 2) - 1)
     torch.set_num_threads(n)
@@ -170,12 +149,10 @@ def _threads(n: int) -> int:
 
 
 def run(args) -> int:
-    from specviz.limits import LimitError, check_request
+    # on first use: transformers is slow to import
     from specviz.pairs.pipeline import encode_prompt, load_pair
-    from specviz.vllm.client import VllmClient, VllmError
-    from specviz.vllm.launcher import LaunchSpec, VllmServer, free_port
 
-    check_request(1, args.depth, 0.0, args.max_new_tokens)
+    check_run(1, args.depth, 0.0, args.max_new_tokens)
     if not 1 <= args.users <= 64:
         raise LimitError("--users must be 1-64")
     if not 1 <= args.repeats <= 9:

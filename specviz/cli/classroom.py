@@ -19,8 +19,13 @@ import json
 import statistics
 import threading
 import time
+from urllib.parse import urlparse
 
 from specviz.cli.common import add_pair_args
+from specviz.engine.policies import PolicyChoice
+from specviz.engine.request import Knobs, Request
+from specviz.limits import LimitError
+from specviz.serve.door import check_run
 
 POOL = ["Rewrite this sentence in the passive voice: the students measured the knee of the curve.",
         "Summarise in one sentence: speculative decoding drafts tokens with a small model and checks them "
@@ -44,9 +49,9 @@ def add_parser(sub) -> None:
 
 
 def _policy(args):
-    from specviz.engine.policies import make_policy
+    """A fresh policy for one user's request (policies keep per-request state), checked like the app's."""
 
-    return make_policy(args.policy, threshold=args.threshold)
+    return PolicyChoice.parse(args.policy, args.threshold).build()
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -55,29 +60,17 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def _shared(pair, prompts, args):
-    from specviz.limits import Limits
-    from specviz.engine.request import Knobs, Request
-    from specviz.serve.scheduler import DeviceGate, Scheduler
+    # on first use: transformers is slow to import
+    from specviz.serve.workload import shared_scheduler, users_at_once
 
-    sched = Scheduler(pair.engine, Limits(), DeviceGate(), pair.target_spec, pair.draft_spec)
-    res = [None] * len(prompts)
-
-    def user(i, t_submit):
-        ticket = sched.submit(Request([prompts[i]], Knobs(args.depth, 1, _policy(args)), args.max_new_tokens))
-        first, last = None, None
-        for upd in ticket.updates():
-            if upd.events and first is None:
-                first = time.perf_counter()
-            last = upd
-        res[i] = (first - t_submit, time.perf_counter() - t_submit, last.outputs[0], last.totals.shared_batch_max)
-    wall = _all_at_once(user, len(prompts))
+    sched = shared_scheduler(pair)
+    requests = [Request([p], Knobs(args.depth, 1, _policy(args)), args.max_new_tokens) for p in prompts]
+    wall, runs = users_at_once(sched, requests)
     sched.close()
-    return wall, res
+    return wall, [(r.first_s, r.done_s, r.outputs, r.totals.shared_batch_max) for r in runs]
 
 
 def _separate(pair, prompts, args):
-    from specviz.engine.request import Knobs
-
     slots = threading.Semaphore(args.separate_concurrency)
     res = [None] * len(prompts)
 
@@ -113,11 +106,10 @@ def _summary(wall: float, res) -> dict:
 
 def _served(args) -> dict:
     """N API clients press Run on a running app at once; per client: wait, completion, outcome."""
-    from urllib.parse import urlparse
 
+    # on first use: gradio_client is slow to import
     from gradio_client import Client
 
-    from specviz.limits import LimitError
 
     if urlparse(args.url).hostname not in ("127.0.0.1", "localhost", "::1"):
         raise LimitError("--url must point at this machine (127.0.0.1 or localhost)")
@@ -158,17 +150,15 @@ def _served(args) -> dict:
 
 
 def run(args) -> int:
-    from specviz.limits import LimitError, check_request
-
     if args.url:
         if not 1 <= args.users <= 200:
             raise LimitError("--users must be 1-200")
         print(json.dumps(_served(args)), flush=True)
         return 0
+    # on first use: transformers is slow to import
     from specviz.pairs.pipeline import encode_prompt, load_pair
 
-    check_request(1, args.depth, 0.0, args.max_new_tokens)
-    _policy(args)
+    check_run(1, args.depth, 0.0, args.max_new_tokens, args.policy, args.threshold)
     if not 1 <= args.users <= 64 or not 1 <= args.separate_concurrency <= 64 or not 1 <= args.repeats <= 20:
         raise LimitError("--users and --separate-concurrency must be 1-64, --repeats 1-20")
     pair = load_pair(args.target, args.draft, args.device)

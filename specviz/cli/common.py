@@ -1,11 +1,14 @@
 """Arguments and helpers shared by the CLI commands."""
 from __future__ import annotations
 
+import argparse
 import os
 
-from specviz.engine.loop import MAX_BATCH, Knobs
-from specviz.limits import MAX_DEPTH, check_prompt_text, check_request
-from specviz.engine.policies import POLICY_NAMES, make_policy, parse_table
+from specviz.engine.policies import POLICY_NAMES, PolicyChoice, parse_table
+from specviz.engine.request import MAX_BATCH, Knobs
+from specviz.fastpath import CompileError, check_compile
+from specviz.limits import MAX_DEPTH, check_prompt_text
+from specviz.serve.door import RunArgs, check_run
 
 DEFAULT_TARGET = "smollm2-135m-offline"
 DEFAULT_DRAFT = "layerskip:12-17"   # measured: agrees with the full 135M model on ~59 % of greedy tokens
@@ -15,15 +18,12 @@ def add_pair_args(p) -> None:
     p.add_argument("--target", default=os.environ.get("SPECVIZ_TARGET", DEFAULT_TARGET),
                    help="target model: hub id, local dir, .gguf file or smollm2-135m-offline")
     p.add_argument("--draft", default=os.environ.get("SPECVIZ_DRAFT", DEFAULT_DRAFT),
-                   help="draft: a model reference, 'ngram', or 'layerskip:A-B'")
+                   help=f"draft: a model reference, 'ngram', or 'layerskip:A-B' (default {DEFAULT_DRAFT}, "
+                        "a layer-skip view of the target; the app's default pair drafts with ngram)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
 
 
 def _compile_choice(value: str) -> str:
-    import argparse
-
-    from specviz.fastpath import CompileError, check_compile
-
     try:
         return check_compile(value)
     except CompileError as exc:
@@ -31,9 +31,11 @@ def _compile_choice(value: str) -> str:
 
 
 def add_compile_arg(p) -> None:
-    p.add_argument("--compile", default=os.environ.get("SPECVIZ_COMPILE", "off"), type=_compile_choice,
-                   help="fast path: on = static KV cache + compact forward, compiled; off = stock "
-                        "transformers (default); auto = on where bench-hf --compile on measured it faster")
+    p.add_argument("--compile", default=os.environ.get("SPECVIZ_COMPILE", "auto"), type=_compile_choice,
+                   help="fast path: auto (default, what the app uses) = static KV cache + compact forward where "
+                        "its pass measured faster than eager on this machine (compiled on CUDA where bench-hf "
+                        "--compile on measured it faster); static = that path, always; on = compiled; "
+                        "off = stock transformers")
 
 
 def add_run_args(p) -> None:
@@ -51,20 +53,23 @@ def add_run_args(p) -> None:
     p.add_argument("--raw", action="store_true", help="feed the prompt as is (no chat template)")
 
 
-def check_run_args(args) -> None:
-    """Fail fast, before any model loads, with the same checks and sentences as the app."""
-    check_request(args.batch_size, args.depth, args.temperature, args.max_new_tokens)
+def check_run_args(args) -> RunArgs:
+    """Fail fast, before any model loads, at the same door and with the same sentences as the app."""
+    table = parse_table(args.batch_table) if args.batch_table else None
+    checked = check_run(args.batch_size, args.depth, args.temperature, args.max_new_tokens, args.policy,
+                        args.threshold, table=table, max_depth=args.max_depth)
     for text in args.prompt or []:
         check_prompt_text(text)
+    return checked
 
 
-def policy_from_args(args):
+def policy_from_args(args) -> PolicyChoice:
     table = parse_table(args.batch_table) if args.batch_table else None
-    return make_policy(args.policy, threshold=args.threshold, table=table, max_depth=args.max_depth)
+    return PolicyChoice.parse(args.policy, args.threshold, table=table, max_depth=args.max_depth)
 
 
 def knobs_from_args(args) -> Knobs:
-    return Knobs(depth=args.depth, batch_size=args.batch_size, policy=policy_from_args(args))
+    return Knobs(depth=args.depth, batch_size=args.batch_size, policy=policy_from_args(args).build())
 
 
 DEFAULT_PROMPTS = ["Explain in two sentences why the sky is blue."]

@@ -2,6 +2,8 @@
 online, so the app and the CLI can use them later in an offline classroom (HF_HUB_OFFLINE=1)."""
 from __future__ import annotations
 
+from specviz.pairs.models import HUB_PRESETS, ModelError, convert_gguf, offline_gguf_path
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("download", help="pre-download the preset model pairs for offline use")
@@ -12,9 +14,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    # on first use: huggingface_hub is slow to import
     from huggingface_hub import snapshot_download
 
-    from specviz.pairs.models import HUB_PRESETS, ModelError, offline_gguf_path, convert_gguf
 
     names = list(HUB_PRESETS) if args.all else (args.preset or [next(iter(HUB_PRESETS))])
     unknown = [n for n in names if n not in HUB_PRESETS]

@@ -9,7 +9,7 @@ import json
 import sys
 
 from specviz.cli.common import (DEFAULT_PROMPTS, add_compile_arg, add_pair_args, add_run_args, check_run_args,
-                                knobs_from_args, policy_from_args)
+                                knobs_from_args)
 
 GREEN, RED, BLUE, DIM, RESET = "\x1b[32m", "\x1b[9;31m", "\x1b[34m", "\x1b[2m", "\x1b[0m"
 
@@ -45,8 +45,8 @@ def colour_row(r, decode) -> str:
 
 
 def run(args) -> int:
-    check_run_args(args)
-    policy_from_args(args)  # validate the policy before loading models
+    check_run_args(args)        # numbers and policy, before any model loads
+    # on first use: transformers is slow to import
     from specviz.pairs.pipeline import encode_prompt, load_pair
 
     pair = load_pair(args.target, args.draft, args.device, compile=args.compile)

@@ -7,7 +7,18 @@ import sys
 import time
 from pathlib import Path
 
+from specviz import charts
 from specviz.cli.common import DEFAULT_PROMPTS, add_compile_arg, add_pair_args
+from specviz.cli.sweep_vllm import run_sweep_vllm
+from specviz.engine.request import Knobs
+from specviz.fastpath import cache_factory, resolve
+from specviz.fastpath.layout import forget
+from specviz.hardware.costmodel import best_depths, crossover_from_rows
+from specviz.hardware.device import cached_peaks, calibrate, device_name, find_knee, measure_latency, paired_roofline
+from specviz.hardware.profiles import spec_to_dict
+from specviz.hardware.roofline import pass_cost, predicted_knee, spec_from_config
+from specviz.limits import LimitError
+from specviz.pairs.models import load_model, pick_device
 
 
 def add_parsers(sub) -> None:
@@ -48,24 +59,18 @@ def add_parsers(sub) -> None:
 
 
 def _ints(text: str, what: str, lo: int, hi: int) -> list[int]:
-    from specviz.engine.loop import EngineError
-
     try:
         vals = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise EngineError(f"--{what} takes comma-separated whole numbers, got {text!r}")
+        raise LimitError(f"--{what} takes comma-separated whole numbers, got {text!r}")
     if not vals or any(not lo <= v <= hi for v in vals):
-        raise EngineError(f"--{what} values must be {lo}-{hi}, got {text!r}")
+        raise LimitError(f"--{what} values must be {lo}-{hi}, got {text!r}")
     return vals
 
 
 def run_calibrate(args) -> int:
-    from specviz.hardware.device import cached_peaks
-    from specviz.pairs.models import pick_device
-
     peaks = cached_peaks(pick_device(args.device), refresh=True)   # measure now; the app reuses it
     if peaks.device == "cpu":
-        from specviz.fastpath.layout import forget
 
         forget()          # the fast path's weight layouts are re-timed at the next model load, beside these
     print(json.dumps({"device": peaks.device, "dtype": peaks.dtype, "bandwidth_GBps": peaks.bandwidth / 1e9,
@@ -78,12 +83,6 @@ def run_roofline(args) -> int:
         from specviz import charts
     except ImportError:          # a bare GPU box with torch + transformers only
         charts = None
-    from specviz.hardware.device import calibrate, device_name, find_knee, measure_latency, paired_roofline
-    from specviz.pairs.models import load_model
-    from specviz.hardware.profiles import spec_to_dict
-    from specviz.hardware.roofline import pass_cost, predicted_knee, spec_from_config
-
-    from specviz.fastpath import cache_factory, resolve
 
     loaded = load_model(args.target, args.device)
     cap = args.max_tokens or (512 if loaded.device.type == "cuda" else 128)
@@ -108,7 +107,7 @@ def run_roofline(args) -> int:
                                 pass_cost(spec, 1, 1, args.context).bytes, args.repeats, new_cache)
         result["pass_vs_roofline_pairs"] = pairs
         result["pass_vs_roofline_1_token"] = sorted(pairs)[len(pairs) // 2]
-    print(f"path: {fast.shown}")
+    print(f"path: {fast.shown}" + (f" ({fast.note})" if fast.note else ""))
     for n, t in zip(ns, secs):
         print(f"{n:5d} tokens/pass: {1000 * t:8.2f} ms  ({n / t:8.1f} tokens/s)")
     out = Path(args.out)
@@ -129,15 +128,12 @@ def run_roofline(args) -> int:
 
 
 def run_sweep(args) -> int:
-    from specviz import charts
-    from specviz.engine.loop import Knobs
+    # on first use: transformers is slow to import
     from specviz.pairs.pipeline import encode_prompt, load_pair
-    from specviz.hardware.roofline import best_depths, crossover_from_rows
 
     batches = _ints(args.batch_sizes, "batch-sizes", 1, 64)
     depths = _ints(args.depths, "depths", 0, 16)
     if args.engine == "vllm":
-        from specviz.cli.sweep_vllm import run_sweep_vllm
         return run_sweep_vllm(args, batches, sorted(set(depths)))
     pair = load_pair(args.target, args.draft, args.device, compile=args.compile)
     prompt = encode_prompt(pair.tokenizer, args.prompt)
@@ -166,7 +162,9 @@ def run_sweep(args) -> int:
         w.writerows(rows)
     best = best_depths(rows)
     cross = crossover_from_rows(rows)
+    print(f"path: {pair.fast.shown}" + (f" ({pair.fast.note})" if pair.fast.note else ""))
     (out / "sweep.json").write_text(json.dumps({"target": args.target, "draft": args.draft, "path": pair.fast.label,
+                                                "layout": pair.fast.layout or "stock (transformers)",
                                                 "rows": rows,
                                                 "best_depth": best, "crossover_batch": cross}, indent=1))
     charts.sweep_figure(rows, batches, depths).write_html(out / "sweep.html", include_plotlyjs=True)
@@ -175,5 +173,6 @@ def run_sweep(args) -> int:
     print("batch → best depth: " + ", ".join(f"{b}→{k}" for b, k in best.items()))
     print(f"speculation stops paying from batch size {cross}" if cross else
           "speculation pays at every batch size measured")
-    print(json.dumps({"best_depth": best, "crossover_batch": cross}))
+    print(json.dumps({"best_depth": best, "crossover_batch": cross, "path": pair.fast.label,
+                      "layout": pair.fast.layout or "stock (transformers)"}))
     return 0

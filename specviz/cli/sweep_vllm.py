@@ -15,19 +15,28 @@ Writes the same sweep.csv / sweep.json / sweep.html as our sweep, plus `recorded
 """
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shlex
+import subprocess
 import sys
 import time
 from pathlib import Path
+
+from specviz import charts
+from specviz.hardware.costmodel import best_depths, crossover_from_rows
+from specviz.limits import LimitError
+from specviz.pairs.models import load_tokenizer
+from specviz.vllm.client import VllmClient, VllmError
+from specviz.vllm.launcher import LaunchSpec, VllmServer, free_port, python_path, speculative_config, vllm_installed
+from specviz.vllm.metrics import snapshot, window
 
 WARMUP_TOKENS = 8
 
 
 def parse_schedule(text: str) -> tuple[tuple[int, int, int], ...]:
     """ "1-4:4,5-8:2,9-256:1" → ((1, 4, 4), (5, 8, 2), (9, 256, 1)); "" or "none" → no schedule run."""
-    from specviz.engine.loop import EngineError
 
     if text.strip().lower() in ("", "none", "off"):
         return ()
@@ -38,11 +47,11 @@ def parse_schedule(text: str) -> tuple[tuple[int, int, int], ...]:
             lo, hi = span.split("-")
             rows.append((int(lo), int(hi), int(k)))
     except ValueError:
-        raise EngineError(f"--schedule takes LO-HI:K entries separated by commas (e.g. 1-4:4,5-8:2,9-256:1), "
+        raise LimitError(f"--schedule takes LO-HI:K entries separated by commas (e.g. 1-4:4,5-8:2,9-256:1), "
                           f"got {text!r}")
     for lo, hi, k in rows:
         if not (1 <= lo <= hi <= 4096 and 0 <= k <= 16):
-            raise EngineError(f"--schedule entry {lo}-{hi}:{k}: batch sizes 1-4096 (low ≤ high), depth 0-16")
+            raise LimitError(f"--schedule entry {lo}-{hi}:{k}: batch sizes 1-4096 (low ≤ high), depth 0-16")
     return tuple(rows)
 
 
@@ -52,14 +61,13 @@ def schedule_text(rows) -> str:
 
 def _cell(client, model: str, prompt: list[int], batch: int, max_new: int) -> dict:
     """B concurrent rows on a warm server; counters from /metrics around the cell."""
-    from specviz.vllm.metrics import snapshot, window
+    # on first use: torch is slow to import
     from specviz.vllm.run import run_all
 
     before = snapshot(client.metrics_text())
     r = run_all(client, model, [prompt] * batch, max_new, ignore_eos=True)
     after = snapshot(client.metrics_text())
     if r.error:
-        from specviz.vllm.client import VllmError
         raise VllmError(r.error)
     tokens = sum(map(len, r.outputs.values()))
     w = window(before, after)
@@ -72,8 +80,7 @@ def _cell(client, model: str, prompt: list[int], batch: int, max_new: int) -> di
 
 def _server_cells(args, spec, prompt: list[int], batches: list[int], note) -> list[dict]:
     """Launch one server, warm it at the largest batch, measure every batch size, stop it."""
-    from specviz.vllm.client import VllmClient
-    from specviz.vllm.launcher import VllmServer
+    # on first use: torch is slow to import
     from specviz.vllm.run import run_all
 
     server = VllmServer(spec)
@@ -95,8 +102,6 @@ def _server_cells(args, spec, prompt: list[int], batches: list[int], note) -> li
 
 
 def vllm_version(python) -> str:
-    import subprocess
-
     try:
         out = subprocess.run([str(python), "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
                              text=True, timeout=120)
@@ -106,18 +111,14 @@ def vllm_version(python) -> str:
 
 
 def run_sweep_vllm(args, batches: list[int], depths: list[int]) -> int:
-    from specviz import charts
+    # on first use: torch is slow to import
     from specviz.cli.bench_vllm import _cpu_name
-    from specviz.pairs.models import load_tokenizer
+    # on first use: transformers is slow to import
     from specviz.pairs.pipeline import encode_prompt
-    from specviz.hardware.roofline import best_depths, crossover_from_rows
-    from specviz.vllm.client import VllmError
-    from specviz.vllm.launcher import LaunchSpec, free_port, python_path, speculative_config, vllm_installed
 
     schedule = parse_schedule(args.schedule)
     if not 1 <= args.repeats <= 9:
-        from specviz.engine.loop import EngineError
-        raise EngineError("--repeats must be 1-9")
+        raise LimitError("--repeats must be 1-9")
     if not vllm_installed():
         raise VllmError("vLLM is not installed (.venv-vllm is missing): run bash scripts/vllm-setup")
     speculative_config(args.draft, max(depths + [1]))        # an unsupported draft fails before any server starts
@@ -161,8 +162,6 @@ def run_sweep_vllm(args, batches: list[int], depths: list[int]) -> int:
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
-    import csv
-
     fields = list(dict.fromkeys(k for r in rows for k in r))
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)

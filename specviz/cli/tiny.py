@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specviz.pairs.models import load_model
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("tiny-draft", help="write a tiny random draft with the target's tokenizer")
@@ -18,10 +20,11 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    # on first use: torch is slow to import
     import torch
+    # on first use: transformers is slow to import
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from specviz.pairs.models import load_model
 
     target = load_model(args.target, "cpu")
     tc = target.model.config

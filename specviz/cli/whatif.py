@@ -13,8 +13,7 @@ from __future__ import annotations
 import json
 import sys
 
-from specviz.hardware import profiles
-from specviz.hardware import roofline as rf
+from specviz.hardware import costmodel, presets, profiles
 
 MODELS = ("calibrated", "ideal")
 LIMITS = {"batch-sizes": (1, 65536), "depths": (0, 64)}
@@ -29,10 +28,10 @@ def add_parser(sub) -> None:
     p = sub.add_parser("whatif", help="estimated tokens/s and speed-up over batch sizes × depths on a GPU "
                                       "(calibrated or ideal roofline model)")
     gpu = p.add_mutually_exclusive_group()
-    gpu.add_argument("--gpu", default=None, help="GPU preset: " + ", ".join(rf.GPUS))
+    gpu.add_argument("--gpu", default=None, help="GPU preset: " + ", ".join(presets.GPUS))
     gpu.add_argument("--bandwidth", type=float, default=None, help="custom GPU: memory bandwidth, bytes/s")
     p.add_argument("--flops", type=float, default=None, help="custom GPU: dense FLOP/s (with --bandwidth)")
-    p.add_argument("--target", default="Llama-3.1-8B", help="model preset: " + ", ".join(rf.MODELS))
+    p.add_argument("--target", default="Llama-3.1-8B", help="model preset: " + ", ".join(presets.MODELS))
     p.add_argument("--draft", default="ngram",
                    help="a model preset, EAGLE:<target>, EAGLE-3:<target>, layerskip:A-B or ngram")
     p.add_argument("--alpha", type=float, default=0.7, help="acceptance rate per draft token, 0 ≤ α < 1")
@@ -60,7 +59,7 @@ def run(args) -> int:
             out = sweeps_report()
         else:
             out = grid(args)
-    except (WhatIfError, rf.PresetError) as exc:
+    except (WhatIfError, presets.PresetError) as exc:
         print(f"specviz: error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(out) if args.json else render(out))
@@ -80,13 +79,12 @@ def parse_ints(text: str, what: str) -> list[int]:
     return vals
 
 
-def calibration(model: str, gpu: rf.GpuSpec, stack: str = "vllm") -> rf.Calibration:
+def calibration(model: str, gpu: presets.GpuSpec, stack: str = "vllm") -> costmodel.Calibration:
     if model not in MODELS:
         raise WhatIfError(f"--model must be one of {', '.join(MODELS)}, got {model!r}")
     if model == "ideal":
-        return rf.IDEAL
-    base = profiles.gpu_calibration(gpu, profiles.load_profiles())
-    return profiles.stack_calibration(stack_name(stack), base, profiles.load_published())
+        return costmodel.IDEAL
+    return profiles.preset_calibration(gpu, stack_name(stack))
 
 
 def stack_name(text: str) -> str:
@@ -100,22 +98,22 @@ def stack_name(text: str) -> str:
     return found[0]
 
 
-def setup_from(args) -> tuple[rf.Setup, rf.GpuSpec]:
+def setup_from(args) -> tuple[costmodel.Setup, presets.GpuSpec]:
     if args.gpu is None and args.bandwidth is None:
         raise WhatIfError("give --gpu NAME, or --bandwidth BYTES_PER_S with --flops FLOP_PER_S")
     if args.gpu is not None and args.flops is not None:
         raise WhatIfError("--flops goes with --bandwidth (a custom GPU), not with --gpu")
-    gpu = rf.resolve_gpu(args.gpu, args.bandwidth, args.flops)
+    gpu = presets.resolve_gpu(args.gpu, args.bandwidth, args.flops)
     if not 0 <= args.alpha < 1:
         raise WhatIfError(f"--alpha must be at least 0 and below 1, got {args.alpha}")
     if not 1 <= args.context <= 1_000_000:
         raise WhatIfError(f"--context must be 1-1000000 tokens, got {args.context}")
     if not 0 <= args.overhead_ms <= 1000:
         raise WhatIfError(f"--overhead-ms must be 0-1000, got {args.overhead_ms}")
-    target = rf.resolve_model(args.target)
-    draft = rf.resolve_draft(args.draft, target)
+    target = presets.resolve_model(args.target)
+    draft = presets.resolve_draft(args.draft, target)
     cal = calibration(args.model, gpu, args.stack)
-    return rf.Setup(target, draft, gpu.bandwidth, gpu.flops, args.context, cal, args.overhead_ms / 1000), gpu
+    return costmodel.Setup(target, draft, gpu.bandwidth, gpu.flops, args.context, cal, args.overhead_ms / 1000), gpu
 
 
 # --- the grid -----------------------------------------------------------------------------------------
@@ -123,7 +121,7 @@ def setup_from(args) -> tuple[rf.Setup, rf.GpuSpec]:
 def grid(args) -> dict:
     setup, gpu = setup_from(args)
     batches, depths = parse_ints(args.batch_sizes, "batch-sizes"), parse_ints(args.depths, "depths")
-    rows = rf.whatif_rows(setup.target, setup.draft, setup.bandwidth, setup.flops, args.alpha, setup.context,
+    rows = costmodel.whatif_rows(setup.target, setup.draft, setup.bandwidth, setup.flops, args.alpha, setup.context,
                           batches, depths, setup.overhead_s, setup.calibration)
     by_depth = {}
     for k in depths:
@@ -136,8 +134,8 @@ def grid(args) -> dict:
             "draft": args.draft, "alpha": args.alpha, "context": args.context,
             "rows": [{"batch_size": r["batch_size"], "depth": r["depth"], "tokens_per_s": r["tokens_per_s"],
                       "speedup": r["speedup"]} for r in rows],
-            "best_depth": {str(b): k for b, k in rf.best_depths(rows).items()},
-            "crossover_batch": rf.crossover_from_rows(rows), "crossover_batch_by_depth": by_depth}
+            "best_depth": {str(b): k for b, k in costmodel.best_depths(rows).items()},
+            "crossover_batch": costmodel.crossover_from_rows(rows), "crossover_batch_by_depth": by_depth}
 
 
 # --- comparisons with measurements ---------------------------------------------------------------------
@@ -146,12 +144,12 @@ def published_report() -> dict:
     series = profiles.load_published()
     if not series:
         raise WhatIfError(f"no published measurements readable in {profiles.PUBLISHED_FILE}")
-    gpu = rf.resolve_gpu(series[0].gpu)
+    gpu = presets.resolve_gpu(series[0].gpu)
     base = calibration("calibrated", gpu)
     out = []
     # the calibrated model with each stack's fitted bookkeeping; without it (the pass-time fit alone); ideal
     for model, cal, per_stack in (("calibrated", base, True), ("calibrated, no stack fit", base, False),
-                                  ("ideal", rf.IDEAL, False)):
+                                  ("ideal", costmodel.IDEAL, False)):
         for c in profiles.compare_all(series, cal, per_stack):
             out.append({"model": model, "stack": c.series.stack, "series": c.series.id, "label": profiles.PUBLISHED_LABEL,
                         "source": c.series.source, "draft": c.series.draft, "depth": c.series.depth,
@@ -163,7 +161,7 @@ def published_report() -> dict:
     return {"label": ESTIMATE, "comparisons": out, "stack_fits": stack_fits(series, base)}
 
 
-def stack_fits(series, base: rf.Calibration) -> list[dict]:
+def stack_fits(series, base: costmodel.Calibration) -> list[dict]:
     """Each stack's fitted bookkeeping, its worst error on the series it was fitted to, and each series'
     error when fitted to the others only (the honest, held-out figure)."""
     out = []
@@ -189,12 +187,12 @@ def sweeps_report() -> dict:
         for sw, prof in pairs:
             # the profile's measured pass times themselves; the calibrated rule fitted to them; the roofline
             curve = tuple(zip(prof.tokens_per_pass, prof.latency_s)) if model == "measured pass curve" else ()
-            cal = profiles.profile_calibration(prof) if model == "calibrated" else rf.IDEAL
+            cal = profiles.profile_calibration(prof) if model == "calibrated" else costmodel.IDEAL
             out.append(_sweep_row(model, sw, prof, cal, curve))
     return {"label": ESTIMATE, "profiles": sorted({prof.name for _, prof in pairs}), "comparisons": out}
 
 
-def _sweep_row(model: str, sw, prof, cal: rf.Calibration, curve: tuple) -> dict:
+def _sweep_row(model: str, sw, prof, cal: costmodel.Calibration, curve: tuple) -> dict:
     c = profiles.compare_sweep(sw, cal, prof.bandwidth, prof.flops, curve)
     abs_err, rel_err = c.errors(), c.errors(relative_to_plain=True)
     return {"model": model, "sweep": sw.name, "path": sw.path, "profile": prof.name, "command": sw.command,

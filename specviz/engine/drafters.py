@@ -23,8 +23,8 @@ from typing import Protocol
 import torch
 
 from specviz.engine.kvcache import RaggedCache, left_padded, timed_forward
-from specviz.hardware.roofline import ZERO_COST, ModelSpec, PassCost, pass_cost
 from specviz.engine.sampling import probabilities, sample
+from specviz.hardware.roofline import ZERO_COST, ModelSpec, PassCost, pass_cost
 from specviz.lessons import Said
 
 

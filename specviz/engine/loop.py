@@ -27,14 +27,10 @@ import torch
 
 from specviz.engine.drafters import Drafter, Proposal
 from specviz.engine.kvcache import RaggedCache, prefill, timed_forward
-from specviz.limits import LimitError
 from specviz.engine.policies import StepObservation, StepPlan
-from specviz.engine.request import (MAX_BATCH, KnobState, Knobs, Request, Row, RowStep, RunTotals, StepEvent,  # noqa: F401
-                             check_batch, check_depth)
-from specviz.hardware.roofline import ModelSpec, pass_cost, plain_token_flops
+from specviz.engine.request import Knobs, Request, Row, RowStep, RunTotals, StepEvent
 from specviz.engine.sampling import greedy_accept, probabilities, speculative_accept
-
-EngineError = LimitError     # bad generation arguments; the message is meant for a human
+from specviz.hardware.roofline import ModelSpec, pass_cost, plain_token_flops
 
 
 class SpeculativeEngine:

@@ -6,8 +6,10 @@ rows may end up with different depths in one step). After each step the engine r
 (`StepObservation`), which the adaptive policy learns from.
 
 - `fixed`: always the requested depth.
-- `disable-by-batch-size`: vLLM's `--speculative-disable-by-batch-size`: depth 0 while more than
-  `threshold` rows are active (under load the spare compute is gone, drafts only add work).
+- `disable-by-batch-size`: after vLLM's former `--speculative-disable-by-batch-size` (removed in 2026 for
+  a depth per batch size, `num_speculative_tokens_per_batch_size`; vLLM counted queued requests, here
+  the rows running): depth 0 while more than `threshold` rows are active (under load the spare compute
+  is gone, drafts only add work).
 - `batch-table`: a depth per batch size (the largest table key ≤ B applies), e.g. profiled offline.
 - `adaptive`: choose k each step to maximise expected tokens/s from the measured acceptance rate and
   the measured draft and verify times (SmartSpec's goodput, DSpark's load-aware depth).
@@ -21,9 +23,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from specviz.hardware.roofline import expected_tokens_per_pass
 from specviz.lessons import Said, quoted
 from specviz.limits import MAX_DEPTH
-from specviz.hardware.roofline import expected_tokens_per_pass
 
 POLICY_NAMES = ("fixed", "disable-by-batch-size", "batch-table", "adaptive", "confidence")
 
@@ -245,3 +247,36 @@ def parse_table(text: str) -> dict[int, int]:
         return {int(b): int(k) for b, k in pairs}
     except ValueError as exc:
         raise PolicyError(Said("errors.bad_batch_table", text=text)) from exc
+
+
+# policies whose UI "threshold" field means something; for the others the field is ignored
+THRESHOLD_POLICIES = ("disable-by-batch-size", "confidence")
+
+
+@dataclass(frozen=True)
+class PolicyChoice:
+    """A policy as one typed value from the door to the engine: checked once (`parse`), picklable (it
+    crosses into a ZeroGPU worker and into the control file), and built afresh for every request
+    (`build`), because policies keep per-request state (the adaptive one learns from its own steps)."""
+
+    name: str = "fixed"
+    threshold: float | None = None                     # only for THRESHOLD_POLICIES
+    table: tuple[tuple[int, int], ...] | None = None   # batch-table: (batch, depth) pairs
+    max_depth: int | None = None                       # adaptive: the deepest k it may pick
+
+    @classmethod
+    def parse(cls, name=None, threshold=None, table: dict[int, int] | None = None,
+              max_depth: int | None = None) -> "PolicyChoice":
+        """Check a policy named by a user (UI, API, CLI); raises PolicyError with a sentence."""
+        name = "fixed" if name is None else (name.strip() if isinstance(name, str) else str(name))
+        threshold = threshold if name in THRESHOLD_POLICIES else None
+        policy = make_policy(name, threshold=threshold, table=table, max_depth=max_depth)
+        kept = getattr(policy, "threshold", None) if name in THRESHOLD_POLICIES else None
+        return cls(policy.name, kept, tuple(sorted(table.items())) if table else None, max_depth)
+
+    def build(self):
+        return make_policy(self.name, threshold=self.threshold, table=dict(self.table) if self.table else None,
+                           max_depth=self.max_depth)
+
+
+FIXED = PolicyChoice()

@@ -14,16 +14,27 @@ from __future__ import annotations
 
 import itertools
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
-from specviz.lessons import Said
-from specviz.limits import ENGINE_MAX_NEW, MAX_DEPTH, LimitError, Limits, between, whole
 from specviz.engine.policies import FixedPolicy, PlanContext, Policy, StepPlan
+from specviz.limits import ENGINE_MAX_NEW, MAX_DEPTH, Limits
 
 MAX_BATCH = Limits().max_rows_per_user
 _request_ids = itertools.count(1)
+
+
+class EngineError(ValueError):
+    """A value reached the engine unchecked: a bug in the caller, not a student's mistake. Users' values are
+    checked at the door (`specviz.serve.door`, `specviz.limits`) with sentences a student understands; the
+    engine only asserts the invariants it needs to run at all."""
+
+
+def _whole_in(value, what: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise EngineError(f"{what} must be an int in {lo}..{hi}, got {value!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -35,11 +46,12 @@ class KnobState:
 
 
 def check_depth(depth) -> int:
-    return whole(depth, "speculation depth", 0, MAX_DEPTH)
+    """The engine's invariant: a whole depth the draft loop can run (user limits: `Limits.max_depth`)."""
+    return _whole_in(depth, "depth", 0, MAX_DEPTH)
 
 
 def check_batch(batch, limit: int = MAX_BATCH) -> int:
-    return whole(batch, "batch size (rows)", 1, limit)
+    return _whole_in(batch, "batch size", 1, limit)
 
 
 class Knobs:
@@ -139,6 +151,10 @@ class RunTotals:
     shared_batch_max: int = 0       # the most rows in any step this request took part in
     users_max: int = 0              # the most distinct requests in such a step
 
+    def copy(self) -> "RunTotals":
+        """A snapshot to hand to another thread (these totals keep changing in the engine's thread)."""
+        return replace(self)
+
     def add(self, ev: StepEvent) -> None:
         self.steps += 1
         self.tokens += ev.emitted
@@ -205,10 +221,14 @@ class Request:
 
     def __init__(self, prompts: list[list[int]], knobs: Knobs, max_new_tokens: int, temperature: float = 0.0,
                  seed: int = 0, refill: bool = False, device=None):
+        # invariants only: the door (specviz.serve.door) has checked the user's values against Limits
         if not prompts or any(len(p) == 0 for p in prompts):
-            raise LimitError(Said("errors.prompt_needs_token"))
-        self.max_new = whole(max_new_tokens, "max new tokens", 1, ENGINE_MAX_NEW)
-        self.temperature = between(temperature, "temperature", 0.0, 10.0)
+            raise EngineError("every prompt needs at least one token")
+        self.max_new = _whole_in(max_new_tokens, "max new tokens", 1, ENGINE_MAX_NEW)
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
+                or not 0.0 <= temperature < float("inf"):
+            raise EngineError(f"temperature must be a finite number ≥ 0, got {temperature!r}")
+        self.temperature = float(temperature)
         self.id = next(_request_ids)
         self.prompts = [list(p) for p in prompts]
         self.knobs, self.seed, self.refill, self.device = knobs, int(seed), refill, device

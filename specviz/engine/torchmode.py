@@ -22,6 +22,7 @@ def inference_steps(gen_fn: Callable[..., Iterator[T]]) -> Callable[..., Iterato
     """Run every resumption of the generator (its code between two yields) under inference mode."""
     @functools.wraps(gen_fn)
     def wrapper(*args, **kwargs):
+        # on first use: torch is slow to import
         import torch
 
         inner = gen_fn(*args, **kwargs)

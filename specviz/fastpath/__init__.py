@@ -6,24 +6,30 @@ the fast path off it builds today's `RaggedCache`, so nothing changes. Modes:
 - "off":      stock transformers modules + RaggedCache (the reference path);
 - "static":   StaticCache + compact forward, eager (no compile; what most tests use);
 - "compiled": StaticCache + compact forward, each decoder layer compiled;
-- "on" = "compiled"; "auto" = "compiled" where a measurement on this machine found it faster
-  (recorded by `python -m specviz bench-hf --compile on`), else "off".
+- "on" = "compiled"; "auto": on a CPU what the app serves, "static" where its measured pass beats
+  eager here (`specviz.fastpath.passes` times both when the model loads), else "off"; on CUDA
+  "compiled" where a measurement on this machine found it faster (recorded by `python -m specviz
+  bench-hf --compile on`), else "off". The default of the app and of every CLI command.
 Unsupported architectures fall back to "off" with a sentence (`FastPath.note`).
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
+
+from specviz.hardware.device import machine_key
 from specviz.lessons import Said
 from specviz.machine import cache_root
 
 # no torch import at module level: app.py checks --compile before ZeroGPU's `spaces` is imported
 
-COMPILE_CHOICES = ("auto", "on", "off")
+COMPILE_CHOICES = ("auto", "on", "off", "static")    # every value --compile takes (help, errors)
 
 
 class CompileError(ValueError):
@@ -32,7 +38,7 @@ class CompileError(ValueError):
 
 def check_compile(value: str) -> str:
     v = (value or "").strip().lower()
-    if v not in COMPILE_CHOICES + ("static",):
+    if v not in COMPILE_CHOICES:
         raise CompileError(f"--compile must be one of {', '.join(COMPILE_CHOICES)}, not '{value}'")
     return v
 
@@ -44,6 +50,7 @@ class FastPath:
     mode: str = "off"
     note: str = ""
     layout: str = ""          # which weight layouts serve (fastpath.layout.Plan.summary), "" when off
+    auto: bool = False        # chosen by --compile auto: falls back to eager where that measured faster
 
     @property
     def shown(self) -> str:
@@ -69,10 +76,20 @@ def resolve(choice: str, device=None) -> FastPath:
         return FastPath("static")
     if choice == "on":
         return FastPath("compiled")
+    if _on_cpu(device):
+        return FastPath("static", "auto: the fast path where its pass measured faster than eager here", auto=True)
     decided = auto_decision(device)
     if decided is None:
         return FastPath("off", "auto: not measured on this machine yet (bench-hf --compile on records it)")
     return FastPath("compiled" if decided else "off", "auto: " + ("measured faster" if decided else "measured slower"))
+
+
+def _on_cpu(device) -> bool:
+    import torch
+
+    if device is None:
+        return not torch.cuda.is_available()
+    return torch.device(device).type == "cpu"
 
 
 def cache_factory(model, fast: FastPath) -> tuple[Callable | None, FastPath]:
@@ -81,16 +98,24 @@ def cache_factory(model, fast: FastPath) -> tuple[Callable | None, FastPath]:
     read-only by every cache (and engine) the factory makes."""
     if not fast.on:
         return None, fast
+    # on first use: torch is slow to import
     from specviz.fastpath.llama import CompactLlama, Unsupported
 
     try:
         compact = CompactLlama(model, compiled=fast.mode == "compiled")
     except Unsupported as exc:
         return None, FastPath("off", f"{exc}; running eager")
+    if fast.auto:
+        from specviz.fastpath.passes import eager_faster
+
+        slower = eager_faster(compact.plan)
+        if slower is not None:
+            return None, FastPath("off", f"auto: the fast path measured slower here ({slower[0]:.1f} vs "
+                                         f"{slower[1]:.1f} ms a one-token pass eager; {compact.summary()}); running eager")
     if fast.mode == "compiled":
         compile_compact(compact)
-    from dataclasses import replace
 
+    # on first use: transformers is slow to import
     from specviz.fastpath.cache import StaticCache
 
     return (lambda batch: StaticCache(compact, batch)), replace(fast, layout=compact.summary())
@@ -103,8 +128,8 @@ def compile_compact(compact, scope: str | None = None) -> None:
     Python still loops over the layers). scope "model" (CUDA default): the whole layer stack is one
     graph, replayed as CUDA graphs ("reduce-overhead") on CUDA — one launch per pass instead of ~15 a
     layer. SPECVIZ_COMPILE_SCOPE overrides the default (for measurements)."""
-    import functools
 
+    # on first use: torch is slow to import
     import torch
 
     cuda = compact.device.type == "cuda"
@@ -123,8 +148,10 @@ def compile_compact(compact, scope: str | None = None) -> None:
 def compiled_layer(device_type: str):
     """One compiled decoder layer per device type, shared by every model and engine (the weights are
     arguments, so the same graph serves every layer; Dynamo guards on shapes, not on tensor identity)."""
+    # on first use: torch is slow to import
     import torch
 
+    # on first use: torch is slow to import
     from specviz.fastpath.llama import decoder_layer
 
     setup_compile_cache()
@@ -143,10 +170,9 @@ def setup_compile_cache() -> None:
 
 # --- auto: remember on this machine whether compiling paid ----------------------------------------
 def _auto_file(device) -> Path:
-    from specviz.hardware.device import machine_key
-    import hashlib
-
+    # on first use: torch is slow to import
     import torch
+
 
     key = machine_key(torch.device(device or "cpu"), None)      # host, device, torch version
     return cache_root() / "fastpath" / f"auto-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from specviz.fastpath.llama import CompactLlama
 from specviz.engine.kvcache import SlotValidity
+from specviz.fastpath.llama import CompactLlama
 
 CHUNK = 256          # slots added when the buffers grow (fewer distinct shapes than growing by one)
 MAX_BUCKET = 16      # blocks up to this many tokens are padded to a power of two

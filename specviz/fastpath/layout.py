@@ -42,8 +42,8 @@ import torch
 import torch.nn.functional as F
 
 from specviz.fastpath import rows
+from specviz.hardware.device import is_busy, load_now, machine_key, read_table, remeasure_reason, write_table
 from specviz.lessons import Listed, Said
-from specviz.hardware.device import read_table, write_table
 from specviz.machine import cache_root, cpu_model
 
 log = logging.getLogger("specviz.fastpath")
@@ -54,10 +54,10 @@ PROBE_ROWS = ((1, 1), (1, 5), (16, 5))     # (rows, tokens) timed per class: dec
 CLASS_NAMES = (Said("playground.fast.rows_one"), Said("playground.fast.rows_few"), Said("playground.fast.rows_many"))
 FEW_ROWS = 16          # the upper bound of the middle class (rows × tokens of one pass)
 MIN_GAIN = 0.10        # a copy in another layout must be this much faster than what is already kept
-# "rows" weights also let a whole layer run as one C call (rows.c): on the AMD EPYC the ~25 small torch
-# calls a layer makes besides its products were 14.6 of a 50 ms one-token pass (29 %). So its product
-# times count at this share when layouts are compared: a product up to 25 % slower still wins the pass
-ROWS_CREDIT = 0.8
+# what a whole C layer (rows.c) can multiply by: our kernel, or the BLAS product F.linear runs, on the
+# model's own matrix or its column-major copy. Whether C layers pay is timed on whole passes
+# (specviz.fastpath.passes), not credited here: on a Xeon a fixed credit once chose our slower product
+C_LAYOUTS = ("rows", "stock", "colmajor")
 MAX_COPIES = 2         # copies besides the model's own matrix, per matrix
 PROBE_BYTES = 128 * 2**20   # matrices of one shape timed per round: more than a CPU's last-level cache
 ROUNDS = 5
@@ -157,12 +157,14 @@ def available(dtype: torch.dtype) -> tuple[str, ...]:
 
 
 # --- choosing from timings (pure: tests inject the numbers) ---------------------------------------
-def choose(times: list[dict[str, float]]) -> tuple[str, ...]:
+def choose(times: list[dict[str, float]], allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
     """The layout serving each row class, from `times[class][layout]` (seconds; a missing layout is not
-    available). Stock is free and always kept; other layouts are added greedily — first the one with the
-    largest relative gain in any class over what is kept — while that gain is at least MIN_GAIN, up to
-    MAX_COPIES. Each class then takes the fastest kept layout. "rows" times count at ROWS_CREDIT."""
-    times = [{n: v * ROWS_CREDIT if n == "rows" else v for n, v in t.items()} for t in times]
+    available; `allowed` narrows the candidates, e.g. to C_LAYOUTS). Stock is free and always kept; other
+    layouts are added greedily — first the one with the largest relative gain in any class over what is
+    kept — while that gain is at least MIN_GAIN, up to MAX_COPIES. Each class then takes the fastest kept
+    layout. Every product is compared at its measured time: no layout gets a credit."""
+    if allowed is not None:
+        times = [{n: v for n, v in t.items() if n in allowed} for t in times]
     names = {n for t in times for n in t}
     kept = ["stock"] if "stock" in names else []
 
@@ -183,8 +185,9 @@ def choose(times: list[dict[str, float]]) -> tuple[str, ...]:
 
 # --- timing the candidates on this machine --------------------------------------------------------
 def time_layouts(shape: tuple[int, int], count: int, layouts: tuple[str, ...], dtype=torch.float32,
-                 rounds: int = ROUNDS, budget_s: float = SHAPE_BUDGET_S) -> list[dict[str, float]]:
-    """Seconds per matrix of `shape` for each layout at each probe of PROBE_ROWS: `count` matrices (as
+                 rounds: int = ROUNDS, budget_s: float = SHAPE_BUDGET_S,
+                 probes: tuple[tuple[int, int], ...] = PROBE_ROWS) -> list[dict[str, float]]:
+    """Seconds per matrix of `shape` for each layout at each (rows, tokens) of `probes`: `count` matrices (as
     many as the model has, up to PROBE_BYTES) streamed in turn, layouts interleaved, best of `rounds`
     (the least disturbed run: other programs only ever add time), fewer (not under 2) past `budget_s`."""
     out_f, in_f = shape
@@ -192,12 +195,12 @@ def time_layouts(shape: tuple[int, int], count: int, layouts: tuple[str, ...], d
     g = torch.Generator().manual_seed(0)
     base = [torch.randn(out_f, in_f, generator=g).to(dtype) for _ in range(n)]   # values do not change timing
     mats = {name: [_MAKERS[name](w) for w in base] for name in layouts}
-    xs = [torch.randn(r, t, in_f, generator=g).to(dtype) for r, t in PROBE_ROWS]
-    best = [{name: float("inf") for name in layouts} for _ in PROBE_ROWS]
+    xs = [torch.randn(r, t, in_f, generator=g).to(dtype) for r, t in probes]
+    best = [{name: float("inf") for name in layouts} for _ in probes]
     start = time.perf_counter()
     with torch.inference_mode():
         for rnd in range(rounds + 1):               # round 0 warms caches, allocators and kernels
-            if rnd > 2 and time.perf_counter() - start > budget_s:
+            if rnd > min(2, rounds) and time.perf_counter() - start > budget_s:
                 break
             for c, x in enumerate(xs):
                 for name in layouts:
@@ -217,6 +220,8 @@ class Plan:
     source: str                                     # "measured", "cached", "forced …", "default …"
     times: dict[tuple[int, int], list[dict[str, float]]] = field(default_factory=dict)
     nbytes: dict[tuple[int, int], int] = field(default_factory=dict)   # weight bytes per shape (summary)
+    c_layers: tuple[bool, ...] = (False,) * len(PROBE_ROWS)   # per row class: whole layers in C (rows.c)
+    passes: dict = field(default_factory=dict)      # the whole-pass timings that chose (passes.py), for logs
 
     def store(self, w: torch.Tensor):
         """`w` as the fast path keeps it: one tensor, or a `Routed` one when its classes differ."""
@@ -273,10 +278,12 @@ def plan_for(weights: list[torch.Tensor], compiled: bool = False, refresh: bool 
         if forced not in available(dtype):
             log.warning("SPECVIZ_LAYOUT=%s is not one of %s here; measuring instead", forced, available(dtype))
         else:
-            return Plan({s: (forced,) * len(PROBE_ROWS) for s in counts}, f"forced {forced}", {}, nbytes)
+            # forced "rows": whole layers in C, as before; another forced layout keeps the torch layer
+            return Plan({s: (forced,) * len(PROBE_ROWS) for s in counts}, f"forced {forced}", {}, nbytes,
+                        (forced == "rows" and not compiled,) * len(PROBE_ROWS))
     times, cached = _cached_times(counts, dtype, refresh)
     plan = Plan({s: choose(t) for s, t in times.items()}, "cached" if cached else "measured", times, nbytes)
-    log.info("fast path: %s (%s on this CPU)", plan.summary(), plan.source)
+    log.info("fast path: per-shape products %s (%s on this CPU)", plan.summary(), plan.source)
     return plan
 
 
@@ -284,8 +291,6 @@ _CACHE_LOCK = threading.Lock()
 
 
 def _cache_key(dtype: torch.dtype) -> str:
-    from specviz.hardware.device import machine_key
-
     return f"{machine_key(torch.device('cpu'), dtype)} | {cpu_model()} | {torch.get_num_threads()} threads"
 
 
@@ -298,6 +303,10 @@ def _cached_times(counts: dict[tuple[int, int], int], dtype: torch.dtype,
     with _CACHE_LOCK:                           # two models loading at once measure one at a time
         table = read_table(path)
         entry = table.get(key) if isinstance(table.get(key), dict) else {}
+        why = remeasure_reason(entry.get("measured"))
+        if why and any(f"{s[0]}x{s[1]}" in entry for s in counts):
+            log.info("fast path: the cached layout timings were %s; timing them again", why)
+            refresh = True
         out, missing = {}, []
         for shape in sorted(counts):
             got = entry.get(f"{shape[0]}x{shape[1]}")
@@ -308,10 +317,15 @@ def _cached_times(counts: dict[tuple[int, int], int], dtype: torch.dtype,
         if missing:
             log.info("fast path: timing %s weight layouts on this CPU for %d matrix shapes (once; cached)",
                      "/".join(names), len(missing))
+        load = load_now()
         for shape in missing:
             out[shape] = time_layouts(shape, counts[shape], names, dtype)
             entry[f"{shape[0]}x{shape[1]}"] = out[shape]
         if missing:
+            entry["measured"] = load      # the machine's load beside the timings: busy ones are re-taken
+            if is_busy(load):
+                log.info("fast path: layouts timed on a busy machine (load %.2f on %d CPUs); kept until the "
+                         "next start only", load["load"], load["cpus"])
             table[key] = entry
             write_table(path, table)
     return out, not missing
@@ -326,7 +340,11 @@ def forget(dtype: torch.dtype = torch.float32) -> None:
     """Drop this machine's layout timings (`python -m specviz calibrate` does, so the next load re-times
     alongside the fresh peaks)."""
     path = cache_root() / "layouts.json"
+    key = _cache_key(dtype)
     with _CACHE_LOCK:
         table = read_table(path)
-        if table.pop(_cache_key(dtype), None) is not None:
+        gone = [k for k in table if k == key or k.startswith(key + " | passes")]   # and the whole-pass choices
+        for k in gone:
+            table.pop(k)
+        if gone:
             write_table(path, table)

@@ -105,7 +105,9 @@ class CompactLlama:
 
     Shared by every cache (and engine) that uses the model; holds no per-run state."""
 
-    def __init__(self, model, compiled: bool = False):
+    def __init__(self, model, compiled: bool = False, plan: Plan | None = None):
+        """`plan`: the layouts to use as given (the whole-pass timing builds its candidates this way);
+        None: measured here (per-shape products, then whole passes: `specviz.fastpath.passes`)."""
         check_supported(model)
         cfg, inner = model.config, model.model
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -115,17 +117,25 @@ class CompactLlama:
         self.norm_eps = float(inner.norm.variance_epsilon)
         head = model.get_output_embeddings().weight                # [V, d] (the embedding when tied)
         mats = [_matrices(block) for block in inner.layers]
-        self.plan: Plan = plan_for([head] + [w for ms in mats for w in ms], compiled)
-        self._w = self.plan.store                                  # the weights' layout, see above
-        self.head = self._w(head)
         self.head_rows = head.shape[0]                             # logits per token (the vocabulary)
         self.inv_freq = inner.rotary_emb.inv_freq                  # [head_dim / 2]
         self.rope_scale = float(inner.rotary_emb.attention_scaling)
+        self.device, self.dtype = self.embed.device, self.embed.dtype
+        if plan is None:
+            weights = [head] + [w for ms in mats for w in ms]
+            plan = plan_for(weights, compiled)
+            if plan.times and not compiled:          # measured per shape: now time whole passes
+                from specviz.fastpath.passes import choose_pass
+
+                plan = choose_pass(model, plan, weights)
+        self.plan: Plan = plan
+        self._w = self.plan.store                                  # the weights' layout, see above
+        self.head = self._w(head)
         self.layers = [self._layer(block, ms) for block, ms in zip(inner.layers, mats)]
         self._tuples = [w.as_tuple() for w in self.layers]        # built once, not per layer per pass
         self._c_layers = tuple(rows.layers(self._tuples, self.dims, functools.partial(_for_class, c))
+                               if self.plan.c_layers[c] else None
                                for c in range(len(CLASS_NAMES)))     # per row class, immutable once built
-        self.device, self.dtype = self.embed.device, self.embed.dtype
         # what a short block (decode, verify, draft) runs: `hidden` itself, or a compiled twin set by
         # specviz.fastpath.cache_factory; long blocks (prefill) always run `hidden` eagerly
         self.fast_hidden = self.hidden

@@ -23,7 +23,7 @@ static inline void store8(float *p, v8 v) { __builtin_memcpy(p, &v, sizeof v); }
 
 /* MR rows (a compile-time constant, so the unused sums vanish) times one 16-column block. */
 #define KERNEL(MR_)                                                                                   \
-static void rows##MR_(const float *restrict x, long ldx, const float *restrict w, long K,            \
+static __attribute__((unused)) void rows##MR_(const float *restrict x, long ldx, const float *restrict w, long K, \
                       float *restrict y, long ldy) {                                                  \
     enum { MR = MR_ };                                                                                \
     v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0};                                    \
@@ -36,6 +36,53 @@ static void rows##MR_(const float *restrict x, long ldx, const float *restrict w
 }
 KERNEL(1) KERNEL(2) KERNEL(3) KERNEL(4) KERNEL(5) KERNEL(6)
 
+#if defined(__AVX512F__) && defined(SPECVIZ_WIDE)
+/* AVX-512 variant (built only with SPECVIZ_KERNEL_WIDE=1, see rows.py: not the default until it is
+ * measured faster on an AVX-512 machine). A block's 16 columns are one 64-byte load and one register
+ * per row, so eight rows' sums fit (8 of the 32 registers) and the weights are read once per eight
+ * rows; a software prefetch runs PREFETCH_K steps (PREFETCH_K × 64 bytes) ahead of the loads. Each
+ * output is still one running sum over k in order: the same bits as the 256-bit kernel above. */
+typedef float v16 __attribute__((vector_size(64)));
+#define PREFETCH_K 16
+
+static inline v16 load16(const float *p) { v16 v; __builtin_memcpy(&v, p, sizeof v); return v; }
+static inline void store16(float *p, v16 v) { __builtin_memcpy(p, &v, sizeof v); }
+
+#define WSTEP(i) if (MR > i) { a##i += x[i * ldx + k] * wk; }
+#define WSAVE(i) if (MR > i) store16(y + i * ldy, a##i);
+#define WKERNEL(MR_)                                                                                  \
+static void wide##MR_(const float *restrict x, long ldx, const float *restrict w, long K,            \
+                      float *restrict y, long ldy) {                                                  \
+    enum { MR = MR_ };                                                                                \
+    v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};               \
+    for (long k = 0; k < K; k++) {                                                                    \
+        __builtin_prefetch(w + 16 * (k + PREFETCH_K), 0, 0);                                          \
+        v16 wk = load16(w + 16 * k);                                                                  \
+        WSTEP(0) WSTEP(1) WSTEP(2) WSTEP(3) WSTEP(4) WSTEP(5) WSTEP(6) WSTEP(7)                       \
+    }                                                                                                 \
+    WSAVE(0) WSAVE(1) WSAVE(2) WSAVE(3) WSAVE(4) WSAVE(5) WSAVE(6) WSAVE(7)                           \
+}
+WKERNEL(1) WKERNEL(2) WKERNEL(3) WKERNEL(4) WKERNEL(5) WKERNEL(6) WKERNEL(7) WKERNEL(8)
+
+static void block(const float *x, long M, long K, const float *w, float *y, long ldy) {
+    for (long m = 0; m < M; m += 8) {
+        const float *xs = x + m * K;
+        float *ys = y + m * ldy;
+        switch (M - m < 8 ? M - m : 8) {
+        case 1: wide1(xs, K, w, K, ys, ldy); break;
+        case 2: wide2(xs, K, w, K, ys, ldy); break;
+        case 3: wide3(xs, K, w, K, ys, ldy); break;
+        case 4: wide4(xs, K, w, K, ys, ldy); break;
+        case 5: wide5(xs, K, w, K, ys, ldy); break;
+        case 6: wide6(xs, K, w, K, ys, ldy); break;
+        case 7: wide7(xs, K, w, K, ys, ldy); break;
+        default: wide8(xs, K, w, K, ys, ldy); break;
+        }
+    }
+}
+#define KERNEL_BITS 512
+#else
+#define KERNEL_BITS 256
 /* All M rows times one block, six at a time (the block stays in cache between the groups). */
 static void block(const float *x, long M, long K, const float *w, float *y, long ldy) {
     for (long m = 0; m < M; m += 6) {
@@ -51,6 +98,7 @@ static void block(const float *x, long M, long K, const float *w, float *y, long
         }
     }
 }
+#endif
 
 /* x: [M, K] contiguous; wp: [N / 16, K, 16]; y: [M, N] contiguous (N a multiple of 16). Threads split
  * the column blocks (torch's own OpenMP runtime is the one loaded, so its threads are reused). */
@@ -76,14 +124,58 @@ void specviz_rows(const float *x, long M, long K, const float *wp, long N, float
  * Same arithmetic as specviz/fastpath/llama.py::decoder_layer (sums may round differently, ~1e-6), and
  * every row is computed on its own: its bits do not depend on the other rows. */
 typedef struct {
-    const float *ln1, *ln2, *wqkv, *bqkv, *wo, *bo, *wgu, *wdown;   /* packed weights; biases may be NULL */
+    const float *ln1, *ln2, *wqkv, *bqkv, *wo, *bo, *wgu, *wdown;   /* weights; biases may be NULL */
     long d, H, Hkv, hd, inter;                                       /* model width, heads, head size, MLP */
-    long qkv_w, o_w, gu_w, down_w;                                   /* packed output widths (× 16) */
+    long qkv_w, o_w, gu_w, down_w;                  /* output widths (packed: rounded up to × 16) */
     float eps;
+    long kinds[4];                                  /* per matrix (qkv, o, gu, down): one of the KIND_ */
 } specviz_weights;
 
-static void product(const float *x, long M, long K, const float *wp, long N, float *y, int threads) {
-    specviz_rows(x, M, K, wp, N, y, threads);
+/* How a matrix is stored, and so whose product multiplies by it. Our kernel is not the fastest on every
+ * CPU (an Intel Xeon's MKL streamed one row at 30 GB/s where ours reached 21), so a C layer may hand a
+ * matrix to the BLAS torch itself links — the same product F.linear runs — instead of forcing ours. */
+enum { KIND_PACKED = 0,      /* [N / 16][K][16] blocks: specviz_rows */
+       KIND_STOCK = 1,       /* the model's own [N, K] row-major matrix: sgemm, W transposed */
+       KIND_COLMAJOR = 2 };  /* the same matrix stored [K, N]: sgemm, not transposed */
+
+/* Fortran BLAS sgemm (column-major), found in the process at load time (rows.py, specviz_set_gemm):
+ * MKL inside torch's own library on x86. NULL where there is none: such layers are then not offered. */
+typedef void (*sgemm_fn)(const char *, const char *, const int *, const int *, const int *, const float *,
+                         const float *, const int *, const float *, const int *, const float *, float *,
+                         const int *);
+static sgemm_fn gemm = NULL;
+
+void specviz_set_gemm(void *fn) { gemm = (sgemm_fn)fn; }
+int specviz_has_gemm(void) { return gemm != NULL; }
+
+/* y[M, N] = x[M, K] · Wᵀ. In column-major terms y is yᵀ [N × M] = W [N × K] · xᵀ [K × M]. The BLAS
+ * product's sums are its own: a row's bits may depend on how many rows share the call (verify ≠ decode
+ * bit for bit there; the engine's tests check that greedy output stays exact). */
+static void product(const float *x, long M, long K, const float *wp, long N, float *y, int threads, long kind) {
+    if (kind == KIND_PACKED || gemm == NULL) {
+        specviz_rows(x, M, K, wp, N, y, threads);
+        return;
+    }
+    const int m = (int)N, n = (int)M, k = (int)K, ldw = kind == KIND_STOCK ? (int)K : (int)N, ldx = (int)K;
+    const int ldy = (int)N;
+    const float one = 1.f, zero = 0.f;
+    gemm(kind == KIND_STOCK ? "T" : "N", "N", &m, &n, &k, &one, wp, &ldw, x, &ldx, &zero, y, &ldy);
+}
+
+/* Which vector code path this build took (the kernels command prints it): the instruction set
+ * -march=native enabled, and the width of the product kernel's vectors. */
+const char *specviz_isa(void) {
+#if defined(__AVX512F__) && KERNEL_BITS == 512
+    return "avx512 (512-bit kernel)";
+#elif defined(__AVX512F__)
+    return "avx512 (256-bit kernel)";
+#elif defined(__AVX2__)
+    return "avx2";
+#elif defined(__ARM_NEON)
+    return "neon";
+#else
+    return "generic";
+#endif
 }
 
 /* e^x in a form the compiler vectorises (glibc's expf is a call per value: SiLU and the softmax spent
@@ -177,7 +269,7 @@ void specviz_layer(float *x, long M, long T, const long *sel, const specviz_weig
     float *h = scratch, *qkv = h + M * d, *att = qkv + M * w->qkv_w, *o = att + M * H * hd;
     float *gu = o + M * (w->o_w > w->down_w ? w->o_w : w->down_w), *act = gu + M * w->gu_w;
     norm_rows(x, M, d, w->ln1, w->eps, h);
-    product(h, M, d, w->wqkv, w->qkv_w, qkv, threads);
+    product(h, M, d, w->wqkv, w->qkv_w, qkv, threads, w->kinds[0]);
     for (long r = 0; r < M; r++) {
         float *row = qkv + r * w->qkv_w;
         long flat = sel ? sel[r] : r, b = flat / T, t = flat % T;
@@ -195,18 +287,18 @@ void specviz_layer(float *x, long M, long T, const long *sel, const specviz_weig
         attend_row(qkv + r * w->qkv_w + head * hd, kbuf + b * kb + j * kh, vbuf + b * kb + j * kh, ks,
                    bias + flat * S, S, hd, scale, att + r * H * hd + head * hd);
     }
-    product(att, M, H * hd, w->wo, w->o_w, o, threads);
+    product(att, M, H * hd, w->wo, w->o_w, o, threads, w->kinds[1]);
     for (long r = 0; r < M; r++)
         for (long i = 0; i < d; i++) x[r * d + i] += w->bo ? o[r * w->o_w + i] + w->bo[i] : o[r * w->o_w + i];
     norm_rows(x, M, d, w->ln2, w->eps, h);
-    product(h, M, d, w->wgu, w->gu_w, gu, threads);
+    product(h, M, d, w->wgu, w->gu_w, gu, threads, w->kinds[2]);
     #pragma omp parallel for num_threads(threads > 1 ? threads : 1) schedule(static) if (threads > 1 && M > 1)
     for (long r = 0; r < M; r++)
         for (long i = 0; i < I; i++) {
             float a = gu[r * w->gu_w + i];
             act[r * I + i] = a / (1.f + fast_exp(-a)) * gu[r * w->gu_w + I + i];
         }
-    product(act, M, I, w->wdown, w->down_w, o, threads);
+    product(act, M, I, w->wdown, w->down_w, o, threads, w->kinds[3]);
     for (long r = 0; r < M; r++)
         for (long i = 0; i < d; i++) x[r * d + i] += o[r * w->down_w + i];
 }

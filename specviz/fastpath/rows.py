@@ -17,6 +17,11 @@ The C source is built once per CPU model and compiler with the system's C compil
 -march=native`, OpenMP: the runtime torch has loaded is the one used, so the threads are torch's) into
 the user cache, and checked on a small product before use. No compiler, a failed build or a failed check:
 the layout is not offered and the log says why. SPECVIZ_KERNEL=off turns it off.
+
+SPECVIZ_KERNEL_WIDE=1 builds the AVX-512 variant (rows.c, SPECVIZ_WIDE: one 64-byte load per block and
+step, eight rows' sums in registers, a software prefetch ahead of the stream) on a CPU with AVX-512.
+It gives the same bits as the default 256-bit kernel (tests/test_fastpath.py checks it where the CPU
+has AVX-512), but it is off by default: it has not been measured faster on an AVX-512 Xeon yet.
 """
 from __future__ import annotations
 
@@ -137,9 +142,39 @@ def _load():
                                       + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int])
         lib.specviz_layer_scratch.restype = ctypes.c_long
         lib.specviz_layer_scratch.argtypes = [ctypes.c_long, ctypes.POINTER(_Weights)]
+        lib.specviz_isa.restype = ctypes.c_char_p
+        lib.specviz_set_gemm.argtypes = [ctypes.c_void_p]
+        lib.specviz_has_gemm.restype = ctypes.c_int
+        lib.specviz_set_gemm(_blas_sgemm())
     except (OSError, subprocess.SubprocessError, AttributeError) as exc:
         return None, f"could not build or load it: {exc}"
     return (lib, "") if _agrees(lib) else (None, "its self-check disagreed with F.linear")
+
+
+def _blas_sgemm() -> int | None:
+    """The address of the Fortran BLAS `sgemm_` torch itself carries (MKL in torch's x86 wheels), so a C
+    layer can run a matrix through the library's product where it is the faster one here (rows.c,
+    KIND_STOCK / KIND_COLMAJOR); None where torch links no such symbol (ARM wheels, other BLAS builds)."""
+    folder = Path(torch.__file__).parent / "lib"
+    for name in ("libtorch_cpu.so", "libtorch_cpu.dylib"):
+        try:
+            lib = ctypes.CDLL(str(folder / name))      # already loaded: this returns the loaded copy
+            return ctypes.cast(lib.sgemm_, ctypes.c_void_p).value
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+def isa() -> str:
+    """The vector code path our kernel was built for here ("avx512", "avx2", "neon", "generic"), or ""."""
+    lib = library()
+    return lib.specviz_isa().decode() if lib is not None else ""
+
+
+def has_gemm() -> bool:
+    """Whether a C layer can also call the library's product (see `_blas_sgemm`)."""
+    lib = library()
+    return bool(lib is not None and lib.specviz_has_gemm())
 
 
 def _built(compiler: str) -> tuple[Path | None, str]:
@@ -149,8 +184,9 @@ def _built(compiler: str) -> tuple[Path | None, str]:
     folder = cache_root() / "kernels"
     folder.mkdir(parents=True, exist_ok=True)
     errors = []
+    wide = ["-DSPECVIZ_WIDE"] if os.environ.get("SPECVIZ_KERNEL_WIDE", "").strip() in ("1", "on", "yes") else []
     for arch in ARCH_FLAGS:
-        flags = ["-O3", *arch, "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-lm"]
+        flags = ["-O3", *arch, *wide, "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-lm"]
         tag = hashlib.sha256(repr((source, flags, version, cpu_model())).encode()).hexdigest()[:16]
         path = folder / f"rows-{tag}.so"
         if path.exists():
@@ -190,7 +226,35 @@ class _Weights(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in ("ln1", "ln2", "wqkv", "bqkv", "wo", "bo", "wgu", "wdown")]
     _fields_ += [(name, ctypes.c_long) for name in ("d", "H", "Hkv", "hd", "inter", "qkv_w", "o_w", "gu_w",
                                                     "down_w")]
-    _fields_ += [("eps", ctypes.c_float)]
+    _fields_ += [("eps", ctypes.c_float), ("kinds", ctypes.c_long * 4)]
+
+
+KIND_PACKED, KIND_STOCK, KIND_COLMAJOR = 0, 1, 2     # rows.c: how a matrix is stored, whose product runs it
+
+
+def kind(m) -> int | None:
+    """How the C layer multiplies by matrix `m` (a Packed one: our kernel; the model's own [out, in]
+    tensor or its column-major copy: the BLAS product), or None when it cannot (oneDNN's opaque tensor,
+    another dtype, no BLAS symbol here)."""
+    if type(m) is Packed:
+        return KIND_PACKED
+    if not isinstance(m, torch.Tensor) or m.is_mkldnn or m.dtype != torch.float32 or m.device.type != "cpu":
+        return None
+    if not has_gemm() or m.dim() != 2:
+        return None
+    if m.is_contiguous():
+        return KIND_STOCK
+    if m.stride() == (1, m.shape[0]):
+        return KIND_COLMAJOR
+    return None
+
+
+def _c_view(m) -> tuple[int, int, int]:
+    """(data pointer, output width as the C layer indexes it, kind) of a matrix `kind` accepted."""
+    k = kind(m)
+    if k == KIND_PACKED:
+        return m.blocks.data_ptr(), m.blocks.shape[0] * BLOCK, k
+    return m.data_ptr(), m.shape[0], k
 
 
 @dataclass(frozen=True, eq=False)
@@ -204,9 +268,9 @@ class Layers:
 
 def layers(tuples, dims, pick) -> Layers | None:
     """The C view of a model's layers (`tuples` as CompactLlama keeps them; `pick(w)` resolves a Routed
-    weight for the block's rows), or None when a matrix is not in the packed layout or a norm or bias is
-    not plain fp32 (the torch layer then serves)."""
-    if not tuples or any(type(pick(tuples[0][i])) is not Packed for i in (1, 3, 6, 7)):   # the four matrices
+    weight for the block's rows), or None when a matrix is in a layout the C layer cannot multiply by
+    (`kind`) or a norm or bias is not plain fp32 (the torch layer then serves)."""
+    if not tuples or any(kind(pick(tuples[0][i])) is None for i in (1, 3, 6, 7)):   # the four matrices
         return None
     if library() is None or dims.n_heads % dims.n_kv or dims.head_dim % 2:
         return None
@@ -222,14 +286,13 @@ def layers(tuples, dims, pick) -> Layers | None:
     try:
         for ln1, wqkv, bqkv, wo, bo, ln2, w_gu, w_down in tuples:
             mats = [pick(m) for m in (wqkv, wo, w_gu, w_down)]
-            if any(type(m) is not Packed for m in mats):
+            if any(kind(m) is None for m in mats):
                 return None
-            q, o, gu, down = mats
             keep.extend(mats)
-            out.append(_Weights(ptr(ln1), ptr(ln2), q.blocks.data_ptr(), ptr(bqkv), o.blocks.data_ptr(),
-                                ptr(bo), gu.blocks.data_ptr(), down.blocks.data_ptr(), q.in_features,
-                                dims.n_heads, dims.n_kv, dims.head_dim, gu.out_features // 2,
-                                *(m.blocks.shape[0] * BLOCK for m in mats), dims.eps))
+            (q, q_w, _), (o, o_w, _), (gu, gu_w, _), (down, down_w, _) = views = [_c_view(m) for m in mats]
+            out.append(_Weights(ptr(ln1), ptr(ln2), q, ptr(bqkv), o, ptr(bo), gu, down, mats[0].shape[1],
+                                dims.n_heads, dims.n_kv, dims.head_dim, mats[2].shape[0] // 2,
+                                q_w, o_w, gu_w, down_w, dims.eps, (ctypes.c_long * 4)(*(v[2] for v in views))))
     except TypeError:
         return None
     return Layers(tuple(out), tuple(keep), dims.head_dim ** -0.5)

@@ -11,12 +11,19 @@
 """
 from __future__ import annotations
 
+import json
 import os
+import platform
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+
 from specviz.machine import cache_root
+
+# a pass over this many times its roofline time is explained by neither memory nor compute: fixed costs
+# (kernel launches, Python, bookkeeping) fill it. The lesson's knee chapter and the What-if use the same rule.
+OVERHEAD_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -32,24 +39,33 @@ class Peaks:
         return self.flops / self.bandwidth
 
 
-def _timed(fn, device, repeats: int) -> float:
-    import torch
+def sync(device) -> None:
+    """Wait for the device's queued work (a CUDA kernel returns before it has run; a CPU op has run)."""
+    if device.type == "cuda":
+        # on first use: torch is slow to import
+        import torch
 
+        torch.cuda.synchronize(device)
+
+
+def timed_once(fn, device) -> float:
+    """Seconds one call of `fn` keeps the device busy, from a quiet device to a quiet device."""
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def _timed(fn, device, repeats: int) -> float:
     fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - t0)
+    times = [timed_once(fn, device) for _ in range(repeats)]
     return sorted(times)[len(times) // 2]
 
 
 def _device_and_dtype(device, dtype):
     """The device and dtype models run in here by default: CUDA in bf16 when present, else CPU in fp32."""
+    # on first use: torch is slow to import
     import torch
 
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -58,6 +74,7 @@ def _device_and_dtype(device, dtype):
 
 def calibrate(device=None, dtype=None, size_mb: int = 256, matmul_n: int = 1024, repeats: int = 5) -> Peaks:
     """Measure copy bandwidth and matmul throughput on `device` (median of `repeats`)."""
+    # on first use: torch is slow to import
     import torch
 
     device, dtype = _device_and_dtype(device, dtype)
@@ -76,6 +93,7 @@ def calibrate(device=None, dtype=None, size_mb: int = 256, matmul_n: int = 1024,
 
 def copy_bandwidth(device, size_mb: int = 256, repeats: int = 3) -> float:
     """Bytes/s of a `size_mb` copy (read + write), median of `repeats`: calibrate's bandwidth alone."""
+    # on first use: torch is slow to import
     import torch
 
     src = torch.empty(size_mb * 2**20 // 4, dtype=torch.float32, device=device).fill_(1.0)
@@ -98,6 +116,7 @@ def paired_roofline(model, context: int, device, dtype, nbytes: float, repeats: 
 
 def device_name(device) -> str:
     """A readable name for a profile: "cuda: NVIDIA H200", "cpu: 2 cores"."""
+    # on first use: torch is slow to import
     import torch
 
     if getattr(device, "type", str(device)) == "cuda":
@@ -123,33 +142,91 @@ def free_memory(device) -> float | None:
 
 def machine_key(device, dtype) -> str:
     """What a calibration is valid for: this host, this device, this dtype, this torch."""
-    import platform
 
+    # on first use: torch is slow to import
     import torch
 
     return f"{platform.node()} | {device_name(device)} | {str(dtype).replace('torch.', '')} | torch {torch.__version__}"
 
 
+# A measurement taken while the machine was busy is not kept for good: on a fresh machine the first
+# start calibrated 8.2 GB/s beside a running `pip` (22.7 when quiet) and that figure was shown to the
+# class for ever. So every cached measurement carries the load it was taken under, and is taken again
+# at the next use when that load was high or the entry is old.
+BUSY_LOAD_PER_CPU = 0.75      # 1-minute load average per CPU at or above which the machine counts as busy
+MAX_AGE_S = 7 * 24 * 3600     # a week: drivers, BIOS settings and neighbours change
+
+
+def _this_process() -> int:
+    return os.getpid()
+
+
+def load_now() -> dict:
+    """The machine's load right now, as stored beside a measurement: 1-minute load average, CPUs, time."""
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):          # Windows: no load average
+        load = -1.0
+    return {"load": round(load, 2), "cpus": os.cpu_count() or 1, "at": round(time.time()), "pid": _this_process()}
+
+
+def is_busy(record) -> bool:
+    """True when `record` (from load_now) says others were using the CPUs (unknown load: not busy)."""
+    try:
+        return float(record["load"]) / max(1, int(record["cpus"])) >= BUSY_LOAD_PER_CPU
+    except (TypeError, KeyError, ValueError):
+        return False
+
+
+def remeasure_reason(record, now: float | None = None) -> str:
+    """Why a cached measurement should be taken again ("" when it may be kept): it has no load record
+    (an older version's entry), was taken on a busy machine, or is older than MAX_AGE_S."""
+    if not isinstance(record, dict):
+        return "stored without the machine's load"
+    if record.get("pid") == _this_process():
+        return ""              # taken by this very process: kept until the next start, busy or not
+    if is_busy(record):
+        return f"measured on a busy machine (load {record['load']:.2f} on {record['cpus']} CPUs)"
+    try:
+        age = (now or time.time()) - float(record["at"])
+    except (KeyError, TypeError, ValueError):
+        return "stored without a date"
+    return f"{age / 86400:.0f} days old" if age > MAX_AGE_S else ""
+
+
 def cached_peaks(device=None, dtype=None, refresh: bool = False, **calibrate_kw) -> Peaks:
     """This machine's peaks from the cache (`<cache>/peaks.json`, one entry per `machine_key`), measured
-    and stored when missing or when `refresh` (what `python -m specviz calibrate` does)."""
+    and stored when missing, when `refresh` (what `python -m specviz calibrate` does), or when the stored
+    one was taken on a busy machine or is stale (`remeasure_reason`; the log says which)."""
+    import logging
+
     device, dtype = _device_and_dtype(device, dtype)
     key, path = machine_key(device, dtype), cache_root() / "peaks.json"
     table = read_table(path)
-    if not refresh and isinstance(table.get(key), dict):
-        try:
-            return Peaks(**table[key])
-        except TypeError:
-            pass                         # an entry from another version: measure again
+    entry = table.get(key)
+    if not refresh and isinstance(entry, dict):
+        why = remeasure_reason(entry.get("measured"))
+        if not why:
+            try:
+                return Peaks(**{k: v for k, v in entry.items() if k != "measured"})
+            except TypeError:
+                pass                     # an entry from another version: measure again
+        else:
+            logging.getLogger("specviz").info("calibration: the cached peaks were %s; measuring again", why)
+    load = load_now()
     peaks = calibrate(device, dtype, **calibrate_kw)
-    table[key] = {"device": peaks.device, "bandwidth": peaks.bandwidth, "flops": peaks.flops, "dtype": peaks.dtype}
+    table[key] = {"device": peaks.device, "bandwidth": peaks.bandwidth, "flops": peaks.flops, "dtype": peaks.dtype,
+                  "measured": load}
+    if is_busy(load):
+        logging.getLogger("specviz").info("calibration: %.1f GB/s measured on a busy machine (load %.2f on %d "
+                                          "CPUs); measured again at the next start", peaks.bandwidth / 1e9,
+                                          load["load"], load["cpus"])
     write_table(path, table)
     return peaks
 
 
 def read_table(path) -> dict:
     """A JSON object from a cache file; {} when it is missing or unreadable (then it is measured again)."""
-    import json
 
     try:
         table = json.loads(path.read_text())
@@ -160,7 +237,6 @@ def read_table(path) -> dict:
 
 def write_table(path, table: dict) -> None:
     """Replace a cache file atomically (two processes may calibrate at once)."""
-    import json
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -292,7 +368,7 @@ def step_metrics(flops: float, nbytes: float, seconds: float, peaks: Peaks | Non
     if peaks is None:
         return StepMetrics(bw, fl, None, None, "unknown (not calibrated)")
     t_mem, t_comp = nbytes / peaks.bandwidth, flops / peaks.flops
-    if seconds > 2 * max(t_mem, t_comp):
+    if seconds > OVERHEAD_FACTOR * max(t_mem, t_comp):
         regime = "overhead-bound"
     else:
         regime = "memory-bound" if t_mem >= t_comp else "compute-bound"
@@ -318,7 +394,9 @@ def measure_latency(model, tokens_per_pass: list[int], context: int, device, dty
     """Median target forward latency for n new tokens on top of a `context`-token cache: through the stock
     modules, or through the forward path the engine runs when `new_cache` (batch → KV cache with
     `forward(model, tokens, valid)`, e.g. the fast path's) is given."""
+    # on first use: torch is slow to import
     import torch
+    # on first use: transformers is slow to import
     from transformers import DynamicCache
 
     out = []
@@ -344,15 +422,9 @@ def measure_latency(model, tokens_per_pass: list[int], context: int, device, dty
             times = []
             for r in range(repeats + 1):
                 ids = torch.randint(0, vocab, (1, n), device=device)
-                run = pass_fn(ids)
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                t0 = time.perf_counter()
-                run()
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                if r:
-                    times.append(time.perf_counter() - t0)
+                seconds = timed_once(pass_fn(ids), device)
+                if r:                   # the first pass of each size is a warm-up
+                    times.append(seconds)
             out.append(sorted(times)[len(times) // 2])
     return out
 

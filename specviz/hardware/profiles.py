@@ -15,9 +15,11 @@ import re
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from specviz.hardware.costmodel import (SERVING, Calibration, Setup, depth_crossover, fit_alpha, fit_calibration,
+                                        run_seconds)
+from specviz.hardware.presets import GPUS, GpuSpec, resolve_draft, resolve_gpu, resolve_model
+from specviz.hardware.roofline import ModelSpec, predicted_knee
 from specviz.lessons import Said
-from specviz.hardware.roofline import (GPUS, SERVING, Calibration, GpuSpec, ModelSpec, Setup, fit_calibration,
-                              predicted_knee)
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 PROFILES_DIR = ASSETS / "profiles"
@@ -261,7 +263,6 @@ class Comparison:
 
 
 def series_setup(series: PublishedSeries, cal: Calibration, context: int | None = None):
-    from specviz.hardware.roofline import Setup, resolve_draft, resolve_gpu, resolve_model
 
     gpu, target = resolve_gpu(series.gpu), resolve_model(series.target)
     return Setup(target, resolve_draft(series.draft, target), gpu.bandwidth, gpu.flops,
@@ -271,7 +272,6 @@ def series_setup(series: PublishedSeries, cal: Calibration, context: int | None 
 def compare(series: PublishedSeries, cal: Calibration, alpha: float | None = None,
             alpha_note: str = "given", context: int | None = None) -> Comparison:
     """Estimate the series' points with `cal`; α is fitted at the series' fit batch unless given."""
-    from specviz.hardware.roofline import depth_crossover, fit_alpha
 
     setup = series_setup(series, cal, context)
     if alpha is None:
@@ -368,6 +368,14 @@ def stack_calibration(stack: str, base: Calibration, published: list[PublishedSe
                                series=", ".join(fit.fitted_to)))
 
 
+def preset_calibration(gpu: GpuSpec, stack: str | None = None) -> Calibration:
+    """The calibrated model the What-if tab and `whatif` use for a GPU preset: a recorded profile's rates
+    on that GPU where one is shipped (else the published serving fit), plus `stack`'s per-sequence
+    bookkeeping fitted to its published speed-ups (None or the base stack: none added)."""
+    base = gpu_calibration(gpu, load_profiles())
+    return base if stack is None else stack_calibration(stack, base, load_published())
+
+
 @dataclass(frozen=True)
 class SweepComparison:
     sweep: RecordedSweep
@@ -417,7 +425,6 @@ def compare_sweep(sweep: RecordedSweep, cal: Calibration, bandwidth: float, flop
     """The end-to-end tokens/s the model expects for every cell of a recorded sweep. α is the measured
     acceptance at depth 1 (at k = 1 the share of drafts accepted *is* α); bytes per parameter follow
     the profile's dtype (fp32 on a CPU)."""
-    from specviz.hardware.roofline import resolve_draft, resolve_model, run_seconds
 
     target = replace(resolve_model(sweep.target), bytes_per_param=4.0 if sweep.device.startswith("cpu") else 2.0)
     setup = CurveSetup(target, resolve_draft(sweep.draft, target), bandwidth, flops, sweep.prompt_tokens, cal,

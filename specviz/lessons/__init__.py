@@ -22,9 +22,6 @@ from pathlib import Path
 LANGS = ("en", "fa")
 DEFAULT_LANG = "en"
 RTL_LANGS = frozenset({"fa"})
-# The order of the argument (SEED-NOTES): more FLOPs yet faster → the race → decode is memory-bound →
-# breadth ≈ depth → the price → when it hurts → vLLM's answer and beyond. Keys of the [chapter.*] tables.
-CHAPTERS = ("intro", "race", "knee", "breadth_depth", "ledger", "sweep", "policies")
 
 _DIR = Path(__file__).resolve().parent
 # Unicode left-to-right isolate … pop directional isolate: keeps a filled-in number, token or name

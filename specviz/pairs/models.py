@@ -27,6 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from specviz.hardware.presets import MODELS
 from specviz.lessons import Said
 from specviz.machine import cache_root
 
@@ -104,6 +105,7 @@ def parse_draft_ref(ref: str) -> DraftRef:
 
 def pick_device(prefer: str | None = None):
     """CUDA when present (bf16), else CPU (fp32). `prefer` may force "cpu" or "cuda"."""
+    # on first use: torch is slow to import
     import torch
 
     if prefer:
@@ -112,6 +114,7 @@ def pick_device(prefer: str | None = None):
 
 
 def pick_dtype(device):
+    # on first use: torch is slow to import
     import torch
 
     # bf16 halves the bytes streamed per token on GPU; CPU kernels are fastest and exact in fp32.
@@ -140,6 +143,7 @@ def convert_gguf(path: Path) -> Path:
     out = _gguf_cache_dir(path)
     if (out / "config.json").is_file() and (out / "tokenizer.json").is_file():
         return out
+    # on first use: transformers is slow to import
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
@@ -192,7 +196,7 @@ def resolve_ref(ref: str) -> str:
 
 def load_model(ref: str, device: str | None = None) -> LoadedModel:
     """Load a causal LM and its tokenizer from a model reference. Never runs remote code."""
-    import torch
+    # imported here: torch and transformers take seconds to import, and the CLI checks its arguments first
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dev = pick_device(device)
@@ -219,10 +223,11 @@ SHAPE_PREFIX = "shape:"
 
 def random_model(ref: str, dev, dtype) -> LoadedModel:
     """A Llama-architecture model with a preset's shape and random weights, built on `dev` (timing only)."""
+    # on first use: torch is slow to import
     import torch
+    # on first use: transformers is slow to import
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from specviz.hardware.roofline import MODELS
 
     name = ref[len(SHAPE_PREFIX):]
     if name not in MODELS:
@@ -243,6 +248,7 @@ def random_model(ref: str, dev, dtype) -> LoadedModel:
 
 def load_tokenizer(ref: str):
     """Only the tokenizer of a model reference (a ZeroGPU main process needs no weights)."""
+    # on first use: transformers is slow to import
     from transformers import AutoTokenizer
 
     where = resolve_ref(ref)

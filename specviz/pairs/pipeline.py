@@ -10,11 +10,11 @@ from typing import Callable
 from specviz.engine.drafters import Drafter, ModelDrafter, NgramDrafter, make_layerskip_model
 from specviz.engine.loop import SpeculativeEngine
 from specviz.fastpath import FastPath, cache_factory, resolve
+from specviz.hardware.roofline import ModelSpec, spec_from_config
 from specviz.lessons import Said
 from specviz.limits import Limits, check_prompt_ids, check_prompt_text
 from specviz.pairs.models import (SHAPE_PREFIX, LoadedModel, ModelError, check_same_vocabulary, load_model,
-                            parse_draft_ref)
-from specviz.hardware.roofline import ModelSpec, spec_from_config
+                                  parse_draft_ref)
 
 
 @dataclass(frozen=True)
@@ -61,9 +61,9 @@ def load_pair(target_ref: str, draft_ref: str, device: str | None = None,
               compile: str | None = None) -> Pair:
     """Load target and draft (reusing already loaded models when given) and build the drafter.
     `compile` (off / on / auto, or static for tests) picks the forward path, see specviz.fastpath;
-    None reads SPECVIZ_COMPILE (what `app.py --compile` sets), default off."""
+    None reads SPECVIZ_COMPILE (what `app.py --compile` sets), default auto (as the app)."""
     if compile is None:
-        compile = os.environ.get("SPECVIZ_COMPILE", "off")
+        compile = os.environ.get("SPECVIZ_COMPILE", "auto")
     dref = parse_draft_ref(draft_ref)
     for ref in (target_ref, dref.ref):
         if ref.strip().startswith(SHAPE_PREFIX):

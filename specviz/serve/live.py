@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from specviz import charts, lessons
-from specviz.engine.loop import StepEvent
+from specviz.engine.request import StepEvent
 from specviz.hardware.device import Peaks, Sample, Sampler, step_metrics
 from specviz.hardware.roofline import ModelSpec, predicted_knee
 

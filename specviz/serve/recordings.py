@@ -13,10 +13,12 @@ import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
+from specviz.engine.request import RowStep, RunTotals, StepEvent
 from specviz.lessons import Said
 from specviz.serve import recording_check as check
 from specviz.serve.recording_check import LIMITS
-from specviz.engine.request import RowStep, RunTotals, StepEvent
 
 RECORDINGS_DIR = Path(__file__).resolve().parents[2] / "assets" / "recordings"
 FORMAT = "specviz-recording/1"
@@ -113,7 +115,7 @@ def now_iso() -> str:
 
 
 def versions() -> dict:
-    import torch
+    # on first use: transformers is slow to import
     import transformers
 
     return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}

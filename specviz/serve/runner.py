@@ -17,21 +17,23 @@ peaks. Two runners produce them:
 """
 from __future__ import annotations
 
-import copy
 import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
-from specviz.engine.loop import Knobs, RunTotals, StepEvent
+import torch
+
+from specviz.engine.policies import PolicyChoice
+from specviz.engine.request import Knobs, Request, RunTotals, StepEvent
 from specviz.hardware.device import Peaks, Sample, Sampler, cached_peaks, device_name, free_memory, knee_steps
-from specviz.limits import Limits
-from specviz.engine.request import Request
 from specviz.hardware.roofline import ModelSpec
-from specviz.serve.scheduler import DeviceGate, Scheduler
+from specviz.limits import Limits
 from specviz.serve.catalog import PairCache, PairChoice
-from specviz.serve.control import ControlFile, LocalControl, policy_from
+from specviz.serve.control import ControlFile, LocalControl
+from specviz.serve.scheduler import BatchInfo, DeviceGate, Scheduler
+from specviz.serve.workload import shared_scheduler
 
 FLUSH_S = 0.05            # a packet at most every 50 ms: tiny models on a big GPU step far faster
 ZERO_GPU_MAX_S = 120      # ZeroGPU reservation ceiling we ask for (longer requests queue behind others)
@@ -47,8 +49,7 @@ class RunRequest:
     prompts: tuple[tuple[int, ...], ...]   # row i decodes prompts[i % len(prompts)]
     depth: int
     batch: int
-    policy: str
-    threshold: float | None
+    policy: PolicyChoice
     temperature: float
     max_new: int
     control: str | None = None      # path of the control file (ZeroGPU only)
@@ -85,7 +86,7 @@ def run_packets(req: RunRequest, pair, knobs: Knobs, control: "ControlFile | Non
         samples = [] if sampler is None else [s for s in sampler.recent(5.0) if s.t > last_sample]
         if samples:
             last_sample = samples[-1].t
-        p = Packet(list(pending), copy.copy(engine.totals), samples,
+        p = Packet(list(pending), engine.totals.copy(), samples,
                    None if sampler is None else sampler.source, peaks if first else None,
                    pair.target_spec if first else None, final, knobs.stop.is_set(),
                    engine.outputs() if final else None, os.getpid())
@@ -149,13 +150,18 @@ class Schedulers:
             if key not in self._by_pair:
                 pair = self.pairs.get(choice)      # again: it may have moved to its fast path meanwhile
                 device = pair.target.device
-                self._by_pair[key] = Scheduler(pair.engine, self.limits, self.gate, pair.target_spec, pair.draft_spec,
-                                               free_memory=lambda: free_memory(device), name=choice.draft)
+                self._by_pair[key] = shared_scheduler(pair, self.limits, self.gate, name=choice.draft,
+                                                      free_memory=lambda: free_memory(device))
             return self._by_pair[key]
 
     def peek(self, choice: PairChoice) -> Scheduler | None:
         with self._lock:
             return self._by_pair.get((choice.target, choice.draft))
+
+    def batch_info(self, choice: PairChoice) -> BatchInfo | None:
+        """The pair's shared batch now (rows, users, waiting), or None before its first Run."""
+        sched = self.peek(choice)
+        return sched.info() if sched is not None else None
 
 
 class LocalRunner:
@@ -164,11 +170,15 @@ class LocalRunner:
     zero_gpu = False
 
     def __init__(self, pairs: PairCache, limits: Limits, gate: DeviceGate):
-        self.pairs, self.gate = pairs, gate
+        self.pairs, self.gate, self.limits = pairs, gate, limits
         self.schedulers = Schedulers(pairs, limits, gate)
 
-    def control(self, knobs: Knobs, policy) -> LocalControl:
-        return LocalControl(knobs)
+    def control(self, knobs: Knobs, policy: PolicyChoice) -> LocalControl:
+        return LocalControl(knobs, self.limits)
+
+    def batch_info(self, choice) -> BatchInfo | None:
+        """What "batch now" shows for a pair (None: nothing shared yet)."""
+        return self.schedulers.batch_info(choice)
 
     def packets(self, req: RunRequest, choice, control: LocalControl) -> Iterator[Packet]:
         request = Request([list(p) for p in req.prompts], control.knobs, req.max_new, req.temperature, req.seed)
@@ -218,8 +228,6 @@ class WorkerState:
         self.peaks: Peaks | None = None
 
     def ready(self):
-        import torch
-
         # One CPU thread in the forked worker: the GPU does the work, and OpenMP's thread pool does not
         # survive a fork (a CPU op in the child hangs if the parent ever ran a parallel CPU op).
         torch.set_num_threads(1)
@@ -247,15 +255,16 @@ class ZeroGpuRunner:
 
     zero_gpu = True
 
-    def __init__(self, spaces_module, pair_cache_factory, wrap_errors):
+    def __init__(self, spaces_module, pair_cache_factory, wrap_errors, limits: Limits = Limits()):
         state = WorkerState(pair_cache_factory)
+        self.limits = limits
 
         def gpu_run(req: RunRequest):
             # runs in the forked GPU worker: its own pair cache, sampler and peaks
             with wrap_errors():
                 st = state.ready()
-                knobs = Knobs(depth=req.depth, batch_size=req.batch, policy=policy_from(req.policy, req.threshold))
-                control = ControlFile(req.control, policy=(req.policy, req.threshold))
+                knobs = Knobs(depth=req.depth, batch_size=req.batch, policy=req.policy.build())
+                control = ControlFile(req.control, policy=req.policy)
                 choice = PairChoice(req.target, req.target, req.draft)
                 yield from run_packets(req, st.cache.get(choice), knobs, control, st.sampler, st.peaks)
 
@@ -268,8 +277,11 @@ class ZeroGpuRunner:
         self.gpu_run = spaces_module.GPU(duration=gpu_duration)(gpu_run)
         self.gpu_knee = spaces_module.GPU(duration=KNEE_GPU_S)(gpu_knee)
 
-    def control(self, knobs: Knobs, policy) -> ControlFile:
-        return ControlFile.create(knobs, policy)
+    def control(self, knobs: Knobs, policy: PolicyChoice) -> ControlFile:
+        return ControlFile.create(knobs, policy, self.limits)
+
+    def batch_info(self, choice) -> None:
+        return None                 # each ZeroGPU Run has a worker of its own: no shared batch to show
 
     def packets(self, req: RunRequest, choice, control: ControlFile) -> Iterator[Packet]:
         return self.gpu_run(replace(req, control=control.path))

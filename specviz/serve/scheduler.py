@@ -19,6 +19,10 @@ ends the running requests with a sentence (the traceback goes to the log) and th
 `DeviceGate` keeps timing honest: the scheduler holds it for one step at a time, and an experiment that
 times the hardware (the knee, a sweep) takes it exclusively, queued first come, first served, so its
 figures are never measured while anything else runs.
+
+Why one file of ~460 lines: it is one concern — the thread that owns a pair's engine, and the few
+objects other threads use to talk to it (gate, ticket, updates) — and it reads top to bottom in the order
+a request lives: the gate, the ticket, then the scheduler's admit → step → finish loop.
 """
 from __future__ import annotations
 
@@ -34,11 +38,11 @@ from typing import Callable, Iterator
 import torch
 
 from specviz.engine.loop import SpeculativeEngine
-from specviz.lessons import Key, Said
-from specviz.serve.heap import trim_heap
-from specviz.limits import LimitError, Limits
 from specviz.engine.request import Request, RunTotals, StepEvent
 from specviz.hardware.roofline import ModelSpec
+from specviz.lessons import Key, Said
+from specviz.limits import LimitError, Limits
+from specviz.serve.heap import trim_heap
 
 log = logging.getLogger("specviz.serve.scheduler")
 
@@ -352,7 +356,7 @@ class Scheduler:
         for req, ev in results:
             t = self._active.get(req.id)
             if t is not None:
-                t.put(Update([ev], _copy_totals(req.totals)))
+                t.put(Update([ev], req.totals.copy()))
         self._finish_done()
         self._publish_info()
 
@@ -361,7 +365,7 @@ class Scheduler:
         for rid, t in list(self._active.items()):
             if rid not in live:
                 req = t.request
-                t.put(Update([], _copy_totals(req.totals), None, True, req.stopped, req.outputs(), req.error))
+                t.put(Update([], req.totals.copy(), None, True, req.stopped, req.outputs(), req.error))
                 del self._active[rid]
 
     def _reap(self) -> None:
@@ -449,10 +453,6 @@ class Scheduler:
         info = BatchInfo(len(eng.rows), len({r.owner.id for r in eng.rows}), len(self._pending))
         with self._cond:
             self._info = info
-
-
-def _copy_totals(t: RunTotals) -> RunTotals:
-    return RunTotals(**vars(t))
 
 
 def _free_cached_memory() -> None:

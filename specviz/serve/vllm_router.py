@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from typing import Iterator
 
 from specviz.lessons import Said
-from specviz.engine.request import RunTotals
-from specviz.serve.scheduler import BatchInfo
 from specviz.serve.catalog import PairChoice
 from specviz.serve.runner import FLUSH_S, Packet, RunRequest
+from specviz.serve.scheduler import BatchInfo
 from specviz.vllm.backend import Endpoint
 from specviz.vllm.client import VllmError
 from specviz.vllm.pool import LaunchedPool
@@ -30,17 +28,12 @@ def vllm_choices(endpoints: list) -> list[PairChoice]:
     return [PairChoice(ep.label, ep.model_ref or ep.label, "ngram", VLLM_NOTE, engine="vllm") for ep in endpoints]
 
 
-@dataclass(frozen=True)
-class _Info:
-    """What "batch now" reads for a vLLM pair (the scheduler's `info()` shape)."""
-
-    endpoint: Endpoint
-
-    def info(self) -> BatchInfo:
-        ep = _current(self.endpoint)
-        running = ep.running()
-        waiting = ep.latest.waiting if ep.latest else None
-        return BatchInfo(int(running or 0), ep.runs, int(waiting or 0))
+def _batch_now(endpoint) -> BatchInfo:
+    """What "batch now" reads for a vLLM pair: vLLM's own running and waiting counts (/metrics)."""
+    ep = _current(endpoint)
+    running = ep.running()
+    waiting = ep.latest.waiting if ep.latest else None
+    return BatchInfo(int(running or 0), ep.runs, int(waiting or 0))
 
 
 def _current(ep) -> Endpoint:
@@ -48,35 +41,26 @@ def _current(ep) -> Endpoint:
     return ep.current if isinstance(ep, LaunchedPool) else ep
 
 
-class _Schedulers:
-    def __init__(self, inner, router: "VllmRouter"):
-        self.inner, self.router = inner, router
-
-    def peek(self, choice):
-        ep = self.router.endpoint(choice)
-        return _Info(ep) if ep is not None else self.inner.peek(choice)
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-
 class VllmRouter:
-    """The app's runner plus vLLM pairs (labels → endpoints)."""
+    """The app's runner plus vLLM pairs (labels → endpoints): the same five questions a runner answers
+    (control, packets, knee, ready, batch_info), each sent to vLLM or to the app's own runner."""
 
     def __init__(self, inner, endpoints: list):
         self.inner = inner
         self.by_label = {ep.label: ep for ep in endpoints}
         self.zero_gpu = inner.zero_gpu
-        if hasattr(inner, "schedulers"):
-            self.schedulers = _Schedulers(inner.schedulers, self)
 
     def endpoint(self, choice) -> Endpoint | LaunchedPool | None:
         if getattr(choice, "engine", "specviz") != "vllm":
             return None
         return self.by_label.get(choice.label)
 
-    def __getattr__(self, name):            # control(), knee() and the rest: the app's own runner
-        return getattr(self.inner, name)
+    def control(self, knobs, policy):
+        return self.inner.control(knobs, policy)       # sliders reach a vLLM Run through its knobs too
+
+    def batch_info(self, choice) -> BatchInfo | None:
+        ep = self.endpoint(choice)
+        return _batch_now(ep) if ep is not None else self.inner.batch_info(choice)
 
     def depth_mode(self, choice) -> tuple[str, int | None]:
         """How the depth slider relates to a pair: ("ours", None) for our engine, ("fixed", k) for a
@@ -127,7 +111,7 @@ class VllmRouter:
                 pending.append(ev)
                 if time.perf_counter() - last >= FLUSH_S:
                     last = time.perf_counter()
-                    yield Packet(list(pending), _copy(run.totals), worker_pid=os.getpid())
+                    yield Packet(list(pending), run.totals.copy(), worker_pid=os.getpid())
                     pending.clear()
         finally:
             ep.leave()
@@ -135,9 +119,8 @@ class VllmRouter:
         error = res.error
         if error and ep.server is not None and not ep.server.alive():
             error = Said("errors.vllm.with_stopped", error=error)
-        yield Packet(pending, _copy(res.totals), final=True, stopped=res.stopped, outputs=res.outputs,
+        yield Packet(pending, res.totals.copy(), final=True, stopped=res.stopped, outputs=res.outputs,
                      worker_pid=os.getpid(), error=error)
 
 
-def _copy(t: RunTotals) -> RunTotals:
-    return RunTotals(**t.__dict__)
+

@@ -26,13 +26,29 @@ def sharing_md(lang: str, totals, zero_gpu: bool) -> str:
     return t(lang, "playground.shared_alone")
 
 
-def baseline_md(lang: str, totals, plain_tps: float | None) -> str:
-    """Speculation against plain decoding of the same prompts and batch (measured right after)."""
+# The race chapter's noise band: on the 2-core machine the same run measured twice differs by up to
+# ±5 %, so a ratio inside it names no winner (one run each side cannot tell 0.97× from 1.03×)
+NOISE_BAND = 0.05
+
+
+def verdict(speed: float | None, band: float = NOISE_BAND) -> str:
+    """ "faster", "slower" or "same" (inside the noise band) for speculation ÷ plain tokens/s."""
+    if speed is None:
+        return "none"
+    return "faster" if speed > 1 + band else "slower" if speed < 1 - band else "same"
+
+
+def baseline_md(lang: str, totals, plain_tps: float | None, during_warmup: bool = False) -> str:
+    """Speculation against plain decoding of the same prompts and batch (measured right after, streamed
+    to the page like the run); no verdict for a run measured during the app's own warm-up."""
+    if during_warmup:
+        return t(lang, "playground.baseline_during_warmup")
     if not plain_tps or not totals.tokens_per_s:
         return t(lang, "playground.baseline_missing")
     speed = totals.tokens_per_s / plain_tps
-    key = "playground.baseline_faster" if speed >= 1.0 else "playground.baseline_slower"
-    return t(lang, key, flops=totals.flops_ratio, speed=speed, plain=plain_tps)
+    key = {"faster": "playground.baseline_faster", "slower": "playground.baseline_slower",
+           "same": "playground.baseline_same"}[verdict(speed)]
+    return t(lang, key, flops=totals.flops_ratio, speed=speed, plain=plain_tps, band=NOISE_BAND)
 
 
 def path_md(lang: str, path: str, fast) -> str:

@@ -21,9 +21,9 @@ from typing import Callable
 import gradio as gr
 
 from specviz import lessons
+from specviz.engine.policies import PolicyError
 from specviz.limits import LimitError, brief
 from specviz.pairs.models import ModelError
-from specviz.engine.policies import PolicyError
 from specviz.serve.recordings import RecordingError
 
 log = logging.getLogger("specviz.app")

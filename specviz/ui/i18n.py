@@ -12,6 +12,7 @@ updates never reach that page — so the API keeps English names while the page 
 """
 from __future__ import annotations
 
+import json
 import threading
 
 import gradio as gr
@@ -49,7 +50,6 @@ SWITCH_JS = """(lang) => {
 
 def switch_js() -> str:
     """The language switch's browser side: direction, `lang`, and the page title (the tab's name)."""
-    import json
 
     titles = {lang: lessons.text(lang, "app.page_title") for lang in lessons.LANGS}
     toasts = {lang: {"error": lessons.text(lang, "app.error_title"), "warning": lessons.text(lang, "app.warning_title")}

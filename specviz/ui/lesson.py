@@ -2,7 +2,7 @@
 on the machine in front of it. This module owns the tab's layout and handlers.
 
 Each chapter: text for students (specviz/lessons/*.toml), one button that runs its experiment on the
-selected pair (specviz/experiments.py) with the device to itself (queued with a visible position), a chart
+selected pair (its module in specviz/chapters/) with the device to itself (queued with a visible position), a chart
 that fills in as points arrive, a conclusion written from the measured numbers, and the chart's data as
 CSV. Experiments are timed, so they never run beside another timed experiment or the shared batch.
 """
@@ -11,22 +11,13 @@ from __future__ import annotations
 import gradio as gr
 
 from specviz import lessons
-from specviz.chapters import figures as charts_lesson
-from specviz.chapters import experiments
+from specviz.chapters import BY_KEY, CHAPTERS, KEYS, Chapter, Context, vllm_panels
 from specviz.pairs.pipeline import encode_prompt
-from specviz.serve.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, ROW_POOL
 from specviz.serve import runner
+from specviz.serve.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, ROW_POOL
 from specviz.ui.errors import as_sentences, error
 from specviz.ui.i18n import t
 from specviz.ui.runs import TempFiles, write_csv
-from specviz.chapters import vllm_panels as vllm_lesson
-
-EXPERIMENT_CHAPTERS = ("race", "knee", "breadth_depth", "ledger", "sweep", "policies")
-BUTTON_IDS = {"race": "run-race", "knee": "run-knee", "breadth_depth": "run-breadth-depth", "ledger": "run-ledger",
-              "sweep": "run-sweep", "policies": "run-policies"}
-FIGURES = {"race": charts_lesson.figure_race, "knee": charts_lesson.figure_knee,
-           "breadth_depth": charts_lesson.figure_breadth_depth, "ledger": charts_lesson.figure_ledger,
-           "sweep": charts_lesson.figure_sweep, "policies": charts_lesson.figure_policies}
 
 
 def chapter_title(lang: str, chapter: str) -> str:
@@ -43,13 +34,13 @@ def numbered_title(lang: str, i: int, chapter: str) -> str:
 
 
 def chapter_choices(lang: str) -> list[tuple[str, str]]:
-    return [(numbered_title(lang, i, c), c) for i, c in enumerate(lessons.CHAPTERS)]
+    return [(numbered_title(lang, i, c), c) for i, c in enumerate(KEYS)]
 
 
 def chart_labels(lang: str, chapter: str) -> dict:
     """Every short string of a chapter's table (chart labels), in this language. Plotly lays its text out
     left-to-right, so a Persian label is made right-to-left as a whole (its numbers are isolated
-    left-to-right when charts_lesson fills them in)."""
+    left-to-right when a chapter's figure fills them in)."""
     table = lessons.load(lang).get("chapter", {}).get(chapter, {})
     out = {k: lessons.isolate_rtl(v) for k, v in table.items() if isinstance(v, str) and k not in ("title", "body")}
     out["_lang"] = lang           # for the Saids a result carries (published series' names, loads)
@@ -105,6 +96,7 @@ class Lesson:
             raise error(lang, "errors.lesson_zerogpu")
         pair = app.load(choice, lang)
         make = self._experiment(chapter, pair, lang)
+        figure = BY_KEY[chapter].figure
         labels = chart_labels(lang, chapter)
         running = lessons.text(lang, f"chapter.{chapter}.running")
         yield running, gr.skip(), gr.skip(), gr.skip()
@@ -114,7 +106,7 @@ class Lesson:
                 yield t(lang, "app.queue_position", pos=upd.position), gr.skip(), gr.skip(), gr.skip()
                 continue
             result = upd
-            fig = FIGURES[chapter](result, labels, dark=False)
+            fig = figure(result, labels, dark=False)
             if not result["done"]:
                 yield f"{running} ({result['progress']:.0%})", fig, gr.skip(), gr.skip()
         if result is None:
@@ -124,22 +116,14 @@ class Lesson:
         yield conclusion_md(lang, result), fig, gr.update(value=path), result
 
     def _experiment(self, chapter: str, pair, lang: str = lessons.DEFAULT_LANG):
+        """The chapter's experiment, ready to start, on the pair with the lesson's default prompt and pool."""
+        found = BY_KEY.get(chapter) if isinstance(chapter, str) else None
+        if found is None or not found.has_experiment:
+            raise error(lang, "errors.unknown_chapter", chapter=lessons.quoted(str(chapter)[:40]))
         prompt = encode_prompt(pair.tokenizer, DEFAULT_PROMPT)
-        peaks = self.app.peaks
-        if chapter == "race":
-            return lambda: experiments.run_race(pair, prompt, depth=DEFAULT_DEPTH)
-        if chapter == "knee":
-            return lambda: experiments.run_knee(pair, peaks)
-        if chapter == "breadth_depth":
-            return lambda: experiments.run_breadth_depth(pair)
-        if chapter == "ledger":
-            return lambda: experiments.run_ledger(pair, prompt)
-        if chapter == "sweep":
-            return lambda: experiments.run_sweep(pair, prompt)
-        if chapter == "policies":
-            pool = [prompt] + [encode_prompt(pair.tokenizer, p) for p in ROW_POOL]
-            return lambda: experiments.run_policies(pair, pool)
-        raise error(lang, "errors.unknown_chapter", chapter=lessons.quoted(str(chapter)[:40]))
+        pool = [prompt] + [encode_prompt(pair.tokenizer, p) for p in ROW_POOL]
+        ctx = Context(pair=pair, prompt=prompt, pool=pool, peaks=self.app.peaks, depth=DEFAULT_DEPTH)
+        return lambda: found.run(ctx)
 
 
 def build(app) -> tuple[Lesson, gr.Radio, gr.Dropdown]:
@@ -149,67 +133,60 @@ def build(app) -> tuple[Lesson, gr.Radio, gr.Dropdown]:
     labels = app.pair_options("en")
     with gr.Row():
         # the label is not shown, but screen readers say it (gradio would say "Radio")
-        chapter = tr.add(gr.Radio(chapter_choices("en"), value=lessons.CHAPTERS[0], elem_id="chapter",
+        chapter = tr.add(gr.Radio(chapter_choices("en"), value=KEYS[0], elem_id="chapter",
                                   show_label=False, label=lessons.text("en", "app.chapters")),
                          lambda lang: gr.update(choices=chapter_choices(lang), label=lessons.text(lang, "app.chapters")))
     pair = tr.add(gr.Dropdown(labels, value=labels[0][1], elem_id="lesson-pair",
                               label=lessons.text("en", "app.label_pair")),
                   lambda lang: gr.update(label=lessons.text(lang, "app.label_pair"), choices=app.pair_options(lang)))
-    panels, vllm_sweep = [], vllm_lesson.recorded_vllm_sweep()
-    for i, ch in enumerate(lessons.CHAPTERS):
+    panels, vllm_sweep = [], vllm_panels.recorded_vllm_sweep()
+    for i, chap in enumerate(CHAPTERS):
+        ch = chap.key
         with gr.Column(visible=i == 0, elem_id=f"chapter-{ch}", elem_classes=["sv-chapter"]) as panel:
             tr.add(gr.Markdown(f"## {numbered_title('en', i, ch)}", elem_classes=["sv-title"]),
                    lambda lang, i=i, ch=ch: gr.update(value=f"## {numbered_title(lang, i, ch)}"))
             tr.add(gr.Markdown(lessons.text("en", f"chapter.{ch}.body")), value=f"chapter.{ch}.body")
-            if ch in EXPERIMENT_CHAPTERS:
-                _experiment_panel(lesson, tr, ch, pair)
-            if ch in VLLM_PANELS and vllm_sweep is not None:
-                _vllm_panel(tr, ch, vllm_sweep)
+            if chap.has_experiment:
+                _experiment_panel(lesson, tr, chap, pair)
+            if chap.vllm is not None and vllm_sweep is not None:
+                _vllm_panel(tr, chap, vllm_sweep)
             with gr.Row():
                 prev = tr.add(gr.Button(size="sm", interactive=i > 0, elem_id=f"prev-{ch}"),
                               value="app.previous_chapter")
-                nxt = tr.add(gr.Button(size="sm", variant="primary", interactive=i < len(lessons.CHAPTERS) - 1,
+                nxt = tr.add(gr.Button(size="sm", variant="primary", interactive=i < len(KEYS) - 1,
                                        elem_id=f"next-{ch}"), value="app.next_chapter")
-            prev.click(lambda i=i: lessons.CHAPTERS[max(i - 1, 0)], None, [chapter], api_name=False, queue=False)
-            nxt.click(lambda i=i: lessons.CHAPTERS[min(i + 1, len(lessons.CHAPTERS) - 1)], None, [chapter],
+            prev.click(lambda i=i: KEYS[max(i - 1, 0)], None, [chapter], api_name=False, queue=False)
+            nxt.click(lambda i=i: KEYS[min(i + 1, len(KEYS) - 1)], None, [chapter],
                       api_name=False, queue=False)
         panels.append(panel)
-    chapter.change(lambda c: [gr.update(visible=c == ch) for ch in lessons.CHAPTERS], [chapter], panels,
+    chapter.change(lambda c: [gr.update(visible=c == ch) for ch in KEYS], [chapter], panels,
                    api_name=False, queue=False, show_progress="hidden")
     return lesson, chapter, pair
 
 
-# a recorded vLLM sweep (assets/sweeps/, `sweep --engine vllm`), shown beside the class's own measurement
-VLLM_PANELS = ("sweep", "policies")
-
-
-def vllm_md(lang: str, ch: str, sw) -> str:
+def vllm_md(lang: str, chap: Chapter, sw) -> str:
     """The recorded vLLM panel's heading and text: the version and machine it was measured on, the command,
-    and for "vLLM's answer" the schedule against the best fixed depth at each batch size."""
+    and the chapter's own notes (for "vLLM's answer": the schedule against the best fixed depth)."""
+    ch = chap.key
     parts = [f"### {t(lang, 'app.vllm_recorded_heading', engine=f'vLLM {sw.engine_version}', device=sw.device.removeprefix('cpu: '))}",
              t(lang, f"chapter.{ch}.vllm_body", command=sw.command)]
-    points = vllm_lesson.schedule_points(sw) if ch == "policies" else []
-    if points:
-        schedule = ", ".join(f"{lo}-{hi}→{k}" for lo, hi, k in sw.schedule["rows"])
-        parts.append(t(lang, "chapter.policies.vllm_schedule", schedule=schedule))
-        parts += [t(lang, "chapter.policies.vllm_point", **p) for p in points]
+    parts += [t(lang, key, **values) for key, values in chap.vllm.notes(sw)]
     return "\n\n".join(parts)
 
 
-def _vllm_panel(tr, ch: str, sw) -> None:
+def _vllm_panel(tr, chap: Chapter, sw) -> None:
+    """A recorded vLLM sweep (assets/sweeps/, `sweep --engine vllm`), shown beside the class's measurement."""
     def figure(lang: str):
-        labels = chart_labels(lang, ch)
-        if ch == "sweep":
-            return charts_lesson.figure_recorded_sweep(vllm_lesson.sweep_result(sw), labels)
-        name = lessons.isolate_rtl(lessons.text(lang, "chapter.policies.vllm_schedule_name"))
-        return charts_lesson.figure_policies(vllm_lesson.schedule_result(sw, name), labels)
-    tr.add(gr.Markdown(vllm_md("en", ch, sw), elem_id=f"vllm-{ch}"), lambda lang: gr.update(value=vllm_md(lang, ch, sw)))
-    tr.add(gr.Plot(figure("en"), label="vLLM", show_label=False, elem_id=f"plot-vllm-{ch}"),
+        return chap.vllm.figure(chap.vllm.result(sw, lang), chart_labels(lang, chap.key))
+    tr.add(gr.Markdown(vllm_md("en", chap, sw), elem_id=f"vllm-{chap.key}"),
+           lambda lang: gr.update(value=vllm_md(lang, chap, sw)))
+    tr.add(gr.Plot(figure("en"), label="vLLM", show_label=False, elem_id=f"plot-vllm-{chap.key}"),
            lambda lang: gr.update(value=figure(lang)))
 
 
-def _experiment_panel(lesson: Lesson, tr, ch: str, pair) -> None:
-    button = tr.add(gr.Button(variant="primary", elem_id=BUTTON_IDS[ch]), value=f"chapter.{ch}.button")
+def _experiment_panel(lesson: Lesson, tr, chap: Chapter, pair) -> None:
+    ch = chap.key
+    button = tr.add(gr.Button(variant="primary", elem_id=chap.button_id), value=f"chapter.{ch}.button")
     note = tr.direction(gr.Markdown("", label="Conclusion", elem_id=f"conclusion-{ch}",
                                      elem_classes=["sv-conclusion"]))
     plot = gr.Plot(label="Chart", elem_id=f"plot-{ch}", show_label=False)

@@ -14,23 +14,28 @@ import time
 import gradio as gr
 
 from specviz import lessons
-from specviz.limits import MAX_DEPTH, LimitError, check_prompt_text, check_request
-from specviz.pairs.pipeline import encode_prompt
-from specviz.engine.policies import POLICY_NAMES, PolicyError
-from specviz.serve.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, EXAMPLES, ROW_POOL
+from specviz.engine.policies import FIXED, POLICY_NAMES, PolicyChoice, PolicyError
 from specviz.engine.request import Knobs, RunTotals
-from specviz.ui import counters
+from specviz.limits import MAX_DEPTH, LimitError, check_prompt_text
+from specviz.pairs.pipeline import encode_prompt
 from specviz.serve import runner
-from specviz.serve.control import policy_from
+from specviz.serve.door import check_run
+from specviz.serve.live import LiveRun
+from specviz.serve.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, EXAMPLES, ROW_POOL
+from specviz.ui import counters
 from specviz.ui.errors import as_sentences, error, human
 from specviz.ui.i18n import t
-from specviz.serve.live import LiveRun
 from specviz.ui.render import RowView, legend_html, rows_html, tokens_html
 from specviz.ui.runs import RunStore
 
 MIN_UPDATE_S = 0.2        # ≤ 5 updates a second: faster only makes the browser steal the CPU
 CHART_PERIOD_S = 0.25     # charts refresh at 4 Hz (gr.Timer); tokens at up to 5 Hz
 BASELINE_MAX_NEW = 128    # the automatic plain-decoding baseline decodes at most this many tokens
+# A Run that arrives while the app warms up its fast path waits for it: measured beside the warm-up (it
+# times layouts on the same cores) a first Run once read 0.92× plain; warm, the same Run read 1.5×.
+# Past this wait it runs, and its verdict is withheld
+WARMUP_WAIT_S = 180.0
+WARMUP_POLL_S = 1.0
 POLICY_THRESHOLD = {"disable-by-batch-size": (8, "playground.threshold_disable"),
                     "confidence": (0.5, "playground.threshold_confidence")}
 OUTPUTS = ("tokens", "rows", "counters", "chart_t", "chart_h", "chart_a", "status", "csv", "save", "result")
@@ -132,7 +137,7 @@ def build(app) -> "Playground":
     timer.tick(page.on_tick, [pair], [chart_t, chart_h, chart_a, batch_now], api_name=False, queue=False,
                show_progress="hidden")
     # preprocess=False: the API bypasses the sliders, so the raw values go straight to our one check
-    # (`limits.check_request`), whose sentences a student understands — not to gradio's type errors
+    # (`serve.door.check_run`), whose sentences a student understands — not to gradio's type errors
     # the press is noted at once (queue=False), so a Stop pressed before the queued Run starts stops it
     run.click(page.on_arm, [press], None, js=RUN_PRESS_JS, api_name=False, queue=False, show_progress="hidden").then(
               page.generate, [prompt, pair, batch, depth, policy, threshold, temperature, max_new, same], outputs,
@@ -190,9 +195,9 @@ class Playground:
                same_prompt=True):
         app, lang = self.app, self.lang(session)
         with as_sentences(lang):
-            args = check_request(batch_size, k, temp, max_tokens, app.limits)
+            args = check_run(batch_size, k, temp, max_tokens, policy_name, thr, app.limits)
             check_prompt_text(prompt_text, app.limits)
-            knobs = Knobs(args.depth, args.batch, policy_from(policy_name, thr), max_batch=app.limits.max_rows_per_user)
+            knobs = Knobs(args.depth, args.batch, args.policy.build(), max_batch=app.limits.max_rows_per_user)
             choice = app.choice(pair_label, lang)
         if not app.pairs.loaded(choice):
             yield pack(status=t(lang, "playground.status_loading", pair=choice.label))
@@ -201,6 +206,7 @@ class Playground:
             prompts = [encode_prompt(pair.tokenizer, prompt_text, limits=app.limits)]
             if not (same_prompt is True or str(same_prompt).lower() == "true"):
                 prompts += self._pool(choice, pair)
+        during_warmup = yield from self._wait_for_warmup(choice, lang)
         if app.runs.stopped_early(session):
             app.runs.end(session)
             yield pack(status=t(lang, "playground.status_stopped", tokens=0),
@@ -208,28 +214,30 @@ class Playground:
                                "outputs": [], **RunTotals().as_dict()})
             return
         req = runner.RunRequest(choice.target, choice.draft, tuple(map(tuple, prompts)), args.depth, args.batch,
-                                policy_name or "fixed", thr, args.temperature, args.max_new)
-        live = LiveRun(app.runner.control(knobs, (policy_name or "fixed", thr)), choice.label, app.peaks,
+                                args.policy, args.temperature, args.max_new)
+        live = LiveRun(app.runner.control(knobs, args.policy), choice.label, app.peaks,
                        app.sampler, shared=not app.runner.zero_gpu, lang=lang)
         streamer = Streamer(app, live, pair.tokenizer, session, lang, choice)
         packet = yield from self._run(req, choice, live, streamer, session)
+        during_warmup = during_warmup or self._warming(choice)
         outs = packet.outputs or {}
         prompt_rows = [prompts[i % len(prompts)] for i in sorted(outs)]
         plain = None
         engine = choice.engine
         if not packet.stopped and not packet.error and packet.totals.drafted and engine == "specviz":
             yield pack(status=t(lang, "playground.baseline_pending"))
-            plain = self._baseline(req, choice, knobs.max_batch)
+            plain = yield from self._baseline(req, choice, knobs.max_batch, pair.tokenizer, session, lang)
+        speed = packet.totals.tokens_per_s / plain if plain and packet.totals.tokens_per_s else None
         result = {"done": True, "engine": engine, "stopped": packet.stopped, "prompt_ids": prompt_rows,
                   "outputs": [outs[i] for i in sorted(outs)], "worker_pid": packet.worker_pid, "error": packet.error,
-                  "plain_tokens_per_s": plain,
-                  "speedup_vs_plain": packet.totals.tokens_per_s / plain if plain else None,
-                  **packet.totals.as_dict()}
+                  "plain_tokens_per_s": plain, "speedup_vs_plain": speed, "during_warmup": during_warmup,
+                  "verdict": "none" if during_warmup else counters.verdict(speed),
+                  "noise_band": counters.NOISE_BAND, **packet.totals.as_dict()}
         stored = self.runs.finish(session, choice, prompt_text, req, result, streamer.recording(packet), live)
         key = "playground.status_stopped" if packet.stopped else "playground.status_done"
         note = f"⚠ {human(lang, packet.error)}" if packet.error else t(lang, key, tokens=packet.totals.tokens)
         yield streamer.outputs(packet.totals, final=True, result=result, status=note, plain=plain,
-                               csv=stored.csv_path, save=stored.recording_path)
+                               csv=stored.csv_path, save=stored.recording_path, during_warmup=during_warmup)
         if packet.error:
             raise gr.Error(human(lang, packet.error))
 
@@ -260,17 +268,48 @@ class Playground:
             raise error(lang, "errors.generation_no_result")
         return packet
 
-    def _baseline(self, req, choice, max_batch: int) -> float | None:
+    def _warming(self, choice) -> bool:
+        fast = getattr(self.app.pairs, "fast_status", lambda c: None)(choice)
+        return fast is not None and fast.state == "warming"
+
+    def _wait_for_warmup(self, choice, lang: str):
+        """While the app warms this pair's fast path, wait (up to WARMUP_WAIT_S) with a line saying so
+        and for how long; returns True when it is still warming (the Run's figures then get no verdict)."""
+        if not self._warming(choice):
+            return False
+        t0 = time.monotonic()
+        while self._warming(choice) and time.monotonic() - t0 < WARMUP_WAIT_S:
+            yield pack(status=t(lang, "playground.warmup_wait", seconds=time.monotonic() - t0, limit=WARMUP_WAIT_S))
+            time.sleep(WARMUP_POLL_S)
+        return self._warming(choice)
+
+    def _baseline(self, req, choice, max_batch: int, tokenizer, session: str, lang: str):
         """Plain decoding of the same prompts and batch, right after the Run (its tokens/s), through the
-        same runner — so it is measured the same way, in the same (shared) batch."""
-        plain_req = runner.RunRequest(req.target, req.draft, req.prompts, 0, req.batch, "fixed", None, 0.0,
+        same runner and streamed to the page as the Run was (its tokens, rows and counters at the same
+        rate, its charts at the timer's): on a 2-core machine the page's rendering takes CPU, so a
+        baseline drained without rendering measured faster than the Run it was compared with."""
+        plain_req = runner.RunRequest(req.target, req.draft, req.prompts, 0, req.batch, FIXED, 0.0,
                                       min(req.max_new, BASELINE_MAX_NEW))
-        control = self.app.runner.control(Knobs(0, req.batch, max_batch=max_batch), ("fixed", None))
-        packet = None
+        control = self.app.runner.control(Knobs(0, req.batch, max_batch=max_batch), FIXED)
+        live = LiveRun(control, choice.label, self.app.peaks, self.app.sampler, shared=not self.app.runner.zero_gpu,
+                       lang=lang)
+        streamer = Streamer(self.app, live, tokenizer, session, lang, choice)
+        status = t(lang, "playground.baseline_pending")
+        packet, last_yield, last_chart = None, 0.0, 0.0
         try:
             with as_sentences():
                 for packet in self.app.runner.packets(plain_req, choice, control):
-                    pass
+                    if packet.position:
+                        continue
+                    self._fold(packet, live, streamer, keep_peaks=False)
+                    now = time.perf_counter()
+                    if not packet.final and packet.events and now - last_yield >= MIN_UPDATE_S:
+                        last_yield = now
+                        out = dict(zip(OUTPUTS, streamer.outputs(packet.totals, status=status)))
+                        if now - last_chart >= CHART_PERIOD_S:     # what the timer draws during a Run
+                            last_chart = now
+                            out.update(zip(("chart_t", "chart_h", "chart_a"), live.figures()))
+                        yield pack(**out)
         finally:
             control.close()
         if packet is None or packet.error or packet.stopped:
@@ -284,10 +323,10 @@ class Playground:
                 self._pools[key] = [encode_prompt(pair.tokenizer, p) for p in ROW_POOL]
             return self._pools[key]
 
-    def _fold(self, packet, live: LiveRun, streamer) -> None:
+    def _fold(self, packet, live: LiveRun, streamer, keep_peaks: bool = True) -> None:
         """One packet from the runner into the charts and the transcripts."""
         live.feed(packet.samples, packet.sampler_source, packet.peaks, packet.spec)
-        if packet.peaks is not None:
+        if keep_peaks and packet.peaks is not None:
             self.app.peaks = packet.peaks      # a ZeroGPU worker's calibration: the what-if tab can use it
         for ev in packet.events:
             live.record(ev)
@@ -317,7 +356,8 @@ class Playground:
         if live is None:
             return                  # no run streaming: the values apply at the next Run
         try:
-            live.control.set(depth=depth, batch=batch, policy=policy)
+            choice = None if policy is None else PolicyChoice.parse(*policy)
+            live.control.set(depth=depth, batch=batch, policy=choice)
         except (LimitError, ValueError, TypeError, PolicyError) as exc:
             lang = self.lang(session)
             gr.Warning(human(lang, exc), title=lessons.text(lang, "app.warning_title"))
@@ -384,8 +424,7 @@ class Playground:
             text = lessons.text(lang, "app.zerogpu_batches")
         else:
             choice = next((c for c in self.app.choices if c.label == pair_label), None)
-            sched = self.app.runner.schedulers.peek(choice) if choice else None
-            info = sched.info() if sched else None
+            info = self.app.runner.batch_info(choice) if choice else None
             text = counters.batch_md(lang, info.rows if info else 0, info.users if info else 0,
                                      waiting=info.waiting if info else 0)
         with self._lock:
@@ -432,7 +471,7 @@ class Streamer:
                 "samples": self.live.sample_dicts()}
 
     def outputs(self, totals, final: bool = False, result=None, status=None, plain=None, csv=None, save=None,
-                zero_gpu: bool | None = None):
+                zero_gpu: bool | None = None, during_warmup: bool = False):
         lang = self.lang
         zero_gpu = self.app.runner.zero_gpu if zero_gpu is None else zero_gpu
         first = self.views.get(min(self.views)) if self.views else None
@@ -442,7 +481,7 @@ class Streamer:
                                     counters.path_md(lang, self.live.path, self.fast_status()))
         text += "\n\n" + counters.sharing_md(lang, totals, zero_gpu)
         if final:
-            text += "\n\n" + counters.baseline_md(lang, totals, plain)
+            text += "\n\n" + counters.baseline_md(lang, totals, plain, during_warmup)
         values = dict(tokens=tokens_html(first), rows=rows_html(self.views, self.state, lang=lang), counters=text,
                       chart_t=charts[0], chart_h=charts[1], chart_a=charts[2])
         for name, v in (("status", status), ("result", result), ("csv", csv), ("save", save)):

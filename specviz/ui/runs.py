@@ -17,14 +17,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import gradio as gr
+import torch
+from gradio.utils import get_upload_folder
 
 from specviz import lessons
 from specviz.serve import recordings
 from specviz.serve.catalog import known_label
+from specviz.serve.live import LiveRun
 from specviz.serve.recordings import Recording
 from specviz.ui.errors import error
 from specviz.ui.i18n import t
-from specviz.serve.live import LiveRun
 
 NEAR_TIE = 0.05        # a logit margin below this is within float noise of a tie (fp32 or bf16 kernels)
 REPLAY_MAX_GAP_S = 2.0  # a replay never waits longer than this between two steps
@@ -118,8 +120,8 @@ class RunStore:
         write_csv(csv_path, live.csv_rows())
         device = live.peaks.device if live.peaks is not None else UNKNOWN_DEVICE
         rec = Recording(device=device, date=recordings.now_iso(), pair=choice.label, prompt=prompt_text,
-                        settings={"batch": req.batch, "depth": req.depth, "policy": req.policy,
-                                  "threshold": req.threshold, "temperature": req.temperature, "max_new": req.max_new},
+                        settings={"batch": req.batch, "depth": req.depth, "policy": req.policy.name,
+                                  "threshold": req.policy.threshold, "temperature": req.temperature, "max_new": req.max_new},
                         steps=parts["steps"], samples=parts["samples"], totals=parts["totals"],
                         outputs=parts["outputs"], prompt_ids=result["prompt_ids"], versions=recordings.versions())
         rec_path = self._path("specviz-run", "json")
@@ -218,7 +220,6 @@ class RunStore:
 
 def target_alone(pair, prompt: list[int], max_new: int) -> list[int]:
     """The target's own greedy continuation of `prompt` (transformers' generate, no draft, no batch)."""
-    import torch
 
     model = pair.target.model
     ids = torch.tensor([prompt], device=pair.target.device)
@@ -232,7 +233,6 @@ def target_alone(pair, prompt: list[int], max_new: int) -> list[int]:
 
 def logit_margin(pair, seq: list[int]) -> float:
     """How far the target's best next token is ahead of its second best after `seq`."""
-    import torch
 
     with torch.inference_mode():
         logits = pair.target.model(torch.tensor([seq], device=pair.target.device)).logits[0, -1].float()
@@ -288,8 +288,6 @@ class UploadSweeper:
         self._thread: threading.Thread | None = None
 
     def discard_later(self, path: str) -> None:
-        from gradio.utils import get_upload_folder
-
         real = os.path.realpath(path)
         if not real.startswith(os.path.realpath(get_upload_folder()) + os.sep):
             return                      # only files gradio received; never anything else on the disk

@@ -11,6 +11,7 @@ Each page module (`playground`, `whatif`) owns its layout and its handlers.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -19,18 +20,20 @@ from pathlib import Path
 
 import gradio as gr
 
+from specviz import lessons
+from specviz.chapters import KEYS
+from specviz.engine.policies import POLICY_NAMES
 from specviz.hardware.device import Peaks, Sampler, cached_peaks
 from specviz.limits import Limits, limits_from_env
 from specviz.pairs.models import ModelError
-from specviz.serve.scheduler import DeviceGate
-from specviz import lessons
-from specviz.engine.policies import POLICY_NAMES
-from specviz.ui import lesson, playground, whatif
 from specviz.serve import runner
-from specviz.ui.i18n import Translations, pick_lang, switch_js
 from specviz.serve.catalog import PairCache, PairChoice, TokenizerCache, available_choices, hub_is_offline, pair_options
-from specviz.ui.errors import as_human_errors, error, guard_blocks
 from specviz.serve.live import LiveRuns
+from specviz.serve.scheduler import DeviceGate
+from specviz.serve.vllm_router import VllmRouter, vllm_choices
+from specviz.ui import lesson, playground, whatif
+from specviz.ui.errors import as_human_errors, error, guard_blocks
+from specviz.ui.i18n import Translations, pick_lang, switch_js
 
 log = logging.getLogger("specviz")
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
@@ -57,7 +60,7 @@ class SpecVizApp:
             if preload:
                 place_weights(weights, self.choices)
             self.pairs = TokenizerCache(weights)
-            self.runner = runner.ZeroGpuRunner(spaces, lambda: weights, as_human_errors)
+            self.runner = runner.ZeroGpuRunner(spaces, lambda: weights, as_human_errors, self.limits)
             self.sampler = None
             calibrate_peaks = False
         else:
@@ -65,7 +68,6 @@ class SpecVizApp:
             self.runner = runner.LocalRunner(self.pairs, self.limits, self.gate)
             self.sampler = Sampler().start()
         if vllm:                        # vLLM servers (specviz.vllm.backend.Endpoint), after our own pairs
-            from specviz.serve.vllm_router import VllmRouter, vllm_choices
 
             self.choices = self.choices + vllm_choices(vllm)
             self.runner = VllmRouter(self.runner, vllm)
@@ -180,7 +182,6 @@ LINK_JS = """(tab, chapter, pair, prompt, batch, depth, policy, lang) => {
 
 def link_js() -> str:
     """The copy-link button's browser side: the link to this state, copied, and "Link copied" for a moment."""
-    import json
 
     copied = {lang: lessons.text(lang, "app.link_copied") for lang in lessons.LANGS}
     return LINK_JS.replace("__COPIED__", json.dumps(copied, ensure_ascii=False))
@@ -255,7 +256,7 @@ def restore(app: SpecVizApp, request, lang: str) -> list:
             return gr.skip()
         return gr.update(value=v) if lo <= v <= hi else gr.skip()
     return [gr.update(selected=q["tab"]) if q.get("tab") in TAB_IDS else gr.skip(),
-            gr.update(value=q["chapter"]) if q.get("chapter") in lessons.CHAPTERS else gr.skip(),
+            gr.update(value=q["chapter"]) if q.get("chapter") in KEYS else gr.skip(),
             gr.update(value=q["pair"]) if q.get("pair") in labels else gr.skip(),
             gr.update(value=q["prompt"][: app.limits.max_prompt_chars]) if q.get("prompt") else gr.skip(),
             num("batch", 1, app.limits.max_rows_per_user), num("depth", 0, app.limits.max_depth),

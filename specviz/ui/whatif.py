@@ -5,414 +5,20 @@ over them where a source measured the same setup, beside the latency curves reco
 specviz/lessons/{en,fa}.toml; handlers write in the session's language (English for API callers)."""
 from __future__ import annotations
 
-import re
-from dataclasses import replace
-
 import gradio as gr
 
-from specviz import charts, lessons
-from specviz.hardware import roofline as rf
-from specviz.engine.loop import EngineError
-from specviz.hardware.device import find_knee
+from specviz import lessons
+from specviz.hardware.presets import MODELS
+from specviz.hardware.profiles import load_profiles
+from specviz.limits import LimitError
 from specviz.pairs.models import ModelError
-from specviz.hardware.profiles import (Profile, compare, fit_stack, gpu_calibration, load_profiles, load_published,
-                              profile_calibration, profile_for_device, stack_calibration)
-from specviz.hardware.roofline import GPUS, MODELS, crossover_from_rows, latency_curve, predicted_knee, whatif_rows
 from specviz.serve import runner
 from specviz.serve.catalog import pair_options
 from specviz.ui.errors import as_sentences
 from specviz.ui.runs import TempFiles, write_csv
-
-THIS_MACHINE = "This machine (calibrated peaks)"
-CUSTOM_GPU = "Custom GPU (bandwidth and FLOP/s below)"
-NGRAM = "n-gram lookup (no draft model)"
-CALIBRATED, IDEAL = "calibrated", "ideal"
-# the calibrated model plus the per-sequence bookkeeping fitted to SGLang's published speed-ups
-SGLANG, SGLANG_STACK = "calibrated-sglang", "SGLang v0.4.4"
-KINDS = (CALIBRATED, SGLANG, IDEAL)
-BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
-DEPTHS = [0, 1, 2, 3, 4, 6, 8]
-PLOT_DEPTHS = {0, 1, 2, 4, 8}
-SPEEDUP_DEPTHS = [1, 2, 4, 8]
-TOKENS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
-DEFAULTS = dict(gpu="H100 SXM", target="Llama-3.1-8B", draft="EAGLE:Llama-3.1-8B", alpha=0.7, context=800,
-                overhead=0.0, model=CALIBRATED, bandwidth_tbs=3.35, flops_tflops=989.0)
-
-# The tab's words live in the [whatif] table of specviz/lessons/{en,fa}.toml. The constants above are the
-# values the dropdowns and the API exchange (unchanged in every language); only their labels are translated.
-ARABIC_SCRIPT = re.compile(r"[\u0600-\u06FF]")       # Arabic script: a value that is itself a Persian text
-
-
-def _rtl(lang: str) -> bool:
-    return lessons.direction(lang) == "rtl"
-
-
-def _isolate(value: str) -> str:
-    """Keep a filled-in number, name, source or code left-to-right inside a Persian sentence. A value that is
-    itself a Persian text (a nested sentence) stays in the right-to-left flow: an isolate would reverse it."""
-    return value if ARABIC_SCRIPT.search(value) else lessons.LRI + value + lessons.PDI
-
-
-def tx(lang: str, key: str, /, **values) -> str:
-    """The tab's text `whatif.<key>` in `lang`, with `values` filled in (bidi-safe in Persian)."""
-    wrap = _isolate if _rtl(lang) else None
-    values = {k: lessons.say(lang, v) if isinstance(v, (lessons.Said, lessons.Key)) else v for k, v in values.items()}
-    return lessons.fill(lessons.template(lang, f"whatif.{key}"), values, wrap)
-
-
-def _cell(lang: str, value: str) -> str:
-    """A table cell such as "1.42×": isolated in Persian, or the sign would jump to the number's other side."""
-    return lessons.LRI + value + lessons.PDI if _rtl(lang) else value
-
-
-def lang_of(app, request) -> str:
-    """The session's language (the page's switch); English for API calls and callers without a page."""
-    tr = getattr(app, "tr", None)
-    session = getattr(request, "session_hash", None) or "default"
-    return tr.lang_of(session) if tr is not None else lessons.DEFAULT_LANG
-
-
-def model_name(lang: str, kind: str) -> str:
-    """"calibrated" / "ideal" as the reader's language says it (the API value stays `kind`)."""
-    return tx(lang, f"model_{kind}") if kind in KINDS else str(kind)
-
-
-def chart_labels(lang: str) -> dict:
-    """Raw templates for the what-if figures (charts.py fills the numbers in), plus the models' names."""
-    labels = {k: lessons.isolate_rtl(lessons.template(lang, f"whatif.chart.{k}")) for k in charts.WHATIF_LABELS}
-    return {**labels, **{f"model_{k}": model_name(lang, k) for k in KINDS}}
-
-
-def _for_reader(fig, lang: str):
-    """A Persian title starts where Persian text starts, at the right (as the playground's live charts do):
-    on a phone a long title then loses its end, not its beginning. (Plotly measures text in a hidden SVG
-    that style.css keeps left-to-right, so its anchors are where they say.)"""
-    if _rtl(lang):
-        title = fig.layout.title.text
-        fig.update_layout(title_x=0.98, title_xanchor="right", title_font_size=14,   # Persian titles run longer
-                          title_text=lessons.isolate_rtl(title) if title else title)   # plotly: LTR text
-    return fig
-
-
-def gpu_options(lang: str) -> list[tuple[str, str]]:
-    """(label, value): preset names as they are, the two special choices in the reader's language."""
-    return ([(g, g) for g in GPUS] + [(tx(lang, "choice_this_machine"), THIS_MACHINE),
-                                       (tx(lang, "choice_custom_gpu"), CUSTOM_GPU)])
-
-
-def model_options(lang: str) -> list[tuple[str, str]]:
-    return [(model_name(lang, k), k) for k in KINDS]
-
-
-def draft_options(target: str, lang: str) -> list[tuple[str, str]]:
-    return [(tx(lang, "choice_ngram") if d == NGRAM else d, d) for d in draft_choices(target)]
-
-
-def _hardware(app, gpu: str, bw_tbs: float, flops_tflops: float, lang: str = lessons.DEFAULT_LANG):
-    """(GpuSpec, description, dtype bytes, device kind) for a preset, a custom GPU or this machine."""
-    if gpu == THIS_MACHINE:
-        p = app.peaks
-        if p is None:
-            raise gr.Error(tx(lang, "no_peaks"))
-        desc = tx(lang, "this_machine", device=p.device, dtype=p.dtype, bw=p.bandwidth / 1e9, fl=p.flops / 1e12)
-        return (rf.GpuSpec(THIS_MACHINE, p.bandwidth, p.flops, "calibrated here"), desc,
-                2.0 if "16" in p.dtype else 4.0, p.device)
-    if gpu == CUSTOM_GPU:
-        if not (1e-3 <= bw_tbs <= 100 and 1e-3 <= flops_tflops <= 1e5):
-            raise gr.Error(tx(lang, "bad_custom"))
-        g = rf.resolve_gpu(None, bw_tbs * 1e12, flops_tflops * 1e12)
-        return g, tx(lang, "custom_desc", name=g.name), 2.0, "cuda"
-    if gpu not in GPUS:
-        raise gr.Error(tx(lang, "unknown_gpu", gpu=_short(gpu)))
-    g = GPUS[gpu]
-    desc = tx(lang, "preset_desc", name=g.name, bw=g.bandwidth / 1e12, fl=g.flops / 1e12, source=g.source)
-    return g, desc, 2.0, "cuda"
-
-
-def _short(value) -> str:
-    """A name quoted in a refusal, cut short (a script may send 10,000 characters)."""
-    text = str(value)
-    return lessons.quoted(text if len(text) <= 40 else text[:39] + "…")
-
-
-def _model(name: str, bytes_per_param: float, lang: str = lessons.DEFAULT_LANG) -> rf.ModelSpec:
-    if name not in MODELS:
-        raise gr.Error(tx(lang, "unknown_model", name=_short(name)))
-    return replace(MODELS[name], bytes_per_param=bytes_per_param)
-
-
-def _draft(name: str, target: rf.ModelSpec, lang: str = lessons.DEFAULT_LANG) -> rf.ModelSpec | None:
-    try:
-        return rf.resolve_draft(rf.NGRAM if name == NGRAM else str(name), target)
-    except rf.PresetError as exc:
-        raise gr.Error(lessons.say(lang, exc)) from None
-
-
-def draft_choices(target: str) -> list[str]:
-    """Model presets, the EAGLE heads of this target (they read its features), and n-gram lookup."""
-    return rf.draft_names([target]) + [NGRAM]
-
-
-def remap_draft(draft: str, target: str) -> str:
-    """Keep the kind of draft when the target changes: an EAGLE head follows its target."""
-    for prefix in rf.EAGLE_HEADS:
-        if str(draft).startswith(prefix):
-            return prefix + target
-    return draft
-
-
-def calibration_for(app, gpu: str, g: rf.GpuSpec, device_kind: str, model: str, lang: str = lessons.DEFAULT_LANG):
-    """(Calibration, note) for the chosen model: the ideal roofline, this machine's recorded profile, or
-    the serving stack's published fit (with a recorded GPU profile's rates when there is one)."""
-    if model == IDEAL:
-        return rf.IDEAL, tx(lang, "ideal_note")
-    if model not in KINDS:
-        raise gr.Error(tx(lang, "unknown_model_kind", model=_short(model)))
-    profiles = load_profiles()
-    if gpu == THIS_MACHINE:
-        prof = profile_for_device(profiles, device_kind)
-        if prof is None:
-            return rf.IDEAL, tx(lang, "no_profile")
-        note = lessons.say(lang, profile_calibration(prof).source)
-        return profile_calibration(prof), note + ("; " + tx(lang, "stack_not_here") if model == SGLANG else "")
-    cal = gpu_calibration(g, profiles)
-    if model == SGLANG:
-        cal = stack_calibration(SGLANG_STACK, cal, load_published())
-    note = cal.source if gpu != CUSTOM_GPU else tx(lang, "custom_rates", source=cal.source)
-    return cal, note
-
-
-def _numbers(alpha, context, overhead_ms, bw_tbs, flops_tflops, lang: str = lessons.DEFAULT_LANG):
-    try:
-        vals = float(alpha), int(context), float(overhead_ms) / 1000, float(bw_tbs), float(flops_tflops)
-    except (TypeError, ValueError, OverflowError):
-        raise gr.Error(tx(lang, "bad_numbers")) from None
-    alpha, context, overhead = vals[:3]
-    if not 0 <= alpha < 1 or not 1 <= context <= 131072 or not 0 <= overhead <= 1:
-        raise gr.Error(tx(lang, "out_of_range"))
-    return vals
-
-
-def _inputs(app, gpu, target, draft, alpha, context, overhead_ms, model, bw_tbs, flops_tflops,
-            lang: str = lessons.DEFAULT_LANG):
-    """Everything one choice of knobs means, checked: (setup, α, description, calibration note)."""
-    alpha, context, overhead, bw_tbs, flops_tflops = _numbers(alpha, context, overhead_ms, bw_tbs, flops_tflops,
-                                                              lang)
-    gpu, target, draft, model = (str(x) for x in (gpu, target, draft, model))    # raw API values too
-    g, hw_desc, bpp, kind = _hardware(app, gpu, bw_tbs, flops_tflops, lang)
-    t_spec = _model(target, bpp, lang)
-    d_spec = _draft(draft, t_spec, lang)
-    if d_spec is not None:
-        d_spec = replace(d_spec, bytes_per_param=bpp)
-    cal, note = calibration_for(app, gpu, g, kind, model, lang)
-    return rf.Setup(t_spec, d_spec, g.bandwidth, g.flops, context, cal, overhead), alpha, hw_desc, note
-
-
-def compute(app, gpu, target, draft, alpha, context, overhead_ms, model=CALIBRATED,
-            bw_tbs=DEFAULTS["bandwidth_tbs"], flops_tflops=DEFAULTS["flops_tflops"], *,
-            lang: str = lessons.DEFAULT_LANG):
-    """Summary markdown, latency figure and crossover figure for one choice of knobs (all estimates)."""
-    setup, alpha, hw_desc, note = _inputs(app, gpu, target, draft, alpha, context, overhead_ms, model, bw_tbs,
-                                          flops_tflops, lang)
-    t_spec, cal = setup.target, setup.calibration
-    knee = predicted_knee(t_spec, setup.bandwidth, setup.flops, setup.context)
-    ideal_ms = [1000 * s for s in latency_curve(t_spec, setup.bandwidth, setup.flops, TOKENS, setup.context,
-                                                setup.overhead_s)]
-    cal_ms = None if cal.is_ideal else [1000 * s for s in latency_curve(
-        t_spec, setup.bandwidth, setup.flops, TOKENS, setup.context, setup.overhead_s, cal)]
-    rows = whatif_rows(t_spec, setup.draft, setup.bandwidth, setup.flops, alpha, setup.context, BATCHES, DEPTHS,
-                       setup.overhead_s, cal)
-    kind = _kind(model, cal)
-    labels = chart_labels(lang)
-    fig_lat = charts.latency_figure(TOKENS, ideal_ms, knee, title=tx(lang, "latency_title", target=target, gpu=gpu),
-                                    calibrated_ms=cal_ms, labels=labels)
-    fig_x = charts.crossover_figure([r for r in rows if r["depth"] in PLOT_DEPTHS],
-                                    tx(lang, "crossover_title", alpha=alpha, kind=model_name(lang, kind)), labels)
-    md = summary_md(rows, hw_desc, setup, draft, knee, alpha, kind, note, ideal_ms, cal_ms, lang)
-    md += "\n\n" + published_md(setup, gpu, target, draft, alpha, kind, lang)
-    return md, _for_reader(fig_lat, lang), _for_reader(fig_x, lang)
-
-
-def _kind(model: str, cal: rf.Calibration) -> str:
-    """The model that actually ran: "ideal" when the calibrated one had to fall back to it."""
-    return IDEAL if cal.is_ideal else str(model)
-
-
-def csv_rows(app, gpu, target, draft, alpha, context, overhead_ms, model=CALIBRATED,
-             bw_tbs=DEFAULTS["bandwidth_tbs"], flops_tflops=DEFAULTS["flops_tflops"]) -> list[dict]:
-    """The data behind the tab's charts for these knobs (all estimates), long form, for the CSV."""
-    setup, alpha, _, _ = _inputs(app, gpu, target, draft, alpha, context, overhead_ms, model, bw_tbs, flops_tflops,
-                                 lessons.DEFAULT_LANG)
-    cal = setup.calibration
-    ideal = latency_curve(setup.target, setup.bandwidth, setup.flops, TOKENS, setup.context, setup.overhead_s)
-    calib = None if cal.is_ideal else latency_curve(setup.target, setup.bandwidth, setup.flops, TOKENS,
-                                                    setup.context, setup.overhead_s, cal)
-    out = [{"chart": "latency per pass (estimate)", "tokens_per_pass": n, "ideal_ms": 1000 * a,
-            "calibrated_ms": None if calib is None else 1000 * calib[i]} for i, (n, a) in enumerate(zip(TOKENS, ideal))]
-    rows = whatif_rows(setup.target, setup.draft, setup.bandwidth, setup.flops, alpha, setup.context, BATCHES,
-                       DEPTHS, setup.overhead_s, cal)
-    out += [{"chart": "tokens/s vs batch (estimate)", **r} for r in rows]
-    return out
-
-
-def summary_md(rows, hw_desc, setup, draft, knee, alpha, kind, note, ideal_ms, cal_ms,
-               lang: str = lessons.DEFAULT_LANG) -> str:
-    t_spec = setup.target
-    cross = crossover_from_rows(rows)
-    lines = [tx(lang, "hardware", heading=tx(lang, f"heading_{kind}"), hw=hw_desc, cal=setup.calibration.name,
-                note=note),
-             tx(lang, "knee", name=t_spec.name, params=t_spec.params / 1e9,
-                gb=t_spec.streamed_params * t_spec.bytes_per_param / 1e9, knee=knee, context=setup.context)]
-    if cal_ms is not None:
-        n = TOKENS.index(64)
-        lines.append(tx(lang, "calibrated_pass", t1=cal_ms[0], n=TOKENS[n], tn=cal_ms[n],
-                        grow=cal_ms[n] / cal_ms[0] - 1, ideal_grow=ideal_ms[n] / ideal_ms[0] - 1))
-    lines = ["\n\n".join(lines), "", *best_depth_table(rows, lang), ""]
-    drafter = tx(lang, "drafter_ngram") if setup.draft is None else draft
-    lines.append(tx(lang, "crossover", drafter=drafter, alpha=alpha, cross=cross) if cross else
-                 tx(lang, "no_crossover", drafter=drafter, alpha=alpha, last=BATCHES[-1]))
-    return "\n".join(lines)
-
-
-def best_depth_table(rows, lang: str = lessons.DEFAULT_LANG) -> list[str]:
-    """Markdown rows: for each batch size, the fastest depth and what it costs against plain decoding."""
-    by = {(r["batch_size"], r["depth"]): r for r in rows}
-    header = [tx(lang, k) for k in ("col_batch", "col_depth", "col_speedup", "col_flops", "col_tokens")]
-    lines = ["| " + " | ".join(header) + " |", "|---:|---:|---:|---:|---:|"]
-    for b in BATCHES:
-        best = max((by[(b, k)] for k in DEPTHS), key=lambda r: r["tokens_per_s"])
-        cells = [f"{b}", f"{best['depth']}", f"{best['speedup']:.2f}×", f"{best['flops_ratio']:.2f}×",
-                 f"{b * (best['depth'] + 1)}"]
-        lines.append("| " + " | ".join(_cell(lang, c) for c in cells) + " |")
-    return lines
-
-
-def _matching(gpu: str, target: str, draft: str):
-    return [s for s in load_published() if s.matches(gpu, target, draft)]
-
-
-def _legend(lang: str, s) -> str:
-    """A published series' legend: its label, that it is a published measurement, and where from."""
-    # a legend entry is plotly text (laid out left-to-right): a Persian one is isolated right-to-left
-    return lessons.isolate_rtl(tx(lang, "published_legend", label=s.label, pub=tx(lang, "published_label"),
-                                  cite=s.cite))
-
-
-def published_md(setup: rf.Setup, gpu: str, target: str, draft: str, alpha: float, kind: str,
-                 lang: str = lessons.DEFAULT_LANG) -> str:
-    """The model's error against every published series measured on this setup (α fitted as the goal
-    states it), or which setups have published points."""
-    series = _matching(gpu, target, draft)
-    if not series:
-        setups = "; ".join(sorted({f"{s.gpu} + {s.target} + {s.draft}" for s in load_published()}))
-        return tx(lang, "no_published", setups=setups or tx(lang, "no_setups"))
-    other = IDEAL if kind != IDEAL else CALIBRATED
-    base = gpu_calibration(rf.resolve_gpu(series[0].gpu), load_profiles())
-    other_cal = rf.IDEAL if other == IDEAL else base
-    pub = tx(lang, "published_label")
-    lines = []
-    for s in series:
-        fit = fit_stack(s.stack, base, load_published()) if s.fit_batch is not None else None
-        if fit is not None:
-            lines.append(_stack_fit_md(lang, s, fit, base))
-        elif s.fit_batch is not None:
-            mine, theirs = compare(s, setup.calibration), compare(s, other_cal)
-            lines.append(tx(
-                lang, "published_fit", pub=pub, label=s.label, source=s.source, fit=s.fit_batch, alpha=mine.alpha,
-                model=model_name(lang, kind), err=100 * mine.max_error, lo=min(s.batch_sizes),
-                hi=max(s.batch_sizes), other=model_name(lang, other), oalpha=theirs.alpha,
-                oerr=100 * theirs.max_error, context=s.context,
-                pcross=_batch_or(lang, mine.published_crossover, "none_measured"),
-                ecross=_batch_or(lang, mine.crossover, "none_estimated")))
-        else:
-            # the series' own stack (its bookkeeping), unless the reader chose the ideal roofline
-            cal = setup.calibration if kind == IDEAL else stack_calibration(s.stack, base, load_published())
-            c = compare(s, cal, alpha, context=setup.context)
-            lines.append(tx(lang, "published_point", pub=pub, label=s.label, source=s.source, alpha=alpha,
-                            batch=s.batch_sizes[-1], est=c.estimate[-1], val=s.speedup[-1],
-                            err=round(100 * c.errors[-1])))
-    return "\n\n".join(lines)
-
-
-def _stack_fit_md(lang: str, s, fit, base: rf.Calibration) -> str:
-    """One published series measured on a stack whose bookkeeping was fitted: the error of every model,
-    the fit, and the held-out error (the bookkeeping fitted to the stack's other series only)."""
-    with_stack = compare(s, stack_calibration(s.stack, base, load_published()))
-    alone, ideal = compare(s, base), compare(s, rf.IDEAL)
-    held = next((e for sid, _, e in fit.held_out if sid == s.id), None)
-    return tx(lang, "published_fit_stack", pub=tx(lang, "published_label"), label=s.label, source=s.source,
-              fit=s.fit_batch, alpha=with_stack.alpha, lo=min(s.batch_sizes), hi=max(s.batch_sizes),
-              stack=s.stack, row_us=1e6 * fit.row_overhead_s, n_fit=len(fit.fitted_to),
-              err_stack=100 * with_stack.max_error,
-              held=tx(lang, "held_out", err=100 * held) if held is not None else tx(lang, "held_out_none"),
-              err_base=100 * alone.max_error, err_ideal=100 * ideal.max_error,
-              pcross=_batch_or(lang, with_stack.published_crossover, "none_measured"),
-              ecross_stack=_batch_or(lang, with_stack.crossover, "none_estimated"),
-              ecross_base=_batch_or(lang, alone.crossover, "none_estimated"),
-              ecross_ideal=_batch_or(lang, ideal.crossover, "none_estimated"), context=s.context,
-              model_stack=model_name(lang, SGLANG) if s.stack == SGLANG_STACK else s.stack,
-              model_base=model_name(lang, CALIBRATED), model_ideal=model_name(lang, IDEAL))
-
-
-def _batch_or(lang: str, batch: int | None, none_key: str) -> str:
-    return tx(lang, "batch", b=batch) if batch else tx(lang, none_key)
-
-
-def speedup_view(app, gpu, target, draft, alpha, context, overhead_ms, model=CALIBRATED,
-                 bw_tbs=DEFAULTS["bandwidth_tbs"], flops_tflops=DEFAULTS["flops_tflops"], *,
-                 lang: str = lessons.DEFAULT_LANG):
-    """Speed-up against batch size: with published points when a source measured this setup (then both
-    models at its depth), else the chosen model at a few depths. All lines are estimates at your α."""
-    setup, alpha, _, _ = _inputs(app, gpu, target, draft, alpha, context, overhead_ms, model, bw_tbs, flops_tflops,
-                                 lang)
-    series = _matching(gpu, target, draft)
-    kind = _kind(model, setup.calibration)
-    labels = chart_labels(lang)
-
-    def rows(cal, depths):
-        return whatif_rows(setup.target, setup.draft, setup.bandwidth, setup.flops, alpha, setup.context,
-                           BATCHES, [0] + depths, setup.overhead_s, cal)
-
-    if not series:
-        return _for_reader(charts.speedup_figure(
-            {kind: rows(setup.calibration, SPEEDUP_DEPTHS)}, SPEEDUP_DEPTHS, [],
-            tx(lang, "speedup_title_plain", model=model_name(lang, kind)), labels), lang)
-    k = series[0].depth
-    # with published points, every model's line, so the reader sees how far each one is from them
-    base = gpu_calibration(rf.resolve_gpu(series[0].gpu), load_profiles())
-    models = {CALIBRATED: base, SGLANG: stack_calibration(SGLANG_STACK, base, load_published()), IDEAL: rf.IDEAL}
-    curves = {kind: rows(setup.calibration, [k])}
-    if kind != IDEAL:
-        curves.update({m: rows(c, [k]) for m, c in models.items() if m != kind})
-    points = [charts.PointSet(_legend(lang, s), s.batch_sizes, s.speedup) for s in series]
-    return _for_reader(charts.speedup_figure(curves, [k], points,
-                                             tx(lang, "speedup_title", k=k, pub=tx(lang, "published_label")),
-                                             labels), lang)
-
-
-def profile_view(profiles: list[Profile], name: str, lang: str = lessons.DEFAULT_LANG):
-    prof = next((p for p in profiles if p.label == name), None)
-    if prof is None:
-        raise gr.Error(tx(lang, "unknown_profile", name=_short(name)))
-    est = cal = None
-    if prof.spec is not None:
-        est = [1000 * s for s in latency_curve(prof.spec, prof.bandwidth, prof.flops, prof.tokens_per_pass,
-                                               prof.context)]
-        fitted = profile_calibration(prof)
-        cal = [1000 * s for s in latency_curve(prof.spec, prof.bandwidth, prof.flops, prof.tokens_per_pass,
-                                               prof.context, calibration=fitted)]
-    fig = charts.latency_figure(prof.tokens_per_pass, est or [None] * len(prof.tokens_per_pass),
-                                prof.predicted_knee, (prof.tokens_per_pass, prof.latency_s), prof.measured_knee,
-                                title=tx(lang, "profile_title", target=prof.target, device=prof.device),
-                                calibrated_ms=cal, labels=chart_labels(lang))
-    pred = tx(lang, "profile_no_shape") if prof.predicted_knee is None else f"{prof.predicted_knee}"
-    md = tx(lang, "profile_md", device=prof.device, bw=prof.bandwidth / 1e9, fl=prof.flops / 1e12,
-            context=prof.context, knee=prof.measured_knee, pred=pred)
-    if cal is not None:
-        worst = max(abs(c / (1000 * t) - 1) for c, t in zip(cal, prof.latency_s))
-        md += tx(lang, "profile_fit", overhead=1000 * fitted.layer_overhead_s * prof.spec.n_layers,
-                 eff=fitted.flops_eff, worst=worst)
-    return md, _for_reader(fig, lang)
+from specviz.ui.whatif_views import (DEFAULTS, KNEE_CONTEXT, compute, csv_rows, draft_options, gpu_options, is_rtl,
+                                     knee_view, lang_of, model_options, model_spec, profile_view, remap_draft,
+                                     speedup_view, tx)
 
 
 def _label(key: str) -> dict:
@@ -423,13 +29,13 @@ def _text_md(tr, key: str, **kwargs) -> gr.Markdown:
     """A Markdown of the tab's fixed text that follows the language switch. gr.Markdown renders with
     dir="ltr" unless told otherwise, whatever the page's direction, so the direction travels with the text."""
     return tr.add(gr.Markdown(tx(lessons.DEFAULT_LANG, key), **kwargs),
-                  lambda lang: gr.update(value=tx(lang, key), rtl=_rtl(lang)))
+                  lambda lang: gr.update(value=tx(lang, key), rtl=is_rtl(lang)))
 
 
 def _generated_md(tr, **kwargs) -> gr.Markdown:
     """A Markdown whose text handlers write: the switch sets only its direction (its text is re-rendered
     by the handler that knows the knobs)."""
-    return tr.add(gr.Markdown(**kwargs), lambda lang: gr.update(rtl=_rtl(lang)))
+    return tr.add(gr.Markdown(**kwargs), lambda lang: gr.update(rtl=is_rtl(lang)))
 
 
 def build(app) -> None:
@@ -493,7 +99,7 @@ def build(app) -> None:
                             lang=lang_of(app, request))
 
     def on_target(new_target, current, request: gr.Request):
-        _model(new_target, 2.0, lang_of(app, request))          # an unknown target is refused by name
+        model_spec(new_target, 2.0, lang_of(app, request))          # an unknown target is refused by name
         return gr.update(choices=draft_options(new_target, lang_of(app, request)),
                          value=remap_draft(current, new_target))
 
@@ -527,35 +133,6 @@ def build(app) -> None:
     _build_profiles(app, lang_box)
 
 
-KNEE_CONTEXT = 256
-OVERHEAD_FACTOR = 2.0     # the same rule as hardware.step_metrics: > 2× the roofline time = overhead-bound
-
-
-def knee_view(upd, context: int = KNEE_CONTEXT, lang: str = lessons.DEFAULT_LANG):
-    """Markdown and figure for a (partial) measured curve, with the roofline prediction beside it."""
-    spec, peaks = upd.spec, upd.peaks
-    est, predicted = [None] * len(upd.tokens_per_pass), None
-    if peaks is not None:
-        est = [1000 * s for s in latency_curve(spec, peaks.bandwidth, peaks.flops, upd.tokens_per_pass, context)]
-        predicted = predicted_knee(spec, peaks.bandwidth, peaks.flops, context)
-    knee = find_knee(upd.tokens_per_pass, upd.latency_s) if upd.done and len(upd.tokens_per_pass) >= 4 else None
-    fig = charts.latency_figure(upd.tokens_per_pass, est, predicted, (upd.tokens_per_pass, upd.latency_s), knee,
-                                title=tx(lang, "knee_title", model=spec.name, device=upd.device),
-                                labels=chart_labels(lang))
-    _for_reader(fig, lang)
-    points = ", ".join(f"{n} → {1000 * t:.1f} ms" for n, t in zip(upd.tokens_per_pass, upd.latency_s))
-    if not upd.done:
-        return tx(lang, "knee_progress", device=upd.device, points=points), fig
-    flat = upd.latency_s[1] / upd.latency_s[0] if len(upd.latency_s) > 1 else float("nan")
-    pred = (tx(lang, "knee_no_peaks") if predicted is None else
-            tx(lang, "knee_pred", knee=predicted, bw=peaks.bandwidth / 1e9, fl=peaks.flops / 1e12))
-    text = tx(lang, "knee_md", device=upd.device, model=spec.name, context=context, points=points, knee=knee,
-              pred=pred, flat=flat)
-    if peaks is not None and upd.latency_s[0] > OVERHEAD_FACTOR * est[0] / 1000:
-        text += "\n\n" + tx(lang, "knee_overhead", ratio=upd.latency_s[0] / (est[0] / 1000))
-    return text, fig
-
-
 def _build_measure(app) -> None:
     tr = app.tr
     _text_md(tr, "measure_intro")
@@ -578,7 +155,7 @@ def _build_measure(app) -> None:
                     yield tx(lang, "knee_waiting", position=upd.position), gr.skip()
                     continue
                 yield knee_view(upd, lang=lang)
-        except (ModelError, EngineError) as exc:
+        except (ModelError, LimitError) as exc:
             raise gr.Error(lessons.say(lang, exc)) from None
 
     go.click(measure, [pick], [md, fig], api_name="measure_knee", concurrency_limit=1)

@@ -13,6 +13,7 @@ import atexit
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from specviz.lessons import Said
+from specviz.pairs.models import resolve_ref
 from specviz.vllm.client import VllmClient, VllmError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,8 +50,6 @@ class LaunchSpec:
 
 
 def free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -65,7 +65,6 @@ def vllm_installed(venv: Path = VENV) -> bool:
 
 def model_dir(ref: str) -> str:
     """The directory vLLM reads for a model reference (the offline alias → our safetensors copy)."""
-    from specviz.pairs.models import resolve_ref
 
     return resolve_ref(ref)
 

@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from specviz.lessons import Said
 from specviz.engine.request import RowStep, RunTotals, StepEvent
+from specviz.lessons import Said
 from specviz.vllm.client import VllmClient, VllmError
 from specviz.vllm.steps import align, closing_step, live_step, row_figures
 

@@ -12,6 +12,7 @@ rate) are exact. `align` rebuilds the exact per-step reading afterwards (for the
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from specviz.engine.request import RowStep
@@ -89,7 +90,6 @@ def align(chunks: list[list[int]], spec: dict | None) -> list[Step] | None:
                 found = [Step(1, 0, 0)] + rest
         memo[(t, j)] = found
         return found
-    import sys
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 4 * tokens + 100))
     try:

@@ -1,0 +1,99 @@
+"""Chapter: the knee. Latency of one target pass against tokens per pass, beside the roofline from this
+machine's calibrated peaks: flat while memory-bound, rising once compute-bound.
+
+Measured: about 16 s on the 2-core CPU with the offline SmolLM2-135M.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import plotly.graph_objects as go
+
+from specviz import lessons
+from specviz.chapters.base import Chapter, Result
+from specviz.chapters.common import finished, finite, settings_of, snapshot
+from specviz.chapters.plotting import PLAIN, REJECTED, VERIFY, labels_for, styled, vline
+from specviz.engine.torchmode import inference_steps
+from specviz.hardware.costmodel import latency_curve
+from specviz.hardware.device import KNEE_TOKENS, OVERHEAD_FACTOR, Peaks, find_knee, knee_steps
+from specviz.hardware.roofline import predicted_knee
+
+KNEE_FLAT = 1.15         # 2 tokens within 15 % of 1 token: "almost free"; beyond it extra tokens cost
+
+
+def knee_conclusion(ratio2: float, t1_s: float, roofline_t1_s: float | None) -> str:
+    """Not memory-bound when a 2-token pass costs ≥ 15 % more than a 1-token pass (extra tokens are not
+    free); else overhead-bound when one token took over twice its roofline time (fixed costs, not the
+    weight read, fill the pass); else flat (memory-bound: the textbook case)."""
+    if ratio2 >= KNEE_FLAT:
+        return "conclusion_not_memory_bound"
+    if roofline_t1_s is not None and t1_s > OVERHEAD_FACTOR * roofline_t1_s:
+        return "conclusion_overhead_bound"
+    return "conclusion_flat"
+
+
+@inference_steps
+def run_knee(pair, peaks: Peaks | None, context: int = 256, repeats: int = 3,
+             cap: int | None = None) -> Iterator[Result]:
+    """Latency of one target pass against tokens per pass (hardware.knee_steps: log-spaced up to 128 on
+    CPU, 512 on GPU, median of `repeats`), one yield per point, with the ideal roofline from this
+    machine's calibrated `peaks` (None: no roofline, and no overhead-bound verdict). Extra keys:
+    `predicted_knee` (roofline), `measured_knee`."""
+    t, spec = pair.target, pair.target_spec
+    cap = cap or (512 if t.device.type == "cuda" else 128)
+    total = len([n for n in KNEE_TOKENS if n <= cap])
+    predicted = predicted_knee(spec, peaks.bandwidth, peaks.flops, context) if peaks else None
+    settings = settings_of(pair, context=context, repeats=repeats, cap=cap,
+                         peaks=None if peaks is None else {"bandwidth": peaks.bandwidth, "flops": peaks.flops})
+    extra = {"predicted_knee": predicted, "measured_knee": None}
+    yield snapshot("knee", pair, settings, 0.0, [], **extra)
+    ns, lat, rows = [], [], []
+    # through the forward path the pair's engine runs (the fast path once the app has switched to it)
+    for ns, lat in knee_steps(t.model, t.device, t.dtype, context, repeats, cap, pair.target_cache):
+        rows = knee_rows(spec, peaks, context, ns, lat)
+        yield snapshot("knee", pair, settings, len(ns) / total, rows, **extra)
+    values = knee_values(ns, lat, rows)
+    extra["measured_knee"] = values["knee"]
+    key = knee_conclusion(values["ratio2"], lat[0], rows[0]["roofline_ms"] / 1000 if peaks else None)
+    yield finished(snapshot("knee", pair, settings, 1.0, rows, **extra), values, key, [key])
+
+
+def knee_rows(spec, peaks: Peaks | None, context: int, ns: list[int], lat: list[float]) -> list[dict]:
+    roof = latency_curve(spec, peaks.bandwidth, peaks.flops, ns, context) if peaks else [None] * len(ns)
+    return [{"tokens_per_pass": n, "measured_ms": 1000 * s, "roofline_ms": None if r is None else 1000 * r,
+             "ms_per_token": 1000 * s / n} for n, s, r in zip(ns, lat, roof)]
+
+
+def knee_values(ns: list[int], lat: list[float], rows: list[dict]) -> dict:
+    """knee: where the measured curve leaves its flat part (hardware.find_knee), within the range measured;
+    ratio2: a 2-token pass ÷ a 1-token pass; overhead_ms: the cheapest pass (the floor)."""
+    knee = find_knee(ns, lat) if len(ns) >= 2 else float(ns[-1])
+    knee = int(round(min(max(finite(knee, ns[-1]), 1.0), ns[-1])))
+    ratio2 = lat[1] / lat[0] if len(lat) > 1 and lat[0] > 0 else 1.0
+    return {"knee": knee, "ratio2": ratio2, "overhead_ms": 1000 * min(lat),
+            "one_token_ms": 1000 * lat[0], "roofline_one_token_ms": rows[0]["roofline_ms"]}
+
+
+def figure_knee(result: dict, labels: dict | None = None, dark: bool = False) -> go.Figure:
+    """Measured time of one target pass against tokens per pass (log axes), the roofline from calibrated
+    peaks (dashed, when there are peaks), and the measured and roofline knees when known."""
+    L = labels_for("knee", labels)
+    rows = result.get("table", [])
+    ns = [r["tokens_per_pass"] for r in rows]
+    fig = go.Figure()
+    if any(r.get("roofline_ms") is not None for r in rows):
+        fig.add_trace(go.Scatter(x=ns, y=[r["roofline_ms"] for r in rows], mode="lines", name=L["roofline"],
+                                 line=dict(color=PLAIN, dash="dash", width=2)))
+    fig.add_trace(go.Scatter(x=ns, y=[r["measured_ms"] for r in rows], mode="lines+markers", name=L["measured"],
+                             line=dict(color=VERIFY, width=3)))
+    if result.get("measured_knee"):
+        vline(fig, result["measured_knee"], lessons.chart_fill(L["knee_measured"], {"knee": result["measured_knee"]}),
+               REJECTED, "dot")
+    if result.get("predicted_knee") and ns and result["predicted_knee"] <= 4 * max(ns):
+        vline(fig, result["predicted_knee"], lessons.chart_fill(L["knee_predicted"], {"knee": result["predicted_knee"]}),
+               PLAIN, "dash")
+    return styled(fig, dark, xaxis_type="log", yaxis_type="log", xaxis_title=L["axis_tokens"],
+                  yaxis_title=L["axis_time"])
+
+
+CHAPTER = Chapter("knee", run=lambda ctx: run_knee(ctx.pair, ctx.peaks), figure=figure_knee, button_id="run-knee")

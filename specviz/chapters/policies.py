@@ -1,0 +1,156 @@
+"""Chapter: depth policies. Plain decoding and every policy at each batch size, rows taking prompts from
+the pool; the winner named only outside the noise band.
+
+Measured: about 25 s on the 2-core CPU with the offline SmolLM2-135M and the n-gram draft (B 1/4/12,
+16 new tokens: 18 runs).
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Iterable, Iterator
+
+import plotly.graph_objects as go
+
+from specviz import lessons
+from specviz.chapters import vllm_panels
+from specviz.chapters.base import Chapter, Result, VllmPanel
+from specviz.chapters.common import finished, settings_of, snapshot, timed_run, warm_up
+from specviz.chapters.plotting import PLAIN, POLICY_COLOURS, TICK, labels_for, styled
+from specviz.engine.policies import POLICY_NAMES, make_policy
+from specviz.engine.torchmode import inference_steps
+
+POLICIES_CLOSE = 0.05    # every policy within 5 % of the others at every batch: the choice hardly matters
+
+
+def policies_conclusion(winners: dict[int, str], spread: float) -> str:
+    """Close when every policy was within 5 % of the others at every batch size (the winner is then
+    noise); else the same winner everywhere; else a switch (different winners at small and large B)."""
+    if spread <= POLICIES_CLOSE:
+        return "conclusion_close"
+    if len(set(winners.values())) == 1:
+        return "conclusion_same_winner"
+    return "conclusion_switch"
+
+
+@inference_steps
+def run_policies(pair, prompt_ids_pool: list[list[int]], batches: Iterable[int] = (1, 4, 12), depth: int = 4,
+                 max_new: int = 16, policies: Iterable[str] = POLICY_NAMES) -> Iterator[Result]:
+    """At each batch size: plain decoding (the baseline), then every policy at the requested depth with
+    its default parameters, rows taking prompts from the pool in order. One yield per run. Extra keys:
+    `winners` ([{batch_size, policy, tokens_per_s, vs_plain}]), `plain` ([{batch_size, tokens_per_s}])."""
+    batches = sorted({int(b) for b in batches})
+    policies = list(policies)
+    pool = [list(p) for p in prompt_ids_pool]
+    settings = settings_of(pair, batches=batches, depth=depth, max_new=max_new, policies=policies,
+                         prompts=len(pool), policy_params={p: make_policy(p).describe() for p in policies})
+    extra: dict = {"winners": [], "plain": []}
+    yield snapshot("policies", pair, settings, 0.0, [], **extra)
+    warm_up(pair, pool, depth)
+    rows: list[dict] = []
+    total, done = len(batches) * (len(policies) + 1), 0
+    for b in batches:
+        base = timed_run(pair, pool, 0, b, max_new)
+        extra["plain"].append({"batch_size": b, "tokens_per_s": base.tokens_per_s})
+        done += 1
+        yield snapshot("policies", pair, settings, done / total, rows, **extra)
+        for name in policies:
+            run = timed_run(pair, pool, depth, b, max_new, make_policy(name))
+            depths = [ev.depth for ev in run.events]
+            rows.append({"policy": name, "batch_size": b, "tokens_per_s": run.tokens_per_s,
+                         "vs_plain": run.tokens_per_s / base.tokens_per_s if base.tokens_per_s else 0.0,
+                         "mean_depth": statistics.fmean(depths) if depths else 0.0,
+                         "acceptance_rate": run.totals.acceptance_rate, "wall_s": run.wall_s})
+            done += 1
+            extra["winners"] = _winners(rows)
+            yield snapshot("policies", pair, settings, done / total, rows, **extra)
+    values, key, row_values = policies_values(rows, batches)
+    keys = ["conclusion_row"] * len(row_values) + [key]
+    yield finished(snapshot("policies", pair, settings, 1.0, rows, **extra), values, key, keys,
+                 row_values + [values])
+
+
+def _winners(rows: list[dict]) -> list[dict]:
+    out = []
+    for b in sorted({r["batch_size"] for r in rows}):
+        w = max((r for r in rows if r["batch_size"] == b), key=lambda r: r["tokens_per_s"])
+        out.append({"batch_size": b, "policy": w["policy"], "tokens_per_s": w["tokens_per_s"],
+                    "vs_plain": w["vs_plain"]})
+    return out
+
+
+def policies_values(rows: list[dict], batches: list[int]) -> tuple[dict, str, list[dict]]:
+    """Per batch the winner (conclusion_row); overall: the spread (largest best ÷ worst − 1 at any batch),
+    the policy with most wins (ties: higher mean speed-up over plain), and for a switch the batch from
+    which the winner at the largest batch size wins at every larger size, and who won at small batches."""
+    wins = _winners(rows)
+    winners = {w["batch_size"]: w["policy"] for w in wins}
+    spread = 0.0
+    for b in batches:
+        tps = [r["tokens_per_s"] for r in rows if r["batch_size"] == b]
+        if tps and min(tps) > 0:
+            spread = max(spread, max(tps) / min(tps) - 1)
+    names = {r["policy"] for r in rows}
+
+    def score(p: str) -> tuple:
+        mine = [r["vs_plain"] for r in rows if r["policy"] == p]
+        return list(winners.values()).count(p), statistics.fmean(mine) if mine else 0.0
+    overall = max(sorted(names), key=score)
+    ordered = sorted(winners)
+    large = winners[ordered[-1]]
+    i = len(ordered) - 1
+    while i > 0 and winners[ordered[i - 1]] == large:
+        i -= 1
+    # "at small batch sizes": the winner at the smallest batch, unless that is the large-batch winner
+    # again (A, B, A): then whoever won just below the large-batch streak
+    small = winners[ordered[0]] if winners[ordered[0]] != large else (winners[ordered[i - 1]] if i > 0 else large)
+    values = {"policy": overall, "spread": spread, "small_policy": small, "large_policy": large,
+              "batch": ordered[i], "tokens_per_s": next(w["tokens_per_s"] for w in wins if w["policy"] == overall),
+              "vs_plain": next(w["vs_plain"] for w in wins if w["policy"] == overall)}
+    row_values = [{"batch": w["batch_size"], "policy": w["policy"], "tokens_per_s": w["tokens_per_s"],
+                   "vs_plain": w["vs_plain"]} for w in wins]
+    return values, policies_conclusion(winners, spread), row_values
+
+
+def figure_policies(result: dict, labels: dict | None = None, dark: bool = False) -> go.Figure:
+    """Grouped bars: each policy's tokens/s relative to plain decoding at each batch size (1× = plain),
+    the winner at each batch size outlined."""
+    L = labels_for("policies", labels)
+    rows = result.get("table", [])
+    batches = sorted({r["batch_size"] for r in rows})
+    winners = {(w["batch_size"], w["policy"]) for w in result.get("winners", [])}
+    fig = go.Figure()
+    for i, policy in enumerate(dict.fromkeys(r["policy"] for r in rows)):
+        mine = {r["batch_size"]: r for r in rows if r["policy"] == policy}
+        name = lessons.isolate_rtl(lessons.policy_label(L.get("_lang", lessons.DEFAULT_LANG), policy))
+        ys = [mine[b]["vs_plain"] if b in mine else None for b in batches]
+        fig.add_trace(go.Bar(x=[str(b) for b in batches], y=ys, name=name, marker=dict(color=POLICY_COLOURS[i % len(POLICY_COLOURS)],
+                                                    line=dict(width=[3 if (b, policy) in winners else 0 for b in batches],
+                                                              color=TICK)),
+                             customdata=[mine[b]["tokens_per_s"] if b in mine else None for b in batches],
+                             hovertemplate=name + ": %{y:.2f}× (%{customdata:.1f} " + L["column_tokens_per_s"]
+                             + ")<extra></extra>"))
+    if batches:
+        fig.add_hline(y=1.0, line=dict(color=PLAIN, dash="dot", width=1))
+    return styled(fig, dark, barmode="group", xaxis_title=L["column_batch"], yaxis_title=L["column_vs_plain"],
+                  legend_title_text=L["column_policy"], xaxis_type="category")
+
+
+def vllm_schedule(sweep, lang: str) -> dict:
+    """vLLM's per-batch-size schedule against its fixed depths, drawn like the class's policies."""
+    name = lessons.isolate_rtl(lessons.text(lang, "chapter.policies.vllm_schedule_name"))
+    return vllm_panels.schedule_result(sweep, name)
+
+
+def vllm_notes(sweep) -> list[tuple[str, dict]]:
+    """The schedule itself, then how it fared against the best fixed depth at each batch size."""
+    points = vllm_panels.schedule_points(sweep)
+    if not points:
+        return []
+    schedule = ", ".join(f"{lo}-{hi}→{k}" for lo, hi, k in sweep.schedule["rows"])
+    return [("chapter.policies.vllm_schedule", {"schedule": schedule})] + [("chapter.policies.vllm_point", p)
+                                                                           for p in points]
+
+
+CHAPTER = Chapter("policies", run=lambda ctx: run_policies(ctx.pair, ctx.pool), figure=figure_policies,
+                  button_id="run-policies", vllm=VllmPanel(result=vllm_schedule, figure=figure_policies,
+                                                           notes=vllm_notes))

@@ -1,0 +1,201 @@
+"""Chapter: the batch × depth sweep. Speed-up of each depth over plain decoding at each batch size, the
+crossover batch, and published GPU measurements beside it (always labelled as published).
+
+Measured: about 35 s on the 2-core CPU with the offline SmolLM2-135M and the n-gram draft (B up to 32).
+"""
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from specviz import lessons
+from specviz.chapters import vllm_panels
+from specviz.chapters.base import Chapter, Result, VllmPanel
+from specviz.chapters.common import TimedRun, finished, settings_of, snapshot, timed_run, warm_up
+from specviz.chapters.plotting import PLAIN, POLICY_COLOURS, aligned, is_rtl, labels_for, said_label, styled
+from specviz.engine.torchmode import inference_steps
+from specviz.hardware.costmodel import best_depths, crossover_from_rows
+from specviz.hardware.profiles import PUBLISHED_LABEL, load_published
+from specviz.lessons import Said
+
+SWEEP_PAYS = 1.05        # a depth "pays" at a batch size when it beats plain decoding by ≥ 5 % (the race's band)
+
+
+def sweep_best_depths(rows: list[dict]) -> dict[int, int]:
+    """Batch size → best depth: the fastest cell (roofline.best_depths), unless no depth beats plain
+    decoding by 5 % — then k = 0: a 1 % "win" on a shared CPU is noise, not a reason to speculate."""
+    best = best_depths(rows)
+    for b, k in best.items():
+        ups = [r["speedup"] for r in rows if r["batch_size"] == b and r["depth"] > 0 and r.get("speedup")]
+        if k and max(ups, default=0.0) < SWEEP_PAYS:
+            best[b] = 0
+    return best
+
+
+def sweep_crossover(rows: list[dict]) -> int | None:
+    """The smallest batch size from which on, at every larger one too, the best depth is 0 (no depth paid,
+    by the 5 % rule above): roofline.crossover_from_rows over those best depths."""
+    best = sweep_best_depths(rows)
+    return crossover_from_rows([{"batch_size": b, "depth": k, "tokens_per_s": 1.0} for b, k in best.items()])
+
+
+def sweep_conclusion(crossover: int | None) -> str:
+    """A crossover exists when, from some batch size on, plain decoding (k = 0) was the best depth."""
+    return "conclusion_no_crossover" if crossover is None else "conclusion_crossover"
+
+
+# The vLLM blog measured against load (queries per second), not batch size, so its points have no batch;
+# they are not in assets/published/speedups.json (a batch-indexed file). Numbers: PUBLISHED-RESULTS.md.
+VLLM_BLOG_SOURCE = ("vLLM blog, 'How Speculative Decoding Boosts vLLM Performance by up to 2.8x' (2024-10-17): "
+                    "4× H100, Llama-3-70B")
+
+
+# Names and loads are Saids: their English is what the CSV and the tests read, a chart shows them in its
+# reader's language.
+_DRAFT_MODEL, _NGRAM = (Said("chapter.sweep.blog_draft_model", model="Qwama-0.5B"),
+                        Said("chapter.sweep.blog_ngram", data="CNN/DailyMail"))
+_LIGHT, _HIGH = Said("chapter.sweep.load_light", qps=1), Said("chapter.sweep.load_high")
+VLLM_BLOG = [(_DRAFT_MODEL, _LIGHT, 1.5), (_DRAFT_MODEL, _HIGH, 1 / 1.4), (_NGRAM, _LIGHT, 2.8), (_NGRAM, _HIGH, 1 / 1.8)]
+
+
+def published_points() -> list[dict]:
+    """Published speed-ups against batch size (profiles.load_published, as the what-if uses them), then
+    the vLLM blog's light- vs high-load points (batch None, `load` named). Never ours: each carries its
+    source and the label "published measurement"."""
+    out = [{"source": s.source, "label": PUBLISHED_LABEL, "batch": b, "speedup": x,
+            "series": Said("chapter.sweep.series", label=s.label, cite=s.cite), "load": None}
+           for s in load_published() for b, x in zip(s.batch_sizes, s.speedup)]
+    out += [{"source": VLLM_BLOG_SOURCE, "label": PUBLISHED_LABEL, "batch": None, "speedup": x,
+             "series": Said("chapter.sweep.blog_series", name=name), "name": name, "load": load}
+            for name, load, x in VLLM_BLOG]
+    return out
+
+
+@inference_steps
+def run_sweep(pair, prompt_ids: list[int], batches: Iterable[int] = (1, 2, 4, 8, 16, 32),
+              depths: Iterable[int] = (0, 1, 2, 4), max_new: int = 24) -> Iterator[Result]:
+    """Every (batch B, depth k) cell: B rows of the prompt, greedy, end-to-end tokens/s, speed-up over
+    k = 0 at the same B (k = 0 is always measured, first, so every cell's speed-up is known as soon as it
+    finishes). One yield per cell. Extra keys: `batches`, `depths`, `best_depth` ([{batch_size, depth}],
+    sweep_best_depths), `crossover_batch` (sweep_crossover), `published` (see published_points)."""
+    batches = sorted({int(b) for b in batches})
+    depths = sorted({0, *(int(k) for k in depths)})
+    settings = settings_of(pair, batches=batches, depths=depths, max_new=max_new, prompt_tokens=len(prompt_ids))
+    pub = published_points()
+    extra = {"batches": batches, "depths": depths, "best_depth": [], "crossover_batch": None, "published": pub}
+    yield snapshot("sweep", pair, settings, 0.0, [], **extra)
+    warm_up(pair, [prompt_ids], max(depths))
+    rows: list[dict] = []
+    total = len(batches) * len(depths)
+    for b in batches:
+        for k in depths:
+            run = timed_run(pair, [prompt_ids], k, b, max_new)
+            rows.append(sweep_row(run, b, k, rows))
+            extra["best_depth"] = _best(rows)
+            yield snapshot("sweep", pair, settings, len(rows) / total, rows, **extra)
+    cross = sweep_crossover(rows)
+    extra.update(best_depth=_best(rows), crossover_batch=cross)
+    best = sweep_best_depths(rows)
+    values = {"best_depths": ", ".join(f"B={b}: k={k}" for b, k in best.items()),
+              "crossover": cross if cross is not None else "—", "max_batch": max(batches)}
+    key = sweep_conclusion(cross)
+    yield finished(snapshot("sweep", pair, settings, 1.0, rows, **extra), values, key, ["conclusion_best", key])
+
+
+def sweep_row(run: TimedRun, batch: int, depth: int, rows: list[dict]) -> dict:
+    base = next((r["tokens_per_s"] for r in rows if r["batch_size"] == batch and r["depth"] == 0), None)
+    tps = run.tokens_per_s
+    return {"batch_size": batch, "depth": depth, "tokens_per_s": tps,
+            "speedup": 1.0 if depth == 0 else (tps / base if base else None),
+            "acceptance_rate": run.totals.acceptance_rate, "flops_ratio": run.totals.flops_ratio,
+            "tokens": run.totals.tokens, "wall_s": run.wall_s}
+
+
+def _best(rows: list[dict]) -> list[dict]:
+    return [{"batch_size": b, "depth": k} for b, k in sweep_best_depths(rows).items()]
+
+
+def figure_sweep(result: dict, labels: dict | None = None, dark: bool = False) -> go.Figure:
+    """Left: heatmap of measured speed-up over k = 0 by (batch B, depth k), cells appearing as they are
+    measured, the best k per B starred. Right: published speed-up against batch size on GPUs, each series
+    named with its source and labelled "published measurement"; the vLLM blog's load points as a note."""
+    L = labels_for("sweep", labels)
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.5, 0.5], horizontal_spacing=0.12)
+    _heatmap(fig, result, L, colorbar_x=0.5)
+    _published(fig, result.get("published", []), L)
+    fig.update_xaxes(title_text=L["axis_batch"], type="log", row=1, col=2)
+    # the published panel's axis on the right, so the heatmap's colour bar sits between the panels
+    fig.update_yaxes(title_text=L["cell"], side="right", row=1, col=2)
+    return styled(fig, dark, height=560, margin=dict(l=56, r=64, t=32, b=230),
+                  legend=dict(orientation="h", y=-0.24, x=0))
+
+
+def figure_recorded_sweep(result: dict, labels: dict | None = None, dark: bool = False) -> go.Figure:
+    """The heatmap alone, for a sweep recorded elsewhere (vLLM's, `specviz.chapters.vllm_panels.sweep_result`)."""
+    L = labels_for("sweep", labels)
+    fig = make_subplots(rows=1, cols=1)
+    _heatmap(fig, result, L, colorbar_x=1.02)
+    return styled(fig, dark, height=360, margin=dict(l=56, r=64, t=32, b=48))
+
+
+def _heatmap(fig: go.Figure, result: dict, L: dict, colorbar_x: float) -> None:
+    batches, depths = result.get("batches", []), result.get("depths", [])
+    cell = {(r["batch_size"], r["depth"]): r.get("speedup") for r in result.get("table", [])}
+    best = {(b["batch_size"], b["depth"]) for b in result.get("best_depth", [])}
+    z = [[cell.get((b, k)) for b in batches] for k in depths]
+    # the best k per batch size is starred inside its cell (a marker on top would hide the number)
+    text = [["" if cell.get((b, k)) is None else ("★ " if (b, k) in best else "") + f"{cell[(b, k)]:.2f}×"
+             for b in batches] for k in depths]
+    fig.add_trace(go.Heatmap(z=z, x=[str(b) for b in batches], y=[str(k) for k in depths], text=text,
+                             texttemplate="%{text}", colorscale="RdYlGn", zmid=1.0, showscale=True,
+                             colorbar=dict(title=dict(text="×", side="top"), x=colorbar_x, len=0.9, thickness=12),
+                             hovertemplate="B=%{x}, k=%{y}: %{text}<extra></extra>"), row=1, col=1)
+    if best:
+        fig.add_annotation(text="★ " + L["best"], x=0, y=1.0, xref="paper", yref="paper", yanchor="bottom",
+                           xanchor="left", showarrow=False, font=dict(size=12))
+    fig.update_xaxes(title_text=L["axis_batch"], type="category", row=1, col=1)
+    fig.update_yaxes(title_text=L["axis_depth"], type="category", row=1, col=1)
+
+
+def _published(fig: go.Figure, points: list[dict], L: dict) -> None:
+    series: dict[str, list[dict]] = {}
+    for p in points:
+        if p.get("batch") is not None:
+            series.setdefault(p["series"], []).append(p)
+    symbols = ["circle", "diamond", "square", "triangle-up"]
+    for i, (name, pts) in enumerate(series.items()):
+        pts = sorted(pts, key=lambda p: p["batch"])
+        src = lessons.chart_fill(L["source"], {"source": pts[0]["source"]})
+        fig.add_trace(go.Scatter(x=[p["batch"] for p in pts], y=[p["speedup"] for p in pts], mode="lines+markers",
+                                 name=said_label(L, name, L["published"]), marker=dict(symbol=symbols[i % 4], size=9),
+                                 line=dict(width=2, color=POLICY_COLOURS[(i + 1) % len(POLICY_COLOURS)]),
+                                 hovertemplate="B=%{x}: %{y:.2f}×<br>" + src + "<extra></extra>"), row=1, col=2)
+    xs = [p["batch"] for p in points if p.get("batch") is not None]
+    if xs:
+        fig.add_trace(go.Scatter(x=[min(xs), max(xs)], y=[1, 1], mode="lines", showlegend=False,
+                                 line=dict(color=PLAIN, width=1, dash="dot"), hoverinfo="skip"), row=1, col=2)
+    by_load: dict[str, list[str]] = {}
+    lang = L.get("_lang", lessons.DEFAULT_LANG)
+    for p in points:
+        if p.get("batch") is None:      # measured against load (vLLM blog), not batch: a note, not a curve
+            name = lessons.say(lang, p.get("name") or p["series"])
+            x = f"{p['speedup']:.2f}×"
+            by_load.setdefault(name, []).append(f"{lessons.isolate_ltr(x) if is_rtl(L) else x} "
+                                                f"({lessons.say(lang, p['load'])})")
+    if by_load:
+        # one plotly line per series: each Persian line is right-to-left on its own (an isolate does not
+        # span plotly's <br>), and its arrow points the way it reads
+        arrow = " ← " if is_rtl(L) else " → "
+        lines = [f"{name}: {arrow.join(v)}" for name, v in by_load.items()]
+        head = lessons.chart_fill(L["vllm_note"], {"published": L["published"], "points": ""})
+        note = "<br>".join(lessons.isolate_rtl(line) for line in [head.rstrip(), *lines])
+        fig.add_annotation(text=note, y=-0.45, xref="paper", yref="paper", showarrow=False, yanchor="top",
+                           font=dict(size=11), **aligned(L))
+
+
+# beside the class's sweep: vLLM's own recorded grid as a speed-up heatmap
+VLLM = VllmPanel(result=lambda sweep, lang: vllm_panels.sweep_result(sweep), figure=figure_recorded_sweep)
+CHAPTER = Chapter("sweep", run=lambda ctx: run_sweep(ctx.pair, ctx.prompt), figure=figure_sweep,
+                  button_id="run-sweep", vllm=VLLM)

@@ -1,0 +1,63 @@
+"""The class workload, wired once: one shared scheduler per pair, and many users submitting at once.
+
+The app's runner (`specviz.serve.runner.Schedulers`) and the CLI's class benchmarks (`bench-classroom`,
+`bench-vllm`, `frontier`) build their shared scheduler here, so a benchmark measures the engine the class
+uses, configured the same way.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from specviz.engine.request import Request, RunTotals
+from specviz.limits import Limits
+from specviz.serve.scheduler import DeviceGate, Scheduler
+
+
+def shared_scheduler(pair, limits: Limits = Limits(), gate: DeviceGate | None = None, ignore_eos: bool = False,
+                     free_memory=None, name: str | None = None) -> Scheduler:
+    """The pair's shared batch. `ignore_eos`: every row decodes exactly its max new tokens (benchmarks
+    compare engines token for token, so neither may stop early)."""
+    def make_engine():
+        eng = pair.engine()
+        if ignore_eos:
+            eng.eos = set()
+        return eng
+    kw = {} if free_memory is None else {"free_memory": free_memory}
+    return Scheduler(make_engine if ignore_eos else pair.engine, limits, gate or DeviceGate(), pair.target_spec,
+                     pair.draft_spec, name=name or "pair", **kw)
+
+
+@dataclass
+class UserRun:
+    """What one user saw, timed from the common start."""
+
+    first_s: float | None          # the first step's tokens arrived
+    done_s: float                  # the request finished
+    outputs: list[int]             # row 0's generated ids
+    totals: RunTotals | None
+    error: str | None
+
+
+def users_at_once(sched: Scheduler, requests: list[Request]) -> tuple[float, list[UserRun]]:
+    """Submit every request from its own thread at the same moment; returns the wall time until the last
+    one finished and each user's run."""
+    res: list[UserRun | None] = [None] * len(requests)
+
+    def user(i: int, t0: float) -> None:
+        first, last = None, None
+        for upd in sched.submit(requests[i]).updates():
+            if upd.events and first is None:
+                first = time.perf_counter() - t0
+            last = upd
+        outs = (last.outputs or {}) if last is not None else {}
+        res[i] = UserRun(first, time.perf_counter() - t0, outs.get(0, next(iter(outs.values()), [])),
+                         None if last is None else last.totals, None if last is None else last.error)
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=user, args=(i, t0), daemon=True) for i in range(len(requests))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0, res

@@ -1,0 +1,104 @@
+"""The playground's verdict is fair (issue 27): no verdict from a Run measured during the app's own
+warm-up (a Run arriving then waits for it, saying so), the plain baseline streams to the page as the
+Run did, and "faster"/"slower" only outside the noise band ("about the same" inside it)."""
+from types import SimpleNamespace
+
+import pytest
+
+from specviz.ui import counters
+
+
+def test_verdict_names_a_winner_only_outside_the_noise_band():
+    assert counters.verdict(1.0 + 2 * counters.NOISE_BAND) == "faster"
+    assert counters.verdict(1.0 - 2 * counters.NOISE_BAND) == "slower"
+    assert counters.verdict(1.0 + counters.NOISE_BAND / 2) == "same"
+    assert counters.verdict(1.0 - counters.NOISE_BAND / 2) == "same"
+    assert counters.verdict(None) == "none"
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_baseline_text_per_verdict_and_during_warm_up(lang):
+    totals = SimpleNamespace(tokens_per_s=10.2, flops_ratio=1.8)
+    same = counters.baseline_md(lang, totals, 10.0)
+    faster = counters.baseline_md(lang, SimpleNamespace(tokens_per_s=15.0, flops_ratio=1.8), 10.0)
+    warming = counters.baseline_md(lang, totals, 10.0, during_warmup=True)
+    assert len({same, faster, warming}) == 3
+    assert "1.02" in same and "5%" in same                      # the ratio and the band it sits inside
+    assert "1.02" not in warming and "10.0" not in warming       # no figures, no verdict
+    if lang == "en":
+        assert "about the same" in same and "No verdict" in warming and "sooner" in faster
+
+
+@pytest.fixture
+def local_app(tiny_paths, monkeypatch):
+    monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
+    from specviz.ui import playground
+    from specviz.ui.server import SpecVizApp
+
+    monkeypatch.setattr(playground, "MIN_UPDATE_S", 0.0)        # every step reaches the page
+    monkeypatch.setattr(playground, "WARMUP_POLL_S", 0.0)
+    app = SpecVizApp(tiny_paths["target"], tiny_paths["draft"], preload=False, calibrate_peaks=False)
+    app.page = playground.Playground(app)
+    return app
+
+
+def _states(app, monkeypatch, states):
+    """fast_status answers from `states` (the last one repeats): a warm-up that ends after a few polls."""
+    from specviz.serve.catalog import FastStatus
+
+    seq = iter(states)
+    last = {"s": states[-1]}
+
+    def status(choice):
+        last["s"] = next(seq, last["s"])
+        return FastStatus(last["s"])
+    monkeypatch.setattr(app.pairs, "fast_status", status)
+
+
+def _outs(app):
+    from specviz.ui.playground import OUTPUTS
+
+    gen = app.page.stream("the quick brown", app.choices[0].label, 1, 4, "fixed", 8, 0, 24, "s1")
+    return [dict(zip(OUTPUTS, out)) for out in gen]
+
+
+def test_a_run_during_the_warm_up_waits_for_it_and_says_so(local_app, monkeypatch):
+    _states(local_app, monkeypatch, ["warming", "warming", "warming", "ready"])
+    outs = _outs(local_app)
+    waits = [o["status"] for o in outs if isinstance(o["status"], str) and "warm-up" in o["status"]]
+    assert waits and "s so far" in waits[0]
+    result = outs[-1]["result"]
+    assert result["done"] and not result["during_warmup"] and result["verdict"] in ("faster", "slower", "same")
+
+
+def test_a_run_measured_during_the_warm_up_gets_no_verdict(local_app, monkeypatch):
+    from specviz.ui import playground
+
+    monkeypatch.setattr(playground, "WARMUP_WAIT_S", 0.0)       # it gave up waiting: runs beside the warm-up
+    _states(local_app, monkeypatch, ["warming"])
+    outs = _outs(local_app)
+    result = outs[-1]["result"]
+    assert result["during_warmup"] and result["verdict"] == "none"
+    assert "No verdict" in outs[-1]["counters"]
+
+
+def test_the_baseline_streams_to_the_page_as_the_run_did(local_app, monkeypatch):
+    """Every step of the plain baseline reaches the page as a Run's does (the runner's packets are
+    split one step each here: how many steps a packet carries depends on thread timing)."""
+    from dataclasses import replace
+
+    _states(local_app, monkeypatch, ["ready"])
+    real = local_app.runner.packets
+
+    def one_step_each(req, choice, control):
+        for p in real(req, choice, control):
+            for ev in p.events[:-1]:
+                yield replace(p, events=[ev], final=False, outputs=None)
+            yield replace(p, events=p.events[-1:])
+    monkeypatch.setattr(local_app.runner, "packets", one_step_each)
+    outs = _outs(local_app)
+    pending = [i for i, o in enumerate(outs) if isinstance(o["status"], str) and "plain decoding" in o["status"]]
+    assert pending, "no baseline phase"
+    streamed = [o for o in outs[pending[0]:-1] if isinstance(o["tokens"], str)]
+    assert streamed, "the baseline's tokens never reached the page"
+    assert outs[-1]["result"]["plain_tokens_per_s"]

@@ -1,0 +1,115 @@
+"""The house rules of the layout (README, "How the code is laid out"), checked on the code's own imports."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "specviz"
+
+# which packages each package may import (module-level or in a function); top-level modules count as
+# their own "package" (limits, lessons, machine, charts). Anything not listed is an arrow the wrong way.
+ALLOWED = {
+    "lessons": set(),
+    "machine": set(),
+    "limits": {"lessons"},
+    "hardware": {"lessons", "machine", "limits"},
+    "engine": {"hardware", "lessons", "limits"},
+    "fastpath": {"engine", "hardware", "machine", "lessons", "limits"},
+    "pairs": {"engine", "fastpath", "hardware", "lessons", "limits", "machine"},
+    "chapters": {"engine", "hardware", "lessons", "limits"},
+    "charts": {"hardware", "lessons"},
+    "vllm": {"engine", "pairs", "lessons", "limits"},
+    "serve": {"engine", "pairs", "fastpath", "hardware", "vllm", "charts", "lessons", "limits", "machine"},
+    "ui": {"serve", "chapters", "charts", "engine", "pairs", "hardware", "lessons", "limits", "vllm"},
+    "cli": {"serve", "pairs", "engine", "fastpath", "hardware", "chapters", "charts", "vllm", "lessons", "limits",
+            "machine"},
+    "__main__": {"cli", "engine", "limits", "pairs"},
+    "__init__": set(),
+}
+
+
+def _package(path: Path) -> str:
+    rel = path.relative_to(PKG)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def _is_module(dotted: str) -> bool:
+    rel = Path(*dotted.split("."))
+    return (ROOT / rel.with_suffix(".py")).exists() or (ROOT / rel / "__init__.py").exists()
+
+
+def _imports(path: Path, module_level_only: bool = False) -> list[str]:
+    """The specviz modules a file imports: `from pkg import sub` names the submodule, `from mod import x`
+    the module."""
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if module_level_only else list(ast.walk(tree))
+    out = []
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("specviz"):
+            subs = [f"{node.module}.{a.name}" for a in node.names if _is_module(f"{node.module}.{a.name}")]
+            out += subs + ([node.module] if len(subs) < len(node.names) else [])
+        elif isinstance(node, ast.Import):
+            out += [a.name for a in node.names if a.name.startswith("specviz")]
+    return out
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for p in PKG.rglob("*.py"):
+        name = ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        mods[name] = p
+    return mods
+
+
+@pytest.mark.parametrize("path", sorted(PKG.rglob("*.py")), ids=lambda p: str(p.relative_to(PKG)))
+def test_imports_point_one_way(path):
+    me = _package(path)
+    wrong = sorted({m.split(".")[1] for m in _imports(path) if len(m.split(".")) > 1}
+                   - ALLOWED[me] - {me})
+    assert not wrong, f"{path.relative_to(ROOT)} ({me}) imports {wrong}: that arrow points the wrong way"
+
+
+def test_no_import_circle_between_modules():
+    """Module-level imports form no cycle (a function-level import may wait, but none should need to)."""
+    mods = _modules()
+    graph = {m: {d for d in _imports(p, module_level_only=True) if d in mods and d != m} for m, p in mods.items()}
+    state: dict[str, int] = {}
+
+    def visit(m, trail):
+        state[m] = 1
+        for d in graph[m]:
+            if state.get(d) == 1:
+                raise AssertionError("import circle: " + " → ".join(trail[trail.index(d):] + [d]))
+            if d not in state:
+                visit(d, trail + [d])
+        state[m] = 2
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+
+
+def test_gradio_only_in_ui():
+    for p in PKG.rglob("*.py"):
+        if _package(p) == "ui":
+            continue
+        tree = ast.parse(p.read_text())
+        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+        assert not [n for n in names if n.split(".")[0] == "gradio"], f"{p} imports gradio outside ui/"
+
+
+def test_every_registered_chapter_is_one_unit():
+    """Each chapter with an experiment lives in its own module: experiment, figure and button together."""
+    from specviz.chapters import CHAPTERS
+
+    keys = [c.key for c in CHAPTERS]
+    assert len(keys) == len(set(keys)) and keys[0] == "intro"
+    for c in CHAPTERS:
+        if c.run is None:
+            continue
+        assert c.figure is not None and c.button_id, c.key
+        assert (PKG / "chapters" / f"{c.key}.py").exists(), c.key
+        assert c.figure.__module__ == f"specviz.chapters.{c.key}", (c.key, c.figure.__module__)
