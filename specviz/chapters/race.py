@@ -135,11 +135,12 @@ def figure_race(result: dict, labels: dict | None = None, dark: bool = False) ->
     if result.get("done") and result.get("values"):
         v = result["values"]
         note += "<br>" + lessons.chart_fill(L["headline"] if v.get("speedup", 0) >= 1 else L["headline_slower"], v)
-    fig.add_annotation(text=note, y=1.12, xref="paper", yref="paper", showarrow=False, font=dict(size=12),
-                       **aligned(L))
+    # above the plot, growing upwards: the note is 2-3 lines (the replay note breaks for phones)
+    fig.add_annotation(text=note, y=1.02, yanchor="bottom", xref="paper", yref="paper", showarrow=False,
+                       font=dict(size=12), **aligned(L))
     fig.update_yaxes(categoryorder="array", categoryarray=[names["plain"], names["spec"]])
     return styled(fig, dark, height=320, barmode="overlay", xaxis_title=L["axis_seconds"],
-                  margin=dict(l=150, r=20, t=70, b=100), legend=dict(orientation="h", y=-0.45, x=0))
+                  margin=dict(l=150, r=20, t=84, b=100), legend=dict(orientation="h", y=-0.45, x=0))
 
 
 def _span(idx: list[int], L: dict) -> str:
