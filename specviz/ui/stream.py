@@ -1,0 +1,76 @@
+"""The playground's outputs, built from engine steps: the token stream, the per-row view, the counters and
+the charts (`Streamer`, one per Run, replay or baseline), packed in the order the page's outputs take them."""
+from __future__ import annotations
+
+import time
+
+import gradio as gr
+
+from specviz import lessons
+from specviz.serve.live import LiveRun
+from specviz.ui import counters
+from specviz.ui.render import RowView, rows_html, tokens_html
+
+OUTPUTS = ("tokens", "rows", "counters", "chart_t", "chart_h", "chart_a", "status", "csv", "save", "result")
+
+
+def pack(**values) -> tuple:
+    """The handler's outputs in the order of OUTPUTS; anything not given stays as it is on the page."""
+    unknown = set(values) - set(OUTPUTS)
+    if unknown:
+        raise KeyError(f"not playground outputs: {sorted(unknown)}")
+    return tuple(values.get(name, gr.skip()) for name in OUTPUTS)
+
+
+class Streamer:
+    """Turns engine steps into the playground's outputs (one object per Run or replay)."""
+
+    def __init__(self, app, live: LiveRun, tokenizer, session: str, lang: str = "en", choice=None):
+        self.app, self.live, self.session, self.lang = app, live, session, lang
+        self.choice = choice                               # the live pair (its fast path's state); None on replay
+        self.decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
+        self.views: dict[int, RowView] = {}
+        self.state: dict[int, str] = {}
+        self.batch, self.own_rows, self.users = 1, 1, 1
+        self.steps: list[tuple[float, object]] = []       # (seconds since start, event): the recording
+        self.t0 = time.perf_counter()
+
+    def fast_status(self):
+        return None if self.choice is None else self.app.pairs.fast_status(self.choice)
+
+    def add(self, ev, pieces: dict | None = None) -> None:
+        """Fold one step into the per-row transcripts (`pieces`: the texts recorded with it, on replay)."""
+        shown = {}
+        self.batch, self.own_rows, self.users = ev.batch_size, len(ev.rows), ev.users
+        for rs in ev.rows:
+            shown[rs.row] = self.views.setdefault(rs.row, RowView(lang=self.lang)).add_step(
+                ev.step, rs, self.decode, None if pieces is None else pieces.get(rs.row))
+            if rs.done:
+                key = "playground.finished_eos" if rs.finish == "eos" else "playground.finished_length"
+                self.state[rs.row] = "· " + lessons.text(self.lang, key)
+        for row in ev.retired:
+            self.state[row] = "· " + lessons.text(self.lang, "playground.retired")
+        self.steps.append((time.perf_counter() - self.t0, ev, shown))
+
+    def recording(self, packet):
+        return {"steps": list(self.steps), "totals": packet.totals, "outputs": packet.outputs or {},
+                "samples": self.live.sample_dicts()}
+
+    def outputs(self, totals, final: bool = False, result=None, status=None, plain=None, csv=None, save=None,
+                zero_gpu: bool | None = None, during_warmup: bool = False):
+        lang = self.lang
+        zero_gpu = self.app.runner.zero_gpu if zero_gpu is None else zero_gpu
+        first = self.views.get(min(self.views)) if self.views else None
+        charts = self.live.figures() if final else (gr.skip(),) * 3   # the timer draws them meanwhile
+        text = counters.counters_md(lang, totals, self.live.regime, self.live.latest_sample(),
+                                    counters.pass_md(lang, self.live.last_pass, self.live.knee_estimate()),
+                                    counters.path_md(lang, self.live.path, self.fast_status()))
+        text += "\n\n" + counters.sharing_md(lang, totals, zero_gpu)
+        if final:
+            text += "\n\n" + counters.baseline_md(lang, totals, plain, during_warmup)
+        values = dict(tokens=tokens_html(first), rows=rows_html(self.views, self.state, lang=lang), counters=text,
+                      chart_t=charts[0], chart_h=charts[1], chart_a=charts[2])
+        for name, v in (("status", status), ("result", result), ("csv", csv), ("save", save)):
+            if v is not None:
+                values[name] = v
+        return pack(**values)
