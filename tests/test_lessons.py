@@ -114,7 +114,7 @@ def test_persian_is_persian_with_english_terms(tables):
     assert not re.search("[\u064A\u0643]", everything)             # Persian ی and ک, not Arabic ي and ك
     assert "¦" not in everything
     assert "speculative decoding" in fa["chapter.intro.body"]
-    assert "draft model" in fa["chapter.intro.body"] and "forward pass" in fa["chapter.intro.body"]
+    assert "مدل draft" in fa["chapter.intro.body"] and "forward pass" in fa["chapter.intro.body"]
     assert "memory bound" in fa["chapter.knee.body"] and "compute bound" in fa["chapter.knee.body"]
     assert "batch" in fa["chapter.sweep.body"] and "throughput" in fa["chapter.sweep.body"]
     assert "breadth" in fa["chapter.breadth_depth.body"] and "depth" in fa["chapter.breadth_depth.body"]
