@@ -25,6 +25,16 @@ def pytest_sessionfinish(session, exitstatus):
     stop_all()
 
 
+@pytest.fixture(scope="module")
+def one_model_thread():
+    """One model thread for a module, as the app runs on two cores (every core but one): tiny models gain
+    nothing from two, and on a busy machine a second thread's spin-waits cost more than its work."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def tiny_paths(tmp_path_factory) -> dict[str, str]:
     return build_pair(tmp_path_factory.mktemp("tiny"))

@@ -24,6 +24,8 @@ from specviz.engine import loop, sampling
 from specviz.engine.policies import make_policy
 from specviz.engine.request import Knobs
 
+pytestmark = pytest.mark.usefixtures("one_model_thread")
+
 MAX_NEW = 20
 ROWS = 6                 # rows per request (prompts of 1 to 8 tokens reused in order: ragged)
 SEEDS = range(40)        # 40 requests × 6 rows × 19 scored positions ≈ 4500 tokens per case
@@ -31,16 +33,6 @@ BINS = 10
 ALPHA = 1e-3             # the real rule must not be rejected at this level (seeded, so deterministic)
 BROKEN_BELOW = 1e-6      # a broken rule must be rejected far beyond it
 DEPTHS = (3, 0, 5, 1, 8, 2, 4)    # the depth asked for, changed at every step (k = 0 included)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One thread for this module: tiny models gain nothing from two, and on a busy machine a second
-    thread's spin-waits cost more than its work (the figures here are counts, not timings)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,8 @@ import torch
 
 from specviz.engine.request import Knobs, Request
 
+pytestmark = pytest.mark.usefixtures("one_model_thread")
+
 MAX_NEW = 24
 SELF = "target"          # the target drafting for itself: every draft is kept, so an EOS lands mid-block
 
@@ -39,16 +41,6 @@ CASES = [
     ("rows", SELF, 32, 6, True),
     ("rows", "draft", 16, 0, True),
 ]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One model thread, as the app runs on two cores (every core but one): tiny models gain nothing
-    from two, and on a busy machine a second thread's spin-waits cost more than its work."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
