@@ -16,6 +16,7 @@ import json
 import torch
 
 from specviz.cli.common import DEFAULT_TARGET
+from specviz.limits import LimitError
 
 QUICK_SHAPES = ((96, 64), (64, 128))
 NAMES = {"stock": "stock", "colmajor": "column-major", "onednn": "oneDNN", "rows": "ours"}
@@ -31,14 +32,12 @@ def add_parser(sub) -> None:
 
 
 def _rows(text: str) -> list[int]:
-    from specviz.engine.loop import EngineError
-
     try:
         vals = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise EngineError(f"--rows takes comma-separated whole numbers, got {text!r}") from None
+        raise LimitError(f"--rows takes comma-separated whole numbers, got {text!r}") from None
     if not vals or any(not 1 <= v <= 64 for v in vals):
-        raise EngineError(f"--rows values must be 1-64, got {text!r}")
+        raise LimitError(f"--rows values must be 1-64, got {text!r}")
     return vals
 
 
