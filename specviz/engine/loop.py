@@ -216,13 +216,13 @@ class SpeculativeEngine:
         verified, kept = prop.lengths.tolist(), n.tolist()
         row_steps, plain = self._apply(prop, n, nxt, seqs, proposed)
         wall = time.perf_counter() - t0
+        overhead = max(0.0, wall - prop.seconds - verify_s)     # sampling, bookkeeping: neither pass
         if selection is not None:
             tokens = B * (K + 1) if self.budget.padded else B + sum(verified)
-            self.budget.observe(prop, verified, kept, budgeted, B, tokens, verify_s,
-                                max(0.0, wall - prop.seconds - verify_s))
+            self.budget.observe(prop, verified, kept, budgeted, B, tokens, verify_s, overhead)
         verify_cost = pass_cost(self.spec, B, K + 1, L0)
         shared = dict(batch_size=B, draft_s=prop.seconds, verify_s=verify_s,
-                      overhead_s=max(0.0, wall - prop.seconds - verify_s), wall_s=wall,
+                      overhead_s=overhead, wall_s=wall,
                       tokens_per_pass=B * (K + 1), context=L0, draft_flops=prop.cost.flops,
                       draft_bytes=prop.cost.bytes, target_flops=verify_cost.flops, target_bytes=verify_cost.bytes,
                       users=len(owners), shared_emitted=sum(len(rs.emitted) for rs in row_steps),
