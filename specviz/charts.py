@@ -123,53 +123,6 @@ def sweep_figure(rows: list[dict], batches: list[int], depths: list[int]) -> go.
     return fig
 
 
-FRONTIER_LABELS = dict(title="Throughput against per-user speed as the class grows",
-                       x="per-user tokens/s", y="tokens/s (all users)", users="{users} users",
-                       acc_title="Tokens per row per target pass", acc_x="users",
-                       acc_y="accepted length", none="no speculation", fixed="fixed k={depth}",
-                       av="adaptive verification (k ≤ {depth})", adaptive="adaptive (k ≤ {depth})")
-
-
-def _arm_label(row: dict, lab: dict) -> str:
-    key = {"none": "none", "fixed": "fixed", "adaptive-verification": "av"}.get(row["arm"], "adaptive")
-    return lab[key].format(depth=row["depth"])
-
-
-def _arm_lines(rows: list[dict]) -> dict[tuple[str, int], list[dict]]:
-    lines: dict[tuple[str, int], list[dict]] = {}
-    for r in sorted(rows, key=lambda r: r["users"]):
-        lines.setdefault((r["arm"], r["depth"]), []).append(r)
-    return lines
-
-
-def frontier_figure(rows: list[dict], labels: dict | None = None) -> go.Figure:
-    """One line per arm through its class sizes: per-user tokens/s across, total tokens/s up. A fixed
-    depth that bends back (more users, less throughput) shows as a line turning down and left."""
-    lab = {**FRONTIER_LABELS, **(labels or {})}
-    fig = go.Figure()
-    for (arm, depth), pts in _arm_lines(rows).items():
-        bold = arm == "adaptive-verification"
-        fig.add_trace(go.Scatter(x=[p["per_user_tokens_per_s"] for p in pts], y=[p["tokens_per_s"] for p in pts],
-                                 mode="lines+markers+text", name=_arm_label(pts[0], lab),
-                                 text=[lab["users"].format(users=p["users"]) for p in pts],
-                                 textposition="top center", line=dict(width=4 if bold else 2,
-                                                                      dash="solid" if arm != "fixed" else "dot")))
-    fig.update_layout(title=lab["title"], xaxis_title=lab["x"], yaxis_title=lab["y"], **LAYOUT)
-    return fig
-
-
-def accepted_length_figure(rows: list[dict], labels: dict | None = None) -> go.Figure:
-    """Accepted length (tokens per row per target pass) per arm against the class size."""
-    lab = {**FRONTIER_LABELS, **(labels or {})}
-    fig = go.Figure()
-    for (arm, depth), pts in _arm_lines(rows).items():
-        fig.add_trace(go.Scatter(x=[p["users"] for p in pts], y=[p["accepted_length"] for p in pts],
-                                 mode="lines+markers", name=_arm_label(pts[0], lab)))
-    fig.update_layout(title=lab["acc_title"], xaxis_title=lab["acc_x"], yaxis_title=lab["acc_y"],
-                      xaxis_type="log", **LAYOUT)
-    return fig
-
-
 # The what-if figures' words, in English; callers pass the same keys in another language (`labels=`).
 WHATIF_LABELS = dict(roofline="roofline estimate", calibrated="calibrated estimate", measured="measured",
                      predicted_knee="predicted knee ≈ {knee:.0f}", measured_knee="measured knee ≈ {knee:.0f}",

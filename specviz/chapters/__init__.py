@@ -7,11 +7,11 @@ Adding a chapter: write `specviz/chapters/<key>.py` (its experiment, its conclus
 """
 from __future__ import annotations
 
-from specviz.chapters import breadth_depth, knee, ledger, policies, race, sweep
+from specviz.chapters import breadth_depth, frontier, knee, ledger, policies, race, sweep
 from specviz.chapters.base import Chapter, Context, Result
 
 # The order of the argument (SEED-NOTES): more FLOPs yet faster → the race → decode is memory-bound →
-# breadth ≈ depth → the price → when it hurts → vLLM's answer and beyond.
+# breadth ≈ depth → the price → when it hurts → vLLM's answer and beyond → the frontier as the class grows.
 CHAPTERS: tuple[Chapter, ...] = (
     Chapter("intro"),               # the source's argument in words: no experiment
     race.CHAPTER,
@@ -20,6 +20,7 @@ CHAPTERS: tuple[Chapter, ...] = (
     ledger.CHAPTER,
     sweep.CHAPTER,
     policies.CHAPTER,
+    frontier.CHAPTER,               # today's answer, measured: adaptive verification on the frontier
 )
 KEYS: tuple[str, ...] = tuple(c.key for c in CHAPTERS)
 BY_KEY: dict[str, Chapter] = {c.key: c for c in CHAPTERS}

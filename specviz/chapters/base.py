@@ -23,6 +23,7 @@ class Context:
     pool: list[list[int]]          # the default prompt, then the pool prompts (one per extra row/user)
     peaks: Any = None              # specviz.hardware.device.Peaks of this device, or None
     depth: int = 4                 # the lesson's default speculation depth
+    grounded: tuple = ()           # input-grounded prompts (the answer copies the input), like the first Run's
 
 
 @dataclass(frozen=True)

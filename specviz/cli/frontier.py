@@ -1,9 +1,10 @@
 """`python -m specviz frontier`: throughput against per-user speed as the class grows, one line per arm.
 
 The class workload: `users` requests, one prompt each (the row pool, or the input-grounded examples),
-every user a separate request in one shared batch, EOS ignored so every arm emits the same number of
-tokens. The batch is stepped in this thread through the engine's own `step()` (the loop the app's
-scheduler runs, without its thread hand-offs, so the cells are reproducible). Arms: no speculation,
+every user a separate request submitted at once from its own thread to the shared scheduler (as the app
+serves a class; `serve/workload.py`), EOS ignored so every arm emits the same number of tokens. The
+lesson's frontier chapter steps the same cells in its own thread (`chapters/frontier.py`, which holds
+the arms, the medians and the conclusion rules both use). Arms: no speculation,
 each fixed depth, `adaptive-verification` with the largest depth as its k (and, with --with-adaptive,
 the older `adaptive` goodput policy). `--repeats` runs every cell that many times, the arms interleaved
 inside each round; medians are reported with the spread (max − min) ÷ median as the noise band.
@@ -15,12 +16,13 @@ from __future__ import annotations
 
 import csv
 import json
-import statistics
-import time
 from pathlib import Path
 
+from specviz.chapters.frontier import (AV, WARM_TOKENS, cell_result, figure_frontier, measure, policy_for,
+                                      warm_budget)
 from specviz.cli.common import add_compile_arg, add_pair_args
-from specviz.limits import MAX_DEPTH, LimitError
+from specviz.engine.request import Knobs, Request
+from specviz.limits import MAX_DEPTH, LimitError, Limits
 
 MAX_USERS = 64
 PROMPT_SETS = ("pool", "grounded")
@@ -76,97 +78,33 @@ def prompt_texts(kind: str) -> list[str]:
     return list(EXAMPLES[:5]) if kind == "grounded" else list(ROW_POOL)
 
 
-def arms(depths: list[int], with_adaptive: bool = False) -> list[tuple[str, int]]:
-    out = [("none", 0)] + [("fixed", d) for d in depths if d > 0] + [("adaptive-verification", max(depths))]
-    return out + ([("adaptive", max(depths))] if with_adaptive else [])
+def scheduled_cell(pair, prompts: list[list[int]], arm: str, depth: int, users: int, max_new: int,
+                   budget=None) -> dict:
+    """One class through the shared scheduler, as the app serves it: `users` one-row requests submitted
+    at once from their own threads, EOS ignored. `budget`: the adaptive-verification arm's, kept across
+    cells as the app's long-lived engine keeps it (chapters.frontier.warm_budget)."""
+    from specviz.serve.workload import shared_scheduler, users_at_once
 
+    limits = Limits(max_rows_per_user=1, max_shared_rows=max(users, 1), max_queue=max(users, 1))
+    engines = []
 
-def _policy(arm: str, depth: int):
-    from specviz.engine.policies import make_policy
-
-    if arm == "adaptive":
-        return make_policy("adaptive", max_depth=depth)
-    return make_policy("adaptive-verification" if arm == "adaptive-verification" else "fixed")
-
-
-def run_cell(pair, prompts: list[list[int]], arm: str, depth: int, users: int, max_new: int,
-             profile: tuple | None = None) -> dict:
-    """One class: `users` requests of one prompt each in one shared batch, stepped to the end."""
-    from specviz.engine.budget import Budget
-    from specviz.engine.request import Knobs, Request
-
-    eng = pair.engine()
-    eng.eos = set()                    # EOS ignored: every arm emits max_new tokens per user
-    verify, draft = profile or (None, None)
-    eng.budget = Budget(verify, padded=eng.budget.padded, draft_seed=draft)
-    reqs = [Request([prompts[i % len(prompts)]], Knobs(depth, 1, _policy(arm, depth)), max_new)
+    def prepare(eng):               # built in the scheduler's thread; its step counters are read after
+        if budget is not None:
+            eng.budget = budget
+        engines.append(eng)
+    sched = shared_scheduler(pair, limits, ignore_eos=True, name="frontier", prepare=prepare)
+    reqs = [Request([prompts[i % len(prompts)]], Knobs(depth, 1, policy_for(arm, depth)), max_new)
             for i in range(users)]
-    for r in reqs:
-        eng.add(r)
-    finished: dict[int, float] = {}
-    steps = drafted = verified = 0
-    t0 = time.perf_counter()
-    while len(finished) < len(reqs):
-        out = eng.step()
-        if out:
-            ev = out[0][1]              # the shared figures are the same in every request's event
-            steps += 1
-            drafted += ev.slots_drafted
-            verified += ev.slots_verified
-        now = time.perf_counter()
-        for r in reqs:
-            if r.done and r.id not in finished:
-                finished[r.id] = now - t0
-        if not out and not eng.requests:
-            break
-    wall = time.perf_counter() - t0
-    outs = [r.outputs().get(0, []) for r in reqs]
-    tokens = sum(len(o) for o in outs)
-    acc = sum(r.totals.accepted for r in reqs)
-    ver = sum(r.totals.drafted for r in reqs)
-    per_user = [len(o) / finished.get(r.id, wall) for o, r in zip(outs, reqs) if finished.get(r.id, wall) > 0]
-    return {"arm": arm, "depth": depth, "users": users, "tokens": tokens, "wall_s": wall,
-            "tokens_per_s": tokens / wall if wall > 0 else 0.0,
-            "per_user_tokens_per_s": statistics.median(per_user) if per_user else 0.0,
-            "acceptance_rate": acc / ver if ver else None,
-            "accepted_length": tokens / max(1, sum(r.totals.row_steps for r in reqs)),
-            "drafted_per_step": drafted / steps if steps else 0.0,
-            "verified_per_step": verified / steps if steps else 0.0,
-            "steps": steps, "outputs": outs}
-
-
-def median_row(cells: list[dict]) -> dict:
-    """The median of repeated cells, with their spread as the noise band."""
-    tps = [c["tokens_per_s"] for c in cells]
-    mid = statistics.median(tps)
-    row = dict(min(cells, key=lambda c: abs(c["tokens_per_s"] - mid)))
-    row["tokens_per_s"] = mid
-    row["per_user_tokens_per_s"] = statistics.median(c["per_user_tokens_per_s"] for c in cells)
-    row["noise"] = (max(tps) - min(tps)) / mid if mid and len(cells) > 1 else None
-    row["repeats"] = len(cells)
-    return row
-
-
-def measure(pair, prompts, users: list[int], depths: list[int], max_new: int, repeats: int = 1,
-            with_adaptive: bool = False, profile=None, on_cell=None) -> tuple[list[dict], bool]:
-    """Every arm at every class size, `repeats` rounds with the arms interleaved. Returns the median
-    rows (outputs dropped) and whether every arm's outputs equal the no-speculation arm's, row for row."""
-    rows, identical = [], True
-    for n in users:
-        cells: dict[tuple[str, int], list[dict]] = {}
-        for _ in range(repeats):
-            for arm, d in arms(depths, with_adaptive):
-                c = run_cell(pair, prompts, arm, d, n, max_new, profile)
-                cells.setdefault((arm, d), []).append(c)
-                if on_cell:
-                    on_cell(c)
-        ref = cells[("none", 0)][0]["outputs"]
-        for group in cells.values():
-            identical &= all(c["outputs"] == ref for c in group)
-            row = median_row(group)
-            row.pop("outputs")
-            rows.append(row)
-    return rows, identical
+    try:
+        wall, runs = users_at_once(sched, reqs)
+    finally:
+        sched.close()
+    errors = [r.error for r in runs if r.error]
+    if errors:
+        raise RuntimeError(f"the shared scheduler failed a request: {errors[0]}")
+    eng = engines[-1]
+    return cell_result(arm, depth, users, [r.outputs for r in runs], [r.totals for r in runs],
+                       [r.done_s for r in runs], wall, eng.steps_run, eng.slots_drafted, eng.slots_verified)
 
 
 FIELDS = ["arm", "depth", "users", "tokens_per_s", "per_user_tokens_per_s", "acceptance_rate", "accepted_length",
@@ -174,15 +112,14 @@ FIELDS = ["arm", "depth", "users", "tokens_per_s", "per_user_tokens_per_s", "acc
 
 
 def write_out(folder: Path, result: dict) -> None:
-    from specviz import charts
-
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "frontier.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
         w.writeheader()
         w.writerows(result["rows"])
     (folder / "frontier.json").write_text(json.dumps(result, indent=1))
-    charts.frontier_figure(result["rows"]).write_html(folder / "frontier.html", include_plotlyjs=True)
+    fig = figure_frontier({"table": result["rows"]})
+    fig.write_html(folder / "frontier.html", include_plotlyjs=True)
 
 
 def run(args) -> int:
@@ -195,14 +132,19 @@ def run(args) -> int:
     texts = prompt_texts(args.prompts)
     prompts = [encode_prompt(pair.tokenizer, t) for t in texts]
     t = pair.target
-    run_cell(pair, prompts, "fixed", max(depths), 2, 4)          # warm-up (allocator, kernels)
+    scheduled_cell(pair, prompts, "fixed", max(depths), 2, 4)       # warm-up (allocator, kernels, threads)
     profile = pair_profiles(pair)
+    budget = warm_budget(pair, prompts, max(depths), profile)
 
-    def show(c):
+    def cell(arm, d, n):
+        if arm == "warm-up":
+            return scheduled_cell(pair, prompts, "fixed", d, n, WARM_TOKENS)
+        return scheduled_cell(pair, prompts, arm, d, n, args.max_new_tokens, budget if arm == AV else None)
+
+    def show(c, _rows):
         if not args.json:
             print(json.dumps({k: v for k, v in c.items() if k != "outputs"}), flush=True)
-    rows, identical = measure(pair, prompts, users, depths, args.max_new_tokens, args.repeats,
-                              args.with_adaptive, profile, show)
+    rows, identical = measure(cell, users, depths, args.repeats, args.with_adaptive, show)
     result = {"rows": rows, "identical": identical, "device": device_name(t.device),
               "workload": {"target": args.target, "draft": args.draft, "prompts": args.prompts,
                            "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,

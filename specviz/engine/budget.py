@@ -19,6 +19,9 @@ Where the confidences come from:
   acceptance measured at that position and confidence (`Calibration`), so that S predicts acceptance;
 - n-gram: no probabilities, so c is the acceptance measured at that position for drafts that came from
   a match of that length, learnt online.
+Both tables also learn, each step, the first slot a row drafted but did not verify when it kept all it
+verified (`Hindsight`: the target's next token says whether that draft would have survived), so a
+position the budget left out is still measured and a too-pessimistic start corrects itself.
 
 Exactness. Greedy rows are exact whatever is verified (the target's argmax decides). A sampled row
 with a model draft is exact only if the decision to verify position j never looks at the token drawn
@@ -131,30 +134,50 @@ class CostTable:
 class Calibration:
     """P(the target keeps slot j | it kept every slot before j), by (key, position): the key is a raw
     confidence bin for model drafts and the match length for n-gram drafts. Counts start from a prior
-    (the raw confidence, or NGRAM_PRIOR) worth PRIOR_WEIGHT observations."""
+    worth PRIOR_WEIGHT observations: the raw confidence for a model draft; for n-gram, the rate measured
+    at that position over every match length (itself from NGRAM_PRIOR), so a match length seen for the
+    first time starts from what the others taught, not from a guess."""
 
+    pooled: bool = False
     reached: dict[tuple[int, int], float] = field(default_factory=dict)
     kept: dict[tuple[int, int], float] = field(default_factory=dict)
+    pos_reached: dict[int, float] = field(default_factory=dict)     # by position, every key together
+    pos_kept: dict[int, float] = field(default_factory=dict)
 
     def rate(self, key: int, pos: int, prior: float) -> float:
-        k = (key, min(pos, POSITIONS - 1))
-        n = self.reached.get(k, 0.0)
-        return (self.kept.get(k, 0.0) + PRIOR_WEIGHT * prior) / (n + PRIOR_WEIGHT)
+        p = min(pos, POSITIONS - 1)
+        if self.pooled:
+            prior = (self.pos_kept.get(p, 0.0) + PRIOR_WEIGHT * prior) / (self.pos_reached.get(p, 0.0) + PRIOR_WEIGHT)
+        n = self.reached.get((key, p), 0.0)
+        return (self.kept.get((key, p), 0.0) + PRIOR_WEIGHT * prior) / (n + PRIOR_WEIGHT)
 
     def forget(self, factor: float) -> None:
         """Fade every count a little, so a slot class that stopped being verified drifts back to its
-        prior and is tried again (the only exploration the scheduler does)."""
-        for k in self.reached:
-            self.reached[k] *= factor
-            self.kept[k] = self.kept.get(k, 0.0) * factor
+        prior and is tried again."""
+        for table in (self.reached, self.kept, self.pos_reached, self.pos_kept):
+            for k in table:
+                table[k] *= factor
 
     def observe(self, key: int, pos: int, kept: bool) -> None:
-        k = (key, min(pos, POSITIONS - 1))
-        n = self.reached.get(k, 0.0) + 1.0
-        a = self.kept.get(k, 0.0) + float(kept)
-        if n > MAX_COUNT:
-            a, n = a * MAX_COUNT / n, MAX_COUNT
-        self.reached[k], self.kept[k] = n, a
+        p = min(pos, POSITIONS - 1)
+        for reached, kept_, k in ((self.reached, self.kept, (key, p)), (self.pos_reached, self.pos_kept, p)):
+            n, a = reached.get(k, 0.0) + 1.0, kept_.get(k, 0.0) + float(kept)
+            if n > MAX_COUNT:
+                a, n = a * MAX_COUNT / n, MAX_COUNT
+            reached[k], kept_[k] = n, a
+
+
+@dataclass(frozen=True)
+class Hindsight:
+    """What the step tells about the first slot it did not verify: a row that verified k of its drafts and
+    kept all k emits the target's own token at k, so draft k would have been kept iff it equals that token
+    (greedy). For a sampled row with a fixed (n-gram) draft d the two events have the same probability,
+    p(d); a sampled model draft is accepted with min(1, p/q) instead, so those rows are left out."""
+
+    drafts: object                 # [B, K] every drafted token, before the budget cut
+    proposed: list[int]            # per row: drafts proposed
+    next_tokens: list[int]         # per row: the token the target emitted after the kept drafts
+    greedy: list[bool]
 
 
 @dataclass(frozen=True)
@@ -181,7 +204,7 @@ class Budget:
         self.verify = CostTable(seed=dict(verify_seed or {}))
         self.padded = padded
         self.overhead = CostTable()        # seconds outside the forwards, by rows
-        self.model_cal, self.ngram_cal = Calibration(), Calibration()
+        self.model_cal, self.ngram_cal = Calibration(), Calibration(pooled=True)
         self.cutoff = 0.0                  # survival of the last slot chosen in the previous step
         self.draft = CostTable(seed=dict(draft_seed or {}))   # seconds per draft pass, by rows
         self.pos_mean: dict[int, float] = {}   # position → mean survival over rows (moving average)
@@ -302,8 +325,11 @@ class Budget:
 
     # --- after verification ----------------------------------------------------------------------
     def observe(self, prop, verified: list[int], accepted: list[int], chosen: list[bool], rows: int,
-                tokens: int, verify_s: float, overhead_s: float) -> None:
-        """Learn from the step: acceptance per position (for the calibration tables) and the costs."""
+                tokens: int, verify_s: float, overhead_s: float, after: Hindsight | None = None) -> None:
+        """Learn from the step: acceptance per position (for the calibration tables) and the costs.
+        `after` adds the first unverified slot of each row that kept everything it verified (see
+        Hindsight): without it a position the budget stopped verifying would never be measured again,
+        and a pessimistic prior would keep the budget short for good."""
         cal = self.ngram_cal if prop.match is not None else self.model_cal
         for i, (k, a) in enumerate(zip(verified, accepted)):
             if not chosen[i]:
@@ -311,6 +337,9 @@ class Budget:
             keys = self._keys[i] if i < len(self._keys) else []
             for j in range(min(k, a + 1, len(keys))):   # slot j was reached iff the ones before were kept
                 cal.observe(keys[j], j, j < a)
+            if after is not None and a == k and k < min(after.proposed[i], len(keys)) \
+                    and (after.greedy[i] or prop.match is not None):
+                cal.observe(keys[k], k, int(after.drafts[i, k]) == after.next_tokens[i])
         if tokens:     # the engine passes rows + verified drafts, or the padded shape (self.padded)
             self.verify.observe(tokens, verify_s)
         if prop.passes:

@@ -25,7 +25,7 @@ from typing import Iterator
 
 import torch
 
-from specviz.engine.budget import Budget
+from specviz.engine.budget import Budget, Hindsight
 from specviz.engine.drafters import Drafter, Proposal
 from specviz.engine.kvcache import RaggedCache, prefill, timed_forward
 from specviz.engine.policies import StepObservation, StepPlan
@@ -54,6 +54,8 @@ class SpeculativeEngine:
         self._readmit: list[Row] = []          # rows whose caches were dropped (after a fault)
         # adaptive verification's cost tables and calibration; the stock modules multiply padding too
         self.budget = Budget(padded=cache_factory is None)
+        # every step's shared figures, summed (benchmarks read them after the run: `frontier`)
+        self.steps_run = self.slots_drafted = self.slots_verified = 0
 
     # --- one request, start to finish (CLI, benchmarks, tests) ---------------------------------------
     def generate(self, prompts: list[list[int]], knobs: Knobs, max_new_tokens: int,
@@ -189,7 +191,7 @@ class SpeculativeEngine:
         prop = self.drafter.propose(seqs, depths, [plans[r.owner.id].confidence for r in self.rows], temps, gens,
                                     scores=model_budget, survival=floors)
         proposed = prop.lengths.tolist()
-        selection = None
+        selection, full = None, prop
         if any(budgeted):
             selection = self.budget.select(prop, budgeted, [t > 0 for t in temps], prop.seconds, B)
             prop = prop.cut(torch.tensor(selection.lengths, dtype=torch.long, device=self.device))
@@ -219,8 +221,11 @@ class SpeculativeEngine:
         overhead = max(0.0, wall - prop.seconds - verify_s)     # sampling, bookkeeping: neither pass
         if selection is not None:
             tokens = B * (K + 1) if self.budget.padded else B + sum(verified)
-            self.budget.observe(prop, verified, kept, budgeted, B, tokens, verify_s, overhead)
+            after = Hindsight(full.tokens, proposed, nxt.tolist(), [t <= 0 for t in temps])
+            self.budget.observe(prop, verified, kept, budgeted, B, tokens, verify_s, overhead, after)
         verify_cost = pass_cost(self.spec, B, K + 1, L0)
+        self.steps_run += 1
+        self.slots_drafted, self.slots_verified = self.slots_drafted + sum(proposed), self.slots_verified + sum(verified)
         shared = dict(batch_size=B, draft_s=prop.seconds, verify_s=verify_s,
                       overhead_s=overhead, wall_s=wall,
                       tokens_per_pass=B * (K + 1), context=L0, draft_flops=prop.cost.flops,

@@ -16,16 +16,21 @@ from specviz.serve.scheduler import DeviceGate, Scheduler
 
 
 def shared_scheduler(pair, limits: Limits = Limits(), gate: DeviceGate | None = None, ignore_eos: bool = False,
-                     free_memory=None, name: str | None = None) -> Scheduler:
+                     free_memory=None, name: str | None = None, prepare=None) -> Scheduler:
     """The pair's shared batch. `ignore_eos`: every row decodes exactly its max new tokens (benchmarks
-    compare engines token for token, so neither may stop early)."""
+    compare engines token for token, so neither may stop early). `prepare(engine)`: called on every
+    engine the scheduler builds, in its thread (a benchmark seeds the budget, or keeps the engine to
+    read its step counters afterwards)."""
     def make_engine():
         eng = pair.engine()
         if ignore_eos:
             eng.eos = set()
+        if prepare is not None:
+            prepare(eng)
         return eng
     kw = {} if free_memory is None else {"free_memory": free_memory}
-    return Scheduler(make_engine if ignore_eos else pair.engine, limits, gate or DeviceGate(), pair.target_spec,
+    plain = not ignore_eos and prepare is None
+    return Scheduler(pair.engine if plain else make_engine, limits, gate or DeviceGate(), pair.target_spec,
                      pair.draft_spec, name=name or "pair", **kw)
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import gradio as gr
 
 from specviz import lessons
-from specviz.chapters import BY_KEY, CHAPTERS, KEYS, Chapter, Context, vllm_panels
+from specviz.chapters import BY_KEY, CHAPTERS, KEYS, Chapter, Context, frontier, vllm_panels
 from specviz.pairs.pipeline import encode_prompt
 from specviz.serve import runner
-from specviz.serve.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, ROW_POOL
+from specviz.serve.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, EXAMPLES, ROW_POOL
 from specviz.ui.errors import as_sentences, error
 from specviz.ui.i18n import t
 from specviz.ui.runs import TempFiles, write_csv
@@ -48,11 +48,14 @@ def chart_labels(lang: str, chapter: str) -> dict:
 
 
 POLICY_FIELDS = ("policy", "small_policy", "large_policy")
+ARM_FIELDS = ("best_arm", "cliff_arm")      # the frontier's arms, coded as "fixed:4" (chapters.frontier)
+GROUNDED = 5                                # the examples that copy their input (the rest are free answers)
 
 
 def _named(lang: str, values: dict) -> dict:
     """A conclusion's values with each policy (its English name in the result) named for the reader."""
-    return {k: lessons.policy_label(lang, v) if k in POLICY_FIELDS and isinstance(v, str) else v
+    return {k: lessons.policy_label(lang, v) if k in POLICY_FIELDS and isinstance(v, str)
+            else frontier.arm_name(lang, v) if k in ARM_FIELDS and isinstance(v, str) else v
             for k, v in values.items()}
 
 
@@ -122,7 +125,10 @@ class Lesson:
             raise error(lang, "errors.unknown_chapter", chapter=lessons.quoted(str(chapter)[:40]))
         prompt = encode_prompt(pair.tokenizer, DEFAULT_PROMPT)
         pool = [prompt] + [encode_prompt(pair.tokenizer, p) for p in ROW_POOL]
-        ctx = Context(pair=pair, prompt=prompt, pool=pool, peaks=self.app.peaks, depth=DEFAULT_DEPTH)
+        # the input-grounded examples (the answer copies the input): the frontier's class, as in the first Run
+        grounded = tuple(encode_prompt(pair.tokenizer, p) for p in EXAMPLES[:GROUNDED])
+        ctx = Context(pair=pair, prompt=prompt, pool=pool, peaks=self.app.peaks, depth=DEFAULT_DEPTH,
+                      grounded=grounded)
         return lambda: found.run(ctx)
 
 

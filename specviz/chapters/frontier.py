@@ -1,0 +1,312 @@
+"""Chapter: the frontier. Throughput against per-user speed as the class grows, one line per arm (no
+speculation, fixed depths, adaptive verification), and the accepted length per arm beside it.
+
+The class workload: `users` requests of one prompt each (the input-grounded examples, like the first
+Run's), every user a separate request in one shared batch, EOS ignored so every arm emits the same tokens.
+Here the batch is stepped in the lesson's own thread through the engine's `step()` (the loop the app's
+scheduler runs; the lesson holds the device exclusively, so the scheduler's thread cannot run beside it).
+`python -m specviz frontier` measures the same cells through the shared scheduler, and reuses the
+arms, the medians and the conclusion rules written here.
+
+Honest comparison: every cell runs `repeats` times with the arms interleaved inside each round, and a
+cell's noise is its spread (max − min) ÷ median. A winner is named only outside the band (the larger of
+the two cells' noise and NOISE_FLOOR); inside it the arms are "level".
+
+Measured: see CHAPTER_SIZE below for the lesson's size and docs/BENCHMARKS.md for its time.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, Iterator
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from specviz import lessons
+from specviz.chapters.base import Chapter, Context, Result
+from specviz.chapters.common import finished, settings_of, snapshot
+from specviz.chapters.plotting import PLAIN, POLICY_COLOURS, labels_for, styled
+from specviz.engine.budget import Budget, pair_profiles
+from specviz.engine.policies import make_policy
+from specviz.engine.request import Knobs, Request
+from specviz.engine.torchmode import inference_steps
+
+WARM_TOKENS = 4          # an untimed class at each size first: its first passes allocate caches and pick kernels
+NOISE_FLOOR = 0.05       # the race chapter's ±5 %: two runs of one cell on a quiet 2-core CPU differ this much
+AV = "adaptive-verification"
+# The lesson's size: about 40 s on the 2-core CPU with the offline SmolLM2-135M and the n-gram draft.
+CHAPTER_SIZE = dict(users=(1, 4, 16, 32), depths=(4, 8), max_new=12, repeats=2)
+
+# (arm, depth, users) -> one measured cell (with "outputs"); arm "warm-up": an untimed short class
+Cell = Callable[[str, int, int], dict]
+
+
+def arms(depths, with_adaptive: bool = False) -> list[tuple[str, int]]:
+    """No speculation, each fixed depth, adaptive verification with the largest depth as its k."""
+    ks = sorted({int(d) for d in depths if d > 0})
+    out = [("none", 0)] + [("fixed", d) for d in ks] + [(AV, max(ks))]
+    return out + ([("adaptive", max(ks))] if with_adaptive else [])
+
+
+def policy_for(arm: str, depth: int):
+    """A fresh policy for one request (policies keep per-request state)."""
+    if arm == "adaptive":
+        return make_policy("adaptive", max_depth=depth)
+    return make_policy(AV if arm == AV else "fixed")
+
+
+def arm_code(row: dict) -> str:
+    """"none", "fixed:4", "adaptive-verification:8": how a result names an arm (arm_name reads it)."""
+    return "none" if row["arm"] == "none" else f"{row['arm']}:{row['depth']}"
+
+
+def arm_name(lang: str, code: str) -> str:
+    """An arm's name for readers, from its code."""
+    arm, _, depth = str(code).partition(":")
+    key = {"none": "arm_none", "fixed": "arm_fixed", AV: "arm_av"}.get(arm, "arm_adaptive")
+    return lessons.text(lang, f"chapter.frontier.{key}", depth=int(depth or 0))
+
+
+def warm_budget(pair, prompts: list[list[int]], depth: int, profile) -> Budget:
+    """The adaptive-verification arm's budget, seeded from the warm-up profile (verify cost by tokens,
+    draft cost by rows) and warmed on one short class, then kept across every cell: the app's engine
+    is as long-lived (it serves the class all lesson), so its acceptance tables and cost tables have
+    seen earlier requests. A fresh budget per 12-token cell would measure its first steps of learning."""
+    eng = pair.engine()
+    verify, draft = profile or (None, None)
+    budget = Budget(verify, padded=eng.budget.padded, draft_seed=draft)
+    stepped_cell(pair, prompts, AV, depth, 4, 16, budget)
+    return budget
+
+
+def cell_result(arm: str, depth: int, users: int, outs: list[list[int]], totals: list, ends: list[float],
+                wall: float, steps: int, drafted: int, verified: int) -> dict:
+    """One cell's figures from its users' outputs, totals and finish times (seconds from the start)."""
+    tokens = sum(len(o) for o in outs)
+    acc = sum(t.accepted for t in totals)
+    ver = sum(t.drafted for t in totals)
+    per_user = [len(o) / e for o, e in zip(outs, ends) if e > 0]
+    return {"arm": arm, "depth": depth, "users": users, "tokens": tokens, "wall_s": wall,
+            "tokens_per_s": tokens / wall if wall > 0 else 0.0,
+            "per_user_tokens_per_s": statistics.median(per_user) if per_user else 0.0,
+            "acceptance_rate": acc / ver if ver else None,
+            "accepted_length": tokens / max(1, sum(t.row_steps for t in totals)),
+            "drafted_per_step": drafted / steps if steps else 0.0,
+            "verified_per_step": verified / steps if steps else 0.0, "steps": steps, "outputs": outs}
+
+
+def stepped_cell(pair, prompts: list[list[int]], arm: str, depth: int, users: int, max_new: int,
+                 budget: Budget | None = None) -> dict:
+    """One class stepped in this thread: `users` one-row requests in one shared batch, to the end.
+    `budget`: the adaptive-verification arm's (see warm_budget); other arms never read it."""
+    eng = pair.engine()
+    eng.eos = set()                    # EOS ignored: every arm emits max_new tokens per user
+    if budget is not None:
+        eng.budget = budget
+    reqs = [Request([prompts[i % len(prompts)]], Knobs(depth, 1, policy_for(arm, depth)), max_new)
+            for i in range(users)]
+    for r in reqs:
+        eng.add(r)
+    ends: dict[int, float] = {}
+    steps = drafted = verified = 0
+    t0 = time.perf_counter()
+    while len(ends) < len(reqs):
+        out = eng.step()
+        if out:
+            ev = out[0][1]              # the shared figures are the same in every request's event
+            steps, drafted, verified = steps + 1, drafted + ev.slots_drafted, verified + ev.slots_verified
+        now = time.perf_counter() - t0
+        ends.update({r.id: now for r in reqs if r.done and r.id not in ends})
+        if not out and not eng.requests:
+            break
+    wall = time.perf_counter() - t0
+    return cell_result(arm, depth, users, [r.outputs().get(0, []) for r in reqs], [r.totals for r in reqs],
+                       [ends.get(r.id, wall) for r in reqs], wall, steps, drafted, verified)
+
+
+def median_row(cells: list[dict]) -> dict:
+    """The median of repeated cells, with their spread as the noise band (None from one run)."""
+    tps = [c["tokens_per_s"] for c in cells]
+    mid = statistics.median(tps)
+    row = {k: v for k, v in min(cells, key=lambda c: abs(c["tokens_per_s"] - mid)).items() if k != "outputs"}
+    row["tokens_per_s"] = mid
+    row["per_user_tokens_per_s"] = statistics.median(c["per_user_tokens_per_s"] for c in cells)
+    row["noise"] = (max(tps) - min(tps)) / mid if mid and len(cells) > 1 else None
+    row["repeats"] = len(cells)
+    return row
+
+
+def measure(cell: Cell, users, depths, repeats: int = 1, with_adaptive: bool = False,
+            on_cell: Callable[[dict, list[dict]], None] | None = None) -> tuple[list[dict], bool]:
+    """Every arm at every class size, `repeats` rounds with the arms interleaved. Returns the median rows
+    and whether every arm's outputs equal the no-speculation arm's, row for row. `on_cell(cell, rows)`
+    hears each cell with the median rows so far."""
+    rows, identical = [], True
+    for n in users:
+        cells: dict[tuple[str, int], list[dict]] = {}
+        cell("warm-up", max(depths), n)           # untimed: the first pass at a new batch shape allocates
+        for _ in range(repeats):
+            for arm, d in arms(depths, with_adaptive):
+                c = cell(arm, d, n)
+                cells.setdefault((arm, d), []).append(c)
+                if on_cell:
+                    on_cell(c, rows + [median_row(g) for g in cells.values()])
+        ref = cells[("none", 0)][0]["outputs"]
+        for group in cells.values():
+            identical &= all(c["outputs"] == ref for c in group)
+            rows.append(median_row(group))
+    return rows, identical
+
+
+# --- the conclusion ----------------------------------------------------------------------------------
+def band(*rows: dict) -> float:
+    """The noise band two cells are compared within: the larger measured spread, at least NOISE_FLOOR."""
+    return max([NOISE_FLOOR] + [r["noise"] for r in rows if r.get("noise") is not None])
+
+
+def verdict(ratio: float, width: float) -> str:
+    return "ahead" if ratio > 1 + width else "behind" if ratio < 1 - width else "level"
+
+
+def class_lines(rows: list[dict]) -> list[dict]:
+    """Per class size: adaptive verification against the best of no speculation and every fixed depth."""
+    out = []
+    for n in sorted({r["users"] for r in rows}):
+        mine = [r for r in rows if r["users"] == n]
+        best = max((r for r in mine if r["arm"] in ("none", "fixed")), key=lambda r: r["tokens_per_s"])
+        av = next((r for r in mine if r["arm"] == AV), None)
+        if av is None or not best["tokens_per_s"]:
+            continue
+        ratio, width = av["tokens_per_s"] / best["tokens_per_s"], band(av, best)
+        out.append({"users": n, "best_arm": arm_code(best), "best_tokens_per_s": best["tokens_per_s"],
+                    "av_tokens_per_s": av["tokens_per_s"], "ratio": ratio, "band": width,
+                    "verdict": verdict(ratio, width), "verified": av["verified_per_step"],
+                    "drafted": av["drafted_per_step"], "best_verified": best["verified_per_step"]})
+    return out
+
+
+def cliff(rows: list[dict]) -> dict | None:
+    """The deepest fall of a fixed depth below no speculation (outside the band), at any class size."""
+    worst = None
+    for r in rows:
+        none = next((x for x in rows if x["users"] == r["users"] and x["arm"] == "none"), None)
+        if r["arm"] != "fixed" or none is None or not none["tokens_per_s"]:
+            continue
+        ratio = r["tokens_per_s"] / none["tokens_per_s"]
+        if ratio < 1 - band(r, none) and (worst is None or ratio < worst["ratio"]):
+            worst = {"users": r["users"], "cliff_arm": arm_code(r), "ratio": ratio, "band": band(r, none)}
+    return worst
+
+
+def frontier_conclusions(rows: list[dict], identical: bool) -> tuple[dict, str, list[str], list[dict]]:
+    """(values, main key, every key in order, one values dict per key): a line per class size, the
+    overall verdict, the cliff (or its absence), and whether every arm's tokens were the same."""
+    lines = class_lines(rows)
+    behind = [x for x in lines if x["verdict"] == "behind"]
+    if behind:
+        worst = min(behind, key=lambda x: x["ratio"])
+        # why: it verified fewer drafts than the best fixed depth did (a pessimistic survival estimate), or more
+        key = "conclusion_behind_few" if worst["verified"] < worst["best_verified"] else "conclusion_behind_many"
+        values = {**worst, "sizes": ", ".join(str(x["users"]) for x in behind)}
+    else:
+        key = "conclusion_frontier"
+        values = {"sizes": ", ".join(str(x["users"]) for x in lines),
+                  "ahead": ", ".join(str(x["users"]) for x in lines if x["verdict"] == "ahead") or "-"}
+    keys = [f"row_{x['verdict']}" for x in lines] + [key]
+    vals = list(lines) + [values]
+    fall = cliff(rows)
+    keys.append("conclusion_cliff" if fall else "conclusion_no_cliff")
+    vals.append(fall or {"users": max((r["users"] for r in rows), default=0)})
+    keys.append("conclusion_identical" if identical else "conclusion_not_identical")
+    vals.append({})
+    return values, key, keys, vals
+
+
+# --- the experiment ----------------------------------------------------------------------------------
+@inference_steps
+def run_frontier(pair, prompts: list[list[int]], users=CHAPTER_SIZE["users"], depths=CHAPTER_SIZE["depths"],
+                 max_new: int = CHAPTER_SIZE["max_new"], repeats: int = CHAPTER_SIZE["repeats"]) -> Iterator[Result]:
+    """The frontier on the loaded pair: a warm-up, the cost profile adaptive verification starts from,
+    then every cell (one yield each, never inside a timed cell)."""
+    users, prompts = sorted({int(u) for u in users}), [list(p) for p in prompts]
+    settings = settings_of(pair, users=users, depths=sorted(set(depths)), max_new=max_new, repeats=repeats,
+                           prompts=len(prompts))
+    extra = {"identical": True}
+    yield snapshot("frontier", pair, settings, 0.0, [], **extra)
+    stepped_cell(pair, prompts, "fixed", max(depths), 2, 4)          # warm-up: allocator, kernels
+    budget = warm_budget(pair, prompts, max(depths), pair_profiles(pair))
+    total, count = len(users) * len(arms(depths)) * repeats, [0]
+
+    def cell(arm, d, n):
+        if arm == "warm-up":
+            return stepped_cell(pair, prompts, "fixed", d, n, WARM_TOKENS)
+        return stepped_cell(pair, prompts, arm, d, n, max_new, budget if arm == AV else None)
+
+    def heard(c, rows):
+        count[0] += 1
+    # each cell is measured alone; the snapshots are built between class sizes, outside any timing
+    for same, rows in _cells(cell, users, depths, repeats, heard):
+        if same is None:
+            values, key, keys, vals = frontier_conclusions(rows, extra["identical"])
+            yield finished(snapshot("frontier", pair, settings, 1.0, rows, **extra), values, key, keys, vals)
+            return
+        extra["identical"] &= same
+        yield snapshot("frontier", pair, settings, count[0] / total, rows, **extra)
+
+
+def _cells(cell: Cell, users, depths, repeats: int, heard) -> Iterator[tuple[bool | None, list[dict]]]:
+    """`measure`, one class size at a time so the page can draw between them: yields (identical so far,
+    rows) after each class size, then (None, every row)."""
+    rows: list[dict] = []
+    for n in users:
+        part, same = measure(cell, [n], depths, repeats, on_cell=heard)
+        rows += part
+        yield same, list(rows)
+    yield None, rows
+
+
+# --- the figure --------------------------------------------------------------------------------------
+def _lines(rows: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in sorted(rows, key=lambda r: r["users"]):
+        out.setdefault(arm_code(r), []).append(r)
+    return out
+
+
+def _colour(code: str, i: int) -> str:
+    return PLAIN if code == "none" else "#1a9850" if code.startswith(AV) else POLICY_COLOURS[1 + i % 5]
+
+
+def figure_frontier(result: dict, labels: dict | None = None, dark: bool = False) -> go.Figure:
+    """Left: one line per arm through its class sizes, per-user tokens/s across and total tokens/s up (a
+    fixed depth that bends back turns down and left). Right: accepted length per arm against users."""
+    L = labels_for("frontier", labels)
+    lang = L.get("_lang", lessons.DEFAULT_LANG)
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.1,
+                        subplot_titles=(L["panel_frontier"], L["panel_accepted"]))
+    for i, (code, pts) in enumerate(_lines(result.get("table", [])).items()):
+        name = lessons.isolate_rtl(arm_name(lang, code))
+        colour, bold = _colour(code, i), code.startswith(AV)
+        line = dict(color=colour, width=4 if bold else 2, dash="dot" if code.startswith("fixed") else "solid")
+        tags = [L["users_tag"].format(users=p["users"]) for p in pts]
+        fig.add_trace(go.Scatter(x=[p["per_user_tokens_per_s"] for p in pts], y=[p["tokens_per_s"] for p in pts],
+                                 mode="lines+markers+text", name=name, legendgroup=code, line=line, text=tags,
+                                 textposition="top center", textfont=dict(size=10),
+                                 hovertemplate=name + ": %{text}, %{y:.1f} " + L["axis_total"] + ", %{x:.1f} "
+                                 + L["axis_per_user"] + "<extra></extra>"), row=1, col=1)
+        fig.add_trace(go.Scatter(x=[p["users"] for p in pts], y=[p["accepted_length"] for p in pts],
+                                 mode="lines+markers", name=name, legendgroup=code, showlegend=False, line=line,
+                                 hovertemplate=name + ": %{y:.2f}<extra></extra>"), row=1, col=2)
+    fig.update_xaxes(title_text=L["axis_per_user"], row=1, col=1)
+    fig.update_yaxes(title_text=L["axis_total"], row=1, col=1)
+    fig.update_xaxes(title_text=L["axis_users"], type="log", row=1, col=2)
+    fig.update_yaxes(title_text=L["axis_accepted"], row=1, col=2)
+    return styled(fig, dark, height=440)
+
+
+def _run(ctx: Context):
+    return run_frontier(ctx.pair, list(ctx.grounded) or ctx.pool)
+
+
+CHAPTER = Chapter("frontier", run=_run, figure=figure_frontier, button_id="run-frontier")
