@@ -1,0 +1,129 @@
+"""The frontier: the chapter's conclusion rules (noise band, cliff, why it fell behind), the budget's
+learning (the first unverified slot, the pooled n-gram prior), and the class workload stepped in the
+lesson's thread and through the shared scheduler, lossless on every arm."""
+import pytest
+import torch
+
+from specviz import lessons
+from specviz.chapters import frontier as F
+from specviz.engine.budget import Budget, Calibration, Hindsight
+from specviz.engine.drafters import Proposal
+
+
+def _row(arm, depth, users, tps, noise=0.01, verified=0.0, drafted=0.0, acc=1.0):
+    return {"arm": arm, "depth": depth, "users": users, "tokens_per_s": tps, "per_user_tokens_per_s": tps / users,
+            "noise": noise, "verified_per_step": verified, "drafted_per_step": drafted, "accepted_length": acc}
+
+
+def test_level_inside_the_band_ahead_and_behind_outside_it():
+    rows = [_row("none", 0, 1, 50), _row("fixed", 4, 1, 100), _row(F.AV, 4, 1, 97, verified=3),
+            _row("none", 0, 16, 200), _row("fixed", 4, 16, 150), _row(F.AV, 4, 16, 230, verified=9),
+            _row("none", 0, 64, 300, noise=0.2), _row("fixed", 4, 64, 200), _row(F.AV, 4, 64, 250)]
+    lines = {x["users"]: x for x in F.class_lines(rows)}
+    assert lines[1]["verdict"] == "level" and lines[1]["best_arm"] == "fixed:4"
+    assert lines[16]["verdict"] == "ahead" and lines[16]["best_arm"] == "none"
+    # 250 vs 300 is 0.83×, inside the 20 % spread the no-speculation cell measured
+    assert lines[64]["verdict"] == "level" and lines[64]["band"] == pytest.approx(0.2)
+    values, key, keys, _ = F.frontier_conclusions(rows, True)
+    assert key == "conclusion_frontier" and values["ahead"] == "16"
+    assert keys[-2:] == ["conclusion_cliff", "conclusion_identical"]
+
+
+def test_behind_says_why_and_the_cliff_is_the_deepest_fall():
+    rows = [_row("none", 0, 1, 50), _row("fixed", 8, 1, 100, verified=6), _row(F.AV, 8, 1, 70, verified=2),
+            _row("none", 0, 32, 200), _row("fixed", 8, 32, 120), _row(F.AV, 8, 32, 199)]
+    values, key, keys, vals = F.frontier_conclusions(rows, False)
+    assert key == "conclusion_behind_few" and values["users"] == 1 and values["sizes"] == "1"
+    fall = vals[keys.index("conclusion_cliff")]
+    assert fall["users"] == 32 and fall["cliff_arm"] == "fixed:8" and fall["ratio"] == pytest.approx(0.6)
+    assert keys[-1] == "conclusion_not_identical"
+    # more verified than the best arm: the other reason
+    rows[2] = _row(F.AV, 8, 1, 70, verified=9)
+    assert F.frontier_conclusions(rows, True)[1] == "conclusion_behind_many"
+
+
+def test_no_cliff_inside_the_band():
+    rows = [_row("none", 0, 4, 100, noise=0.1), _row("fixed", 4, 4, 93), _row(F.AV, 4, 4, 100)]
+    assert "conclusion_no_cliff" in F.frontier_conclusions(rows, True)[2]
+
+
+def test_every_conclusion_fills_in_both_languages():
+    rows = [_row("none", 0, 1, 50), _row("fixed", 8, 1, 100, verified=6), _row(F.AV, 8, 1, 70, verified=2),
+            _row("none", 0, 32, 200), _row("fixed", 8, 32, 120), _row(F.AV, 8, 32, 250)]
+    from specviz.ui.lesson import _named
+    for lang in ("en", "fa"):
+        _, _, keys, vals = F.frontier_conclusions(rows, True)
+        for k, v in zip(keys, vals):
+            text = lessons.text(lang, f"chapter.frontier.{k}", **_named(lang, v))
+            assert "{" not in text and "fixed:" not in text, text
+    assert F.arm_name("en", "fixed:4") == "fixed k = 4" and "تطبیقی" in F.arm_name("fa", F.AV + ":8")
+
+
+def test_figure_draws_each_arm_in_both_panels():
+    rows = [_row("none", 0, n, 50 * n) for n in (1, 4)] + [_row(F.AV, 8, n, 60 * n) for n in (1, 4)]
+    fig = F.figure_frontier({"table": rows}, {"_lang": "fa"})
+    assert len(fig.data) == 4 and fig.data[0].x == (50.0, 50.0) and fig.data[1].x == (1, 4)
+    assert fig.data[0].name.startswith("\u2067")           # a Persian name laid out right-to-left whole
+
+
+def _ngram_prop(drafts: list[int], match: int) -> Proposal:
+    return Proposal(torch.tensor([drafts]), torch.tensor([len(drafts)]), None, match=[match])
+
+
+def test_hindsight_learns_the_slot_the_budget_left_out():
+    """A row that kept both slots it verified tells whether its third draft would have survived: the
+    target's next token. Without it position 2 would stay at its prior for good."""
+    b = Budget(verify_seed={1: 1.0, 100: 100.0})
+    prop = _ngram_prop([5, 6, 7, 8], match=3)
+    before = b.ngram_cal.rate(3, 2, 0.5)
+    for _ in range(20):
+        b.select(prop, [True], [False], 0.0, 1)
+        cut = Proposal(prop.tokens[:, :2], torch.tensor([2]), None, match=[3])
+        b.observe(cut, [2], [2], [True], 1, 3, 0.01, 0.0, Hindsight(prop.tokens, [4], [7], [True]))
+    assert b.ngram_cal.rate(3, 2, 0.5) > before + 0.3          # learnt: slot 2 (token 7) survives
+    assert b.ngram_cal.reached.get((3, 3), 0.0) == 0.0          # slot 3 was never reached
+
+
+def test_hindsight_skips_sampled_model_rows_and_rows_that_lost_a_slot():
+    b = Budget()
+    conf = torch.tensor([[0.9, 0.9, 0.9]])
+    prop = Proposal(torch.tensor([[5, 6, 7]]), torch.tensor([3]), None, conf=conf)
+    b.select(prop, [True], [True], 0.0, 1)
+    b.observe(prop, [1], [1], [True], 1, 2, 0.01, 0.0, Hindsight(prop.tokens, [3], [6], [False]))
+    assert sum(n for (key, pos), n in b.model_cal.reached.items() if pos == 1) == 0.0
+    b.observe(prop, [2], [1], [True], 1, 3, 0.01, 0.0, Hindsight(prop.tokens, [3], [7], [True]))
+    assert sum(n for (key, pos), n in b.model_cal.reached.items() if pos == 2) == 0.0
+
+
+def test_a_new_match_length_starts_from_what_the_others_taught():
+    cal = Calibration(pooled=True)
+    for _ in range(40):
+        cal.observe(3, 0, True)
+    assert cal.rate(1, 0, 0.5) > 0.8 and Calibration().rate(1, 0, 0.5) == 0.5
+
+
+@pytest.mark.parametrize("draft", ["ngram", "draft"])
+def test_the_class_is_lossless_on_every_arm_stepped_and_scheduled(make_pair, prompts, reference, draft):
+    """Every arm's greedy outputs equal the target's own, in the lesson's thread and through the
+    shared scheduler (the frontier command), and the two ways give the same tokens."""
+    from specviz.cli.frontier import scheduled_cell
+
+    pair = make_pair(draft)
+    budget = F.warm_budget(pair, prompts, 4, None)
+
+    def stepped(arm, d, n):
+        return F.stepped_cell(pair, prompts, "fixed" if arm == "warm-up" else arm, d, n, 10,
+                              budget if arm == F.AV else None)
+
+    def scheduled(arm, d, n):
+        return scheduled_cell(pair, prompts, "fixed" if arm == "warm-up" else arm, d, n, 10,
+                              budget if arm == F.AV else None)
+    rows_a, same_a = F.measure(stepped, [1, 5], [2, 4])
+    rows_b, same_b = F.measure(scheduled, [5], [2, 4], with_adaptive=True)
+    assert same_a and same_b
+    assert {(r["arm"], r["depth"]) for r in rows_a} == {("none", 0), ("fixed", 2), ("fixed", 4), (F.AV, 4)}
+    assert any(r["arm"] == "adaptive" for r in rows_b)
+    av = next(r for r in rows_b if r["arm"] == F.AV)
+    assert av["tokens"] == 50 and 0 < av["steps"] and av["verified_per_step"] <= av["drafted_per_step"]
+    ref = [reference(i % len(prompts), 10) for i in range(5)]
+    assert scheduled(F.AV, 4, 5)["outputs"] == ref == stepped("fixed", 2, 5)["outputs"]
