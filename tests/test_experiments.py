@@ -282,13 +282,17 @@ def test_sweep_rule():
 def test_policies_table_and_winners(runs):
     last = runs["policies"][-1]
     # start, plain + every policy per batch, final
-    assert len(runs["policies"]) == 1 + 2 * (1 + len(policies.POLICY_NAMES)) + 1
+    assert len(runs["policies"]) == 1 + 2 * (2 + len(policies.POLICY_NAMES)) + 1
     rows = last["table"]
     assert {(r["policy"], r["batch_size"]) for r in rows} == {(p, b) for p in policies.POLICY_NAMES for b in (1, 3)}
     for w in last["winners"]:
         mine = [r for r in rows if r["batch_size"] == w["batch_size"]]
         assert w["tokens_per_s"] == max(r["tokens_per_s"] for r in mine)
-    assert last["conclusions"] == ["conclusion_row", "conclusion_row", last["conclusion"]]
+    assert [k in ("conclusion_row", "conclusion_row_level") for k in last["conclusions"][:2]] == [True, True]
+    assert last["conclusions"][2:] == [last["conclusion"]]
+    for w, key in zip(last["winners"], last["conclusions"]):     # a winner is named only outside the band
+        assert (key == "conclusion_row") == w["clear"] and w["band"] >= policies.POLICIES_CLOSE
+    assert all(p["band"] >= policies.POLICIES_CLOSE for p in last["plain"])
     assert [v["batch"] for v in last["conclusion_values"][:2]] == [1, 3]
     for r in rows:    # depth 0 rows are plain decoding: disable-by-batch-size never disables at B ≤ 8
         if r["policy"] == "disable-by-batch-size":
@@ -296,9 +300,18 @@ def test_policies_table_and_winners(runs):
 
 
 def test_policies_rule():
-    assert policies.policies_conclusion({1: "fixed", 4: "adaptive"}, 0.01) == "conclusion_close"
-    assert policies.policies_conclusion({1: "fixed", 4: "fixed"}, 0.3) == "conclusion_same_winner"
-    assert policies.policies_conclusion({1: "fixed", 4: "adaptive"}, 0.3) == "conclusion_switch"
+    assert policies.policies_conclusion({}) == "conclusion_close"
+    assert policies.policies_conclusion({1: "fixed", 4: "fixed"}) == "conclusion_same_winner"
+    assert policies.policies_conclusion({1: "fixed", 4: "adaptive"}) == "conclusion_switch"
+    assert policies.noise_band(100, 80) == pytest.approx(20 / 90) and policies.noise_band(100, 99) == 0.05
+    # identical runs (a policy that is fixed at this batch size): level, not a win; a wide band hides more
+    rows = [{"policy": p, "batch_size": 1, "tokens_per_s": t, "vs_plain": t / 10}
+            for p, t in [("fixed", 20.0), ("disable-by-batch-size", 20.4), ("adaptive", 15.0)]]
+    values, key, per_row = policies.policies_values(rows, [1])
+    assert key == "conclusion_close" and per_row[0]["clear"] is False
+    rows[1]["tokens_per_s"] = 25.0
+    assert policies.policies_values(rows, [1])[1] == "conclusion_same_winner"
+    assert policies.policies_values(rows, [1], {1: 0.3})[1] == "conclusion_close"
     rows = [{"policy": p, "batch_size": b, "tokens_per_s": t, "vs_plain": t / 10}
             for p, b, t in [("fixed", 1, 20), ("adaptive", 1, 15), ("fixed", 4, 30), ("adaptive", 4, 40),
                             ("fixed", 16, 30), ("adaptive", 16, 45)]]

@@ -26,6 +26,7 @@ def test_level_inside_the_band_ahead_and_behind_outside_it():
     assert lines[64]["verdict"] == "level" and lines[64]["band"] == pytest.approx(0.2)
     values, key, keys, _ = F.frontier_conclusions(rows, True)
     assert key == "conclusion_frontier" and values["ahead"] == "16"
+    assert F.frontier_conclusions(rows[:3], True)[1] == "conclusion_frontier_level"
     assert keys[-2:] == ["conclusion_cliff", "conclusion_identical"]
 
 
@@ -40,6 +41,10 @@ def test_behind_says_why_and_the_cliff_is_the_deepest_fall():
     # more verified than the best arm: the other reason
     rows[2] = _row(F.AV, 8, 1, 70, verified=9)
     assert F.frontier_conclusions(rows, True)[1] == "conclusion_behind_many"
+    # where no speculation was best, any verify work was too much
+    rows[3:6] = [_row("none", 0, 32, 200), _row("fixed", 8, 32, 120), _row(F.AV, 8, 32, 150, verified=9)]
+    rows[2] = _row(F.AV, 8, 1, 99)
+    assert F.frontier_conclusions(rows, True)[1] == "conclusion_behind_none"
 
 
 def test_no_cliff_inside_the_band():

@@ -35,8 +35,16 @@ from specviz.engine.torchmode import inference_steps
 WARM_TOKENS = 4          # an untimed class at each size first: its first passes allocate caches and pick kernels
 NOISE_FLOOR = 0.05       # the race chapter's ±5 %: two runs of one cell on a quiet 2-core CPU differ this much
 AV = "adaptive-verification"
-# The lesson's size: about 40 s on the 2-core CPU with the offline SmolLM2-135M and the n-gram draft.
-CHAPTER_SIZE = dict(users=(1, 4, 16, 32), depths=(4, 8), max_new=12, repeats=2)
+# The lesson's size: it must finish within a minute in the app on the 2-core CPU (one model thread) with
+# the offline SmolLM2-135M; 16 users already reach the cliff there. Measured: docs/BENCHMARKS.md.
+# A small class gets more tokens per user (class_tokens in all, at least max_new each): a 12-token cell
+# of one user is 4-5 steps, where one lucky step is 20 % of the throughput.
+CHAPTER_SIZE = dict(users=(1, 4, 16), depths=(4, 8), max_new=12, repeats=2, class_tokens=48)
+
+
+def tokens_per_user(users: int, max_new: int, class_tokens: int = 0) -> int:
+    """Tokens each user asks for in a class of `users`: max_new, or more where the class is small."""
+    return max(max_new, -(-class_tokens // max(users, 1)))
 
 # (arm, depth, users) -> one measured cell (with "outputs"); arm "warm-up": an untimed short class
 Cell = Callable[[str, int, int], dict]
@@ -206,13 +214,15 @@ def frontier_conclusions(rows: list[dict], identical: bool) -> tuple[dict, str, 
     behind = [x for x in lines if x["verdict"] == "behind"]
     if behind:
         worst = min(behind, key=lambda x: x["ratio"])
-        # why: it verified fewer drafts than the best fixed depth did (a pessimistic survival estimate), or more
-        key = "conclusion_behind_few" if worst["verified"] < worst["best_verified"] else "conclusion_behind_many"
+        # why: it verified fewer drafts than the best fixed depth did (a pessimistic survival estimate), or
+        # more (verify work the spare compute could not pay for; where no speculation was best, any at all)
+        key = ("conclusion_behind_none" if worst["best_arm"] == "none" else "conclusion_behind_few"
+               if worst["verified"] < worst["best_verified"] else "conclusion_behind_many")
         values = {**worst, "sizes": ", ".join(str(x["users"]) for x in behind)}
     else:
-        key = "conclusion_frontier"
-        values = {"sizes": ", ".join(str(x["users"]) for x in lines),
-                  "ahead": ", ".join(str(x["users"]) for x in lines if x["verdict"] == "ahead") or "-"}
+        ahead = [str(x["users"]) for x in lines if x["verdict"] == "ahead"]
+        key = "conclusion_frontier" if ahead else "conclusion_frontier_level"
+        values = {"sizes": ", ".join(str(x["users"]) for x in lines), "ahead": ", ".join(ahead)}
     keys = [f"row_{x['verdict']}" for x in lines] + [key]
     vals = list(lines) + [values]
     fall = cliff(rows)
@@ -226,12 +236,13 @@ def frontier_conclusions(rows: list[dict], identical: bool) -> tuple[dict, str, 
 # --- the experiment ----------------------------------------------------------------------------------
 @inference_steps
 def run_frontier(pair, prompts: list[list[int]], users=CHAPTER_SIZE["users"], depths=CHAPTER_SIZE["depths"],
-                 max_new: int = CHAPTER_SIZE["max_new"], repeats: int = CHAPTER_SIZE["repeats"]) -> Iterator[Result]:
+                 max_new: int = CHAPTER_SIZE["max_new"], repeats: int = CHAPTER_SIZE["repeats"],
+                 class_tokens: int = CHAPTER_SIZE["class_tokens"]) -> Iterator[Result]:
     """The frontier on the loaded pair: a warm-up, the cost profile adaptive verification starts from,
     then every cell (one yield each, never inside a timed cell)."""
     users, prompts = sorted({int(u) for u in users}), [list(p) for p in prompts]
-    settings = settings_of(pair, users=users, depths=sorted(set(depths)), max_new=max_new, repeats=repeats,
-                           prompts=len(prompts))
+    settings = settings_of(pair, users=users, depths=sorted(set(depths)), repeats=repeats, prompts=len(prompts),
+                           tokens_per_user={str(n): tokens_per_user(n, max_new, class_tokens) for n in users})
     extra = {"identical": True}
     yield snapshot("frontier", pair, settings, 0.0, [], **extra)
     stepped_cell(pair, prompts, "fixed", max(depths), 2, 4)          # warm-up: allocator, kernels
@@ -241,7 +252,8 @@ def run_frontier(pair, prompts: list[list[int]], users=CHAPTER_SIZE["users"], de
     def cell(arm, d, n):
         if arm == "warm-up":
             return stepped_cell(pair, prompts, "fixed", d, n, WARM_TOKENS)
-        return stepped_cell(pair, prompts, arm, d, n, max_new, budget if arm == AV else None)
+        return stepped_cell(pair, prompts, arm, d, n, tokens_per_user(n, max_new, class_tokens),
+                            budget if arm == AV else None)
 
     def heard(c, rows):
         count[0] += 1
@@ -290,8 +302,10 @@ def figure_frontier(result: dict, labels: dict | None = None, dark: bool = False
         colour, bold = _colour(code, i), code.startswith(AV)
         line = dict(color=colour, width=4 if bold else 2, dash="dot" if code.startswith("fixed") else "solid")
         tags = [L["users_tag"].format(users=p["users"]) for p in pts]
+        # class sizes written on the adaptive arm only (every arm has the same sizes; hover names them all)
         fig.add_trace(go.Scatter(x=[p["per_user_tokens_per_s"] for p in pts], y=[p["tokens_per_s"] for p in pts],
-                                 mode="lines+markers+text", name=name, legendgroup=code, line=line, text=tags,
+                                 mode="lines+markers+text" if bold else "lines+markers", name=name,
+                                 legendgroup=code, line=line, text=tags,
                                  textposition="top center", textfont=dict(size=10),
                                  hovertemplate=name + ": %{text}, %{y:.1f} " + L["axis_total"] + ", %{x:.1f} "
                                  + L["axis_per_user"] + "<extra></extra>"), row=1, col=1)
@@ -300,7 +314,9 @@ def figure_frontier(result: dict, labels: dict | None = None, dark: bool = False
                                  hovertemplate=name + ": %{y:.2f}<extra></extra>"), row=1, col=2)
     fig.update_xaxes(title_text=L["axis_per_user"], row=1, col=1)
     fig.update_yaxes(title_text=L["axis_total"], row=1, col=1)
-    fig.update_xaxes(title_text=L["axis_users"], type="log", row=1, col=2)
+    sizes = sorted({r["users"] for r in result.get("table", [])})
+    fig.update_xaxes(title_text=L["axis_users"], type="log", tickvals=sizes, ticktext=[str(n) for n in sizes],
+                     row=1, col=2)
     fig.update_yaxes(title_text=L["axis_accepted"], row=1, col=2)
     return styled(fig, dark, height=440)
 
