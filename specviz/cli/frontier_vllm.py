@@ -207,9 +207,8 @@ def run_vllm(args, users: list[int], depths: list[int]) -> int:
     prompts = [encode_prompt(tok, t) for t in prompt_texts(args.prompts)]
     version, cpu = vllm_version(launcher.python_path()), _cpu_name()
 
-    def note(text: str) -> None:
-        if not args.json:
-            print(f"frontier (vLLM): {text}", file=sys.stderr, flush=True)
+    def note(text: str) -> None:     # stderr even with --json: server starts take minutes, stdout stays one line
+        print(f"frontier (vLLM): {text}", file=sys.stderr, flush=True)
 
     per_arm, starts = {}, {}
     for arm, k, sched in vllm_arms(depths, schedule):
