@@ -72,7 +72,7 @@ def arm_code(row: dict) -> str:
 def arm_name(lang: str, code: str) -> str:
     """An arm's name for readers, from its code."""
     arm, _, depth = str(code).partition(":")
-    key = {"none": "arm_none", "fixed": "arm_fixed", AV: "arm_av"}.get(arm, "arm_adaptive")
+    key = {"none": "arm_none", "fixed": "arm_fixed", AV: "arm_av", "schedule": "arm_schedule"}.get(arm, "arm_adaptive")
     return lessons.text(lang, f"chapter.frontier.{key}", depth=int(depth or 0))
 
 

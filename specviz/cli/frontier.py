@@ -21,6 +21,7 @@ from pathlib import Path
 from specviz.chapters.frontier import (AV, WARM_TOKENS, cell_result, figure_frontier, measure, policy_for,
                                       warm_budget)
 from specviz.cli.common import add_compile_arg, add_pair_args
+from specviz.cli.frontier_vllm import add_vllm_args, run_vllm
 from specviz.engine.request import Knobs, Request
 from specviz.limits import MAX_DEPTH, LimitError, Limits
 
@@ -43,6 +44,7 @@ def add_parser(sub) -> None:
     p.add_argument("--with-adaptive", action="store_true", help="also run the older `adaptive` policy")
     p.add_argument("--json", action="store_true", help="print only the final JSON line")
     p.add_argument("--out", default=None, help="folder for frontier.csv, frontier.json and frontier.html")
+    add_vllm_args(p)              # --engine vllm: the same workload through launched vLLM servers
     p.set_defaults(func=run)
 
 
@@ -128,6 +130,8 @@ def run(args) -> int:
     from specviz.pairs.pipeline import encode_prompt, load_pair
 
     users, depths = check_args(args)
+    if args.engine == "vllm":
+        return run_vllm(args, users, depths)
     pair = load_pair(args.target, args.draft, args.device, compile=args.compile)
     texts = prompt_texts(args.prompts)
     prompts = [encode_prompt(pair.tokenizer, t) for t in texts]
