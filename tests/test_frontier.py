@@ -132,3 +132,20 @@ def test_the_class_is_lossless_on_every_arm_stepped_and_scheduled(make_pair, pro
     assert av["tokens"] == 50 and 0 < av["steps"] and av["verified_per_step"] <= av["drafted_per_step"]
     ref = [reference(i % len(prompts), 10) for i in range(5)]
     assert scheduled(F.AV, 4, 5)["outputs"] == ref == stepped("fixed", 2, 5)["outputs"]
+
+
+def test_the_recorded_vllm_frontier_reads_and_names_its_schedule(tmp_path):
+    rec = F.recorded_frontier()
+    assert rec is not None and rec.engine_version and "frontier --engine vllm" in rec.command
+    assert {r["arm"] for r in rec.rows} >= {"none", "fixed", "schedule"}
+    notes = F.vllm_notes(rec)
+    assert notes and all(k == "chapter.frontier.vllm_point" and v["ratio"] > 0 for k, v in notes)
+    from specviz.ui.lesson import _named
+    for lang in ("en", "fa"):
+        line = lessons.text(lang, notes[0][0], **_named(lang, notes[0][1]))
+        assert "{" not in line and ":" not in line.split("(")[-1]
+    fig = F.figure_frontier(F.vllm_frontier(rec, "en"), {})
+    assert any(tr.name == "vLLM schedule" for tr in fig.data)
+    # a broken file is skipped, an empty folder is no recording
+    (tmp_path / "bad.json").write_text("{not json")
+    assert F.recorded_frontier(tmp_path) is None

@@ -32,6 +32,9 @@ class VllmPanel:
     result: Callable[[Any, str], Result]          # (RecordedSweep, lang) -> a result the figure draws
     figure: Callable[..., Any]                    # (result, labels, dark=False) -> go.Figure
     notes: Callable[[Any], list[tuple[str, dict]]] = lambda sweep: []   # extra (lesson key, values) lines
+    # the recording it shows, if not the newest vLLM sweep: a loader returning an object with the sweep's
+    # engine_version, device and command (or None when nothing is recorded)
+    recording: Callable[[], Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -16,30 +16,35 @@ Measured: see CHAPTER_SIZE below for the lesson's size and docs/BENCHMARKS.md fo
 """
 from __future__ import annotations
 
+import json
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz import lessons
-from specviz.chapters.base import Chapter, Context, Result
+from specviz.chapters.base import Chapter, Context, Result, VllmPanel
 from specviz.chapters.common import finished, settings_of, snapshot
 from specviz.chapters.plotting import PLAIN, POLICY_COLOURS, labels_for, styled
 from specviz.engine.budget import Budget, pair_profiles
 from specviz.engine.policies import make_policy
 from specviz.engine.request import Knobs, Request
 from specviz.engine.torchmode import inference_steps
+from specviz.hardware.profiles import ASSETS
+
+FRONTIER_DIR = ASSETS / "frontier"      # `frontier --engine vllm` recordings (recorded.json, copied here)
 
 WARM_TOKENS = 4          # an untimed class at each size first: its first passes allocate caches and pick kernels
 NOISE_FLOOR = 0.05       # the race chapter's ±5 %: two runs of one cell on a quiet 2-core CPU differ this much
 AV = "adaptive-verification"
 # The lesson's size: it must finish within a minute in the app on the 2-core CPU (one model thread) with
 # the offline SmolLM2-135M; 16 users already reach the cliff there. Measured: docs/BENCHMARKS.md.
-# A small class gets more tokens per user (class_tokens in all, at least max_new each): a 12-token cell
-# of one user is 4-5 steps, where one lucky step is 20 % of the throughput.
-CHAPTER_SIZE = dict(users=(1, 4, 16), depths=(4, 8), max_new=12, repeats=2, class_tokens=48)
+# A small class gets more tokens per user (class_tokens in all, at least max_new each): a 10-token cell
+# of one user is 3-4 steps, where one lucky step is 25 % of the throughput.
+CHAPTER_SIZE = dict(users=(1, 4, 16), depths=(4, 8), max_new=10, repeats=2, class_tokens=40)
 
 
 def tokens_per_user(users: int, max_new: int, class_tokens: int = 0) -> int:
@@ -295,8 +300,9 @@ def figure_frontier(result: dict, labels: dict | None = None, dark: bool = False
     fixed depth that bends back turns down and left). Right: accepted length per arm against users."""
     L = labels_for("frontier", labels)
     lang = L.get("_lang", lessons.DEFAULT_LANG)
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.1,
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.6, 0.4], horizontal_spacing=0.16,
                         subplot_titles=(L["panel_frontier"], L["panel_accepted"]))
+    fig.update_annotations(font_size=12)      # the panel titles: two short lines each, readable on a phone
     for i, (code, pts) in enumerate(_lines(result.get("table", [])).items()):
         name = lessons.isolate_rtl(arm_name(lang, code))
         colour, bold = _colour(code, i), code.startswith(AV)
@@ -321,8 +327,56 @@ def figure_frontier(result: dict, labels: dict | None = None, dark: bool = False
     return styled(fig, dark, height=440)
 
 
+# --- vLLM's frontier, recorded --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RecordedFrontier:
+    """A `frontier --engine vllm` run shipped in assets/frontier/ (read-only, shared by every page)."""
+    engine_version: str
+    device: str
+    command: str
+    rows: tuple
+
+
+def recorded_frontier(folder=FRONTIER_DIR) -> RecordedFrontier | None:
+    """The shipped vLLM frontier with the most class sizes (ties: the newest by name), or None. A file
+    that does not read as one is skipped: the lesson shows what it can."""
+    best = None
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+            rec = RecordedFrontier(str(d["engine_version"]), str(d["device"]), str(d["command"]),
+                                   tuple(dict(r) for r in d["rows"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if best is None or len({r["users"] for r in rec.rows}) >= len({r["users"] for r in best.rows}):
+            best = rec
+    return best
+
+
+def vllm_frontier(rec: RecordedFrontier, lang: str) -> dict:
+    return {"table": list(rec.rows)}
+
+
+def vllm_notes(rec: RecordedFrontier) -> list[tuple[str, dict]]:
+    """Per class size: vLLM's schedule against the best of its own no-speculation and fixed arms."""
+    out = []
+    for n in sorted({r["users"] for r in rec.rows}):
+        mine = [r for r in rec.rows if r["users"] == n]
+        sched = next((r for r in mine if r["arm"] == "schedule"), None)
+        rest = [r for r in mine if r["arm"] in ("none", "fixed")]
+        if sched is None or not rest:
+            continue
+        best = max(rest, key=lambda r: r["tokens_per_s"])
+        out.append(("chapter.frontier.vllm_point",
+                    {"users": n, "ratio": sched["tokens_per_s"] / best["tokens_per_s"], "best_arm": arm_code(best),
+                     "tokens_per_s": sched["tokens_per_s"], "best_tokens_per_s": best["tokens_per_s"]}))
+    return out
+
+
 def _run(ctx: Context):
     return run_frontier(ctx.pair, list(ctx.grounded) or ctx.pool)
 
 
-CHAPTER = Chapter("frontier", run=_run, figure=figure_frontier, button_id="run-frontier")
+CHAPTER = Chapter("frontier", run=_run, figure=figure_frontier, button_id="run-frontier",
+                  vllm=VllmPanel(result=vllm_frontier, figure=figure_frontier, notes=vllm_notes,
+                                 recording=recorded_frontier))

@@ -154,8 +154,9 @@ def build(app) -> tuple[Lesson, gr.Radio, gr.Dropdown]:
             tr.add(gr.Markdown(lessons.text("en", f"chapter.{ch}.body")), value=f"chapter.{ch}.body")
             if chap.has_experiment:
                 _experiment_panel(lesson, tr, chap, pair)
-            if chap.vllm is not None and vllm_sweep is not None:
-                _vllm_panel(tr, chap, vllm_sweep)
+            recorded = None if chap.vllm is None else (chap.vllm.recording() if chap.vllm.recording else vllm_sweep)
+            if recorded is not None:
+                _vllm_panel(tr, chap, recorded)
             with gr.Row():
                 prev = tr.add(gr.Button(size="sm", interactive=i > 0, elem_id=f"prev-{ch}"),
                               value="app.previous_chapter")
@@ -176,7 +177,7 @@ def vllm_md(lang: str, chap: Chapter, sw) -> str:
     ch = chap.key
     parts = [f"### {t(lang, 'app.vllm_recorded_heading', engine=f'vLLM {sw.engine_version}', device=sw.device.removeprefix('cpu: '))}",
              t(lang, f"chapter.{ch}.vllm_body", command=sw.command)]
-    parts += [t(lang, key, **values) for key, values in chap.vllm.notes(sw)]
+    parts += [t(lang, key, **_named(lang, values)) for key, values in chap.vllm.notes(sw)]
     return "\n\n".join(parts)
 
 
