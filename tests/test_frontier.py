@@ -149,3 +149,20 @@ def test_the_recorded_vllm_frontier_reads_and_names_its_schedule(tmp_path):
     # a broken file is skipped, an empty folder is no recording
     (tmp_path / "bad.json").write_text("{not json")
     assert F.recorded_frontier(tmp_path) is None
+
+
+def test_the_pass_with_no_drafts_is_timed_again_when_the_choice_is_close():
+    """A close call (B* promises less than BASE_MARGIN × the rate of verifying nothing) and no recent
+    timing of a pass of exactly `rows` tokens: the step verifies nothing, once, and the table learns it."""
+    from specviz.engine import budget as B
+    b = Budget(verify_seed={1: 1.0, 8: 1.4, 64: 9.0})
+    prop = Proposal(torch.tensor([[5, 6, 7]] * 4), torch.tensor([3] * 4), None, match=[3] * 4)
+    first = b.select(prop, [True] * 4, [False] * 4, 0.0, 4)
+    assert first.lengths == [0] * 4 and first.budget > 0       # probed: B* stays what the argmax chose
+    b.observe(Proposal(prop.tokens[:, :0], torch.tensor([0] * 4), None, match=[3] * 4), [0] * 4, [0] * 4,
+              [True] * 4, 4, 4, 1.0, 0.0)
+    for _ in range(B.BASE_EVERY - 1):                       # measured just now: no probe until it is old
+        assert sum(b.select(prop, [True] * 4, [False] * 4, 0.0, 4).lengths) > 0
+    # a clear win never probes
+    flat = Budget(verify_seed={1: 1.0, 100: 1.0})
+    assert sum(flat.select(prop, [True] * 4, [False] * 4, 0.0, 4).lengths) == 12

@@ -51,6 +51,8 @@ MAX_COUNT = 400.0        # counts decay past this, so the tables follow a changi
 DRAFT_STOP = 0.25        # model rows stop drafting below this fraction of the last cut-off
 FORGET = 0.995           # per step: a count's weight halves in ~140 steps
 PROBE_EVERY = 32         # steps without a verified draft before model rows draft again
+BASE_EVERY = 24          # steps before the pass with no drafts (tokens = rows) is measured again …
+BASE_MARGIN = 1.3        # … when B* promised less than this × the rate of verifying nothing
 
 
 def monotone(xs: list[int], ys: list[float]) -> list[float]:
@@ -211,6 +213,7 @@ class Budget:
         self._step_depth = 0               # the depth rows drafted to this step
         self._idle = 0                     # steps in a row that chose not to draft (model drafts)
         self._keys: list[list[int]] = []   # per row and position of the last selection: calibration key
+        self._base_age: dict[int, int] = {}   # rows → steps since a pass of exactly `rows` tokens was timed
 
     # --- before drafting ---------------------------------------------------------------------------
     def draft_depth(self, depth: int, kind: str, rows: int) -> int:
@@ -282,24 +285,39 @@ class Budget:
             lengths[i] = 0
         self._learn_depth(survivals)
         slots.sort(key=lambda t: (-t[0], t[1]))     # S falls along a row, so the top B is a prefix per row
-        best = self._argmax(slots, lengths, fixed_tokens, gain, fixed_s + self.overhead.at(rows), rows)
+        best, margin = self._argmax(slots, lengths, fixed_tokens, gain, fixed_s + self.overhead.at(rows), rows)
+        cut_by_past = prop.match is None and any(sampled[i] for i in survivals)
+        verify_now = 0 if best and not cut_by_past and self._probe_base(rows, margin, fixed_tokens) else best
         cutoff = self.cutoff
-        for _, _, i in slots[:best]:
+        for _, _, i in slots[:verify_now]:
             lengths[i] += 1
         for i, surv in survivals.items():
             if sampled[i] and prop.match is None:
                 lengths[i] = sum(1 for s in surv if s >= cutoff)
-        if slots:
+        if slots:     # the next step's cut-off comes from B*, a probe or not
             self.cutoff = slots[best - 1][0] if best else min(1.0, slots[0][0] + 1e-6)
         self._forget()
         return Selection(lengths, sum(int(x) for x in prop.lengths.tolist()), sum(lengths), best)
 
-    def _argmax(self, slots, lengths, fixed_tokens: int, gain: float, fixed_s: float, rows: int) -> int:
-        """B* = argmax_B (gain + Σ_{top B} S) ÷ (fixed_s + verify_s(tokens of the pass with B slots))."""
+    def _probe_base(self, rows: int, margin: float, fixed_tokens: int) -> bool:
+        """Verify nothing this step, to time the pass B* is weighed against (tokens = rows)? Only while
+        that point is unmeasured or old and B* promised less than BASE_MARGIN × its rate: the table is
+        otherwise filled from observed sizes above it and the warm-up profile, and a cost step between
+        them (the fast path's row classes) would be priced wrong for good. The choice depends only on
+        the step count and the costs, never on this step's draft tokens (exactness, see the docstring)."""
+        age = self._base_age.get(rows, BASE_EVERY)
+        self._base_age[rows] = age + 1
+        return fixed_tokens == rows and age >= BASE_EVERY and margin < BASE_MARGIN
+
+    def _argmax(self, slots, lengths, fixed_tokens: int, gain: float, fixed_s: float,
+                rows: int) -> tuple[int, float]:
+        """B* = argmax_B (gain + Σ_{top B} S) ÷ (fixed_s + verify_s(tokens of the pass with B slots)), and
+        its expected rate ÷ the rate of verifying nothing."""
         # padded passes cost by their longest row: start from the longest fixed row
         longest, taken = max(lengths, default=0), list(lengths)
         tokens = rows * (longest + 1) if self.padded else fixed_tokens
         best, best_rate, total = 0, gain / max(fixed_s + self.verify.at(tokens), 1e-9), gain
+        base_rate = best_rate
         for b, (s, _, i) in enumerate(slots, start=1):
             total += s
             taken[i] += 1
@@ -308,7 +326,7 @@ class Budget:
             rate = total / max(fixed_s + self.verify.at(tokens), 1e-9)
             if rate > best_rate:
                 best, best_rate = b, rate
-        return best
+        return best, best_rate / base_rate if base_rate > 0 else float("inf")
 
     def _learn_depth(self, survivals: dict[int, list[float]]) -> None:
         """Mean survival per position over the rows under the budget (0 past a row's drafts)."""
@@ -342,6 +360,8 @@ class Budget:
                 cal.observe(keys[k], k, int(after.drafts[i, k]) == after.next_tokens[i])
         if tokens:     # the engine passes rows + verified drafts, or the padded shape (self.padded)
             self.verify.observe(tokens, verify_s)
+            if tokens == rows:
+                self._base_age[rows] = 0
         if prop.passes:
             self.draft.observe(rows, prop.seconds / prop.passes)
         self.overhead.observe(rows, overhead_s)
