@@ -166,3 +166,16 @@ def test_the_pass_with_no_drafts_is_timed_again_when_the_choice_is_close():
     # a clear win never probes
     flat = Budget(verify_seed={1: 1.0, 100: 1.0})
     assert sum(flat.select(prop, [True] * 4, [False] * 4, 0.0, 4).lengths) == 12
+
+
+def test_verify_costs_are_kept_apart_by_batch_rows():
+    """64 tokens as 4 rows × 16 and as 64 rows × 1 are different passes: each row class learns its own,
+    and one not seen yet borrows the nearest."""
+    from specviz.engine.budget import RowCosts
+    c = RowCosts({1: 0.01, 64: 0.1})
+    assert c.at(64, 64) == pytest.approx(0.1)                # the profile alone
+    c.observe(4, 64, 0.1)
+    c.observe(64, 64, 1.0)
+    assert c.at(4, 64) == pytest.approx(0.1) and c.at(64, 64) == pytest.approx(1.0)
+    assert c.at(33, 64) == pytest.approx(1.0) and c.at(3, 64) == pytest.approx(0.1)
+    assert c.at(64, 128) == pytest.approx(1.0 + 0.9 / 63 * 64)    # along the profile scaled by what 64 rows cost

@@ -132,6 +132,37 @@ class CostTable:
         return self.seed[xs[i - 1]] * (1 - w) + self.seed[xs[i]] * w
 
 
+class RowCosts:
+    """Verify seconds by tokens per pass, one CostTable per batch-rows class (powers of two): 64 tokens
+    as 64 rows × 1 cost far more than 4 rows × 16 (64 caches to attend over, another fast-path row class),
+    so one table by tokens alone, learnt at a small class, prices a large one wrong. Each class's table
+    starts from the warm-up profile (one row of N tokens) and is scaled by its own observed steps; a class
+    not seen yet borrows the nearest class that has been."""
+
+    def __init__(self, seed: dict[int, float] | None = None):
+        self.seed = dict(seed or {})
+        self.tables: dict[int, CostTable] = {}
+
+    @staticmethod
+    def row_class(rows: int) -> int:
+        return 1 << max(0, int(rows) - 1).bit_length()
+
+    def __bool__(self) -> bool:
+        return bool(self.seed) or any(self.tables.values())
+
+    def observe(self, rows: int, tokens: int, seconds: float) -> None:
+        c = self.row_class(rows)
+        self.tables.setdefault(c, CostTable(seed=dict(self.seed))).observe(tokens, seconds)
+
+    def at(self, rows: int, tokens: int) -> float:
+        c = self.row_class(rows)
+        seen = [k for k, t in self.tables.items() if t.seen]
+        if c not in seen and seen:     # the nearest class, in factors of two (ties: the larger, dearer)
+            c = min(seen, key=lambda k: (abs(k.bit_length() - c.bit_length()), -k))
+        table = self.tables.get(c)
+        return table.at(tokens) if table is not None else CostTable(seed=self.seed).at(tokens)
+
+
 @dataclass
 class Calibration:
     """P(the target keeps slot j | it kept every slot before j), by (key, position): the key is a raw
@@ -203,7 +234,7 @@ class Budget:
                  draft_seed: dict[int, float] | None = None):
         # seconds by tokens per verify pass: real tokens where the forward skips holes (the fast path),
         # rows × (longest row + 1) where it multiplies the padding too (the stock modules)
-        self.verify = CostTable(seed=dict(verify_seed or {}))
+        self.verify = RowCosts(verify_seed)
         self.padded = padded
         self.overhead = CostTable()        # seconds outside the forwards, by rows
         self.model_cal, self.ngram_cal = Calibration(), Calibration(pooled=True)
@@ -235,7 +266,7 @@ class Budget:
         """Tokens per second if every row drafted and verified d positions (the verify pass then
         trims, so this is the upper end of what drafting d can bring)."""
         gain = rows * (1.0 + sum(self._mean_survival(j) for j in range(d)))
-        cost = self.overhead.at(rows) + d * self.draft.at(rows) + self.verify.at(rows * (1 + d))
+        cost = self.overhead.at(rows) + d * self.draft.at(rows) + self.verify.at(rows, rows * (1 + d))
         return gain / max(cost, 1e-9)
 
     def _mean_survival(self, j: int) -> float:
@@ -316,14 +347,14 @@ class Budget:
         # padded passes cost by their longest row: start from the longest fixed row
         longest, taken = max(lengths, default=0), list(lengths)
         tokens = rows * (longest + 1) if self.padded else fixed_tokens
-        best, best_rate, total = 0, gain / max(fixed_s + self.verify.at(tokens), 1e-9), gain
+        best, best_rate, total = 0, gain / max(fixed_s + self.verify.at(rows, tokens), 1e-9), gain
         base_rate = best_rate
         for b, (s, _, i) in enumerate(slots, start=1):
             total += s
             taken[i] += 1
             longest = max(longest, taken[i])
             tokens = rows * (longest + 1) if self.padded else fixed_tokens + b
-            rate = total / max(fixed_s + self.verify.at(tokens), 1e-9)
+            rate = total / max(fixed_s + self.verify.at(rows, tokens), 1e-9)
             if rate > best_rate:
                 best, best_rate = b, rate
         return best, best_rate / base_rate if base_rate > 0 else float("inf")
@@ -359,7 +390,7 @@ class Budget:
                     and (after.greedy[i] or prop.match is not None):
                 cal.observe(keys[k], k, int(after.drafts[i, k]) == after.next_tokens[i])
         if tokens:     # the engine passes rows + verified drafts, or the padded shape (self.padded)
-            self.verify.observe(tokens, verify_s)
+            self.verify.observe(rows, tokens, verify_s)
             if tokens == rows:
                 self._base_age[rows] = 0
         if prop.passes:
