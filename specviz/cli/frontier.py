@@ -105,12 +105,27 @@ def scheduled_cell(pair, prompts: list[list[int]], arm: str, depth: int, users: 
         wall, runs = users_at_once(sched, reqs)
     finally:
         sched.close()
+        _give_back(engines)
     errors = [r.error for r in runs if r.error]
     if errors:
         raise RuntimeError(f"the shared scheduler failed a request: {errors[0]}")
     eng = engines[-1]
     return cell_result(arm, depth, users, [r.outputs for r in runs], [r.totals for r in runs],
                        [r.done_s for r in runs], wall, eng.steps_run, eng.slots_drafted, eng.slots_verified)
+
+
+def _give_back(engines) -> None:
+    """After a cell: its KV caches and the freed heap go back to the system before the next cell (a 64-user
+    cell's caches are hundreds of MB; left to the allocator, the process grew to 10 GB over a run and the
+    large cells' timings took its page faults)."""
+    import gc
+
+    from specviz.serve.heap import trim_heap
+
+    for eng in engines:
+        eng.drop_caches()
+    gc.collect()
+    trim_heap()
 
 
 FIELDS = ["arm", "depth", "users", "tokens_per_s", "per_user_tokens_per_s", "acceptance_rate", "accepted_length",
