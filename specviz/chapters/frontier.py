@@ -324,7 +324,8 @@ def figure_frontier(result: dict, labels: dict | None = None, dark: bool = False
     fig.update_xaxes(title_text=L["axis_users"], type="log", tickvals=sizes, ticktext=[str(n) for n in sizes],
                      row=1, col=2)
     fig.update_yaxes(title_text=L["axis_accepted"], row=1, col=2)
-    return styled(fig, dark, height=440)
+    # room above the plots for the panel titles' two lines (make_subplots puts them over the top edge)
+    return styled(fig, dark, height=460, margin=dict(l=56, r=20, t=64, b=80))
 
 
 # --- vLLM's frontier, recorded --------------------------------------------------------------------------
