@@ -156,6 +156,9 @@ def test_browser_run_slide_and_stop(app_url, tmp_path):
         page.locator("#run").click()
         _wait_status(page, "Running")
         page.wait_for_selector("#chart-throughput .js-plotly-plot", timeout=60000)
+        # a speculative step of run 2 on the page first (on a loaded machine the slide could otherwise land
+        # before run 2's first step, and every step would be plain)
+        page.wait_for_selector("#tokens span.tok-bonus", timeout=60000)
         depth = page.locator("#depth input[type=number]")
         depth.fill("0", timeout=60000)
         depth.press("Enter", timeout=60000)
