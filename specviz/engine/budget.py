@@ -154,13 +154,16 @@ class RowCosts:
         c = self.row_class(rows)
         self.tables.setdefault(c, CostTable(seed=dict(self.seed))).observe(tokens, seconds)
 
-    def at(self, rows: int, tokens: int) -> float:
+    def table(self, rows: int) -> CostTable:
+        """The table a step of `rows` rows is priced from (looked up once per step, not once per slot)."""
         c = self.row_class(rows)
         seen = [k for k, t in self.tables.items() if t.seen]
         if c not in seen and seen:     # the nearest class, in factors of two (ties: the larger, dearer)
             c = min(seen, key=lambda k: (abs(k.bit_length() - c.bit_length()), -k))
-        table = self.tables.get(c)
-        return table.at(tokens) if table is not None else CostTable(seed=self.seed).at(tokens)
+        return self.tables.get(c) or CostTable(seed=self.seed)
+
+    def at(self, rows: int, tokens: int) -> float:
+        return self.table(rows).at(tokens)
 
 
 @dataclass
@@ -347,14 +350,15 @@ class Budget:
         # padded passes cost by their longest row: start from the longest fixed row
         longest, taken = max(lengths, default=0), list(lengths)
         tokens = rows * (longest + 1) if self.padded else fixed_tokens
-        best, best_rate, total = 0, gain / max(fixed_s + self.verify.at(rows, tokens), 1e-9), gain
+        verify = self.verify.table(rows)
+        best, best_rate, total = 0, gain / max(fixed_s + verify.at(tokens), 1e-9), gain
         base_rate = best_rate
         for b, (s, _, i) in enumerate(slots, start=1):
             total += s
             taken[i] += 1
             longest = max(longest, taken[i])
             tokens = rows * (longest + 1) if self.padded else fixed_tokens + b
-            rate = total / max(fixed_s + self.verify.at(rows, tokens), 1e-9)
+            rate = total / max(fixed_s + verify.at(tokens), 1e-9)
             if rate > best_rate:
                 best, best_rate = b, rate
         return best, best_rate / base_rate if base_rate > 0 else float("inf")
