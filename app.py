@@ -93,8 +93,9 @@ def _build_cpu_kernel() -> None:
     if os.environ.get("SPECVIZ_COMPILE", "") == "off":          # the eager path uses no kernel
         return
     from specviz.fastpath import rows
+    from specviz.hardware.threads import own_thread
 
-    rows.library()
+    own_thread(rows.library)      # its check runs a parallel product: no OpenMP pool left in the main thread
 
 
 def _vllm_endpoints(args) -> list:

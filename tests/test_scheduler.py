@@ -305,3 +305,24 @@ def test_timed_experiment_waits_with_a_position_and_pauses_the_batch(make_pair, 
     assert req.steps > after
     ticket.cancel()
     sched.close()
+
+
+def test_a_quiet_scheduler_ends_its_thread_and_the_next_request_keeps_its_engine(make_pair, prompts, reference,
+                                                                                 monkeypatch):
+    """After the class goes quiet the loop's thread ends (its OpenMP workers with it: hardware/threads.py);
+    the next request starts a new thread that serves the same engine (an adaptive budget's tables kept)."""
+    import specviz.serve.scheduler as S
+    monkeypatch.setattr(S, "IDLE_S", 0.2)
+    built = []
+    sched = make_scheduler(make_pair("ngram"), engine_hook=built.append)
+    _, [(_, last)] = run_concurrently(sched, [Request([prompts[0]], Knobs(depth=3, batch_size=1), MAX_NEW)])
+    assert last.final and not last.error
+    first = sched._thread
+    deadline = time.monotonic() + 20
+    while sched.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not sched.alive(), "the quiet scheduler kept its thread"
+    _, [(_, again)] = run_concurrently(sched, [Request([prompts[1]], Knobs(depth=2, batch_size=1), MAX_NEW)])
+    assert not again.error and again.outputs[0] == reference(1, MAX_NEW)
+    assert sched._thread is not first and len(built) == 1 and sched.engine is built[0]
+    sched.close()

@@ -150,6 +150,7 @@ def _threads(n: int) -> int:
 
 def run(args) -> int:
     # on first use: transformers is slow to import
+    from specviz.hardware.threads import own_thread
     from specviz.pairs.pipeline import encode_prompt, load_pair
 
     check_run(1, args.depth, 0.0, args.max_new_tokens)
@@ -162,7 +163,8 @@ def run(args) -> int:
         client = VllmClient(args.vllm_url, timeout_s=600)
         served = client.model(args.vllm_model)
     _threads(args.threads)
-    pair = load_pair(args.target, "ngram", "cpu", compile=args.compile)
+    # loaded in a thread that ends: ours steps in the scheduler's thread (hardware/threads.py)
+    pair = own_thread(load_pair, args.target, "ngram", "cpu", compile=args.compile)
     prompts = [encode_prompt(pair.tokenizer, POOL[i % len(POOL)]) for i in range(args.users)]
     N, k = args.max_new_tokens, args.depth
     _note(args, f"our engine: {args.users} users × {N} tokens, n-gram k={k}")

@@ -161,7 +161,10 @@ def run(args) -> int:
     check_run(1, args.depth, 0.0, args.max_new_tokens, args.policy, args.threshold)
     if not 1 <= args.users <= 64 or not 1 <= args.separate_concurrency <= 64 or not 1 <= args.repeats <= 20:
         raise LimitError("--users and --separate-concurrency must be 1-64, --repeats 1-20")
-    pair = load_pair(args.target, args.draft, args.device)
+    from specviz.hardware.threads import own_thread
+
+    # loaded in a thread that ends: the shared runs step in the scheduler's (hardware/threads.py)
+    pair = own_thread(load_pair, args.target, args.draft, args.device)
     prompts = [encode_prompt(pair.tokenizer, POOL[i % len(POOL)]) for i in range(args.users)]
     _separate(pair, prompts[:2], args)                 # warm-up
     rounds = {"shared": [], "separate": []}

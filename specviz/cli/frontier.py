@@ -120,10 +120,13 @@ def _give_back(engines) -> None:
     large cells' timings took its page faults)."""
     import gc
 
+    from specviz.hardware.threads import own_thread
     from specviz.serve.heap import trim_heap
 
-    for eng in engines:
-        eng.drop_caches()
+    def drop():                 # new empty caches are zero-filled by OpenMP: not in this long-lived thread
+        for eng in engines:
+            eng.drop_caches()
+    own_thread(drop)
     gc.collect()
     trim_heap()
 
@@ -146,18 +149,22 @@ def write_out(folder: Path, result: dict) -> None:
 def run(args) -> int:
     from specviz.engine.budget import pair_profiles
     from specviz.hardware.device import device_name
+    from specviz.hardware.threads import own_thread
     from specviz.pairs.pipeline import encode_prompt, load_pair
 
     users, depths = check_args(args)
     if args.engine == "vllm":
         return run_vllm(args, users, depths)
-    pair = load_pair(args.target, args.draft, args.device, compile=args.compile)
-    texts = prompt_texts(args.prompts)
-    prompts = [encode_prompt(pair.tokenizer, t) for t in texts]
+    def prepare():
+        pair = load_pair(args.target, args.draft, args.device, compile=args.compile)
+        prompts = [encode_prompt(pair.tokenizer, t) for t in prompt_texts(args.prompts)]
+        profile = pair_profiles(pair)
+        return pair, prompts, profile, warm_budget(pair, prompts, max(depths), profile)
+    # in a thread that then exits: the cells run in the scheduler's thread, and a pool of OpenMP workers
+    # left in this one would slow every cell (hardware/threads.py)
+    pair, prompts, profile, budget = own_thread(prepare)
     t = pair.target
     scheduled_cell(pair, prompts, "fixed", max(depths), 2, 4)       # warm-up (allocator, kernels, threads)
-    profile = pair_profiles(pair)
-    budget = warm_budget(pair, prompts, max(depths), profile)
 
     def cell(arm, d, n):
         if arm == "warm-up":

@@ -64,14 +64,20 @@ class SlotValidity:
         self.n_valid.index_add_(0, rows, -was.long())
 
     def compaction_order(self, min_waste: float = 0.25, min_holes: int = 32) -> torch.Tensor | None:
-        """When holes make up more than `min_waste` of the cache (and at least `min_holes` slots): for
-        each row, the slots to keep, valid ones in order at the right end (left padding). [B, new_len]
-        Else None: compacting would cost more than the holes do."""
-        holes = self.holes()
-        if holes < min_holes or holes < min_waste * self.batch * max(self.length, 1):
+        """When compacting would free more than `min_waste` of the cache (and at least `min_holes`
+        slots): for each row, the slots to keep, valid ones in order at the right end (left padding).
+        [B, new_len]. Else None: compacting would cost more than the holes do.
+        Only the slots it frees count: the cache shrinks to the longest row, so a shorter row's left
+        padding stays. Counting every hole (as this once did) compacted a class of ragged prompts at
+        nearly every step — a full gather of every layer's keys and values, ~8 ms of a 50 ms step at
+        16 rows — for one or two freed columns."""
+        if self.batch == 0 or self.length == 0:
             return None
         new_len = int(self.n_valid.max())
         L = self.length
+        freed = self.batch * (L - new_len)
+        if freed < min_holes or freed < min_waste * self.batch * L:
+            return None
         # sort key puts holes first, valid slots after, each in slot order; keep the last new_len
         key = self.valid.long() * L + torch.arange(L, device=self.device)[None, :]
         return torch.argsort(key, dim=1)[:, L - new_len:]

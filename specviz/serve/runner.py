@@ -29,6 +29,7 @@ from specviz.engine.policies import PolicyChoice
 from specviz.engine.request import Knobs, Request, RunTotals, StepEvent
 from specviz.hardware.device import Peaks, Sample, Sampler, cached_peaks, device_name, free_memory, knee_steps
 from specviz.hardware.roofline import ModelSpec
+from specviz.hardware.threads import own_thread_iter
 from specviz.limits import Limits
 from specviz.serve.catalog import PairCache, PairChoice
 from specviz.serve.control import ControlFile, LocalControl
@@ -212,7 +213,9 @@ def exclusively(gate: DeviceGate, make: Callable[[], Iterator]) -> Iterator:
             if pos != shown:
                 shown = pos
                 yield Waiting(pos)
-        yield from make()
+        # in a thread of its own that ends with it (hardware/threads.py: no OpenMP pool left behind
+        # in a handler thread)
+        yield from own_thread_iter(make)
     finally:
         ticket.release()
 

@@ -48,6 +48,7 @@ log = logging.getLogger("specviz.serve.scheduler")
 
 POLL_S = 0.5          # how often a waiting consumer wakes to show it is still there
 ABANDON_S = 30.0      # a ticket nobody has read for this long is cancelled (its tab is gone)
+IDLE_S = 5.0          # a scheduler thread with nothing to do for this long (caches given back) ends
 
 
 def unexpected(kind) -> Said:
@@ -299,12 +300,19 @@ class Scheduler:
 
     # --- the loop (the only thread that touches the engine) ---------------------------------------------
     def _loop(self) -> None:
-        self.engine = self.make_engine()
+        if self.engine is None:
+            self.engine = self.make_engine()
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._closed or self._pending or self._active, timeout=5.0)
+                work = self._cond.wait_for(lambda: self._closed or self._pending or self._active, timeout=IDLE_S)
                 if self._closed:
                     break
+                if not work and not self._used:
+                    # quiet, caches given back: this thread ends, and its OpenMP workers with it, so a
+                    # timed experiment meanwhile does not run beside an idle pool (hardware/threads.py);
+                    # the next submit starts a thread that serves this engine (its budget's tables kept)
+                    self._thread = None
+                    return
                 pending = list(self._pending)
             try:
                 self._take_swap()
