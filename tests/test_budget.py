@@ -91,6 +91,34 @@ def test_trimmed_verification_is_still_exact(make_pair, prompts, reference, draf
     assert all(r.totals.proposed >= r.totals.drafted for r in reqs)
 
 
+class ProbingBudget(Budget):
+    """Every step is a probe: one position, past the survival stop."""
+
+    def draft_depth(self, depth, kind, rows):
+        self._step_depth, self.probing = 1, kind == "model"
+        return 1
+
+
+@pytest.mark.parametrize("draft", ["draft", "layerskip:1-2"])
+def test_a_probe_drafts_in_one_row_and_the_others_catch_up_later_exactly(make_pair, prompts, reference, draft):
+    """A probe drafts in one row only (the one with the least to feed the draft model) and the other rows
+    do not catch up until they draft: at most one row proposes per step, and every row stays exact once
+    the probes stop and all rows draft again (their draft caches catch up then)."""
+    eng = _engine(make_pair(draft), ProbingBudget(verify_seed={1: 0.01, 4: 0.011, 8: 0.03, 64: 0.3}))
+    reqs = [Request([prompts[i]], Knobs(4, 1, make_policy("adaptive-verification")), 24) for i in range(4)]
+    for r in reqs:
+        eng.add(r)
+    probed = []
+    for _ in range(6):
+        probed.append(sum(1 for _, ev in eng.step() for row in ev.rows if row.proposed))
+    assert max(probed) == 1, probed               # one row of the four, every step
+    eng.budget.__class__ = HalfBudget            # from here every row drafts the full depth
+    while any(not r.done for r in reqs):
+        eng.step()
+    for i, r in enumerate(reqs):
+        assert r.outputs()[0] == reference(i, 24), f"request {i}"
+
+
 def _chi2_pvalue(stat: float, dof: int) -> float:
     """Upper tail of the chi-square distribution (Wilson–Hilferty normal approximation)."""
     z = ((stat / dof) ** (1 / 3) - (1 - 2 / (9 * dof))) / math.sqrt(2 / (9 * dof))

@@ -824,8 +824,8 @@ def test_auto_falls_back_to_eager_where_eager_measured_faster(loaded, monkeypatc
 
 
 def test_the_avx512_kernel_variant_gives_the_default_kernel_s_bits(tmp_path, monkeypatch):
-    """SPECVIZ_KERNEL_WIDE=1 (off by default) builds the 512-bit product: on a CPU with AVX-512 it must
-    give the 256-bit kernel's results bit for bit, at every row count and thread count."""
+    """The 512-bit product (the default where the CPU has AVX-512; SPECVIZ_KERNEL_WIDE=0 builds the 256-bit
+    one) must give the 256-bit kernel's results bit for bit, at every row count and thread count."""
     from specviz.fastpath import rows
 
     _need_rows_kernel()
@@ -835,8 +835,13 @@ def test_the_avx512_kernel_variant_gives_the_default_kernel_s_bits(tmp_path, mon
     assert wide is not None, why
     if not wide.specviz_isa().decode().startswith("avx512 (512"):
         pytest.skip(f"no AVX-512 here: the variant is not built ({wide.specviz_isa().decode()})")
-    narrow = rows.library()
-    assert rows.isa().startswith(("avx512 (256", "avx2", "neon", "generic"))   # the default stays 256-bit
+    assert rows.wide_wanted()
+    monkeypatch.setenv("SPECVIZ_KERNEL_WIDE", "0")
+    narrow, why = rows._load()
+    assert narrow is not None, why
+    assert narrow.specviz_isa().decode().startswith("avx512 (256")
+    monkeypatch.delenv("SPECVIZ_KERNEL_WIDE")
+    assert rows.wide_wanted() == rows._has_avx512()          # unset: the CPU decides
     g = torch.Generator().manual_seed(0)
     for n, k in ((37, 40), (200, 72), (33, 7)):
         p = rows.pack(torch.randn(n, k, generator=g))

@@ -121,7 +121,9 @@ class ModelDrafter:
         if K == 0:
             return Proposal(tokens[:, :0], lengths, None)
         want = torch.tensor(depths, device=self.device)
-        self._fed_before = [len(s) for s in seqs]
+        # only rows that draft catch up: a row at depth 0 keeps its place and is fed when it drafts again
+        # (a probe in one row fed every row's whole sequence: a 16-row draft prefill, ~0.7 s, for one slot)
+        self._fed_before = [len(s) if d > 0 else f for s, f, d in zip(seqs, self.fed, depths)]
         self._spec_slots = torch.full((B, K), -1, dtype=torch.long, device=self.device)
         sampling = any(t > 0 for t in temperatures)
         q_all = torch.zeros(B, K, self.vocab, device=self.device) if sampling else None
@@ -133,7 +135,8 @@ class ModelDrafter:
             floor = torch.tensor([0.0 if c is None else c for c in survival], device=self.device)
         conf = torch.zeros(B, K, device=self.device) if scores or floor is not None else None
         running = torch.ones(B, device=self.device)
-        feed, feed_valid = left_padded([s[f:] for s, f in zip(seqs, self.fed)], self.device)
+        feed, feed_valid = left_padded([s[f:] if d > 0 else [] for s, f, d in zip(seqs, self.fed, depths)],
+                                       self.device)
         ctx, seconds, cost, passes = self.draft_kv.length, 0.0, ZERO_COST, 0
         alive = want > 0
         for j in range(K):

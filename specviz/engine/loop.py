@@ -185,9 +185,13 @@ class SpeculativeEngine:
         chosen: dict[int, int] = {}        # the budget's draft depth, once per requested depth
         depths = [max(0, min(self._draft_depth(plans[r.owner.id], B, chosen), r.owner.max_new - len(r.out) - 1))
                   for r in self.rows]
+        if model_budget and self.budget.probing:
+            depths = self._probe_one(depths, budgeted, seqs)
         temps = [r.owner.temperature for r in self.rows]
         gens = [r.gen for r in self.rows]
-        floors = [self.budget.draft_floor() if b else None for b in budgeted] if model_budget else None
+        # a probe drafts past the survival stop: it is there to measure the position the stop would cut
+        floors = ([self.budget.draft_floor() if b else None for b in budgeted]
+                  if model_budget and not self.budget.probing else None)
         prop = self.drafter.propose(seqs, depths, [plans[r.owner.id].confidence for r in self.rows], temps, gens,
                                     scores=model_budget, survival=floors)
         proposed = prop.lengths.tolist()
@@ -250,6 +254,16 @@ class SpeculativeEngine:
         if plan.depth not in chosen:
             chosen[plan.depth] = self.budget.draft_depth(plan.depth, self.drafter.kind, rows)
         return chosen[plan.depth]
+
+    def _probe_one(self, depths: list[int], budgeted: list[bool], seqs: list[list[int]]) -> list[int]:
+        """The budget's probe drafts in one budgeted row: the one with the fewest tokens to feed the draft
+        model first (a row's draft cache catches up lazily, when it drafts again)."""
+        fed = getattr(self.drafter, "fed", None) or [0] * len(seqs)
+        rows = [i for i, b in enumerate(budgeted) if b and depths[i] > 0]
+        if not rows:
+            return depths
+        keep = min(rows, key=lambda i: len(seqs[i]) - fed[i])
+        return [d if not budgeted[i] or i == keep else 0 for i, d in enumerate(depths)]
 
     def _finish_step(self, req: Request, ev: StepEvent, plan: StepPlan, prop: Proposal) -> None:
         req.steps += 1

@@ -291,7 +291,9 @@ _CACHE_LOCK = threading.Lock()
 
 
 def _cache_key(dtype: torch.dtype) -> str:
-    return f"{machine_key(torch.device('cpu'), dtype)} | {cpu_model()} | {torch.get_num_threads()} threads"
+    # the kernel variant too: timings of the 256-bit kernel say nothing of the 512-bit one
+    return (f"{machine_key(torch.device('cpu'), dtype)} | {cpu_model()} | {torch.get_num_threads()} threads"
+            f" | {rows.isa() or 'no kernel'}")
 
 
 def _cached_times(counts: dict[tuple[int, int], int], dtype: torch.dtype,

