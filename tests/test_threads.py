@@ -1,58 +1,104 @@
-"""hardware/threads.py: work in a thread of its own that ends with it, its result or error handed back."""
+"""Generators the UI streams are resumed by gradio on whichever worker thread is free. Torch's modes are
+thread-local, so a mode held across a `yield` silently switches off (the breadth-vs-depth chapter failed in
+class with "Only Tensors created explicitly by the user … support the deepcopy protocol"). Two checks:
+the rule on the source (no torch mode spans a yield, no thread-local grad switch), and every chapter's
+experiment resumed on a fresh thread at each step."""
+from __future__ import annotations
+
+import ast
 import threading
+from pathlib import Path
 
 import pytest
 
-from specviz.hardware.threads import own_thread, own_thread_iter
+from specviz.chapters import breadth_depth, knee, ledger, policies, race, sweep
+from specviz.hardware.device import Peaks
+
+SRC = Path(__file__).resolve().parents[1] / "specviz"
+MODES = {"inference_mode", "no_grad", "enable_grad", "set_grad_enabled", "autocast", "enable_inference_mode"}
 
 
-def test_own_thread_returns_the_value_from_another_thread_and_raises_its_error():
-    main = threading.get_ident()
-    assert own_thread(lambda a, b=0: (a + b, threading.get_ident() != main), 2, b=3) == (5, True)
-    with pytest.raises(ValueError, match="bad"):
-        own_thread(lambda: (_ for _ in ()).throw(ValueError("bad")))
+def _mode_name(expr) -> str | None:
+    call = expr if isinstance(expr, ast.Call) else None
+    func = call.func if call is not None else expr
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    return name if name in MODES else None
 
 
-def test_own_thread_iter_yields_in_order_from_one_thread_that_ends():
-    seen = []
-
-    def make():
-        for i in range(5):
-            seen.append(threading.current_thread())
-            yield i
-    assert list(own_thread_iter(make)) == [0, 1, 2, 3, 4]
-    assert len(set(seen)) == 1 and seen[0] is not threading.current_thread()
-    seen[0].join(5)
-    assert not seen[0].is_alive()
-
-
-def test_own_thread_iter_raises_the_generators_error_after_what_it_yielded():
-    def make():
-        yield "a"
-        raise RuntimeError("cell failed")
-    got = []
-    with pytest.raises(RuntimeError, match="cell failed"):
-        for x in own_thread_iter(make):
-            got.append(x)
-    assert got == ["a"]
+def _own_yields(node) -> bool:
+    """A yield in this node's body, not counting functions defined inside it."""
+    todo = list(ast.iter_child_nodes(node))
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (ast.Yield, ast.YieldFrom)):
+            return True
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(n))
+    return False
 
 
-def test_closing_early_stops_the_generator_before_the_caller_goes_on():
-    """A closed tab: the consumer stops; the experiment's generator is closed at its next yield, and the
-    consumer's close returns only once that thread has finished (the device is given back after)."""
-    closed, worker = threading.Event(), []
+def mode_across_yield(source: str) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.With, ast.AsyncWith)):
+            modes = [m for m in (_mode_name(i.context_expr) for i in node.items) if m]
+            if modes and _own_yields(node):
+                found.append(f"line {node.lineno}: {modes[0]} spans a yield")
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and \
+                _mode_name(node.value.func) == "set_grad_enabled":
+            found.append(f"line {node.lineno}: set_grad_enabled switches only the calling thread")
+    return found
 
-    def make():
-        worker.append(threading.current_thread())
+
+def test_the_rule_catches_the_old_bug():
+    old = ("def gen():\n    with torch.inference_mode():\n        for n in ns:\n            yield n\n")
+    assert mode_across_yield(old) == ["line 2: inference_mode spans a yield"]
+    assert mode_across_yield("torch.set_grad_enabled(False)\n")
+    ok = ("def f():\n    with torch.inference_mode():\n        x = 1\n    yield x\n"
+          "def g():\n    with torch.no_grad():\n        def inner():\n            yield 1\n")
+    assert mode_across_yield(ok) == []
+
+
+def test_no_torch_mode_spans_a_yield_in_specviz():
+    bad = {str(p.relative_to(SRC)): found for p in sorted(SRC.rglob("*.py"))
+           if (found := mode_across_yield(p.read_text(encoding="utf-8")))}
+    assert bad == {}
+
+
+def on_fresh_threads(gen) -> list[dict]:
+    """Consume a generator as gradio does: each resumption on a new thread (modes off there)."""
+    out, error = [], []
+
+    def step():
         try:
-            i = 0
-            while True:
-                yield i
-                i += 1
-        finally:
-            closed.set()
-    it = own_thread_iter(make)
-    assert next(it) == 0
-    it.close()
-    assert closed.is_set()
-    assert not worker[0].is_alive()
+            out.append(next(gen))
+        except StopIteration:
+            out.append(None)
+        except Exception as exc:          # reported below, with the chapter's name
+            error.append(exc)
+    while not error and (not out or out[-1] is not None):
+        t = threading.Thread(target=step)
+        t.start()
+        t.join()
+    assert not error, repr(error[0])
+    return out[:-1]
+
+
+@pytest.mark.parametrize("chapter", ["race", "knee", "breadth_depth", "ledger", "sweep", "policies"])
+def test_every_chapter_survives_thread_hops(make_pair, prompts, chapter):
+    skip, ngram = make_pair("layerskip:1-2"), make_pair("ngram")
+    peaks = Peaks("cpu", 3.0e10, 3.0e10, "float32")
+    make = {"race": lambda: race.run_race(skip, prompts[1], depth=3, max_new=8),
+            "knee": lambda: knee.run_knee(skip, peaks, context=16, repeats=1, cap=4),
+            "breadth_depth": lambda: breadth_depth.run_breadth_depth(skip, context=16, ns=(1, 2, 4), repeats=1),
+            "ledger": lambda: ledger.run_ledger(skip, prompts[1], depth=3, max_new=8),
+            "sweep": lambda: sweep.run_sweep(ngram, prompts[0], batches=(1, 2), depths=(1,), max_new=4),
+            "policies": lambda: policies.run_policies(skip, prompts[:2], batches=(1, 2), depth=2, max_new=4)}[chapter]
+    got = on_fresh_threads(make())
+    assert got and got[-1]["done"], chapter
+
+
+def test_loaded_weights_never_need_grad(loaded):
+    """No autograd graph on any thread: the weights themselves ask for none."""
+    for name, m in loaded.items():
+        assert not any(p.requires_grad for p in m.model.parameters()), name
