@@ -55,6 +55,22 @@ def test_compute_bound_pass_verifies_nothing_and_memory_bound_verifies_all():
     assert flat.select(_proposal([[0.9] * 4]), [True], [False], 0.0, 1).lengths == [4]
 
 
+def test_the_bookkeeping_of_verifying_is_priced_apart_from_verifying_nothing():
+    """Steps that verify drafts pay for acceptance and holes that a step verifying nothing skips: with
+    those measured apart, a near-even slot is left out; priced alike, it is taken."""
+    def budget(spec_s: float, plain_s: float | None) -> Budget:
+        b = Budget(verify_seed={1: 1.0, 2: 1.6})            # one more token: +60 % (a 0.7 slot: +70 % tokens)
+        b._base_age[1] = 0                                   # the pass with no drafts was just timed: no probe
+        b.overhead.observe(1, spec_s)
+        if plain_s is not None:
+            b.overhead_plain.observe(1, plain_s)
+        return b
+    one = _proposal([[0.7]])
+    assert budget(0.0, None).select(one, [True], [False], 0.0, 1).lengths == [1]
+    assert budget(0.3, 0.3).select(one, [True], [False], 0.0, 1).lengths == [1]   # the same either way
+    assert budget(0.3, 0.0).select(one, [True], [False], 0.0, 1).lengths == [0]   # 0.3 s more with drafts
+
+
 def test_sampled_model_rows_follow_the_previous_cutoff():
     """A sampled row's cut may not look at its own later drafts: it keeps the slots above the cut-off
     set by the step before, whatever this step's B* is."""

@@ -262,7 +262,8 @@ class Budget:
         # rows × (longest row + 1) where it multiplies the padding too (the stock modules)
         self.verify = RowCosts(verify_seed)
         self.padded = padded
-        self.overhead = CostTable()        # seconds outside the forwards, by rows
+        self.overhead = CostTable()        # seconds outside the forwards, by rows, in steps that verified drafts
+        self.overhead_plain = CostTable()  # … and in steps that verified none (no acceptance, no holes)
         self.model_cal, self.ngram_cal = Calibration(), Calibration(pooled=True)
         self.cutoff = 0.0                  # survival of the last slot chosen in the previous step
         self.draft = CostTable(seed=dict(draft_seed or {}))   # seconds per draft pass, by rows
@@ -351,7 +352,11 @@ class Budget:
             lengths[i] = 0
         self._learn_depth(survivals)
         slots.sort(key=lambda t: (-t[0], t[1]))     # S falls along a row, so the top B is a prefix per row
-        best, margin = self._argmax(slots, lengths, fixed_tokens, gain, fixed_s + self.overhead.at(rows), rows)
+        # verifying nothing also skips the bookkeeping drafts bring (acceptance, holes, compaction): priced
+        # apart, or a near-even choice tips towards verifying (measured ~1 ms of a 20 ms step at 4 rows)
+        plain_s = fixed_s + self.overhead_plain.at(rows) if self.overhead_plain and fixed_tokens == rows else None
+        best, margin = self._argmax(slots, lengths, fixed_tokens, gain, fixed_s + self.overhead.at(rows), rows,
+                                    plain_s)
         cut_by_past = prop.match is None and any(sampled[i] for i in survivals)
         verify_now = 0 if best and not cut_by_past and self._probe_base(rows, margin, fixed_tokens) else best
         cutoff = self.cutoff
@@ -376,14 +381,15 @@ class Budget:
         return fixed_tokens == rows and age >= BASE_EVERY and margin < BASE_MARGIN
 
     def _argmax(self, slots, lengths, fixed_tokens: int, gain: float, fixed_s: float,
-                rows: int) -> tuple[int, float]:
+                rows: int, plain_s: float | None = None) -> tuple[int, float]:
         """B* = argmax_B (gain + Σ_{top B} S) ÷ (fixed_s + verify_s(tokens of the pass with B slots)), and
-        its expected rate ÷ the rate of verifying nothing."""
+        its expected rate ÷ the rate of verifying nothing (priced with `plain_s` where given)."""
         # padded passes cost by their longest row: start from the longest fixed row
         longest, taken = max(lengths, default=0), list(lengths)
         tokens = rows * (longest + 1) if self.padded else fixed_tokens
         verify = self.verify.table(rows)
-        best, best_rate, total = 0, gain / max(fixed_s + verify.at(tokens), 1e-9), gain
+        base_s = fixed_s if plain_s is None else plain_s
+        best, best_rate, total = 0, gain / max(base_s + verify.at(tokens), 1e-9), gain
         base_rate = best_rate
         for b, (s, _, i) in enumerate(slots, start=1):
             total += s
@@ -431,7 +437,7 @@ class Budget:
                 self._base_age[rows] = 0
         if prop.passes:
             self.draft.observe(rows, prop.seconds / prop.passes)
-        self.overhead.observe(rows, overhead_s)
+        (self.overhead_plain if tokens == rows else self.overhead).observe(rows, overhead_s)
 
 
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
