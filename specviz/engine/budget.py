@@ -33,12 +33,11 @@ n-gram drafts are a fixed function of the context, so every row may use this ste
 The draft depth. DSpark drafts a block in one pass; a model draft here pays a pass per position. So
 model rows draft to the depth with the best expected tokens per second (measured draft cost by rows,
 verify cost, mean survival per position), stop drafting once their raw survival falls well under the
-last cut-off, and probe one position now and then after choosing not to draft (ever more rarely while
-probes find nothing worth drafting) — in one row only, the
-one with the least to catch up: a row that has not drafted for a while must first feed the draft model
-every token since, and a probe in every row was a draft prefill of the whole class (a layer-skip draft
-that verified almost nothing ran 0.68× no speculation at 16 users). n-gram drafting costs almost
-nothing, so it always drafts the full depth.
+last cut-off, and probe one position now and then after choosing not to draft, ever more rarely while
+probes find nothing worth drafting. A probe drafts in one row, the one with the least to catch up: a row
+that has not drafted for a while must first feed the draft model every token since, and a probe in every
+row was a draft prefill of the whole class (a layer-skip draft that verified almost nothing ran 0.68× no
+speculation at 16 users). n-gram drafting costs almost nothing, so it always drafts the full depth.
 
 Ownership: the engine owns one `Budget` and calls it from the thread that steps the batch.
 """
@@ -185,7 +184,8 @@ class Calibration:
     pos_reached: dict[int, float] = field(default_factory=dict)     # by position, every key together
     pos_kept: dict[int, float] = field(default_factory=dict)
 
-    _pooled_rates: dict[float, list[float]] = field(default_factory=dict)   # per step: prior → by position
+    # derived from the counts above (cleared whenever they change): prior → rate by position
+    _pooled_rates: dict[float, list[float]] = field(default_factory=dict, repr=False, compare=False)
 
     def rate(self, key: int, pos: int, prior: float) -> float:
         p = min(pos, POSITIONS - 1)
