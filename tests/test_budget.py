@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from specviz.engine.budget import Budget, CostTable, monotone
+from specviz.engine.budget import PROBE_EVERY, Budget, CostTable, monotone
 from specviz.engine.drafters import Proposal
 from specviz.engine.loop import Knobs
 from specviz.engine.policies import make_policy
@@ -71,6 +71,24 @@ def test_the_bookkeeping_of_verifying_is_priced_apart_from_verifying_nothing():
     assert budget(0.3, 0.0).select(one, [True], [False], 0.0, 1).lengths == [0]   # 0.3 s more with drafts
 
 
+def test_a_probe_waits_for_its_share_of_the_serving_time_and_never_comes_where_drafting_cannot_pay():
+    """A probe's row first feeds the draft its backlog (a prefill): the probe waits until the time served
+    since the last one covers that price 1 ÷ PROBE_SHARE times, and a draft that would not pay even if the
+    target kept every token is never probed, however long it waits."""
+    verify = {1: 0.010, 4: 0.011, 8: 0.012, 64: 0.1}
+
+    def probes(draft_s: float, idle_s: float, backlog: int) -> bool:
+        b = Budget(verify, draft_seed={1: draft_s})
+        b.pos_mean = {j: 0.0 for j in range(4)}            # nothing survived so far: the budget drafts none
+        b._idle, b._idle_s = PROBE_EVERY, idle_s
+        assert b.draft_depth(4, "model", 1, backlog) == (1 if b.probing else 0)
+        return b.probing
+    assert not probes(0.001, 0.5, 100)       # a 100-token catch-up (~17 ms here) wants ~0.8 s served first
+    assert probes(0.001, 2.0, 100)
+    assert probes(0.001, 0.5, 2)             # a short backlog is cheap to probe
+    assert not probes(0.012, 100.0, 1)       # dearer per pass than the target: no acceptance would pay
+
+
 def test_sampled_model_rows_follow_the_previous_cutoff():
     """A sampled row's cut may not look at its own later drafts: it keeps the slots above the cut-off
     set by the step before, whatever this step's B* is."""
@@ -110,7 +128,7 @@ def test_trimmed_verification_is_still_exact(make_pair, prompts, reference, draf
 class ProbingBudget(Budget):
     """Every step is a probe: one position, past the survival stop."""
 
-    def draft_depth(self, depth, kind, rows):
+    def draft_depth(self, depth, kind, rows, catchup=0):
         self._step_depth, self.probing = 1, kind == "model"
         return 1
 
@@ -145,7 +163,7 @@ class HalfBudget(Budget):
     """Every row drafts the full depth and B* is the top half of the slots: a budget that looks at
     every row's later drafts, the case that would bias sampling if a sampled row followed it."""
 
-    def draft_depth(self, depth, kind, rows):
+    def draft_depth(self, depth, kind, rows, catchup=0):
         self._step_depth = depth
         return depth
 

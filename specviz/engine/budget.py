@@ -37,7 +37,10 @@ last cut-off, and probe one position now and then after choosing not to draft, e
 probes find nothing worth drafting. A probe drafts in one row, the one with the least to catch up: a row
 that has not drafted for a while must first feed the draft model every token since, and a probe in every
 row was a draft prefill of the whole class (a layer-skip draft that verified almost nothing ran 0.68× no
-speculation at 16 users). n-gram drafting costs almost nothing, so it always drafts the full depth.
+speculation at 16 users). Even in one row that catch-up is a prefill (~80 ms for a 100-token prompt, a
+sixth of a one-user class of 24 tokens), so a probe also waits until the serving time since the last
+one is 1 ÷ PROBE_SHARE times its estimated price, and never comes where a draft that every target
+kept would still not pay. n-gram drafting costs almost nothing, so it always drafts the full depth.
 
 Ownership: the engine owns one `Budget` and calls it from the thread that steps the batch.
 """
@@ -54,7 +57,8 @@ MAX_COUNT = 400.0        # counts decay past this, so the tables follow a changi
 DRAFT_STOP = 0.25        # model rows stop drafting below this fraction of the last cut-off
 FORGET = 0.995           # per step: a count's weight halves in ~140 steps
 PROBE_EVERY = 32         # steps without a verified draft before model rows draft again …
-PROBE_MAX = 256          # … doubling after each probe that did not make drafting pay, up to this
+PROBE_MAX = 256          # … doubling after each probe that did not make drafting pay, up to this …
+PROBE_SHARE = 0.02       # … and at most this share of the serving time spent on probes (their catch-up)
 BASE_EVERY = 24          # steps before the pass with no drafts (tokens = rows) is measured again …
 BASE_MARGIN = 1.3        # … when B* promised less than this × the rate of verifying nothing
 
@@ -271,32 +275,49 @@ class Budget:
         self._step_depth = 0               # the depth rows drafted to this step
         self._idle = 0                     # steps in a row that chose not to draft (model drafts)
         self._probe_every = PROBE_EVERY    # idle steps before the next probe
+        self._idle_s = 0.0                 # seconds served since the last probe or drafting step
         self._keys: list[list[int]] = []   # per row and position of the last selection: calibration key
         self._base_age: dict[int, int] = {}   # rows → steps since a pass of exactly `rows` tokens was timed
         self.probing = False               # this step's depth is a probe: the engine drafts it for one row
 
     # --- before drafting ---------------------------------------------------------------------------
-    def draft_depth(self, depth: int, kind: str, rows: int) -> int:
+    def draft_depth(self, depth: int, kind: str, rows: int, catchup: int = 0) -> int:
         """How deep rows under this budget draft this step (the slider's depth is the ceiling). n-gram
         drafts are free, so always the full depth; a model draft, the depth with the best expected
         tokens per second from the costs and the survival per position measured so far (the whole
-        depth until a step has been measured), probing one position now and then after choosing 0."""
+        depth until a step has been measured), probing one position now and then after choosing 0.
+        `catchup`: tokens the probe's row would first feed the draft model."""
         self._step_depth, self.probing = depth, False
         if kind != "model" or not self.draft or not self.verify:
             return depth
         best = max(range(depth + 1), key=lambda d: self._expected_rate(d, rows))
         if best:
-            self._idle, self._probe_every = 0, PROBE_EVERY
+            self._idle, self._probe_every, self._idle_s = 0, PROBE_EVERY, 0.0
         else:
             self._idle += 1
-        if not best and self._idle >= self._probe_every:
+        if not best and self._idle >= self._probe_every and self._probe_pays(depth, rows, catchup):
             # each probe that does not make drafting pay doubles the wait for the next: its row first
             # feeds the draft model every token since it last drafted (a 1-user cell of 24 tokens ran
             # 0.87× no speculation on probes alone at a fixed 32 steps)
-            self._idle, best, self.probing = 0, min(depth, 1), True
+            self._idle, self._idle_s, best, self.probing = 0, 0.0, min(depth, 1), True
             self._probe_every = min(PROBE_MAX, 2 * self._probe_every)
         self._step_depth = best
         return best
+
+    def _probe_pays(self, depth: int, rows: int, catchup: int) -> bool:
+        """A probe now? Only if drafting could pay at all (every row drafting d, every draft kept, beats
+        drafting none for some d) and the serving time since the last probe covers its price
+        1 ÷ PROBE_SHARE times: the catch-up pass (the target's one-row pass of that many tokens, scaled
+        by the draft's price per pass against the target's) and one draft pass."""
+        def kept_all(d):
+            cost = self.overhead.at(rows) + d * self.draft.at(rows) + self.verify.at(rows, rows * (1 + d))
+            return rows * (1 + d) / max(cost, 1e-9)
+        if max(kept_all(d) for d in range(1, depth + 1)) <= kept_all(0):
+            return False
+        one = self.verify.at(1, 1)
+        ratio = self.draft.at(1) / one if one > 0 else 1.0
+        price = ratio * self.verify.at(1, max(1, catchup)) + self.draft.at(rows)
+        return self._idle_s * PROBE_SHARE >= price
 
     def _expected_rate(self, d: int, rows: int) -> float:
         """Tokens per second if every row drafted and verified d positions (the verify pass then
@@ -435,9 +456,12 @@ class Budget:
             self.verify.observe(rows, tokens, verify_s)
             if tokens == rows:
                 self._base_age[rows] = 0
-        if prop.passes:
-            self.draft.observe(rows, prop.seconds / prop.passes)
+        # a catch-up pass is a prefill of the backlog, not the price of a draft pass: left out
+        passes = prop.passes - (1 if prop.catchup_s > 0 else 0)
+        if passes > 0:
+            self.draft.observe(rows, (prop.seconds - prop.catchup_s) / passes)
         (self.overhead_plain if tokens == rows else self.overhead).observe(rows, overhead_s)
+        self._idle_s += prop.seconds + verify_s + overhead_s
 
 
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128)

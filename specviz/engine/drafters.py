@@ -39,12 +39,14 @@ class Proposal:
     conf: torch.Tensor | None = None   # [B, K] the draft's top probability at each drafted position
     #                                    (asked for with scores=True; a model drafter only)
     match: list[int] | None = None     # per row, the n-gram length its drafts came from (n-gram only)
+    catchup_s: float = 0.0        # of `seconds`, the first pass when it fed rows a backlog (not a draft pass's price)
 
     def cut(self, lengths: torch.Tensor) -> "Proposal":
         """The same drafts, each row verifying only its first lengths[i] (≤ what it drafted)."""
         K = int(lengths.max()) if lengths.numel() else 0
         return Proposal(self.tokens[:, :K], lengths, None if self.q is None else self.q[:, :K], self.passes,
-                        self.seconds, self.cost, None if self.conf is None else self.conf[:, :K], self.match)
+                        self.seconds, self.cost, None if self.conf is None else self.conf[:, :K], self.match,
+                        self.catchup_s)
 
 
 class Drafter(Protocol):
@@ -138,10 +140,13 @@ class ModelDrafter:
         feed, feed_valid = left_padded([s[f:] if d > 0 else [] for s, f, d in zip(seqs, self.fed, depths)],
                                        self.device)
         ctx, seconds, cost, passes = self.draft_kv.length, 0.0, ZERO_COST, 0
+        # more than the last two tokens per row: a backlog (a new row, or one back from depth 0), priced apart
+        catchup_s, backlog = 0.0, feed.shape[1] > 2
         alive = want > 0
         for j in range(K):
             logits, secs = timed_forward(self.draft_kv, self.model, feed, feed_valid, logits_to_keep=1)
             seconds += secs
+            catchup_s = secs if j == 0 and backlog else catchup_s
             passes += 1
             cost = cost + pass_cost(self.spec, B, feed.shape[1], ctx, logits=1, n_layers=self.n_layers)
             ctx = self.draft_kv.length
@@ -171,7 +176,7 @@ class ModelDrafter:
         Kused = int(lengths.max())
         return Proposal(tokens[:, :Kused], lengths,
                         None if q_all is None else q_all[:, :Kused], passes, seconds, cost,
-                        None if conf is None else conf[:, :Kused])
+                        None if conf is None else conf[:, :Kused], catchup_s=catchup_s)
 
     def _pick(self, logits: torch.Tensor, temperatures: list[float], gens: list, drafting: torch.Tensor):
         """Greedy rows take the argmax; sampled rows still drafting draw from their tempered

@@ -183,7 +183,9 @@ class SpeculativeEngine:
         model_budget = any(budgeted) and self.drafter.kind == "model"
         # a row never drafts past its token limit: the step emits at most k + 1 tokens
         chosen: dict[int, int] = {}        # the budget's draft depth, once per requested depth
-        depths = [max(0, min(self._draft_depth(plans[r.owner.id], B, chosen), r.owner.max_new - len(r.out) - 1))
+        catchup = self._least_backlog(seqs, budgeted) if model_budget else 0
+        depths = [max(0, min(self._draft_depth(plans[r.owner.id], B, chosen, catchup),
+                             r.owner.max_new - len(r.out) - 1))
                   for r in self.rows]
         if model_budget and self.budget.probing:
             depths = self._probe_one(depths, budgeted, seqs)
@@ -248,21 +250,29 @@ class SpeculativeEngine:
             out.append((req, ev))
         return out
 
-    def _draft_depth(self, plan: StepPlan, rows: int, chosen: dict[int, int]) -> int:
+    def _draft_depth(self, plan: StepPlan, rows: int, chosen: dict[int, int], catchup: int) -> int:
         if not plan.budgeted:
             return plan.depth
         if plan.depth not in chosen:
-            chosen[plan.depth] = self.budget.draft_depth(plan.depth, self.drafter.kind, rows)
+            chosen[plan.depth] = self.budget.draft_depth(plan.depth, self.drafter.kind, rows, catchup)
         return chosen[plan.depth]
+
+    def _backlogs(self, seqs: list[list[int]]) -> list[int]:
+        """Per row, the tokens it would feed the draft model before drafting (its cache catches up lazily)."""
+        fed = getattr(self.drafter, "fed", None) or [0] * len(seqs)
+        return [len(s) - f for s, f in zip(seqs, fed)]
+
+    def _least_backlog(self, seqs: list[list[int]], budgeted: list[bool]) -> int:
+        return min((n for n, b in zip(self._backlogs(seqs), budgeted) if b), default=0)
 
     def _probe_one(self, depths: list[int], budgeted: list[bool], seqs: list[list[int]]) -> list[int]:
         """The budget's probe drafts in one budgeted row: the one with the fewest tokens to feed the draft
-        model first (a row's draft cache catches up lazily, when it drafts again)."""
-        fed = getattr(self.drafter, "fed", None) or [0] * len(seqs)
+        model first."""
+        backlog = self._backlogs(seqs)
         rows = [i for i, b in enumerate(budgeted) if b and depths[i] > 0]
         if not rows:
             return depths
-        keep = min(rows, key=lambda i: len(seqs[i]) - fed[i])
+        keep = min(rows, key=lambda i: backlog[i])
         return [d if not budgeted[i] or i == keep else 0 for i, d in enumerate(depths)]
 
     def _finish_step(self, req: Request, ev: StepEvent, plan: StepPlan, prop: Proposal) -> None:

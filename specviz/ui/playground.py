@@ -14,6 +14,7 @@ import time
 import gradio as gr
 
 from specviz import lessons
+from specviz.charts import blank_figure
 from specviz.engine.policies import FIXED, POLICY_NAMES, PolicyChoice, PolicyError
 from specviz.engine.request import Knobs, RunTotals
 from specviz.limits import MAX_DEPTH, LimitError, check_prompt_text
@@ -108,10 +109,10 @@ def build(app) -> "Playground":
             counters_box = tr.direction(gr.Markdown("", label="Counters", elem_id="counters"))
             rows = gr.HTML("", label="Rows", elem_id="rows")
             with gr.Row():
-                chart_t = tr.add(gr.Plot(label="Throughput", elem_id="chart-throughput"),
+                chart_t = tr.add(gr.Plot(blank_figure(), label="Throughput", elem_id="chart-throughput"),
                                  label="playground.chart.plot_throughput")
-                chart_h = tr.add(gr.Plot(label="Hardware", elem_id="chart-hardware"), label="playground.chart.plot_hardware")
-            chart_a = tr.add(gr.Plot(label="Acceptance", elem_id="chart-accept"), label="playground.chart.plot_acceptance")
+                chart_h = tr.add(gr.Plot(blank_figure(), label="Hardware", elem_id="chart-hardware"), label="playground.chart.plot_hardware")
+            chart_a = tr.add(gr.Plot(blank_figure(), label="Acceptance", elem_id="chart-accept"), label="playground.chart.plot_acceptance")
             with gr.Row():
                 # a DownloadButton's label is its text; its value is the file (set when a Run ends)
                 csv = tr.add(gr.DownloadButton(value=None, elem_id="csv-playground", size="sm"),
