@@ -58,7 +58,11 @@ def browser_run(page, limit: float = 300) -> dict:
         fresh = fresh or not ended
         if fresh and ended:
             m, pl = RATIO.search(text), PLAIN.search(text)
-            return {"ratio": float(m.group(1)) if m else None, "plain_tokens_per_s": float(pl.group(1)) if pl else None, "no_verdict": "No verdict" in text,
+            word = ("faster" if "sooner" in text else "slower" if "did not pay" in text
+                    else "same" if "about the same" in text else "none")
+            band = re.search(r"±([0-9]+)%", text)
+            return {"ratio": float(m.group(1)) if m else None, "plain_tokens_per_s": float(pl.group(1)) if pl else None,
+                    "verdict": word, "band": int(band.group(1)) / 100 if band else None, "no_verdict": "No verdict" in text,
                     "waited_for_warmup": waited, "seconds": round(time.time() - t0, 1)}
         page.wait_for_timeout(250)
     return {"ratio": None, "timed_out": True, "waited_for_warmup": waited}
@@ -70,7 +74,7 @@ def api_run(url: str) -> dict:
     found = [x for x in (res if isinstance(res, (list, tuple)) else [res]) if isinstance(x, dict) and "verdict" in x]
     r = found[0] if found else {}
     return {"ratio": r.get("speedup_vs_plain"), "plain_tokens_per_s": r.get("plain_tokens_per_s"),
-            "tokens_per_s": r.get("tokens_per_s"), "verdict": r.get("verdict"), "during_warmup": r.get("during_warmup")}
+            "tokens_per_s": r.get("tokens_per_s"), "verdict": r.get("verdict"), "band": r.get("noise_band"), "during_warmup": r.get("during_warmup")}
 
 
 def main() -> int:
@@ -109,6 +113,7 @@ def main() -> int:
             from specviz.ui.counters import NOISE_BAND
             out["browser_over_api"] = med["browser"] / med["api"]
             out["agree_within_band"] = abs(out["browser_over_api"] - 1) <= NOISE_BAND
+        out["verdicts"] = {k: [r.get("verdict") for r in v] for k, v in rounds.items()}
     finally:
         app.terminate()
         app.wait(30)

@@ -102,3 +102,51 @@ def test_the_baseline_streams_to_the_page_as_the_run_did(local_app, monkeypatch)
     streamed = [o for o in outs[pending[0]:-1] if isinstance(o["tokens"], str)]
     assert streamed, "the baseline's tokens never reached the page"
     assert outs[-1]["result"]["plain_tokens_per_s"]
+
+
+def test_the_band_is_measured_from_the_same_requests_baselines():
+    """One baseline: the borrowed band. From two on, their spread (max − min) ÷ median, never below the
+    borrowed band; a ratio that is "faster" against ±5 % is "about the same" against a measured ±30 %."""
+    bands = counters.NoiseBands()
+    first = bands.add(("pair", (1, 2), 1, 128), 10.0)
+    assert first == counters.Band(counters.NOISE_BAND, 0)
+    assert bands.add(("other", (1, 2), 1, 128), 13.0).samples == 0      # another request: its own band
+    second = bands.add(("pair", (1, 2), 1, 128), 13.0)
+    assert second.samples == 2 and second.width == pytest.approx(3.0 / 11.5)
+    assert bands.add(("pair", (1, 2), 1, 128), 10.1).width == pytest.approx(3.0 / 10.1)
+    assert bands.add(("pair", (1, 2), 1, 128), 10.05).width > counters.NOISE_BAND
+    steady = counters.NoiseBands()
+    steady.add("k", 10.0)
+    assert steady.add("k", 10.01).width == counters.NOISE_BAND           # never narrower than the borrowed one
+    totals = SimpleNamespace(tokens_per_s=11.5, flops_ratio=1.8)
+    assert "sooner" in counters.baseline_md("en", totals, 10.0)
+    measured = counters.baseline_md("en", totals, 10.0, band=second)
+    assert "about the same" in measured and "measured 2 times on this server" in measured
+    assert "2" in counters.baseline_md("fa", totals, 10.0, band=second)
+
+
+def test_two_sessions_record_baselines_at_once():
+    """The bands are one object for every session: baselines added from many threads at once all land
+    (the last KEEP of each request) and no reader sees a half-written list."""
+    import threading
+
+    bands = counters.NoiseBands()
+    seen: list = []
+
+    def add(i):
+        for j in range(200):
+            seen.append(bands.add(("req", i % 2), 10.0 + (j % 7)))
+    threads = [threading.Thread(target=add, args=(i,)) for i in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert len(seen) == 800
+    assert all(b.samples <= counters.NoiseBands.KEEP for b in seen)
+    assert bands.add(("req", 0), 10.0).samples == counters.NoiseBands.KEEP
+
+
+def test_a_second_press_of_the_same_run_measures_the_band(local_app, monkeypatch):
+    _states(local_app, monkeypatch, ["ready"])
+    first = _outs(local_app)[-1]["result"]
+    second = _outs(local_app)[-1]["result"]
+    assert first["noise_band_samples"] == 0 and first["noise_band"] == counters.NOISE_BAND
+    assert second["noise_band_samples"] == 2 and second["noise_band"] >= counters.NOISE_BAND

@@ -1,6 +1,11 @@
 """The playground's counters as text in the student's language: what was measured, how it compares with
-plain decoding, and whether the device was shared while it was measured. Pure functions of numbers."""
+plain decoding, and whether the device was shared while it was measured. Pure functions of numbers,
+except `NoiseBands`: the verdict's noise band, measured from the server's repeated baselines (locked)."""
 from __future__ import annotations
+
+import statistics
+import threading
+from dataclasses import dataclass
 
 from specviz import lessons
 from specviz.ui.i18n import t
@@ -38,7 +43,46 @@ def verdict(speed: float | None, band: float = NOISE_BAND) -> str:
     return "faster" if speed > 1 + band else "slower" if speed < 1 - band else "same"
 
 
-def baseline_md(lang: str, totals, plain_tps: float | None, during_warmup: bool = False) -> str:
+@dataclass(frozen=True)
+class Band:
+    """The noise band a verdict uses: ± `width`, measured from `samples` plain baselines of the same
+    request on this server (0: none yet, the race chapter's band borrowed)."""
+    width: float = NOISE_BAND
+    samples: int = 0
+
+
+class NoiseBands:
+    """The band measured here: every plain baseline of a request (pair, prompts, batch, tokens) is kept
+    (the last KEEP), and once a request has two, its band is their spread, (max − min) ÷ median — how
+    much the same run measured twice differed on this machine — never narrower than NOISE_BAND. A short
+    Run on a 2-core machine spread ±20 % and more between presses, four times the borrowed band.
+    Shared by every session of the server: guarded by a lock."""
+    KEEP, MAX_KEYS = 8, 512
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._seen: dict[tuple, list[float]] = {}
+
+    def add(self, key: tuple, plain_tps: float) -> Band:
+        """Record one baseline; the band for a verdict that uses it."""
+        with self._lock:
+            if key not in self._seen and len(self._seen) >= self.MAX_KEYS:
+                self._seen.pop(next(iter(self._seen)))          # the oldest request shape goes
+            got = self._seen.setdefault(key, [])
+            got.append(plain_tps)
+            del got[:-self.KEEP]
+            return _band(list(got))
+
+
+def _band(samples: list[float]) -> Band:
+    if len(samples) < 2:
+        return Band(NOISE_BAND, 0)
+    spread = (max(samples) - min(samples)) / statistics.median(samples)
+    return Band(max(NOISE_BAND, spread), len(samples))
+
+
+def baseline_md(lang: str, totals, plain_tps: float | None, during_warmup: bool = False,
+                band: Band = Band()) -> str:
     """Speculation against plain decoding of the same prompts and batch (measured right after, streamed
     to the page like the run); no verdict for a run measured during the app's own warm-up."""
     if during_warmup:
@@ -47,8 +91,10 @@ def baseline_md(lang: str, totals, plain_tps: float | None, during_warmup: bool 
         return t(lang, "playground.baseline_missing")
     speed = totals.tokens_per_s / plain_tps
     key = {"faster": "playground.baseline_faster", "slower": "playground.baseline_slower",
-           "same": "playground.baseline_same"}[verdict(speed)]
-    return t(lang, key, flops=totals.flops_ratio, speed=speed, plain=plain_tps, band=NOISE_BAND)
+           "same": "playground.baseline_same"}[verdict(speed, band.width)]
+    source = (t(lang, "playground.band_measured", n=band.samples) if band.samples
+              else t(lang, "playground.band_borrowed"))
+    return t(lang, key, flops=totals.flops_ratio, speed=speed, plain=plain_tps, band=band.width, source=source)
 
 
 def path_md(lang: str, path: str, fast) -> str:

@@ -173,6 +173,7 @@ class Playground:
         self._lock = threading.Lock()
         self._batch_text: dict[str, str] = {}     # session → last "batch now" line sent
         self._pools: dict[tuple[str, str], list[list[int]]] = {}
+        self.bands = counters.NoiseBands()        # every session's baselines: the verdict's measured band
 
     def lang(self, session: str) -> str:
         tr = getattr(self.app, "tr", None)
@@ -221,16 +222,21 @@ class Playground:
             yield pack(status=t(lang, "playground.baseline_pending"))
             plain = yield from self._baseline(req, choice, knobs.max_batch, pair.tokenizer, session, lang)
         speed = packet.totals.tokens_per_s / plain if plain and packet.totals.tokens_per_s else None
+        band = counters.Band()
+        if plain and not during_warmup:         # the same request's baselines measure this machine's band
+            band = self.bands.add((str(choice.label), req.prompts, req.batch, min(req.max_new, BASELINE_MAX_NEW)),
+                                  plain)
         result = {"done": True, "engine": engine, "stopped": packet.stopped, "prompt_ids": prompt_rows,
                   "outputs": [outs[i] for i in sorted(outs)], "worker_pid": packet.worker_pid, "error": packet.error,
                   "plain_tokens_per_s": plain, "speedup_vs_plain": speed, "during_warmup": during_warmup,
-                  "verdict": "none" if during_warmup else counters.verdict(speed),
-                  "noise_band": counters.NOISE_BAND, **packet.totals.as_dict()}
+                  "verdict": "none" if during_warmup else counters.verdict(speed, band.width),
+                  "noise_band": band.width, "noise_band_samples": band.samples, **packet.totals.as_dict()}
         stored = self.runs.finish(session, choice, prompt_text, req, result, streamer.recording(packet), live)
         key = "playground.status_stopped" if packet.stopped else "playground.status_done"
         note = f"⚠ {human(lang, packet.error)}" if packet.error else t(lang, key, tokens=packet.totals.tokens)
         yield streamer.outputs(packet.totals, final=True, result=result, status=note, plain=plain,
-                               csv=stored.csv_path, save=stored.recording_path, during_warmup=during_warmup)
+                               csv=stored.csv_path, save=stored.recording_path, during_warmup=during_warmup,
+                               band=band)
         if packet.error:
             raise gr.Error(human(lang, packet.error))
 

@@ -57,7 +57,7 @@ class Streamer:
                 "samples": self.live.sample_dicts()}
 
     def outputs(self, totals, final: bool = False, result=None, status=None, plain=None, csv=None, save=None,
-                zero_gpu: bool | None = None, during_warmup: bool = False):
+                zero_gpu: bool | None = None, during_warmup: bool = False, band=None):
         lang = self.lang
         zero_gpu = self.app.runner.zero_gpu if zero_gpu is None else zero_gpu
         first = self.views.get(min(self.views)) if self.views else None
@@ -67,7 +67,7 @@ class Streamer:
                                     counters.path_md(lang, self.live.path, self.fast_status()))
         text += "\n\n" + counters.sharing_md(lang, totals, zero_gpu)
         if final:
-            text += "\n\n" + counters.baseline_md(lang, totals, plain, during_warmup)
+            text += "\n\n" + counters.baseline_md(lang, totals, plain, during_warmup, band or counters.Band())
         values = dict(tokens=tokens_html(first), rows=rows_html(self.views, self.state, lang=lang), counters=text,
                       chart_t=charts[0], chart_h=charts[1], chart_a=charts[2])
         for name, v in (("status", status), ("result", result), ("csv", csv), ("save", save)):
