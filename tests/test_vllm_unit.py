@@ -490,3 +490,45 @@ def test_two_students_asking_for_the_same_new_depth_start_one_server():
     for t in threads:
         t.join()
     assert made == [4, 2] and len({id(ep) for ep in got}) == 1
+
+
+def _steps_text(count: float, tokens: float, prefill: float, decode: float, requests: float) -> str:
+    return "\n".join([
+        "# TYPE vllm:iteration_tokens_total histogram",
+        f'vllm:iteration_tokens_total_bucket{{engine="0",le="+Inf",model_name="smol"}} {count}',
+        f'vllm:iteration_tokens_total_count{{engine="0",model_name="smol"}} {count}',
+        f'vllm:iteration_tokens_total_sum{{engine="0",model_name="smol"}} {tokens}',
+        f'vllm:request_prefill_time_seconds_count{{engine="0",model_name="smol"}} {requests}',
+        f'vllm:request_prefill_time_seconds_sum{{engine="0",model_name="smol"}} {prefill}',
+        f'vllm:request_decode_time_seconds_count{{engine="0",model_name="smol"}} {requests}',
+        f'vllm:request_decode_time_seconds_sum{{engine="0",model_name="smol"}} {decode}',
+        f'vllm:request_decode_time_seconds_sum{{engine="0",model_name="other"}} 99.0',
+        f'vllm:prefix_cache_queries_total{{engine="0",model_name="smol"}} {tokens}',
+        f'vllm:prefix_cache_hits_total{{engine="0",model_name="smol"}} {tokens / 4}'])
+
+
+def test_engine_time_is_the_difference_of_two_reads():
+    """vLLM's side of bench-vllm's time split: steps and tokens per step from the engine's iteration
+    histogram, per-request prefill and decode from theirs, between two reads of /metrics (one model)."""
+    before, after = _steps_text(10, 200, 1.0, 4.0, 2), _steps_text(50, 1000, 3.0, 20.0, 6)
+    got = metrics.engine_time(before, after, "smol")
+    assert got["steps"] == 40 and got["prompt_and_generated_per_step"] == 20.0
+    assert got["drafts_per_step"] is None                          # no speculation metrics in this capture
+    assert got["prefill_s_per_request"] == pytest.approx(0.5) and got["decode_s_per_request"] == pytest.approx(4.0)
+    assert got["queue_s_per_request"] is None                      # absent on this server: said, not made up
+    assert got["prefix_cache_hit_rate"] == pytest.approx(0.25)
+    assert metrics.engine_time("", after, "smol")["steps"] == 50    # a fresh server: from zero
+
+
+def test_our_time_split_adds_up(make_pair, prompts):
+    """Our side: the engine's seconds in prefill, draft, verify and the rest of its steps, summed over a
+    run, add up to no more than the run's wall time, and every step is counted."""
+    from specviz.cli.bench_vllm import _ours
+
+    got = _ours(make_pair("ngram"), [prompts[0], prompts[1]], 4, 12)
+    t = got["time"]
+    assert t["steps"] >= 12 / 5 and t["emitted_per_step"] * t["steps"] == pytest.approx(24)
+    assert t["tokens_per_step"] >= t["emitted_per_step"]              # a row emits at most what its pass verified
+    assert t["prefill_s"] > 0 and t["verify_s"] > 0 and t["step_ms"] > 0
+    parts = t["prefill_s"] + t["draft_s"] + t["verify_s"] + t["other_s"]
+    assert parts <= got["wall_s"] + 1e-6 and t["outside_steps_s"] >= -1e-6

@@ -29,6 +29,7 @@ from specviz.limits import LimitError
 from specviz.serve.door import check_run
 from specviz.vllm.client import VllmClient, VllmError
 from specviz.vllm.launcher import LaunchSpec, VllmServer, free_port
+from specviz.vllm.metrics import engine_time
 from specviz.vllm.run import run_all
 
 WARMUP_TOKENS = 8
@@ -63,7 +64,9 @@ def _ours(pair, prompts: list[list[int]], depth: int, max_new: int) -> dict:
     # on first use: transformers is slow to import
     from specviz.serve.workload import shared_scheduler, users_at_once
 
-    sched = shared_scheduler(pair, ignore_eos=True)   # every row decodes exactly max_new tokens, as vLLM's
+    engines = []
+    # every row decodes exactly max_new tokens, as vLLM's; the engine is built in the scheduler's thread
+    sched = shared_scheduler(pair, ignore_eos=True, prepare=engines.append)
     wall, runs = users_at_once(sched, [Request([p], Knobs(depth, 1), max_new) for p in prompts])
     res = [(r.done_s, r.outputs, r.totals, r.error) for r in runs]
     sched.close()
@@ -72,17 +75,43 @@ def _ours(pair, prompts: list[list[int]], depth: int, max_new: int) -> dict:
         raise RuntimeError(f"our engine failed: {errors[0]}")
     drafted = sum(r[2].drafted for r in res)
     return {"outputs": [r[1] for r in res], "wall_s": wall, "latencies": [r[0] for r in res],
-            "acceptance_rate": sum(r[2].accepted for r in res) / drafted if drafted else None}
+            "acceptance_rate": sum(r[2].accepted for r in res) / drafted if drafted else None,
+            "time": _our_time(engines[-1], wall, sum(map(len, (r[1] for r in res))))}
+
+
+def _our_time(eng, wall: float, tokens: int) -> dict:
+    """Where our engine's time went: steps, tokens per verify pass and emitted per step, the mean step,
+    and seconds in prefill, draft passes, verify passes, the rest of the steps, and outside any step
+    (the scheduler, the streams). Prompts are prefilled in passes of their own (vLLM's steps mix them in)."""
+    spent = {k: round(v, 4) for k, v in eng.spent.items()}
+    steps = eng.steps_run
+    return {"steps": steps, "tokens_per_step": eng.pass_tokens / steps if steps else None,
+            "emitted_per_step": tokens / steps if steps else None,
+            "drafts_per_step": eng.slots_verified / steps if steps else None,
+            "step_ms": 1e3 * (sum(spent.values()) - spent["prefill"]) / steps if steps else None,
+            **{f"{k}_s": v for k, v in spent.items()}, "outside_steps_s": round(wall - sum(spent.values()), 4)}
 
 
 def _vllm(client, model: str, prompts: list[list[int]], max_new: int) -> dict:
+    before = _metrics(client)
     r = run_all(client, model, prompts, max_new, ignore_eos=True)
     if r.error:
         raise VllmError(r.error)
+    after = _metrics(client)
     drafted = r.totals.drafted
+    time_ = engine_time(before, after, model) if before is not None and after is not None else {}
+    if time_.get("steps"):
+        time_["step_ms"] = 1e3 * r.wall_s / time_["steps"]      # its engine core steps back to back
     return {"outputs": [r.outputs[i] for i in sorted(r.outputs)], "wall_s": r.wall_s,
             "latencies": [r.latencies[i] for i in sorted(r.latencies)],
-            "acceptance_rate": r.totals.accepted / drafted if drafted else None}
+            "acceptance_rate": r.totals.accepted / drafted if drafted else None, "time": time_}
+
+
+def _metrics(client) -> str | None:
+    try:
+        return client.metrics_text()
+    except VllmError:
+        return None
 
 
 def _median_run(runs: list[dict]) -> dict:
@@ -96,7 +125,27 @@ def _summary(side: dict) -> dict:
     lat = side["latencies"]
     return {"tokens_per_s": tokens / side["wall_s"] if side["wall_s"] else None, "tokens": tokens,
             "p50_s": _pct(lat, 0.5), "p95_s": _pct(lat, 0.95), "acceptance_rate": side["acceptance_rate"],
-            "wall_s": side["wall_s"], "runs_tokens_per_s": [round(tokens / w, 2) for w in side.get("walls", [])]}
+            "wall_s": side["wall_s"], "runs_tokens_per_s": [round(tokens / w, 2) for w in side.get("walls", [])],
+            "time": side.get("time", {})}
+
+
+def _time_line(t: dict) -> str:
+    def f(x, unit="", fmt=".1f"):
+        return "n/a" if x is None else f"{x:{fmt}}{unit}"
+    line = (f"{f(t.get('steps'), fmt='.0f')} steps, {f(t.get('step_ms'), ' ms')} each, verifying "
+            f"{f(t.get('drafts_per_step'))} drafts a step")
+    if "verify_s" in t:
+        line += (f" (passes of {f(t.get('tokens_per_step'))} tokens) and emitting {f(t.get('emitted_per_step'))}")
+    elif t:
+        line += f", {f(t.get('prompt_and_generated_per_step'))} prompt and generated tokens a step"
+    if "verify_s" in t:
+        line += (f"; prefill {t['prefill_s']:.2f} s, draft {t['draft_s']:.2f} s, verify {t['verify_s']:.2f} s, "
+                 f"rest of the steps {t['other_s']:.2f} s, outside steps {t['outside_steps_s']:.2f} s")
+    elif t:
+        line += (f"; per request: queued {f(t.get('queue_s_per_request'), ' s', '.2f')}, prefill "
+                 f"{f(t.get('prefill_s_per_request'), ' s', '.2f')}, decode {f(t.get('decode_s_per_request'), ' s', '.2f')}"
+                 f"; prompt tokens from its prefix cache {f(t.get('prefix_cache_hit_rate'), '', '.0%')}")
+    return line
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
@@ -202,5 +251,6 @@ def run(args) -> int:
         for name, side in (("specviz", s), ("vllm", v)):
             print(f"{name:>8}: {side['tokens_per_s']:.1f} tok/s, p50 {side['p50_s']:.2f} s, p95 {side['p95_s']:.2f} s",
                   file=sys.stderr)
+            print(f"{'':>8}  where the time went: {_time_line(side['time'])}", file=sys.stderr)
     print(json.dumps(result), flush=True)
     return 0

@@ -56,6 +56,10 @@ class SpeculativeEngine:
         self.budget = Budget(padded=cache_factory is None)
         # every step's shared figures, summed (benchmarks read them after the run: `frontier`)
         self.steps_run = self.slots_drafted = self.slots_verified = 0
+        # … and where their time went, seconds: prefill passes, draft passes, verify passes, the rest of
+        # each step (acceptance, caches, bookkeeping) — bench-vllm shows it beside vLLM's engine steps
+        self.spent = dict.fromkeys(("prefill", "draft", "verify", "other"), 0.0)
+        self.pass_tokens = 0                   # tokens the verify passes carried (rows + verified drafts)
 
     # --- one request, start to finish (CLI, benchmarks, tests) ---------------------------------------
     def generate(self, prompts: list[list[int]], knobs: Knobs, max_new_tokens: int,
@@ -149,6 +153,7 @@ class SpeculativeEngine:
                               new_cache=self.cache_factory)
         self.target_kv.merge(kv)
         d_secs, _ = self.drafter.admit([r.seq for r in new])
+        self.spent["prefill"] += secs + d_secs
         self.rows += new
         self.admitting = set()
         return {i: secs + d_secs for i in {r.owner.id for r in new}}
@@ -231,6 +236,9 @@ class SpeculativeEngine:
             self.budget.observe(prop, verified, kept, budgeted, B, tokens, verify_s, overhead, after)
         verify_cost = pass_cost(self.spec, B, K + 1, L0)
         self.steps_run += 1
+        self.pass_tokens += B + sum(verified)
+        for part, secs in (("draft", prop.seconds), ("verify", verify_s), ("other", overhead)):
+            self.spent[part] += secs
         self.slots_drafted, self.slots_verified = self.slots_drafted + sum(proposed), self.slots_verified + sum(verified)
         shared = dict(batch_size=B, draft_s=prop.seconds, verify_s=verify_s,
                       overhead_s=overhead, wall_s=wall,

@@ -123,3 +123,34 @@ def window(old: Snapshot, new: Snapshot) -> Window:
 
 def finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
+
+
+# histograms of vLLM's engine, each as NAME_sum and NAME_count: engine steps (tokens scheduled per step) and
+# each request's time queued, in prefill and in decode
+_STEPS = "vllm:iteration_tokens_total"
+_PHASES = {"queue": "vllm:request_queue_time_seconds", "prefill": "vllm:request_prefill_time_seconds",
+           "decode": "vllm:request_decode_time_seconds"}
+
+
+def engine_time(before: str, after: str, model: str | None = None) -> dict:
+    """Where vLLM's time went between two reads of /metrics: engine steps, prompt and generated tokens
+    per step, drafts verified per step, each request's mean seconds queued, in prefill and in decode,
+    and the share of prompt tokens its prefix cache served (absent metrics are None)."""
+    a, b = parse_prometheus(before), parse_prometheus(after)
+
+    def d(name: str) -> float | None:
+        return _delta(total(a, name, model) or 0.0, total(b, name, model))
+    steps, tokens = d(_STEPS + "_count"), d(_STEPS + "_sum")
+    drafts = d("vllm:spec_decode_num_draft_tokens_total")
+
+    def per_step(x):
+        return x / steps if steps and x is not None else None
+    # its step histogram counts prompt tokens and generated ones, not the drafts a step verified
+    out = {"steps": steps, "prompt_and_generated_per_step": per_step(tokens), "drafts_per_step": per_step(drafts)}
+    for phase, name in _PHASES.items():
+        n, secs = d(name + "_count"), d(name + "_sum")
+        out[f"{phase}_s_per_request"] = secs / n if n and secs is not None else None
+    # prompt tokens served from its prefix cache (on by default in vLLM's V1 engine; ours has none)
+    queries, hits = d("vllm:prefix_cache_queries_total"), d("vllm:prefix_cache_hits_total")
+    out["prefix_cache_hit_rate"] = hits / queries if queries and hits is not None else None
+    return out
