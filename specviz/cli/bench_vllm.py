@@ -134,15 +134,13 @@ def _time_line(t: dict) -> str:
         return "n/a" if x is None else f"{x:{fmt}}{unit}"
     line = (f"{f(t.get('steps'), fmt='.0f')} steps, {f(t.get('step_ms'), ' ms')} each, verifying "
             f"{f(t.get('drafts_per_step'))} drafts a step")
-    if "verify_s" in t:
-        line += (f" (passes of {f(t.get('tokens_per_step'))} tokens) and emitting {f(t.get('emitted_per_step'))}")
-    elif t:
-        line += f", {f(t.get('prompt_and_generated_per_step'))} prompt and generated tokens a step"
-    if "verify_s" in t:
-        line += (f"; prefill {t['prefill_s']:.2f} s, draft {t['draft_s']:.2f} s, verify {t['verify_s']:.2f} s, "
-                 f"rest of the steps {t['other_s']:.2f} s, outside steps {t['outside_steps_s']:.2f} s")
-    elif t:
-        line += (f"; per request: queued {f(t.get('queue_s_per_request'), ' s', '.2f')}, prefill "
+    if "verify_s" in t:           # ours: the engine's own clock
+        return line + (f" (passes of {f(t.get('tokens_per_step'))} tokens) and emitting {f(t.get('emitted_per_step'))}"
+                       f"; prefill {t['prefill_s']:.2f} s, draft {t['draft_s']:.2f} s, verify {t['verify_s']:.2f} s, "
+                       f"rest of the steps {t['other_s']:.2f} s, outside steps {t['outside_steps_s']:.2f} s")
+    if t:                         # vLLM's /metrics
+        line += (f", {f(t.get('prompt_and_generated_per_step'))} prompt and generated tokens a step"
+                 f"; per request: queued {f(t.get('queue_s_per_request'), ' s', '.2f')}, prefill "
                  f"{f(t.get('prefill_s_per_request'), ' s', '.2f')}, decode {f(t.get('decode_s_per_request'), ' s', '.2f')}"
                  f"; prompt tokens from its prefix cache {f(t.get('prefix_cache_hit_rate'), '', '.0%')}")
     return line
