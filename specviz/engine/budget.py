@@ -309,20 +309,19 @@ class Budget:
         drafting none for some d) and the serving time since the last probe covers its price
         1 ÷ PROBE_SHARE times: the catch-up pass (the target's one-row pass of that many tokens, scaled
         by the draft's price per pass against the target's) and one draft pass."""
-        def kept_all(d):
-            cost = self.overhead.at(rows) + d * self.draft.at(rows) + self.verify.at(rows, rows * (1 + d))
-            return rows * (1 + d) / max(cost, 1e-9)
-        if max(kept_all(d) for d in range(1, depth + 1)) <= kept_all(0):
+        base = self._expected_rate(0, rows)
+        if max(self._expected_rate(d, rows, all_kept=True) for d in range(1, depth + 1)) <= base:
             return False
         one = self.verify.at(1, 1)
         ratio = self.draft.at(1) / one if one > 0 else 1.0
         price = ratio * self.verify.at(1, max(1, catchup)) + self.draft.at(rows)
         return self._idle_s * PROBE_SHARE >= price
 
-    def _expected_rate(self, d: int, rows: int) -> float:
+    def _expected_rate(self, d: int, rows: int, all_kept: bool = False) -> float:
         """Tokens per second if every row drafted and verified d positions (the verify pass then
-        trims, so this is the upper end of what drafting d can bring)."""
-        gain = rows * (1.0 + sum(self._mean_survival(j) for j in range(d)))
+        trims, so this is the upper end of what drafting d can bring); `all_kept`: were every draft
+        accepted (the most drafting d could ever bring)."""
+        gain = rows * (1.0 + (d if all_kept else sum(self._mean_survival(j) for j in range(d))))
         cost = self.overhead.at(rows) + d * self.draft.at(rows) + self.verify.at(rows, rows * (1 + d))
         return gain / max(cost, 1e-9)
 
