@@ -3,11 +3,11 @@
 Same prompts (the classroom pool, one per user, through our tokenizer and chat template), the same
 number of new tokens per row (EOS ignored on both sides: our engine gets no EOS ids, vLLM `ignore_eos`),
 the same k and the same n-gram settings (last 3, 2, then 1 tokens looked up). Ours runs first through
-the `Scheduler` as the classroom uses it (N requests of one row each, all submitted at once); then vLLM
+one `Scheduler` as the classroom uses it (N requests of one row each, all submitted at once); then vLLM
 gets the same N prompts as N concurrent streamed requests — one after the other on this machine, each
-after a short warm-up, `--repeats` times each (the median run is reported). Without --vllm-url a local
-server is launched from `.venv-vllm` after our run (so it does not share the CPU with ours) and stopped
-at the end.
+after a short warm-up of every user (8 tokens), `--repeats` times each (the median run is reported).
+Without --vllm-url a local server is launched from `.venv-vllm` after our run (so it does not share the
+CPU with ours) and stopped at the end.
 
 Compared: greedy token ids row by row (`identical_rows`); for a row that differs, the first differing
 position and our target's logit margin there (top-1 minus top-2, and ours minus vLLM's token), which tells
@@ -59,37 +59,59 @@ def _note(args, text: str) -> None:
     print(("" if args.json else "") + f"bench-vllm: {text}", file=sys.stderr, flush=True)
 
 
-def _ours(pair, prompts: list[list[int]], depth: int, max_new: int) -> dict:
-    """N one-row requests into one Scheduler at once (as the classroom does), EOS ignored."""
+def _ours(sched, engines: list, prompts: list[list[int]], depth: int, max_new: int) -> dict:
+    """N one-row requests into the shared Scheduler at once (as the classroom does), EOS ignored. One
+    scheduler serves every run, as the class's does (and vLLM's one server): its caches stay between runs."""
     # on first use: transformers is slow to import
-    from specviz.serve.workload import shared_scheduler, users_at_once
+    from specviz.serve.workload import users_at_once
 
-    engines = []
-    # every row decodes exactly max_new tokens, as vLLM's; the engine is built in the scheduler's thread
-    sched = shared_scheduler(pair, ignore_eos=True, prepare=engines.append)
+    before = _counters(engines[-1]) if engines else None
     wall, runs = users_at_once(sched, [Request([p], Knobs(depth, 1), max_new) for p in prompts])
-    res = [(r.done_s, r.outputs, r.totals, r.error) for r in runs]
-    sched.close()
-    errors = [r[3] for r in res if r[3]]
+    errors = [r.error for r in runs if r.error]
     if errors:
         raise RuntimeError(f"our engine failed: {errors[0]}")
-    drafted = sum(r[2].drafted for r in res)
-    return {"outputs": [r[1] for r in res], "wall_s": wall, "latencies": [r[0] for r in res],
-            "acceptance_rate": sum(r[2].accepted for r in res) / drafted if drafted else None,
-            "time": _our_time(engines[-1], wall, sum(map(len, (r[1] for r in res))))}
+    drafted = sum(r.totals.drafted for r in runs)
+    after = _counters(engines[-1])
+    if before is None or after["steps"] < before["steps"]:     # a new engine (the first run, or a fault)
+        before = dict.fromkeys(after, 0) | {"spent": dict.fromkeys(after["spent"], 0.0)}
+    return {"outputs": [r.outputs for r in runs], "wall_s": wall, "latencies": [r.done_s for r in runs],
+            "acceptance_rate": sum(r.totals.accepted for r in runs) / drafted if drafted else None,
+            "time": _our_time(before, after, wall, sum(len(r.outputs) for r in runs))}
 
 
-def _our_time(eng, wall: float, tokens: int) -> dict:
-    """Where our engine's time went: steps, tokens per verify pass and emitted per step, the mean step,
-    and seconds in prefill, draft passes, verify passes, the rest of the steps, and outside any step
-    (the scheduler, the streams). Prompts are prefilled in passes of their own (vLLM's steps mix them in)."""
-    spent = {k: round(v, 4) for k, v in eng.spent.items()}
-    steps = eng.steps_run
-    return {"steps": steps, "tokens_per_step": eng.pass_tokens / steps if steps else None,
-            "emitted_per_step": tokens / steps if steps else None,
-            "drafts_per_step": eng.slots_verified / steps if steps else None,
-            "step_ms": 1e3 * (sum(spent.values()) - spent["prefill"]) / steps if steps else None,
+def _counters(eng) -> dict:
+    return {"steps": eng.steps_run, "pass_tokens": eng.pass_tokens, "verified": eng.slots_verified,
+            "spent": dict(eng.spent)}
+
+
+def _our_time(before: dict, after: dict, wall: float, tokens: int) -> dict:
+    """Where our engine's time went in one run (the engine's counters after it, less before): steps,
+    tokens per verify pass and emitted per step, the mean step, and seconds in prefill, draft passes,
+    verify passes, the rest of the steps, and outside any step (the scheduler, the streams). Prompts are
+    prefilled in passes of their own (vLLM's steps mix them in)."""
+    spent = {k: round(v - before["spent"][k], 4) for k, v in after["spent"].items()}
+    steps = after["steps"] - before["steps"]
+    per_step = (lambda x: x / steps) if steps else (lambda x: None)
+    return {"steps": steps, "tokens_per_step": per_step(after["pass_tokens"] - before["pass_tokens"]),
+            "emitted_per_step": per_step(tokens), "drafts_per_step": per_step(after["verified"] - before["verified"]),
+            "step_ms": per_step(1e3 * (sum(spent.values()) - spent["prefill"])),
             **{f"{k}_s": v for k, v in spent.items()}, "outside_steps_s": round(wall - sum(spent.values()), 4)}
+
+
+def _ours_runs(pair, prompts: list[list[int]], depth: int, max_new: int, repeats: int) -> dict:
+    """A short warm-up of every user (the batch's memory is faulted in then, as vLLM's KV cache is at
+    its start), then the timed runs, through one shared scheduler; the median run."""
+    # on first use: transformers is slow to import
+    from specviz.serve.workload import shared_scheduler
+
+    engines: list = []
+    # every row decodes exactly max_new tokens, as vLLM's; the engine is built in the scheduler's thread
+    sched = shared_scheduler(pair, ignore_eos=True, prepare=engines.append)
+    try:
+        _ours(sched, engines, prompts, depth, WARMUP_TOKENS)
+        return _median_run([_ours(sched, engines, prompts, depth, max_new) for _ in range(repeats)])
+    finally:
+        sched.close()
 
 
 def _vllm(client, model: str, prompts: list[list[int]], max_new: int) -> dict:
@@ -215,8 +237,7 @@ def run(args) -> int:
     prompts = [encode_prompt(pair.tokenizer, POOL[i % len(POOL)]) for i in range(args.users)]
     N, k = args.max_new_tokens, args.depth
     _note(args, f"our engine: {args.users} users × {N} tokens, n-gram k={k}")
-    _ours(pair, prompts[:1], k, WARMUP_TOKENS)
-    ours = _median_run([_ours(pair, prompts, k, N) for _ in range(args.repeats)])
+    ours = _ours_runs(pair, prompts, k, N, args.repeats)
     server = None
     try:
         if client is None:
@@ -228,7 +249,7 @@ def run(args) -> int:
         if served.max_len and max(map(len, prompts)) + N > served.max_len:
             raise VllmError(f"prompt + {N} tokens exceed the server's max-model-len {served.max_len}")
         _note(args, f"vLLM ({served.name}): {args.users} users × {N} tokens")
-        _vllm(client, served.name, prompts[:1], WARMUP_TOKENS)
+        _vllm(client, served.name, prompts, WARMUP_TOKENS)
         theirs = _median_run([_vllm(client, served.name, prompts, N) for _ in range(args.repeats)])
     finally:
         if server is not None:

@@ -150,13 +150,22 @@ class SpeculativeEngine:
             self.pressure[r.owner.id] = self.pressure.get(r.owner.id, 0) + len(r.seq)
         # a re-admitted row (after a fault) brings what it generated so far; its last token is fed next
         kv, secs, _ = prefill(self.target, [r.seq for r in new], self.device, self.dtype,
-                              new_cache=self.cache_factory)
-        self.target_kv.merge(kv)
+                              new_cache=self._prefill_cache)
+        if kv is not self.target_kv:
+            self.target_kv.merge(kv)
         d_secs, _ = self.drafter.admit([r.seq for r in new])
         self.spent["prefill"] += secs + d_secs
         self.rows += new
         self.admitting = set()
         return {i: secs + d_secs for i in {r.owner.id for r in new}}
+
+    def _prefill_cache(self, batch: int):
+        """The cache a prefill of `batch` new rows writes to: ours, when the batch is empty and our
+        buffers hold them (the fast path keeps them between batches), else a new one to merge."""
+        if self.cache_factory is None:
+            return RaggedCache(batch, self.device, self.dtype)
+        reuse = getattr(self.target_kv, "emptied", None)
+        return self.target_kv if reuse is not None and reuse(batch) else self.cache_factory(batch)
 
     def take_over(self, old: "SpeculativeEngine") -> None:
         """Serve `old`'s requests from now on (the same pair on another forward path): their rows are

@@ -78,9 +78,14 @@ class StaticCache(SlotValidity):
         return buf
 
     def _fit(self, rows: int, slots: int) -> None:
-        """Make the buffers hold `rows` rows (bucketed: grow or shrink) and at least `slots` slots."""
+        """Make the buffers hold `rows` rows (bucketed) and at least `slots` slots. With CUDA graphs the
+        rows shrink too (a pass runs over every buffer row there); elsewhere a pass reads only the first
+        B rows, so fewer rows would save nothing but memory, and each reallocation is paid again in page
+        faults by the next batch (the engine gives the memory back once the class is quiet)."""
         cap_r, cap_s = self.capacity
         want_r = bucket(max(rows, 1))
+        if not self.m.graphs:
+            want_r = max(want_r, cap_r)
         want_s = cap_s if slots <= cap_s else _round_up(slots, CHUNK)
         if (want_r, want_s) != (cap_r, cap_s):
             self._alloc(want_r, want_s, min(cap_r, want_r, self.batch), min(cap_s, self.length))
@@ -187,7 +192,7 @@ class StaticCache(SlotValidity):
             buf[:keep.numel(), :, :L] = buf[keep, :, :L]
         self.valid = self.valid[keep]
         self.n_valid = self.n_valid[keep]
-        self._fit(self.batch, L)       # a smaller batch bucket: smaller buffers, cheaper passes
+        self._fit(self.batch, L)       # with CUDA graphs, a smaller batch bucket: cheaper passes
         self._trim_left()
 
     def _trim_left(self) -> None:
@@ -207,6 +212,19 @@ class StaticCache(SlotValidity):
         self.valid = torch.cat([self.valid, torch.zeros(n, L, dtype=torch.bool, device=self.device)])
         self.n_valid = torch.cat([self.n_valid, torch.zeros(n, dtype=torch.long, device=self.device)])
 
+    def emptied(self, batch: int) -> bool:
+        """Serve as the empty cache of `batch` new rows (a new batch's prefill) on the buffers we hold,
+        zeroed as fresh ones: True if they hold that many rows (never with CUDA graphs, whose buffer
+        addresses are captured). Fresh buffers would be faulted in page by page (a 16-row batch's
+        ~50k faults cost 0.7 s on a 2-core VM, more than its prefill's arithmetic)."""
+        if self.batch or self.m.graphs or bucket(max(batch, 1)) > self.capacity[0]:
+            return False
+        for buf in self.kbufs + self.vbufs:
+            buf[:batch].zero_()
+        self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=self.device)
+        self.n_valid = torch.zeros(batch, dtype=torch.long, device=self.device)
+        return True
+
     def merge(self, other: "StaticCache") -> None:
         """Append the rows of `other` after ours; the shorter one is left-padded with holes."""
         if other.m.n_layers != self.m.n_layers:
@@ -216,13 +234,29 @@ class StaticCache(SlotValidity):
             self.kbufs, self.vbufs, self.valid, self.n_valid = other.kbufs, other.vbufs, other.valid, other.n_valid
             return
         L = max(L1, L2)
-        mine = (self.kbufs, self.vbufs)
-        self._alloc(bucket(B1 + B2), _round_up(L, CHUNK))
-        for new, a, b in zip(self.kbufs + self.vbufs, mine[0] + mine[1], other.kbufs + other.vbufs):
-            new[:B1, :, L - L1:L] = a[:B1, :, :L1]
-            new[B1:B1 + B2, :, L - L2:L] = b[:B2, :, :L2]
+        cap_r, cap_s = self.capacity
+        if B1 + B2 <= cap_r and L <= cap_s and not self.m.graphs:
+            self._merge_in_place(other, L)
+        else:
+            mine = (self.kbufs, self.vbufs)
+            self._alloc(bucket(B1 + B2), _round_up(L, CHUNK))
+            for new, a, b in zip(self.kbufs + self.vbufs, mine[0] + mine[1], other.kbufs + other.vbufs):
+                new[:B1, :, L - L1:L] = a[:B1, :, :L1]
+                new[B1:B1 + B2, :, L - L2:L] = b[:B2, :, :L2]
         self.valid = torch.cat([_left_pad(self.valid, L), _left_pad(other.valid, L)], dim=0)
         self.n_valid = torch.cat([self.n_valid, other.n_valid])
+
+    def _merge_in_place(self, other: "StaticCache", L: int) -> None:
+        """`merge` into the rows our buffers already hold (a user joining the class): no new buffers,
+        so no pages to fault in. Our rows move right when the newcomer's block is longer; every slot
+        left of a row's data is zeroed, as in fresh buffers."""
+        B1, L1, B2, L2 = self.batch, self.length, other.batch, other.length
+        for buf, b in zip(self.kbufs + self.vbufs, other.kbufs + other.vbufs):
+            if L > L1 and B1:
+                buf[:B1, :, L - L1:L] = buf[:B1, :, :L1].clone()
+                buf[:B1, :, :L - L1].zero_()
+            buf[B1:B1 + B2, :, L - L2:L] = b[:B2, :, :L2]
+            buf[B1:B1 + B2, :, :L - L2].zero_()
 
 
 def _pad2(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:

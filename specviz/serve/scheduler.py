@@ -307,10 +307,12 @@ class Scheduler:
                 work = self._cond.wait_for(lambda: self._closed or self._pending or self._active, timeout=IDLE_S)
                 if self._closed:
                     break
-                if not work and not self._used:
-                    # quiet, caches given back: this thread ends, and its OpenMP workers with it, so a
-                    # timed experiment meanwhile does not run beside an idle pool (hardware/threads.py);
+                if not work:
+                    # quiet for IDLE_S: the caches go back, and this thread ends with its OpenMP workers,
+                    # so a timed experiment meanwhile does not run beside an idle pool (hardware/threads.py);
                     # the next submit starts a thread that serves this engine (its budget's tables kept)
+                    if self._used:
+                        self._release_memory()
                     self._thread = None
                     return
                 pending = list(self._pending)
@@ -319,8 +321,10 @@ class Scheduler:
                 self._reap()
                 self._admit(pending)
                 if not self.engine.requests:
-                    if not pending and self._used:
-                        self._release_memory()
+                    # the caches are kept until the class has been quiet for IDLE_S (above): memory given
+                    # back is faulted in again by the next batch, page by page (a 16-row batch's caches
+                    # and prefill: ~50k page faults, 0.7 s on a 2-core VM — more than its prefill's
+                    # arithmetic), so a class pressing Run again at once, or a benchmark's next run, skips it
                     with self._cond:
                         self._cond.wait(0.05)    # only queued requests that cannot start yet
                     continue
@@ -334,8 +338,8 @@ class Scheduler:
             t.put(Update(final=True, stopped=True, error=Said("errors.shut_down")))
 
     def _release_memory(self) -> None:
-        """The class went quiet: give back the KV caches the last batch grew (a 16 × 512 batch of the
-        135M model holds ~450 MB of them), and the freed heap to the system."""
+        """The class has been quiet for IDLE_S: give back the KV caches the last batch grew (a 16 × 512
+        batch of the 135M model holds ~450 MB of them), and the freed heap to the system."""
         self.engine.drop_caches()
         self._used = False
         trim_heap()
