@@ -150,7 +150,7 @@ class SpeculativeEngine:
             self.pressure[r.owner.id] = self.pressure.get(r.owner.id, 0) + len(r.seq)
         # a re-admitted row (after a fault) brings what it generated so far; its last token is fed next
         kv, secs, _ = prefill(self.target, [r.seq for r in new], self.device, self.dtype,
-                              new_cache=self._prefill_cache)
+                              new_cache=self._prefill_cache if self.cache_factory else None)
         if kv is not self.target_kv:
             self.target_kv.merge(kv)
         d_secs, _ = self.drafter.admit([r.seq for r in new])
@@ -162,8 +162,6 @@ class SpeculativeEngine:
     def _prefill_cache(self, batch: int):
         """The cache a prefill of `batch` new rows writes to: ours, when the batch is empty and our
         buffers hold them (the fast path keeps them between batches), else a new one to merge."""
-        if self.cache_factory is None:
-            return RaggedCache(batch, self.device, self.dtype)
         reuse = getattr(self.target_kv, "emptied", None)
         return self.target_kv if reuse is not None and reuse(batch) else self.cache_factory(batch)
 
