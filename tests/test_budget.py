@@ -55,6 +55,24 @@ def test_compute_bound_pass_verifies_nothing_and_memory_bound_verifies_all():
     assert flat.select(_proposal([[0.9] * 4]), [True], [False], 0.0, 1).lengths == [4]
 
 
+def test_rows_ahead_of_the_batch_verify_only_what_the_pass_takes_for_free():
+    """Past the knee, a row with fewer tokens left than the slowest one does not end the batch sooner by
+    going faster: its drafts are left out while the slowest row's are verified. Where requests wait for
+    room, any row that finishes lets one in, so every row's drafts count again; and below the knee
+    (a flat pass) the row ahead verifies too."""
+    prop = _proposal([[0.9] * 3, [0.9] * 3])
+    past_knee = {2: 1.0, 5: 1.3, 8: 1.6}          # every token 10 % of the plain pass
+    sel = Budget(verify_seed=past_knee).select(prop, [True, True], [False, False], 0.0, 2, [10, 20])
+    assert sel.lengths == [0, 3]
+    sel = Budget(verify_seed=past_knee).select(prop, [True, True], [False, False], 0.0, 2, [10, 20], waiting=True)
+    assert sel.lengths == [3, 3]
+    sel = Budget(verify_seed=past_knee).select(prop, [True, True], [False, False], 0.0, 2, [20, 20])
+    assert sel.lengths == [3, 3]                  # level rows: both on the critical path
+    flat = {2: 1.0, 8: 1.0}
+    sel = Budget(verify_seed=flat).select(prop, [True, True], [False, False], 0.0, 2, [10, 20])
+    assert sel.lengths == [3, 3]
+
+
 def test_the_bookkeeping_of_verifying_is_priced_apart_from_verifying_nothing():
     """Steps that verify drafts pay for acceptance and holes that a step verifying nothing skips: with
     those measured apart, a near-even slot is left out; priced alike, it is taken."""

@@ -170,3 +170,27 @@ def test_auto_path_serves_many_clients_at_once(fresh_cache, tiny_paths, monkeypa
     finally:
         for c in choices:
             scheds.get(c).close()
+
+
+@pytest.mark.parametrize("path", ["off", "rows"])
+def test_a_shared_prompt_is_prefilled_once_and_every_row_stays_exact(fresh_cache, make_pair, monkeypatch, prompts,
+                                                                      reference, path):
+    """Six rows over two prompts: the prefill pass computes two rows (each prompt once; the cache copies
+    them to their rows, growing the fast path's buffers past the two it made), and every row still
+    decodes the target's own greedy tokens."""
+    from specviz.engine import kvcache
+
+    pair = path_pair(make_pair, monkeypatch, path, "ngram")
+    eng = pair.engine()
+    widths = []
+    real = kvcache.timed_forward
+
+    def counted(cache, model, tokens, valid, logits_to_keep=0):
+        if logits_to_keep == 1:                       # the prefill's pass
+            widths.append(tokens.shape[0])
+        return real(cache, model, tokens, valid, logits_to_keep)
+    monkeypatch.setattr(kvcache, "timed_forward", counted)
+    list(eng.generate(prompts[:2], Knobs(depth=3, batch_size=6), MAX_NEW))
+    assert widths == [2]
+    for row, out in eng.outputs().items():
+        assert out == reference(row % 2, MAX_NEW), f"row {row} on {path}"

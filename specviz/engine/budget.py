@@ -61,6 +61,7 @@ PROBE_MAX = 256          # … doubling after each probe that did not make draft
 PROBE_SHARE = 0.02       # … and at most this share of the serving time spent on probes (their catch-up)
 BASE_EVERY = 24          # steps before the pass with no drafts (tokens = rows) is measured again …
 BASE_MARGIN = 1.3        # … when B* promised less than this × the rate of verifying nothing
+FREE_SHARE = 0.02        # rows ahead of the batch verify only while the pass costs at most this much more
 
 
 def monotone(xs: list[int], ys: list[float]) -> list[float]:
@@ -253,6 +254,17 @@ class Selection:
     budget: int                # B* (the slots chosen by this step's argmax; sampled model rows aside)
 
 
+def critical(remaining: list[int] | None, waiting: bool, rows: int) -> list[bool]:
+    """Per row, whether it is on the batch's critical path: it has as many tokens left as any row (ties
+    included), or requests wait for room (then any row that finishes lets one in). A batch ends with its
+    last row; while nobody waits, a row that runs ahead of the others does not end it sooner, it only
+    leaves later passes a row lighter, which past the knee saves what its drafts' rejected slots cost."""
+    if remaining is None or waiting or not remaining:
+        return [True] * rows
+    top = max(remaining)
+    return [r >= top for r in remaining]
+
+
 def _bin(c: float) -> int:
     return min(CONF_BINS - 1, max(0, int(c * CONF_BINS)))
 
@@ -353,25 +365,32 @@ class Budget:
             out.append(s)
         return out, keys
 
-    def select(self, prop, chosen: list[bool], sampled: list[bool], fixed_s: float, rows: int) -> Selection:
+    def select(self, prop, chosen: list[bool], sampled: list[bool], fixed_s: float, rows: int,
+               remaining: list[int] | None = None, waiting: bool = False) -> Selection:
         """Per row, how many of its drafts to verify. Rows not `chosen` (other policies) keep theirs.
-        B* is the argmax over every chosen row's slots; greedy and n-gram rows verify their part of the
-        top B*, while `sampled` rows with a model draft keep the slots above the previous step's cut-off
-        (see Exactness) and this step's cut-off is stored for the next. `fixed_s`: the draft seconds."""
+        B* is the argmax over the slots of every chosen row on the batch's critical path (`critical`);
+        greedy and n-gram rows verify their part of the top B*, and rows ahead of the batch as much as
+        the pass takes for free (`_free_extension`), while `sampled` rows with a model draft keep the
+        slots above the previous step's cut-off (see Exactness) and this step's cut-off is stored for the
+        next. `fixed_s`: the draft seconds; `remaining`: per row, the tokens it may still emit;
+        `waiting`: requests wait for room in the batch."""
         lengths = prop.lengths.tolist()
         fixed_tokens, gain = rows, float(rows)
         slots: list[tuple[float, int, int]] = []
+        ahead: list[tuple[float, int, int]] = []
         self._keys = [[] for _ in lengths]
         survivals: dict[int, list[float]] = {}
+        on_path = critical(remaining, waiting, len(lengths))
         for i, k in enumerate(lengths):
             if not chosen[i]:
                 fixed_tokens += k
                 continue
             survivals[i], self._keys[i] = self.survival(prop, i)
-            slots += [(s, j, i) for j, s in enumerate(survivals[i])]
+            (slots if on_path[i] else ahead).extend((s, j, i) for j, s in enumerate(survivals[i]))
             lengths[i] = 0
         self._learn_depth(survivals)
-        slots.sort(key=lambda t: (-t[0], t[1]))     # S falls along a row, so the top B is a prefix per row
+        for group in (slots, ahead):     # S falls along a row, so the top B is a prefix per row
+            group.sort(key=lambda t: (-t[0], t[1]))
         # verifying nothing also skips the bookkeeping drafts bring (acceptance, holes, compaction): priced
         # apart, or a near-even choice tips towards verifying (measured ~1 ms of a 20 ms step at 4 rows)
         plain_s = fixed_s + self.overhead_plain.at(rows) if self.overhead_plain and fixed_tokens == rows else None
@@ -382,13 +401,30 @@ class Budget:
         cutoff = self.cutoff
         for _, _, i in slots[:verify_now]:
             lengths[i] += 1
+        extra = self._free_extension(ahead, lengths, fixed_tokens + verify_now, rows) if verify_now == best else 0
+        for _, _, i in ahead[:extra]:
+            lengths[i] += 1
         for i, surv in survivals.items():
             if sampled[i] and prop.match is None:
                 lengths[i] = sum(1 for s in surv if s >= cutoff)
         if slots:     # the next step's cut-off comes from B*, a probe or not
             self.cutoff = slots[best - 1][0] if best else min(1.0, slots[0][0] + 1e-6)
         self._forget()
-        return Selection(lengths, sum(int(x) for x in prop.lengths.tolist()), sum(lengths), best)
+        return Selection(lengths, sum(int(x) for x in prop.lengths.tolist()), sum(lengths), best + extra)
+
+    def _free_extension(self, ahead, lengths: list[int], tokens: int, rows: int) -> int:
+        """How many slots of rows ahead of the batch to verify as well: the longest prefix (by survival)
+        that keeps the pass within FREE_SHARE of its time without them, i.e. compute the pass has spare
+        (below the knee). Such a row finishing sooner does not end the batch sooner, so its drafts are worth
+        its user's speed, not the batch's throughput: they are taken only where they cost nothing."""
+        if not ahead or self.padded:
+            return 0
+        verify = self.verify.table(rows)
+        limit = (1.0 + FREE_SHARE) * verify.at(tokens)
+        n = 0
+        while n < len(ahead) and verify.at(tokens + n + 1) <= limit:
+            n += 1
+        return n
 
     def _probe_base(self, rows: int, margin: float, fixed_tokens: int) -> bool:
         """Verify nothing this step, to time the pass B* is weighed against (tokens = rows)? Only while
@@ -466,27 +502,34 @@ class Budget:
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
+QUICK_SIZES = (1, 2, 4, 8, 16, 32, 64)    # the lesson's profile: larger passes extend along the last slope
+
+
 def verify_profile(model, device, dtype, new_cache=None, context: int = 64,
-                   sizes: tuple[int, ...] = SIZES) -> dict[int, float]:
+                   sizes: tuple[int, ...] = SIZES, quick: bool = False) -> dict[int, float]:
     """A warm-up profile of a forward pass: median seconds by tokens per pass (the knee measurement's
     curve, short). For the target it stands for the verify cost by tokens; for a model draft, the cost
-    of one draft pass by rows (one token per row). `Budget` scales it to the steps it then observes."""
+    of one draft pass by rows (one token per row). `Budget` scales it to the steps it then observes.
+    `quick` (the lesson, which must fit a minute on a 2-core CPU): 3 samples a size on one cache, ~5 s
+    at one thread there instead of ~28 s."""
     from specviz.hardware.device import measure_latency
 
-    secs = measure_latency(model, list(sizes), context, device, dtype, repeats=5, new_cache=new_cache)
+    secs = measure_latency(model, list(sizes), context, device, dtype, repeats=3 if quick else 5,
+                           new_cache=new_cache, one_cache=quick)
     return dict(zip(sizes, monotone(list(sizes), secs)))
 
 
-def pair_profiles(pair, context: int = 64) -> tuple[dict[int, float], dict[int, float] | None]:
+def pair_profiles(pair, context: int = 64, quick: bool = False) -> tuple[dict[int, float], dict[int, float] | None]:
     """Warm-up profiles for a pair: the target's verify cost, and the model draft's pass cost (None for
     n-gram, whose drafting costs no forward, or where the draft cannot be timed on its own)."""
     t = pair.target
-    verify = verify_profile(t.model, t.device, t.dtype, pair.target_cache, context)
+    sizes = QUICK_SIZES if quick else SIZES
+    verify = verify_profile(t.model, t.device, t.dtype, pair.target_cache, context, sizes, quick)
     drafter = pair.make_drafter()
     if getattr(drafter, "kind", "") != "model":
         return verify, None
     try:
-        return verify, verify_profile(drafter.model, t.device, t.dtype, drafter.cache_factory, context)
+        return verify, verify_profile(drafter.model, t.device, t.dtype, drafter.cache_factory, context, sizes, quick)
     except Exception:         # a layer-skip view may not run outside its own cache: learn it online
         return verify, None
 

@@ -50,6 +50,7 @@ class SpeculativeEngine:
         self.requests: list[Request] = []      # in admission order (first come, first served)
         self.last: Request | None = None       # the request of the latest `generate` (CLI, tests)
         self.pressure: dict[int, int] = {}     # request id → tokens it put into the step being run
+        self.queued = 0                        # requests waiting for room outside the engine (the scheduler's)
         self.admitting: set[int] = set()       # request ids whose rows were being prefilled
         self._readmit: list[Row] = []          # rows whose caches were dropped (after a fault)
         # adaptive verification's cost tables and calibration; the stock modules multiply padding too
@@ -211,7 +212,10 @@ class SpeculativeEngine:
         proposed = prop.lengths.tolist()
         selection, full = None, prop
         if any(budgeted):
-            selection = self.budget.select(prop, budgeted, [t > 0 for t in temps], prop.seconds, B)
+            remaining = [r.owner.max_new - len(r.out) for r in self.rows]
+            waiting = self.queued > 0 or any(req.wanted() > 0 for req in self.requests)
+            selection = self.budget.select(prop, budgeted, [t > 0 for t in temps], prop.seconds, B, remaining,
+                                           waiting)
             prop = prop.cut(torch.tensor(selection.lengths, dtype=torch.long, device=self.device))
         self.pressure = {req.id: 0 for req in owners}
         for r, d in zip(self.rows, prop.lengths.tolist()):

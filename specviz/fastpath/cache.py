@@ -186,8 +186,11 @@ class StaticCache(SlotValidity):
         return True
 
     def select(self, keep: torch.Tensor) -> None:
-        """Keep only these rows (in this order). keep: [B'] row indices."""
+        """Keep only these rows (in this order). keep: [B'] row indices; one may repeat (a prefill that
+        computed a shared prompt once hands each of its rows a copy), so B' may exceed the rows held."""
         L = self.length
+        if keep.numel() > self.capacity[0]:
+            self._fit(keep.numel(), L)
         for buf in self.kbufs + self.vbufs:
             buf[:keep.numel(), :, :L] = buf[keep, :, :L]
         self.valid = self.valid[keep]

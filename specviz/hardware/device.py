@@ -390,10 +390,13 @@ def find_knee(tokens: list[int], seconds: list[float]) -> float:
 
 
 def measure_latency(model, tokens_per_pass: list[int], context: int, device, dtype, repeats: int = 5,
-                    new_cache=None):
+                    new_cache=None, one_cache: bool = False):
     """Median target forward latency for n new tokens on top of a `context`-token cache: through the stock
     modules, or through the forward path the engine runs when `new_cache` (batch → KV cache with
-    `forward(model, tokens, valid)`, e.g. the fast path's) is given."""
+    `forward(model, tokens, valid)`, e.g. the fast path's) is given. Each sample gets a fresh cache (the
+    knee's curve); `one_cache`: the samples of a size run one after another on one cache, whose context
+    grows by n a pass (a third of the passes: adaptive verification's start-up profile, which its budget
+    rescales to the steps it then observes)."""
     # on first use: torch is slow to import
     import torch
     # on first use: transformers is slow to import
@@ -420,9 +423,10 @@ def measure_latency(model, tokens_per_pass: list[int], context: int, device, dty
         ctx_ids = torch.randint(0, vocab, (1, context), device=device)
         for n in tokens_per_pass:
             times = []
+            same = pass_fn(torch.randint(0, vocab, (1, n), device=device)) if one_cache else None
             for r in range(repeats + 1):
-                ids = torch.randint(0, vocab, (1, n), device=device)
-                seconds = timed_once(pass_fn(ids), device)
+                run = same or pass_fn(torch.randint(0, vocab, (1, n), device=device))
+                seconds = timed_once(run, device)
                 if r:                   # the first pass of each size is a warm-up
                     times.append(seconds)
             out.append(sorted(times)[len(times) // 2])

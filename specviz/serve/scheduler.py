@@ -353,6 +353,8 @@ class Scheduler:
     def _step_once(self) -> None:
         t0 = time.perf_counter()
         try:
+            with self._cond:
+                self.engine.queued = len(self._pending)     # adaptive verification's budget reads it
             results = self.engine.step(room=self.limits.max_shared_rows)
         except (torch.OutOfMemoryError, MemoryError) as exc:
             self._out_of_memory(exc)
