@@ -55,11 +55,12 @@ def test_compute_bound_pass_verifies_nothing_and_memory_bound_verifies_all():
     assert flat.select(_proposal([[0.9] * 4]), [True], [False], 0.0, 1).lengths == [4]
 
 
-def test_rows_ahead_of_the_batch_verify_only_what_the_pass_takes_for_free():
-    """Past the knee, a row with fewer tokens left than the slowest one does not end the batch sooner by
-    going faster: its drafts are left out while the slowest row's are verified. Where requests wait for
-    room, any row that finishes lets one in, so every row's drafts count again; and below the knee
-    (a flat pass) the row ahead verifies too."""
+def test_with_nobody_waiting_the_step_is_planned_for_the_batchs_last_row():
+    """Past the knee, a row with fewer tokens left than the last one does not end the batch sooner by
+    going faster: its drafts are left out while the last row's are verified. Where requests wait for
+    room, any row that finishes lets one in, so every row's drafts count again; below the knee (a flat
+    pass) the row ahead verifies too. Rows level with each other move the end only together: the
+    chance that all keep a draft is the product, so many level rows verify little."""
     prop = _proposal([[0.9] * 3, [0.9] * 3])
     past_knee = {2: 1.0, 5: 1.3, 8: 1.6}          # every token 10 % of the plain pass
     sel = Budget(verify_seed=past_knee).select(prop, [True, True], [False, False], 0.0, 2, [10, 20])
@@ -67,10 +68,18 @@ def test_rows_ahead_of_the_batch_verify_only_what_the_pass_takes_for_free():
     sel = Budget(verify_seed=past_knee).select(prop, [True, True], [False, False], 0.0, 2, [10, 20], waiting=True)
     assert sel.lengths == [3, 3]
     sel = Budget(verify_seed=past_knee).select(prop, [True, True], [False, False], 0.0, 2, [20, 20])
-    assert sel.lengths == [3, 3]                  # level rows: both on the critical path
+    assert sel.lengths == [3, 3]                  # two level rows, each 0.9 sure: 0.81 a place together
     flat = {2: 1.0, 8: 1.0}
     sel = Budget(verify_seed=flat).select(prop, [True, True], [False, False], 0.0, 2, [10, 20])
     assert sel.lengths == [3, 3]
+    many = _proposal([[0.8] * 3] * 16)              # 16 level rows: 0.8 ** 16 ≈ 0.03 a place
+    steep = {16: 1.0, 64: 2.2}
+    assert sum(Budget(verify_seed=steep).select(many, [True] * 16, [False] * 16, 0.0, 16, [20] * 16).lengths) == 0
+    assert sum(Budget(verify_seed=steep).select(many, [True] * 16, [False] * 16, 0.0, 16, [20] * 16,
+                                                waiting=True).lengths) >= 32
+    one_short = _proposal([[0.9] * 3, []])        # a level row with nothing drafted: the end cannot move
+    assert Budget(verify_seed=past_knee).select(one_short, [True, True], [False, False], 0.0, 2,
+                                                [20, 20]).lengths == [0, 0]
 
 
 def test_the_bookkeeping_of_verifying_is_priced_apart_from_verifying_nothing():
@@ -190,6 +199,9 @@ class HalfBudget(Budget):
 
     def _argmax(self, slots, *args):
         return len(slots) // 2, float("inf")      # never close to verifying nothing: no probe
+
+    def _class_plan(self, survivals, gaps, lengths, fixed_tokens, rows, costs):
+        return self._slot_plan(survivals, lengths, fixed_tokens, rows, costs)
 
 
 @pytest.mark.parametrize("draft", ["layerskip:1-2", "draft"])

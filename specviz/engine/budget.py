@@ -14,6 +14,19 @@ a row may verify nothing and decode one token. B is chosen each step as
 
 expected tokens over expected seconds, from cost tables measured on this machine.
 
+Whose progress counts. That ratio is the batch's rate while every token any row gains brings the end
+of some request nearer that others wait for: with requests waiting for room, a row that finishes lets
+one in. When nobody waits, a batch ends with its last row, and a row that runs ahead of it does not end
+the batch sooner: past the knee its accepted drafts only move work from later passes into this one, and
+its rejected ones are pure cost. So then the step is planned for the last row (`_class_plan`): the last
+row (ties included) moves l places further than plain decoding iff every row fewer than l places ahead
+of it keeps that many of its drafts, probability Π S; the plan verifies, level by level, the drafts
+that move it, and picks the level with the most progress per second. A class of 16 that starts together
+needs 16 survivals at once, so it verifies little; one row alone is the per-slot rule above. Drafts
+the plan leaves out are verified only where the pass takes them for free (`FREE_SHARE`, below the knee).
+Measured on the grounded class (docs/BENCHMARKS.md): with the per-slot rule, the rows with good matches
+ran ahead and the class ended on a tail of light passes, 0.83–0.97× no speculation at 16 users.
+
 Where the confidences come from:
 - a model (or layer-skip) draft: the draft's top probability at that position, calibrated against the
   acceptance measured at that position and confidence (`Calibration`), so that S predicts acceptance;
@@ -59,8 +72,8 @@ FORGET = 0.995           # per step: a count's weight halves in ~140 steps
 PROBE_EVERY = 32         # steps without a verified draft before model rows draft again …
 PROBE_MAX = 256          # … doubling after each probe that did not make drafting pay, up to this …
 PROBE_SHARE = 0.02       # … and at most this share of the serving time spent on probes (their catch-up)
-BASE_EVERY = 24          # steps before the pass with no drafts (tokens = rows) is measured again …
-BASE_MARGIN = 1.3        # … when B* promised less than this × the rate of verifying nothing
+BASE_EVERY = 64          # steps before the pass with no drafts (tokens = rows) is measured again …
+BASE_MARGIN = 1.15       # … when B* promised less than this × the rate of verifying nothing
 FREE_SHARE = 0.02        # rows ahead of the batch verify only while the pass costs at most this much more
 
 
@@ -254,15 +267,14 @@ class Selection:
     budget: int                # B* (the slots chosen by this step's argmax; sampled model rows aside)
 
 
-def critical(remaining: list[int] | None, waiting: bool, rows: int) -> list[bool]:
-    """Per row, whether it is on the batch's critical path: it has as many tokens left as any row (ties
-    included), or requests wait for room (then any row that finishes lets one in). A batch ends with its
-    last row; while nobody waits, a row that runs ahead of the others does not end it sooner, it only
-    leaves later passes a row lighter, which past the knee saves what its drafts' rejected slots cost."""
-    if remaining is None or waiting or not remaining:
-        return [True] * rows
+def class_gaps(remaining: list[int], survivals: dict[int, list[float]]) -> dict[int, int] | None:
+    """Per budgeted row, how many tokens fewer it has left than the row with the most (0: on the batch's
+    last place, ties included); None where no budgeted row is within reach of it (the plan then has
+    nothing to move)."""
+    if not remaining or not survivals:
+        return None
     top = max(remaining)
-    return [r >= top for r in remaining]
+    return {i: top - remaining[i] for i in survivals}
 
 
 def _bin(c: float) -> int:
@@ -368,61 +380,110 @@ class Budget:
     def select(self, prop, chosen: list[bool], sampled: list[bool], fixed_s: float, rows: int,
                remaining: list[int] | None = None, waiting: bool = False) -> Selection:
         """Per row, how many of its drafts to verify. Rows not `chosen` (other policies) keep theirs.
-        B* is the argmax over the slots of every chosen row on the batch's critical path (`critical`);
-        greedy and n-gram rows verify their part of the top B*, and rows ahead of the batch as much as
-        the pass takes for free (`_free_extension`), while `sampled` rows with a model draft keep the
-        slots above the previous step's cut-off (see Exactness) and this step's cut-off is stored for the
-        next. `fixed_s`: the draft seconds; `remaining`: per row, the tokens it may still emit;
-        `waiting`: requests wait for room in the batch."""
+        With requests waiting for room (or no `remaining`), B* is the argmax over every chosen row's
+        slots (`_argmax`); with nobody waiting, the plan that brings the batch's last row nearest per
+        second (`_class_plan`), and the other slots as far as the pass takes them for free
+        (`_free_extension`). Greedy and n-gram rows verify their part; `sampled` rows with a model draft
+        keep the slots above the previous step's cut-off (see Exactness) and this step's cut-off is
+        stored for the next. `fixed_s`: the draft seconds; `remaining`: per row, the tokens it may still
+        emit; `waiting`: requests wait for room in the batch."""
         lengths = prop.lengths.tolist()
-        fixed_tokens, gain = rows, float(rows)
-        slots: list[tuple[float, int, int]] = []
-        ahead: list[tuple[float, int, int]] = []
+        fixed_tokens = rows
         self._keys = [[] for _ in lengths]
         survivals: dict[int, list[float]] = {}
-        on_path = critical(remaining, waiting, len(lengths))
         for i, k in enumerate(lengths):
             if not chosen[i]:
                 fixed_tokens += k
                 continue
             survivals[i], self._keys[i] = self.survival(prop, i)
-            (slots if on_path[i] else ahead).extend((s, j, i) for j, s in enumerate(survivals[i]))
             lengths[i] = 0
         self._learn_depth(survivals)
-        for group in (slots, ahead):     # S falls along a row, so the top B is a prefix per row
-            group.sort(key=lambda t: (-t[0], t[1]))
         # verifying nothing also skips the bookkeeping drafts bring (acceptance, holes, compaction): priced
         # apart, or a near-even choice tips towards verifying (measured ~1 ms of a 20 ms step at 4 rows)
         plain_s = fixed_s + self.overhead_plain.at(rows) if self.overhead_plain and fixed_tokens == rows else None
-        best, margin = self._argmax(slots, lengths, fixed_tokens, gain, fixed_s + self.overhead.at(rows), rows,
-                                    plain_s)
+        costs = (fixed_s + self.overhead.at(rows), plain_s)
+        gaps = None if waiting or remaining is None else class_gaps(remaining, survivals)
+        if gaps is None:
+            plan, margin = self._slot_plan(survivals, lengths, fixed_tokens, rows, costs)
+        else:
+            plan, margin = self._class_plan(survivals, gaps, lengths, fixed_tokens, rows, costs)
+        best = sum(plan.values())
         cut_by_past = prop.match is None and any(sampled[i] for i in survivals)
-        verify_now = 0 if best and not cut_by_past and self._probe_base(rows, margin, fixed_tokens) else best
+        if best and not cut_by_past and self._probe_base(rows, margin, fixed_tokens):
+            plan = {}
         cutoff = self.cutoff
-        for _, _, i in slots[:verify_now]:
-            lengths[i] += 1
-        extra = self._free_extension(ahead, lengths, fixed_tokens + verify_now, rows) if verify_now == best else 0
-        for _, _, i in ahead[:extra]:
-            lengths[i] += 1
+        for i, n in plan.items():
+            lengths[i] += n
+        extra = 0
+        if gaps is not None and sum(plan.values()) == best:
+            extra = self._free_extension(survivals, lengths, fixed_tokens + best, rows)
         for i, surv in survivals.items():
             if sampled[i] and prop.match is None:
                 lengths[i] = sum(1 for s in surv if s >= cutoff)
-        if slots:     # the next step's cut-off comes from B*, a probe or not
-            self.cutoff = slots[best - 1][0] if best else min(1.0, slots[0][0] + 1e-6)
+        if survivals:     # the next step's cut-off: the least survival the plan took, a probe or not
+            taken = [survivals[i][n - 1] for i, n in plan.items() if n] if best else []
+            top = max((s[0] for s in survivals.values() if s), default=None)
+            if taken or top is not None:
+                self.cutoff = min(taken) if taken else min(1.0, top + 1e-6)
         self._forget()
         return Selection(lengths, sum(int(x) for x in prop.lengths.tolist()), sum(lengths), best + extra)
 
-    def _free_extension(self, ahead, lengths: list[int], tokens: int, rows: int) -> int:
-        """How many slots of rows ahead of the batch to verify as well: the longest prefix (by survival)
-        that keeps the pass within FREE_SHARE of its time without them, i.e. compute the pass has spare
-        (below the knee). Such a row finishing sooner does not end the batch sooner, so its drafts are worth
-        its user's speed, not the batch's throughput: they are taken only where they cost nothing."""
-        if not ahead or self.padded:
+    def _slot_plan(self, survivals, lengths, fixed_tokens: int, rows: int, costs) -> tuple[dict[int, int], float]:
+        """Every chosen row's slots in one list, the top B* by survival (a prefix of each row)."""
+        slots = sorted(((s, j, i) for i, surv in survivals.items() for j, s in enumerate(surv)),
+                       key=lambda t: (-t[0], t[1]))
+        best, margin = self._argmax(slots, lengths, fixed_tokens, float(rows), costs[0], rows, costs[1])
+        plan: dict[int, int] = {}
+        for _, _, i in slots[:best]:
+            plan[i] = plan.get(i, 0) + 1
+        return plan, margin
+
+    def _class_plan(self, survivals, gaps: dict[int, int], lengths, fixed_tokens: int, rows: int,
+                    costs) -> tuple[dict[int, int], float]:
+        """The level L with the most expected progress of the batch's last row per second. The last row
+        moves l places further than plain decoding iff every row i that is fewer than l places ahead of
+        it (gap g_i) keeps its first l − g_i drafts: probability Π S(i, l − g_i). Level L verifies
+        max(0, L − g_i) drafts of row i; a row that drafted fewer caps L. Returns (drafts per row, the
+        best rate ÷ the rate of verifying nothing)."""
+        verify = self.verify.table(rows)
+        longest = max(lengths, default=0)
+
+        def seconds(need: dict[int, int]) -> float:
+            deepest = max([longest, *need.values()])
+            tokens = rows * (deepest + 1) if self.padded else fixed_tokens + sum(need.values())
+            return verify.at(tokens)
+        base_s = costs[0] if costs[1] is None else costs[1]
+        base = 1.0 / max(base_s + seconds({}), 1e-9)
+        best_level, best_rate, progress = 0, base, 1.0
+        top = max((g + len(survivals[i]) for i, g in gaps.items()), default=0)
+        for level in range(1, top + 1):
+            need = {i: level - g for i, g in gaps.items() if g < level}
+            if any(n > len(survivals[i]) for i, n in need.items()):
+                break                   # a row that close drafted too few: the last row cannot move that far
+            p = 1.0
+            for i, n in need.items():
+                p *= survivals[i][n - 1]
+            progress += p
+            rate = progress / max(costs[0] + seconds(need), 1e-9)
+            if rate > best_rate:
+                best_level, best_rate = level, rate
+        plan = {i: best_level - g for i, g in gaps.items() if g < best_level}
+        return plan, best_rate / base if base > 0 else float("inf")
+
+    def _free_extension(self, survivals, lengths: list[int], tokens: int, rows: int) -> int:
+        """Slots beyond the plan, best survival first (a prefix of each row), added to `lengths` while the
+        pass stays within FREE_SHARE of its time without them: compute the pass has spare (below the
+        knee). They do not bring the batch's end nearer, only their rows' users' speed, so they are taken
+        only where they cost nothing. Returns how many were added."""
+        if self.padded:
             return 0
+        rest = sorted(((s, j, i) for i, surv in survivals.items() for j, s in enumerate(surv) if j >= lengths[i]),
+                      key=lambda t: (-t[0], t[1]))
         verify = self.verify.table(rows)
         limit = (1.0 + FREE_SHARE) * verify.at(tokens)
         n = 0
-        while n < len(ahead) and verify.at(tokens + n + 1) <= limit:
+        while n < len(rest) and verify.at(tokens + n + 1) <= limit:
+            lengths[rest[n][2]] += 1
             n += 1
         return n
 
