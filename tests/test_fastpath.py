@@ -234,6 +234,38 @@ def _prefilled(compact, model, rows: list[list[int]]) -> StaticCache:
     return cache
 
 
+def test_a_row_leaving_moves_one_row_and_the_rest_keep_their_slots(loaded, monkeypatch):
+    """Rows 1 and 3 of 6 finish: the rows from the end fill their places (`fill_order`), the cache copies
+    only those two rows, and every remaining row's slots and next logits equal those of the same rows
+    gathered in the old way."""
+    from specviz.engine.loop import fill_order
+    from specviz.fastpath.llama import CompactLlama
+
+    model = loaded["target"].model
+    compact = CompactLlama(model)
+    rows = [[5 + i, 7, 9 + i, 11, 13 + 2 * i][: 3 + i % 3] for i in range(6)]
+    keep = fill_order([0, 2, 4, 5])
+    assert keep == [0, 4, 2, 5]
+    moved, old = _prefilled(compact, model, rows), _prefilled(compact, model, rows)
+    writes = []
+    real = torch.Tensor.__setitem__
+    monkeypatch.setattr(torch.Tensor, "__setitem__",
+                        lambda t, i, v: writes.append(v.shape[0] if isinstance(v, torch.Tensor) and v.dim() == 4 else 0)
+                        or real(t, i, v))
+    moved.select(torch.tensor(keep))
+    monkeypatch.undo()
+    assert max(writes) == 2                     # two rows copied per buffer, not four
+    L = old.length
+    for buf_new, buf_old in zip(moved.kbufs + moved.vbufs, old.kbufs + old.vbufs):
+        assert torch.equal(buf_new[:4, :, :L], buf_old[keep, :, :L])
+    nxt = torch.tensor([[3]] * 4)
+    with torch.inference_mode():
+        a = moved.forward(model, nxt, torch.ones(4, 1, dtype=torch.bool))
+        old.select(torch.arange(6)[keep])
+        b = old.forward(model, nxt, torch.ones(4, 1, dtype=torch.bool))
+    assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("longer", [False, True])
 def test_a_join_merges_into_the_buffers_held_and_gives_the_same_logits(loaded, longer):
     """A user joining (merge) writes into the rows our buffers already hold — the same storage, no new

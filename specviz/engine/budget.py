@@ -475,12 +475,12 @@ class Budget:
         pass stays within FREE_SHARE of its time without them: compute the pass has spare (below the
         knee). They do not bring the batch's end nearer, only their rows' users' speed, so they are taken
         only where they cost nothing. Returns how many were added."""
-        if self.padded:
+        verify = self.verify.table(rows)
+        limit = (1.0 + FREE_SHARE) * verify.at(tokens)
+        if self.padded or verify.at(tokens + 1) > limit:     # past the knee nothing is free: skip the sort
             return 0
         rest = sorted(((s, j, i) for i, surv in survivals.items() for j, s in enumerate(surv) if j >= lengths[i]),
                       key=lambda t: (-t[0], t[1]))
-        verify = self.verify.table(rows)
-        limit = (1.0 + FREE_SHARE) * verify.at(tokens)
         n = 0
         while n < len(rest) and verify.at(tokens + n + 1) <= limit:
             lengths[rest[n][2]] += 1

@@ -123,9 +123,14 @@ class SpeculativeEngine:
         return out
 
     def _drop_done(self) -> None:
-        """Rows that finished (or were retired) leave the batch and both caches."""
-        keep = [i for i, r in enumerate(self.rows) if not r.done]
-        if len(keep) < len(self.rows):
+        """Rows that finished (or were retired) leave the batch and both caches. The rows at the end of
+        the batch move into the places they leave (`fill_order`), so the caches copy one row per row
+        that left: keeping the order instead moved every row behind it, and at 64 rows a row finishing
+        copied ~0.4 GB of the fast path's buffers (~40 ms a time on a 2-core CPU, 10 % of a class's
+        time where its rows finished at different steps)."""
+        live = [i for i, r in enumerate(self.rows) if not r.done]
+        if len(live) < len(self.rows):
+            keep = fill_order(live)
             self.target_kv.select(torch.tensor(keep, dtype=torch.long, device=self.device))
             self.drafter.retire(keep)
             self.rows = [self.rows[i] for i in keep]
@@ -260,7 +265,8 @@ class SpeculativeEngine:
                       budget=None if selection is None else selection.budget)
         out = []
         for req in owners:
-            mine = [i for i, r in enumerate(self.rows) if r.owner is req]
+            # by row id: a request's rows keep their order in its events whatever the batch order
+            mine = sorted((i for i, r in enumerate(self.rows) if r.owner is req), key=lambda i: self.rows[i].id)
             ev = StepEvent(step=req.steps, depth=plans[req.id].depth, policy=req.state.policy.name,
                            rows=[row_steps[i] for i in mine], prefill_s=prefill_s.get(req.id, 0.0),
                            plain_flops=sum(plain[i] for i in mine), changes=changes.get(req.id, []),
@@ -337,6 +343,20 @@ class SpeculativeEngine:
             ctx = len(seqs[i]) - 1 + (len(emitted) - 1) / 2
             plain.append(len(emitted) * plain_token_flops(self.spec, ctx))
         return out, plain
+
+
+def fill_order(live: list[int]) -> list[int]:
+    """The rows `live` (ascending batch positions) packed into the first len(live) places, as the index
+    list `select` takes: rows already there stay put, the rows beyond fill the gaps, both in ascending
+    order. [0, 2, 3, 5] → [0, 5, 2, 3]."""
+    n = len(live)
+    movers = [i for i in live if i >= n]
+    taken = set(live)
+    holes = [p for p in range(n) if p not in taken]
+    keep = list(range(n))
+    for p, i in zip(holes, movers):
+        keep[p] = i
+    return keep
 
 
 def _unique(items) -> list:

@@ -191,8 +191,15 @@ class StaticCache(SlotValidity):
         L = self.length
         if keep.numel() > self.capacity[0]:
             self._fit(keep.numel(), L)
-        for buf in self.kbufs + self.vbufs:
-            buf[:keep.numel(), :, :L] = buf[keep, :, :L]
+        # only the rows that change place (the engine fills the places of rows that left with rows from the
+        # end of the batch, so a row leaving copies one row, not the batch); the right side is gathered
+        # before anything is written, so any order of rows is safe
+        here = torch.arange(keep.numel(), device=self.device)
+        moved = (keep != here).nonzero().flatten()
+        if moved.numel():
+            src, dst = keep[moved], here[moved]
+            for buf in self.kbufs + self.vbufs:
+                buf[dst, :, :L] = buf[src, :, :L]
         self.valid = self.valid[keep]
         self.n_valid = self.n_valid[keep]
         self._fit(self.batch, L)       # with CUDA graphs, a smaller batch bucket: cheaper passes
