@@ -59,7 +59,7 @@ def test_with_nobody_waiting_the_step_is_planned_for_the_batchs_last_row():
     """Past the knee, a row with fewer tokens left than the last one does not end the batch sooner by
     going faster: its drafts are left out while the last row's are verified. Where requests wait for
     room, any row that finishes lets one in, so every row's drafts count again; below the knee (a flat
-    pass) the row ahead verifies too. Rows level with each other move the end only together: the
+    pass) the row ahead verifies too, past it never (not even one cheap-looking token of a wide pass). Rows level with each other move the end only together: the
     chance that all keep a draft is the product, so many level rows verify little."""
     prop = _proposal([[0.9] * 3, [0.9] * 3])
     past_knee = {2: 1.0, 5: 1.3, 8: 1.6}          # every token 10 % of the plain pass
@@ -77,6 +77,11 @@ def test_with_nobody_waiting_the_step_is_planned_for_the_batchs_last_row():
     assert sum(Budget(verify_seed=steep).select(many, [True] * 16, [False] * 16, 0.0, 16, [20] * 16).lengths) == 0
     assert sum(Budget(verify_seed=steep).select(many, [True] * 16, [False] * 16, 0.0, 16, [20] * 16,
                                                 waiting=True).lengths) >= 32
+    # 64 rows past the knee: one token more costs 1.6 % of the pass, but it is a 64th of the work, not free
+    wide = _proposal([[0.9] * 3] + [[]] * 63)
+    linear = {64: 1.0, 128: 2.0}
+    assert sum(Budget(verify_seed=linear).select(wide, [True] * 64, [False] * 64, 0.0, 64,
+                                                 [10] + [20] * 63).lengths) == 0
     one_short = _proposal([[0.9] * 3, []])        # a level row with nothing drafted: the end cannot move
     assert Budget(verify_seed=past_knee).select(one_short, [True, True], [False, False], 0.0, 2,
                                                 [20, 20]).lengths == [0, 0]
