@@ -179,3 +179,16 @@ def test_verify_costs_are_kept_apart_by_batch_rows():
     assert c.at(4, 64) == pytest.approx(0.1) and c.at(64, 64) == pytest.approx(1.0)
     assert c.at(33, 64) == pytest.approx(1.0) and c.at(3, 64) == pytest.approx(0.1)
     assert c.at(64, 128) == pytest.approx(1.0 + 0.9 / 63 * 64)    # along the profile scaled by what 64 rows cost
+
+
+def test_the_paired_ratio_compares_runs_of_the_same_round():
+    # per round: the arm's run ÷ the other's run of the same round, then the median
+    none = F.median_row([{"tokens_per_s": t, "per_user_tokens_per_s": t, "outputs": []} for t in (100, 60, 100)])
+    av = F.median_row([{"tokens_per_s": t, "per_user_tokens_per_s": t, "outputs": []} for t in (90, 54, 90)])
+    assert none["runs"] == [100, 60, 100] and F.paired(av, none) == pytest.approx(0.9)
+    av = F.median_row([{"tokens_per_s": t, "per_user_tokens_per_s": t, "outputs": []} for t in (101, 59, 99)])
+    assert F.paired(av, none) == pytest.approx(0.99)
+    assert F.paired(av, {"runs": [100, 60]}) is None and F.paired({}, none) is None
+    step = {"verified_per_step": 0.0, "drafted_per_step": 0.0}
+    rows = [dict(none, arm="none", depth=0, users=4, **step), dict(av, arm=F.AV, depth=8, users=4, **step)]
+    assert F.class_lines(rows)[0]["paired"] == pytest.approx(0.99)

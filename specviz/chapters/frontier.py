@@ -149,6 +149,7 @@ def median_row(cells: list[dict]) -> dict:
     row["per_user_tokens_per_s"] = statistics.median(c["per_user_tokens_per_s"] for c in cells)
     row["noise"] = (max(tps) - min(tps)) / mid if mid and len(cells) > 1 else None
     row["repeats"] = len(cells)
+    row["runs"] = tps          # in round order: two arms' runs of one round ran minutes apart at most
     return row
 
 
@@ -184,6 +185,17 @@ def band(*rows: dict) -> float:
     return max([NOISE_FLOOR] + [r["noise"] for r in rows if r.get("noise") is not None])
 
 
+def paired(a: dict, b: dict) -> float | None:
+    """The median of a's run ÷ b's run of the same round (None without matching runs). The rounds
+    interleave the arms, so a pair shares the machine's slow drift that the two medians do not: on the
+    2-core EPYC two arms doing the same work (adaptive verification verifying nothing, and no
+    speculation) read 0.89–1.03× as medians of 3. The verdict still uses the medians and the band."""
+    ra, rb = a.get("runs") or [], b.get("runs") or []
+    if len(ra) != len(rb) or not ra or not all(rb):
+        return None
+    return statistics.median(x / y for x, y in zip(ra, rb))
+
+
 def verdict(ratio: float, width: float) -> str:
     return "ahead" if ratio > 1 + width else "behind" if ratio < 1 - width else "level"
 
@@ -200,6 +212,7 @@ def class_lines(rows: list[dict]) -> list[dict]:
         ratio, width = av["tokens_per_s"] / best["tokens_per_s"], band(av, best)
         out.append({"users": n, "best_arm": arm_code(best), "best_tokens_per_s": best["tokens_per_s"],
                     "av_tokens_per_s": av["tokens_per_s"], "ratio": ratio, "band": width,
+                    "paired": paired(av, best),
                     "verdict": verdict(ratio, width), "verified": av["verified_per_step"],
                     "drafted": av["drafted_per_step"], "best_verified": best["verified_per_step"]})
     return out
