@@ -166,7 +166,10 @@ def test_browser_run_slide_and_stop(app_url, tmp_path):
         depth.fill("0", timeout=60000)
         depth.press("Enter", timeout=60000)
         try:
+            # plain steps on the page (run 2's after the slide, or the plain-decoding baseline that follows
+            # it, which streams too); the spans are read from run 2's final view, once the run says Done
             page.wait_for_selector("#tokens span.tok-plain", timeout=60000)
+            _wait_status(page, "Done")
         finally:
             page.screenshot(path=str(tmp_path / "playground.png"), full_page=True)
             shutil.copy(tmp_path / "playground.png", "/tmp/specviz-playground.png")
@@ -174,7 +177,9 @@ def test_browser_run_slide_and_stop(app_url, tmp_path):
             "#tokens span", "els => els.map(e => e.className)")
         kinds = {"tok-accepted", "tok-rejected", "tok-bonus", "tok-plain"}
         assert spans and all(c in kinds for c in spans)     # exactly one token class per span
-        assert {"tok-bonus", "tok-plain"} <= set(spans)
+        # whether row 1 saw the slide before it ended depends on the machine's speed (its view read
+        # all-speculative in one CI run), so only speculative steps are required of the final view
+        assert "tok-bonus" in spans
         assert page.locator("#tokens script").count() == 0 and not dialogs
         assert page.locator("#rows .row-line").count() == 8
 
