@@ -189,6 +189,10 @@ def test_the_paired_ratio_compares_runs_of_the_same_round():
     av = F.median_row([{"tokens_per_s": t, "per_user_tokens_per_s": t, "outputs": []} for t in (101, 59, 99)])
     assert F.paired(av, none) == pytest.approx(0.99)
     assert F.paired(av, {"runs": [100, 60]}) is None and F.paired({}, none) is None
+    # the machine drifts across rounds: the medians' ratio (78 ÷ 80) is not the rounds' own (~0.96)
+    drift = F.median_row([{"tokens_per_s": t, "per_user_tokens_per_s": t, "outputs": []} for t in (100, 50, 80)])
+    behind = F.median_row([{"tokens_per_s": t, "per_user_tokens_per_s": t, "outputs": []} for t in (95, 48, 78)])
+    assert F.paired(behind, drift) == pytest.approx(0.96)
     step = {"verified_per_step": 0.0, "drafted_per_step": 0.0}
     rows = [dict(none, arm="none", depth=0, users=4, **step), dict(av, arm=F.AV, depth=8, users=4, **step)]
     assert F.class_lines(rows)[0]["paired"] == pytest.approx(0.99)
