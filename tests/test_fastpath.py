@@ -551,7 +551,7 @@ def test_rows_kernel_gives_a_row_the_same_bits_among_any_number_of_rows():
     try:
         many = layout.linear(x, p, b)
         torch.set_num_threads(1)
-        for n in (1, 5, 13):
+        for n in (1, 5, 9, 13, 40):                     # one block, one block + prefetch, two blocks
             assert torch.equal(layout.linear(x[:n], p, b), many[:n])
         assert torch.equal(layout.linear(x[7:8], p, b), many[7:8])
     finally:
@@ -927,7 +927,7 @@ def test_the_avx512_kernel_variant_gives_the_default_kernel_s_bits(tmp_path, mon
     g = torch.Generator().manual_seed(0)
     for n, k in ((37, 40), (200, 72), (33, 7)):
         p = rows.pack(torch.randn(n, k, generator=g))
-        for m in range(1, 18):
+        for m in (*range(1, 18), 24, 25, 40):          # 12 rows on: two blocks at a time (rows.c, PAIR_ROWS)
             x = torch.randn(m, k, generator=g)
             for threads in (1, 2):
                 ys = []

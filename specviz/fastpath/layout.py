@@ -291,9 +291,11 @@ _CACHE_LOCK = threading.Lock()
 
 
 def _cache_key(dtype: torch.dtype) -> str:
-    # the kernel variant too: timings of the 256-bit kernel say nothing of the 512-bit one
+    # the kernel variant and its source too: timings of the 256-bit kernel say nothing of the 512-bit
+    # one, nor an older kernel's of a newer one
+    kernel = f"{rows.isa()} {rows.source_tag()}" if rows.isa() else "no kernel"
     return (f"{machine_key(torch.device('cpu'), dtype)} | {cpu_model()} | {torch.get_num_threads()} threads"
-            f" | {rows.isa() or 'no kernel'}")
+            f" | {kernel}")
 
 
 def _cached_times(counts: dict[tuple[int, int], int], dtype: torch.dtype,

@@ -22,7 +22,10 @@ On a CPU with AVX-512 the 512-bit variant is built (rows.c, SPECVIZ_WIDE: one 64
 and step, eight rows' sums in registers, a software prefetch ahead of the stream); SPECVIZ_KERNEL_WIDE=0
 builds the 256-bit kernel instead, =1 asks for the wide one. Both give the same bits
 (tests/test_fastpath.py checks it where the CPU has AVX-512). Measured on the AVX-512 AMD EPYC
-(`kernels --json`): level at one row, 1.15–1.61× at 5 rows, 1.44–1.81× at 16. Not measured on an
+(`kernels --json`): level at one row, 1.15–1.61× at 5 rows, 1.44–1.81× at 16. From 12 rows on (a shared
+batch's verify, a prefill) the product is bound by arithmetic, not memory: the 512-bit variant then
+multiplies two blocks at a time (16 sums in registers for two weight loads), and both variants fetch
+the next block while the later row groups work from cache: 1.13–1.53× at 12–64 rows, same bits. Not measured on an
 AVX-512 Xeon yet; there, as everywhere, the layout plan times our product against MKL's and oneDNN's and
 keeps ours only where it is faster, and the plan's cache key names the variant (`isa()`).
 """
@@ -137,6 +140,11 @@ def _has_avx512() -> bool:
     except OSError:
         pass
     return False
+
+
+def source_tag() -> str:
+    """A short hash of the kernel's source: a layout plan timed with another version of it is stale."""
+    return hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:8]
 
 
 def why() -> str:
