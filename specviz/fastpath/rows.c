@@ -37,6 +37,11 @@ static __attribute__((unused)) void rows##MR_(const float *restrict x, long ldx,
 }
 KERNEL(1) KERNEL(2) KERNEL(3) KERNEL(4) KERNEL(5) KERNEL(6)
 
+/* A kernel: MR rows (its name says how many) times one block, or two; the last argument is where to
+ * prefetch. */
+typedef void (*kernel_fn)(const float *restrict, long, const float *restrict, long, float *restrict, long,
+                          const float *);
+
 #if defined(__AVX512F__) && defined(SPECVIZ_WIDE)
 /* AVX-512 variant (built where the CPU has AVX-512 unless SPECVIZ_KERNEL_WIDE=0, see rows.py; measured
  * 1.15-1.81x the 256-bit kernel at 5-16 rows on the AVX-512 EPYC, level at one row). A block's 16 columns are one 64-byte load and one register
@@ -68,7 +73,7 @@ WKERNEL(1) WKERNEL(2) WKERNEL(3) WKERNEL(4) WKERNEL(5) WKERNEL(6) WKERNEL(7) WKE
 /* Two neighbouring blocks (32 columns) for up to eight rows: 16 sums in registers and two weight loads
  * per 16 multiply-adds, where the one-block kernel needs a load (and a broadcast) per multiply-add. Used
  * from PAIR_ROWS rows on, where the product is bound by arithmetic, not by memory. Measured on the
- * AVX-512 EPYC, 1 thread, weights from memory: with the next-span prefetch below, 1.13-1.53x the
+ * AVX-512 EPYC, 1 thread, weights from memory: with the next-span prefetch below, 1.06-1.55x the
  * one-block kernel at 12-64 rows; at 2-8 rows (memory-bound) two streams read 0-20 % slower than one,
  * so those stay on one block. Each output is still one running sum over k in order: the same bits. */
 #define PSTEP(i) if (MR > i) { float s = x[i * ldx + k]; a##i += s * w0; c##i += s * w1; }
@@ -90,8 +95,6 @@ static void pair##MR_(const float *restrict x, long ldx, const float *restrict w
 }
 PKERNEL(1) PKERNEL(2) PKERNEL(3) PKERNEL(4) PKERNEL(5) PKERNEL(6) PKERNEL(7) PKERNEL(8)
 
-typedef void (*kernel_fn)(const float *restrict, long, const float *restrict, long, float *restrict, long,
-                          const float *);
 static const kernel_fn WIDE[9] = {0, wide1, wide2, wide3, wide4, wide5, wide6, wide7, wide8};
 static const kernel_fn PAIR[9] = {0, pair1, pair2, pair3, pair4, pair5, pair6, pair7, pair8};
 #define GROUP 8          /* rows whose sums one kernel call keeps in registers */
@@ -112,8 +115,6 @@ static void span(const float *x, long M, long K, const float *w, long nb, float 
 #define KERNEL_BITS 512
 #else
 #define KERNEL_BITS 256
-typedef void (*kernel_fn)(const float *restrict, long, const float *restrict, long, float *restrict, long,
-                          const float *);
 static const kernel_fn NARROW[7] = {0, rows1, rows2, rows3, rows4, rows5, rows6};
 #define GROUP 6
 #define PAIR_ROWS 0      /* no two-block kernel here: 16 registers hold one block's sums for six rows */
