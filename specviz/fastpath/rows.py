@@ -25,9 +25,10 @@ builds the 256-bit kernel instead, =1 asks for the wide one. Both give the same 
 (`kernels --json`): level at one row, 1.15–1.61× at 5 rows, 1.44–1.81× at 16. From 12 rows on (a shared
 batch's verify, a prefill) the product is bound by arithmetic, not memory: the 512-bit variant then
 multiplies two blocks at a time (16 sums in registers for two weight loads), and both variants fetch
-the next block while the later row groups work from cache: 1.06–1.55× at 12–64 rows, same bits (docs/
-BENCHMARKS.md, 3 December). Not measured on an AVX-512 Xeon yet; there, as everywhere, the layout plan times our product against MKL's and oneDNN's and
-keeps ours only where it is faster, and the plan's cache key names the variant (`isa()`).
+the next block while the later row groups work from cache: 1.06–1.55× at 12–64 rows, same bits
+(docs/BENCHMARKS.md, 3 December). Not measured on an AVX-512 Xeon yet; there, as everywhere, the layout
+plan times our product against MKL's and oneDNN's and keeps ours only where it is faster, and the plan's
+cache key names the variant (`isa()`) and the source (`source_tag()`).
 """
 from __future__ import annotations
 
