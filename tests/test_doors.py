@@ -398,9 +398,10 @@ def test_parallel_hostile_mix_then_exact(door, greedy):
              lambda k: k.predict(None, None, api_name="/replay"),
              lambda k: k.predict("no such", "x", api_name="/on_target"),
              lambda k: k.predict(*WHATIF, api_name="/whatif_csv")]
-    # a client per worker thread, as each student has their own: one gradio_client shared by two threads
-    # at once can lose an error message to the other call's stream closing (CancelledError in the client,
-    # seen once in CI), which says nothing about the app
+    # a client per worker thread, as each student has their own: one gradio_client with two calls in
+    # flight once lost a call's error sentence (it sat in the client's message table while the call's own
+    # reader got only the stream's end: CancelledError in the client, once in CI), which says nothing about
+    # the app; the same 48 calls still go out 12 at a time
     own = threading.local()
 
     def worker(i):
