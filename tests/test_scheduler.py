@@ -242,6 +242,38 @@ def test_full_batch_queues_with_positions_then_busy(make_pair, prompts, referenc
     sched.close()
 
 
+def test_submit_all_admits_the_class_in_one_wave_or_refuses_it_whole(make_pair, prompts, reference):
+    """A class handed over in one call (`users_at_once(..., together=True)`, the frontier's workload) is
+    admitted at one step: its rows share every step from the first, and each is exact. A class the queue
+    has no room for is refused whole, and the batch serves on."""
+    from specviz.serve.workload import users_at_once
+    waves = []
+
+    def hook(eng):
+        add = eng.add
+
+        def counted(req):
+            waves.append(eng.steps_run)
+            add(req)
+        eng.add = counted
+    sched = make_scheduler(make_pair("ngram"), Limits(max_rows_per_user=1, max_shared_rows=6, max_queue=2),
+                           engine_hook=hook)
+    reqs = [Request([prompts[i % 4]], Knobs(depth=2, batch_size=1, policy=make_policy("adaptive-verification")),
+                    12) for i in range(6)]
+    _, runs = users_at_once(sched, reqs, together=True)
+    assert len(waves) == 6 and len(set(waves)) == 1, f"admitted at steps {waves}"
+    for i, run in enumerate(runs):
+        assert not run.error and run.outputs == reference(i % 4, 12)
+    assert all(r.totals.shared_batch_max == 6 for r in reqs)
+    too_many = [Request([prompts[0]], Knobs(depth=1, batch_size=1), 4) for _ in range(9)]
+    with pytest.raises(Busy):
+        sched.submit_all(too_many)
+    assert not sched._pending, "a refused class left requests behind"
+    _, last = collect(sched.submit(Request([prompts[1]], Knobs(depth=1, batch_size=1), 6)))
+    assert not last.error and last.outputs[0] == reference(1, 6)
+    sched.close()
+
+
 def test_memory_guard_refuses_what_cannot_fit(make_pair, prompts):
     sched = make_scheduler(make_pair("draft"), free_memory=lambda: 1000.0)
     _, last = collect(sched.submit(Request([prompts[0]], Knobs(depth=4, batch_size=8), 100)))

@@ -1,13 +1,13 @@
 """`python -m specviz frontier`: throughput against per-user speed as the class grows, one line per arm.
 
 The class workload: `users` requests, one prompt each (the row pool, or the input-grounded examples),
-every user a separate request submitted at once from its own thread to the shared scheduler (as the app
-serves a class; `serve/workload.py`), EOS ignored so every arm emits the same number of tokens. The
-lesson's frontier chapter steps the same cells in its own thread (`chapters/frontier.py`, which holds
-the arms, the medians and the conclusion rules both use). Arms: no speculation,
-each fixed depth, `adaptive-verification` with the largest depth as its k (and, with --with-adaptive,
-the older `adaptive` goodput policy). `--repeats` runs every cell that many times, the arms interleaved
-inside each round; medians are reported with the spread (max − min) ÷ median as the noise band.
+every user a separate request to the shared scheduler (as the app serves a class; `serve/workload.py`),
+the class handed over in one call so it is admitted in one wave, each user reading its tokens in its own
+thread, EOS ignored so every arm emits the same number of tokens. The lesson's frontier chapter steps the
+same cells in its own thread (`chapters/frontier.py`, which holds the arms, the medians and the conclusion
+rules both use). Arms: no speculation, each fixed depth, `adaptive-verification` with the largest depth as
+its k (and, with --with-adaptive, the older `adaptive` goodput policy). `--repeats` runs every cell that
+many times, the arms interleaved inside each round; medians are reported with the spread (max − min) ÷ median as the noise band.
 
 Last stdout line: {"rows": [...], "identical": bool, "device": ..., "workload": ...}; `--out DIR` also
 writes frontier.csv, frontier.json and frontier.html.
@@ -83,8 +83,8 @@ def prompt_texts(kind: str) -> list[str]:
 def scheduled_cell(pair, prompts: list[list[int]], arm: str, depth: int, users: int, max_new: int,
                    budget=None) -> dict:
     """One class through the shared scheduler, as the app serves it: `users` one-row requests submitted
-    at once from their own threads, EOS ignored. `budget`: the adaptive-verification arm's, kept across
-    cells as the app's long-lived engine keeps it (chapters.frontier.warm_budget)."""
+    together, each read in its own thread, EOS ignored. `budget`: the adaptive-verification arm's, kept
+    across cells as the app's long-lived engine keeps it (chapters.frontier.warm_budget)."""
     from specviz.serve.workload import shared_scheduler, users_at_once
 
     limits = Limits(max_rows_per_user=1, max_shared_rows=max(users, 1), max_queue=max(users, 1))
@@ -102,7 +102,7 @@ def scheduled_cell(pair, prompts: list[list[int]], arm: str, depth: int, users: 
         # long-lived app server already has; the class is then timed from its submit to its last token
         users_at_once(sched, [Request([prompts[0]], Knobs(0, 1), 1)])
         engines[-1].steps_run = engines[-1].slots_drafted = engines[-1].slots_verified = 0
-        wall, runs = users_at_once(sched, reqs)
+        wall, runs = users_at_once(sched, reqs, together=True)
     finally:
         sched.close()
         _give_back(engines)

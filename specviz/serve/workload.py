@@ -45,14 +45,19 @@ class UserRun:
     error: str | None
 
 
-def users_at_once(sched: Scheduler, requests: list[Request]) -> tuple[float, list[UserRun]]:
-    """Submit every request from its own thread at the same moment; returns the wall time until the last
-    one finished and each user's run."""
+def users_at_once(sched: Scheduler, requests: list[Request], together: bool = False) -> tuple[float, list[UserRun]]:
+    """Submit every request at the same moment, each user reading its updates in its own thread; returns
+    the wall time until the last one finished and each user's run. Each user submits from its own thread,
+    as browsers do (they arrive within milliseconds, and the loop may admit them in two waves); with
+    `together` the class is handed over in one call (`Scheduler.submit_all`), so it is admitted in one
+    wave: a comparison of arms on our own engine is then not moved by when each thread got to run."""
     res: list[UserRun | None] = [None] * len(requests)
+    tickets: list = [None] * len(requests)
 
     def user(i: int, t0: float) -> None:
         first, last = None, None
-        for upd in sched.submit(requests[i]).updates():
+        ticket = tickets[i] or sched.submit(requests[i])
+        for upd in ticket.updates():
             if upd.events and first is None:
                 first = time.perf_counter() - t0
             last = upd
@@ -60,6 +65,8 @@ def users_at_once(sched: Scheduler, requests: list[Request]) -> tuple[float, lis
         res[i] = UserRun(first, time.perf_counter() - t0, outs.get(0, next(iter(outs.values()), [])),
                          None if last is None else last.totals, None if last is None else last.error)
     t0 = time.perf_counter()
+    if together:
+        tickets[:] = sched.submit_all(requests)
     threads = [threading.Thread(target=user, args=(i, t0), daemon=True) for i in range(len(requests))]
     for t in threads:
         t.start()
