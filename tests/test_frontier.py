@@ -132,6 +132,12 @@ def test_the_class_is_lossless_on_every_arm_stepped_and_scheduled(make_pair, pro
     assert av["tokens"] == 50 and 0 < av["steps"] and av["verified_per_step"] <= av["drafted_per_step"]
     ref = [reference(i % len(prompts), 10) for i in range(5)]
     assert scheduled(F.AV, 4, 5)["outputs"] == ref == stepped("fixed", 2, 5)["outputs"]
+    # a small class's cell runs it again on the next prompts; the tokens stay each prompt's own
+    from specviz.cli.frontier import classes_for
+    assert classes_for(1, 32) == 8 and classes_for(4, 32) == 2 and classes_for(16, 32) == classes_for(64, 32) == 1
+    three = scheduled_cell(pair, prompts, F.AV, 4, 2, 10, budget, classes=3)
+    assert three["classes"] == 3 and three["tokens"] == 60
+    assert three["outputs"] == [reference(i % len(prompts), 10) for i in range(6)]
 
 
 def test_the_recorded_vllm_frontier_reads_and_names_its_schedule(tmp_path):

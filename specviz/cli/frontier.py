@@ -5,9 +5,11 @@ every user a separate request to the shared scheduler (as the app serves a class
 the class handed over in one call so it is admitted in one wave, each user reading its tokens in its own
 thread, EOS ignored so every arm emits the same number of tokens. The lesson's frontier chapter steps the
 same cells in its own thread (`chapters/frontier.py`, which holds the arms, the medians and the conclusion
-rules both use). Arms: no speculation, each fixed depth, `adaptive-verification` with the largest depth as
-its k (and, with --with-adaptive, the older `adaptive` goodput policy). `--repeats` runs every cell that
-many times, the arms interleaved inside each round; medians are reported with the spread (max − min) ÷ median as the noise band.
+rules both use). A cell of a small class runs the class again, on the next prompts, until it has emitted
+CELL_TOKENS tokens (the JSON's workload names the classes per size). Arms: no speculation, each fixed
+depth, `adaptive-verification` with the largest depth as its k (and, with --with-adaptive, the older
+`adaptive` goodput policy). `--repeats` runs every cell that many times, the arms interleaved inside each
+round; medians are reported with the spread (max − min) ÷ median as the noise band.
 
 Last stdout line: {"rows": [...], "identical": bool, "device": ..., "workload": ...}; `--out DIR` also
 writes frontier.csv, frontier.json and frontier.html.
@@ -26,6 +28,10 @@ from specviz.engine.request import Knobs, Request
 from specviz.limits import MAX_DEPTH, LimitError, Limits
 
 MAX_USERS = 64
+# A cell runs its class again until it has emitted this many tokens: one user's 32 tokens are ~0.3 s, where
+# the 2-core machines' own drift moved one-user cells by ±20 %; 256 tokens are 8 classes there (a class of
+# 16 or more runs once). Every arm runs the same classes, so the tokens are still the same on every arm.
+CELL_TOKENS = 256
 PROMPT_SETS = ("pool", "grounded")
 
 
@@ -80,11 +86,19 @@ def prompt_texts(kind: str) -> list[str]:
     return list(EXAMPLES[:5]) if kind == "grounded" else list(ROW_POOL)
 
 
+def classes_for(users: int, max_new: int, cell_tokens: int = CELL_TOKENS) -> int:
+    """How many classes of `users` one cell runs back to back: enough for `cell_tokens` tokens."""
+    return max(1, -(-cell_tokens // max(1, users * max_new)))
+
+
 def scheduled_cell(pair, prompts: list[list[int]], arm: str, depth: int, users: int, max_new: int,
-                   budget=None) -> dict:
-    """One class through the shared scheduler, as the app serves it: `users` one-row requests submitted
-    together, each read in its own thread, EOS ignored. `budget`: the adaptive-verification arm's, kept
-    across cells as the app's long-lived engine keeps it (chapters.frontier.warm_budget)."""
+                   budget=None, classes: int = 1) -> dict:
+    """`classes` classes, one after the other, through the shared scheduler, as the app serves them: each
+    `users` one-row requests submitted together, each read in its own thread, EOS ignored; class j starts
+    `users × j` places further along the prompt list, so a one-user cell covers the prompts as a class of
+    several does. Timed: every class from its submit to its last token, summed. `budget`: the
+    adaptive-verification arm's, kept across cells as the app's long-lived engine keeps it
+    (chapters.frontier.warm_budget)."""
     from specviz.serve.workload import shared_scheduler, users_at_once
 
     limits = Limits(max_rows_per_user=1, max_shared_rows=max(users, 1), max_queue=max(users, 1))
@@ -95,14 +109,17 @@ def scheduled_cell(pair, prompts: list[list[int]], arm: str, depth: int, users: 
             eng.budget = budget
         engines.append(eng)
     sched = shared_scheduler(pair, limits, ignore_eos=True, name="frontier", prepare=prepare)
-    reqs = [Request([prompts[i % len(prompts)]], Knobs(depth, 1, policy_for(arm, depth)), max_new)
-            for i in range(users)]
+    wall, runs = 0.0, []
     try:
         # untimed: the scheduler builds its thread and engine (caches) on the first request, as a
-        # long-lived app server already has; the class is then timed from its submit to its last token
+        # long-lived app server already has; each class is then timed from its submit to its last token
         users_at_once(sched, [Request([prompts[0]], Knobs(0, 1), 1)])
         engines[-1].steps_run = engines[-1].slots_drafted = engines[-1].slots_verified = 0
-        wall, runs = users_at_once(sched, reqs, together=True)
+        for j in range(classes):
+            reqs = [Request([prompts[(users * j + i) % len(prompts)]], Knobs(depth, 1, policy_for(arm, depth)),
+                            max_new) for i in range(users)]
+            took, got = users_at_once(sched, reqs, together=True)
+            wall, runs = wall + took, runs + got
     finally:
         sched.close()
         _give_back(engines)
@@ -110,8 +127,9 @@ def scheduled_cell(pair, prompts: list[list[int]], arm: str, depth: int, users: 
     if errors:
         raise RuntimeError(f"the shared scheduler failed a request: {errors[0]}")
     eng = engines[-1]
-    return cell_result(arm, depth, users, [r.outputs for r in runs], [r.totals for r in runs],
-                       [r.done_s for r in runs], wall, eng.steps_run, eng.slots_drafted, eng.slots_verified)
+    row = cell_result(arm, depth, users, [r.outputs for r in runs], [r.totals for r in runs],
+                      [r.done_s for r in runs], wall, eng.steps_run, eng.slots_drafted, eng.slots_verified)
+    return {**row, "classes": classes}
 
 
 def _give_back(engines) -> None:
@@ -132,7 +150,7 @@ def _give_back(engines) -> None:
 
 
 FIELDS = ["arm", "depth", "users", "tokens_per_s", "per_user_tokens_per_s", "acceptance_rate", "accepted_length",
-          "drafted_per_step", "verified_per_step", "noise", "repeats", "tokens", "wall_s", "steps"]
+          "drafted_per_step", "verified_per_step", "noise", "repeats", "classes", "tokens", "wall_s", "steps"]
 
 
 def write_out(folder: Path, result: dict) -> None:
@@ -169,7 +187,8 @@ def run(args) -> int:
     def cell(arm, d, n):
         if arm == "warm-up":
             return scheduled_cell(pair, prompts, "fixed", d, n, WARM_TOKENS)
-        return scheduled_cell(pair, prompts, arm, d, n, args.max_new_tokens, budget if arm == AV else None)
+        return scheduled_cell(pair, prompts, arm, d, n, args.max_new_tokens, budget if arm == AV else None,
+                              classes_for(n, args.max_new_tokens))
 
     def show(c, _rows):
         if not args.json:
@@ -178,6 +197,7 @@ def run(args) -> int:
     result = {"rows": rows, "identical": identical, "device": device_name(t.device),
               "workload": {"target": args.target, "draft": args.draft, "prompts": args.prompts,
                            "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+                           "classes": {str(n): classes_for(n, args.max_new_tokens) for n in users},
                            "path": pair.fast.shown},
               "verify_profile_s": profile[0], "draft_profile_s": profile[1]}
     if args.out:
