@@ -202,3 +202,24 @@ def test_the_paired_ratio_compares_runs_of_the_same_round():
     step = {"verified_per_step": 0.0, "drafted_per_step": 0.0}
     rows = [dict(none, arm="none", depth=0, users=4, **step), dict(av, arm=F.AV, depth=8, users=4, **step)]
     assert F.class_lines(rows)[0]["paired"] == pytest.approx(0.99)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 6])
+def test_no_arm_always_follows_the_same_one(n):
+    """The rounds' orders (a Williams design): each a permutation, and over the rounds each arm follows
+    n - 1 different arms (every other one) once the design is complete (n rounds, or 2n for odd n)."""
+    rounds = n if n % 2 == 0 else 2 * n
+    rows = [F.williams_row(n, r) for r in range(rounds)]
+    assert all(sorted(row) == list(range(n)) for row in rows)
+    pairs = [(a, b) for row in rows for a, b in zip(row, row[1:])]
+    for arm in range(n):
+        assert {a for a, b in pairs if b == arm} == set(range(n)) - {arm}
+    if n % 2 == 0:
+        assert len(set(pairs)) == len(pairs)
+    # and the measured rounds follow it: the arms' cell order of round 1 is williams_row(n, 1)
+    seen = []
+    fake = {"tokens_per_s": 1.0, "per_user_tokens_per_s": 1.0, "outputs": []}
+    F.measure(lambda arm, d, u: seen.append((arm, d)) or dict(fake), [1],
+              [2, 4, 8], repeats=2, with_adaptive=True)
+    order = F.arms([2, 4, 8], True)
+    assert seen[1:1 + len(order)] == [order[i] for i in F.williams_row(len(order), 0)]

@@ -8,9 +8,10 @@ scheduler runs; the lesson holds the device exclusively, so the scheduler's thre
 `python -m specviz frontier` measures the same cells through the shared scheduler, and reuses the
 arms, the medians and the conclusion rules written here.
 
-Honest comparison: every cell runs `repeats` times with the arms interleaved inside each round (each
-round starting one arm later, so no arm always follows the same one), and a cell's noise is its spread (max − min) ÷ median. A winner is named only outside the band (the larger of
-the two cells' noise and NOISE_FLOOR); inside it the arms are "level".
+Honest comparison: every cell runs `repeats` times with the arms interleaved inside each round, in an
+order that changes so that no arm always follows the same one (`williams_row`), and a cell's noise is its
+spread (max − min) ÷ median. A winner is named only outside the band (the larger of the two cells' noise
+and NOISE_FLOOR); inside it the arms are "level".
 
 Measured: see CHAPTER_SIZE below for the lesson's size and docs/BENCHMARKS.md for its time.
 """
@@ -153,6 +154,21 @@ def median_row(cells: list[dict]) -> dict:
     return row
 
 
+def williams_row(n: int, r: int) -> list[int]:
+    """Round r's order of n arms, a row of a Williams design: 0, 1, n-1, 2, n-2, … shifted by r (mod n).
+    For even n, over n rounds every arm follows every other exactly once; for odd n the rows alternate
+    with their mirror image (shifting every second round), which takes 2n rounds to cover every pair."""
+    base, lo, hi = [0], 1, n - 1
+    while len(base) < n:
+        base.append(lo)
+        lo += 1
+        if len(base) < n:
+            base.append(hi)
+            hi -= 1
+    out = [(x + r // (1 + n % 2)) % n for x in base]
+    return out[::-1] if n % 2 and r % 2 else out
+
+
 def measure(cell: Cell, users, depths, repeats: int = 1, with_adaptive: bool = False,
             on_cell: Callable[[dict, list[dict]], None] | None = None) -> tuple[list[dict], bool]:
     """Every arm at every class size, `repeats` rounds with the arms interleaved. Returns the median rows
@@ -164,10 +180,11 @@ def measure(cell: Cell, users, depths, repeats: int = 1, with_adaptive: bool = F
         cell("warm-up", max(depths), n)           # untimed: the first pass at a new batch shape allocates
         order = arms(depths, with_adaptive)
         for r in range(repeats):
-            # each round starts one arm later: an arm does not always follow the same one (a cell after a
-            # heavy one, k = 8 with a model draft, met the heap that cell left: AV read 0.84× no speculation
-            # there, 1.0× alternated with it alone)
-            for arm, d in order[r % len(order):] + order[:r % len(order)]:
+            # a cell runs slower after a heavy one (measured at 64 users: 0.82× after k = 8), so no arm may
+            # always follow the same one: each round's order is a row of a Williams square, where over
+            # len(order) rounds every arm follows every other once. (Rotating one order kept each arm's
+            # predecessor: adaptive verification always came after k = 8, and read ~5 % low.)
+            for arm, d in [order[i] for i in williams_row(len(order), r)]:
                 c = cell(arm, d, n)
                 cells.setdefault((arm, d), []).append(c)
                 if on_cell:
