@@ -63,8 +63,11 @@ def test_with_nobody_waiting_the_step_is_planned_for_the_batchs_last_row():
     chance that all keep a draft is the product, so many level rows verify little."""
     prop = _proposal([[0.9] * 3, [0.9] * 3])
     past_knee = {2: 1.0, 5: 1.3, 8: 1.6}          # every token 10 % of the plain pass
-    sel = Budget(verify_seed=past_knee).select(prop, [True, True], [False, False], 0.0, 2, [10, 20])
+    steeper = {2: 1.0, 5: 1.9, 8: 2.8}            # … 30 %: a token more in each row costs > FREE_SHARE
+    sel = Budget(verify_seed=steeper).select(prop, [True, True], [False, False], 0.0, 2, [10, 20])
     assert sel.lengths == [0, 3]
+    sel = Budget(verify_seed=past_knee).select(prop, [True, True], [False, False], 0.0, 2, [10, 20])
+    assert sel.lengths == [3, 3]                  # the row ahead too: each token costs it ≤ FREE_SHARE more
     sel = Budget(verify_seed=past_knee).select(prop, [True, True], [False, False], 0.0, 2, [10, 20], waiting=True)
     assert sel.lengths == [3, 3]
     sel = Budget(verify_seed=past_knee).select(prop, [True, True], [False, False], 0.0, 2, [20, 20])
@@ -83,8 +86,8 @@ def test_with_nobody_waiting_the_step_is_planned_for_the_batchs_last_row():
     assert sum(Budget(verify_seed=linear).select(wide, [True] * 64, [False] * 64, 0.0, 64,
                                                  [10] + [20] * 63).lengths) == 0
     one_short = _proposal([[0.9] * 3, []])        # a level row with nothing drafted: the end cannot move
-    assert Budget(verify_seed=past_knee).select(one_short, [True, True], [False, False], 0.0, 2,
-                                                [20, 20]).lengths == [0, 0]
+    assert Budget(verify_seed=steeper).select(one_short, [True, True], [False, False], 0.0, 2,
+                                              [20, 20]).lengths == [0, 0]
 
 
 def test_the_bookkeeping_of_verifying_is_priced_apart_from_verifying_nothing():
