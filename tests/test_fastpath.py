@@ -871,9 +871,9 @@ def test_served_app_serves_two_clients_on_the_fast_path(tiny_paths, tmp_path, gr
 
 
 def test_ngram_lookup_is_the_earliest_longest_match():
-    """The n-gram drafter's lookup (sped up with a last-token check) finds what a plain scan finds:
-    the longest n that occurs earlier, its earliest occurrence (vLLM's rule; tests/test_vllm.py checks
-    against vLLM's own proposer)."""
+    """The n-gram drafter's lookup (sped up: list.index finds the places of the last token) finds what a
+    plain scan finds: the longest n that occurs earlier, its earliest occurrence (vLLM's rule;
+    tests/test_vllm.py checks against vLLM's own proposer)."""
     import random
 
     from specviz.engine.drafters import NgramDrafter

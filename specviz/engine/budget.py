@@ -482,6 +482,10 @@ class Budget:
             p = 1.0
             for i, n in need.items():
                 p *= survivals[i][n - 1]
+            if p < 1e-6:
+                # deeper levels need these rows and more, each one draft further: they move the end no
+                # more than this, at a dearer pass (64 level rows: nine levels of 64 products a step)
+                break
             progress += p
             rate = progress / max(costs[0] + seconds(need), 1e-9)
             if rate > best_rate:
@@ -560,6 +564,9 @@ class Budget:
         Hindsight): without it a position the budget stopped verifying would never be measured again,
         and a pessimistic prior would keep the budget short for good."""
         cal = self.ngram_cal if prop.match is not None else self.model_cal
+        # one list for the whole batch: a tensor read per row cost ~3 µs each, 64 of them a step
+        drafts = after.drafts.tolist() if after is not None and hasattr(after.drafts, "tolist") else \
+            (after.drafts if after is not None else None)
         for i, (k, a) in enumerate(zip(verified, accepted)):
             if not chosen[i]:
                 continue
@@ -568,7 +575,7 @@ class Budget:
                 cal.observe(keys[j], j, j < a)
             if after is not None and a == k and k < min(after.proposed[i], len(keys)) \
                     and (after.greedy[i] or prop.match is not None):
-                cal.observe(keys[k], k, int(after.drafts[i, k]) == after.next_tokens[i])
+                cal.observe(keys[k], k, int(drafts[i][k]) == after.next_tokens[i])
         if tokens:     # the engine passes rows + verified drafts, or the padded shape (self.padded)
             self.verify.observe(rows, tokens, verify_s)
             if tokens == rows:

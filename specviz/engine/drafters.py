@@ -239,13 +239,21 @@ class NgramDrafter:
         """`lookup`'s drafts and the n-gram length n they came from (0: no match)."""
         if not seq:
             return [], 0
-        last = seq[-1]
-        for n in range(min(self.max_ngram, len(seq) - 1), 0, -1):
+        last, size = seq[-1], len(seq)
+        for n in range(min(self.max_ngram, size - 1), 0, -1):
             tail = seq[-n:]
-            for start in range(len(seq) - n):
-                # one int comparison first: slicing every candidate cost ~5 ms a step at 16 rows
-                if seq[start + n - 1] == last and seq[start:start + n] == tail:
-                    return seq[start + n:start + n + k], n
+            end = n - 1           # a candidate's last position, n - 1 … size - 2: where `last` occurs
+            while True:
+                # list.index scans in C for the next `last`; only those places are compared in Python (64
+                # rows of 110 tokens: 0.26 ms, where a Python loop over every position took 0.44)
+                try:
+                    end = seq.index(last, end, size - 1)
+                except ValueError:
+                    break
+                start = end - n + 1
+                if seq[start:end + 1] == tail:
+                    return seq[end + 1:end + 1 + k], n
+                end += 1
         return [], 0
 
     def propose(self, seqs, depths, confidence, temperatures, gens, scores=False, survival=None) -> Proposal:
@@ -253,9 +261,8 @@ class NgramDrafter:
         found = [self.match(s, k) if k > 0 else ([], 0) for s, k in zip(seqs, depths)]
         drafts = [d for d, _ in found]
         K = max([len(d) for d in drafts] + [0])
-        tokens = torch.zeros(len(seqs), K, dtype=torch.long)
-        for i, d in enumerate(drafts):
-            tokens[i, :len(d)] = torch.tensor(d, dtype=torch.long)
+        # one tensor from padded lists (a tensor per row: propose took 0.70 ms for 64 rows, now 0.31)
+        tokens = torch.tensor([d + [0] * (K - len(d)) for d in drafts], dtype=torch.long).reshape(len(seqs), K)
         lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)
         return Proposal(tokens.to(self.device), lengths.to(self.device), None, 0,
                         time.perf_counter() - t0, match=[n for _, n in found])
