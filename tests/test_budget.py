@@ -85,6 +85,11 @@ def test_with_nobody_waiting_the_step_is_planned_for_the_batchs_last_row():
     linear = {64: 1.0, 128: 2.0}
     assert sum(Budget(verify_seed=linear).select(wide, [True] * 64, [False] * 64, 0.0, 64,
                                                  [10] + [20] * 63).lengths) == 0
+    # below the knee every row's expected tokens count (the slot plan): 4 level rows, 0.9 sure, verify all
+    # 12 slots, where the last row's plan would stop at one a row (12 tokens cost 1.35× a pass of 4)
+    four = _proposal([[0.9] * 3] * 4)
+    knee_at_8 = {4: 1.0, 8: 1.0, 12: 1.35, 16: 1.5}
+    assert sum(Budget(verify_seed=knee_at_8).select(four, [True] * 4, [False] * 4, 0.0, 4, [20] * 4).lengths) == 12
     one_short = _proposal([[0.9] * 3, []])        # a level row with nothing drafted: the end cannot move
     assert Budget(verify_seed=steeper).select(one_short, [True, True], [False, False], 0.0, 2,
                                               [20, 20]).lengths == [0, 0]

@@ -22,8 +22,10 @@ its rejected ones are pure cost. So then the step is planned for the last row (`
 row (ties included) moves l places further than plain decoding iff every row fewer than l places ahead
 of it keeps that many of its drafts, probability Π S; the plan verifies, level by level, the drafts
 that move it, and picks the level with the most progress per second. A class of 16 that starts together
-needs 16 survivals at once, so it verifies little; one row alone is the per-slot rule above. Drafts
-the plan leaves out are verified only where the pass takes them for free (below the knee, `FREE_SHARE`).
+needs 16 survivals at once, so it verifies little; one row alone is the per-slot rule above. Below the
+knee (a token more in every row costs at most `FREE_SHARE` more) a row running ahead costs the class
+nothing, so there the per-slot rule decides too; past it, drafts the plan leaves out are verified only
+where the pass still takes them cheaply.
 Measured on the grounded class (docs/BENCHMARKS.md): with the per-slot rule, the rows with good matches
 ran ahead and the class ended on a tail of light passes, 0.83–0.97× no speculation at 16 users.
 
@@ -422,6 +424,12 @@ class Budget:
         plain_s = fixed_s + self.overhead_plain.at(rows) if self.overhead_plain and fixed_tokens == rows else None
         costs = (fixed_s + self.overhead.at(rows), plain_s)
         gaps = None if waiting or remaining is None else class_gaps(remaining, survivals)
+        if gaps is not None and self._below_knee(fixed_tokens, rows):
+            # below the knee a row that runs ahead costs the class nothing (the pass costs the same with
+            # it), so every row's expected tokens count: the slot plan. A class of 4 that started together
+            # verified 6.1 drafts a step under the class plan and 7.4 under this one, 45 and 42 steps
+            # (fixed k = 4: 43). Past the knee the last row's plan.
+            gaps = None
         if gaps is None:
             plan, margin = self._slot_plan(survivals, lengths, fixed_tokens, rows, costs)
         else:
@@ -493,17 +501,22 @@ class Budget:
         plan = {i: best_level - g for i, g in gaps.items() if g < best_level}
         return plan, best_rate / base if base > 0 else float("inf")
 
+    def _below_knee(self, tokens: int, rows: int) -> bool:
+        """One more token in every row costs at most FREE_SHARE more than this pass of `tokens`."""
+        verify = self.verify.table(rows)
+        return not self.padded and verify.at(tokens + rows) <= (1.0 + FREE_SHARE) * verify.at(tokens)
+
     def _free_extension(self, survivals, lengths: list[int], tokens: int, rows: int) -> int:
         """Slots beyond the plan, best survival first (a prefix of each row), added to `lengths` where
         the pass is below the knee — one more token in every row costs at most FREE_SHARE more — and
         while the pass stays within FREE_SHARE of its time without them. They do not bring the batch's
-        end nearer, only their rows' users' speed, so they are taken only where they cost nothing. (The
+        end nearer, only their rows' users' speed, so they are taken only where they cost little. (The
         knee test looks a whole row-width ahead: one token more in a 64-row pass also costs under 2 %,
         yet it is a 64th of the work, not spare compute.) Returns how many were added."""
+        if not self._below_knee(tokens, rows):
+            return 0
         verify = self.verify.table(rows)
         limit = (1.0 + FREE_SHARE) * verify.at(tokens)
-        if self.padded or verify.at(tokens + rows) > limit:     # past the knee nothing is free
-            return 0
         rest = sorted(((s, j, i) for i, surv in survivals.items() for j, s in enumerate(surv) if j >= lengths[i]),
                       key=lambda t: (-t[0], t[1]))
         n = 0
