@@ -67,7 +67,7 @@ def test_with_nobody_waiting_the_step_is_planned_for_the_batchs_last_row():
     sel = Budget(verify_seed=steeper).select(prop, [True, True], [False, False], 0.0, 2, [10, 20])
     assert sel.lengths == [0, 3]
     sel = Budget(verify_seed=past_knee).select(prop, [True, True], [False, False], 0.0, 2, [10, 20])
-    assert sel.lengths == [3, 3]                  # the row ahead too: each token costs it ≤ FREE_SHARE more
+    assert sel.lengths == [3, 3]                  # below the knee (≤ FREE_SHARE a row-token): every row counts
     sel = Budget(verify_seed=past_knee).select(prop, [True, True], [False, False], 0.0, 2, [10, 20], waiting=True)
     assert sel.lengths == [3, 3]
     sel = Budget(verify_seed=past_knee).select(prop, [True, True], [False, False], 0.0, 2, [20, 20])

@@ -181,9 +181,9 @@ def measure(cell: Cell, users, depths, repeats: int = 1, with_adaptive: bool = F
         order = arms(depths, with_adaptive)
         for r in range(repeats):
             # a cell runs slower after a heavy one (measured at 64 users: 0.82× after k = 8), so no arm may
-            # always follow the same one: each round's order is a row of a Williams square, where over
-            # len(order) rounds every arm follows every other once. (Rotating one order kept each arm's
-            # predecessor: adaptive verification always came after k = 8, and read ~5 % low.)
+            # always follow the same one: each round's order is a row of a Williams design, where over
+            # len(order) rounds (twice that for an odd count) every arm follows every other. (Rotating one
+            # order kept each arm's predecessor: adaptive verification always came after k = 8.)
             for arm, d in [order[i] for i in williams_row(len(order), r)]:
                 c = cell(arm, d, n)
                 cells.setdefault((arm, d), []).append(c)

@@ -24,8 +24,7 @@ of it keeps that many of its drafts, probability Π S; the plan verifies, level 
 that move it, and picks the level with the most progress per second. A class of 16 that starts together
 needs 16 survivals at once, so it verifies little; one row alone is the per-slot rule above. Below the
 knee (a token more in every row costs at most `FREE_SHARE` more) a row running ahead costs the class
-nothing, so there the per-slot rule decides too; past it, drafts the plan leaves out are verified only
-where the pass still takes them cheaply.
+nothing, so there the per-slot rule decides too.
 Measured on the grounded class (docs/BENCHMARKS.md): with the per-slot rule, the rows with good matches
 ran ahead and the class ended on a tail of light passes, 0.83–0.97× no speculation at 16 users.
 
@@ -76,9 +75,10 @@ PROBE_MAX = 256          # … doubling after each probe that did not make draft
 PROBE_SHARE = 0.02       # … and at most this share of the serving time spent on probes (their catch-up)
 BASE_EVERY = 64          # steps before the pass with no drafts (tokens = rows) is measured again …
 BASE_MARGIN = 1.15       # … when B* promised less than this × the rate of verifying nothing
-# rows ahead of the batch verify only below the knee: a token more in every row costs ≤ this. At 0.10 a class of
-# 4 that started together verified ~1 draft a row and ran 0.89× fixed k = 2; at 0.30, 1.5 a row, 1.01× (AVX-512
-# EPYC, 3 Dec). Past the knee (8 rows or more there: a token more a row costs 41–73 %) nothing changes.
+# below the knee — a token more in every row costs at most this share more — every row's drafts count (the
+# slot plan), past it the last row's plan. At 0.10 (then the share rows ahead could verify beyond the plan) a
+# class of 4 that started together verified ~1 draft a row and ran 0.89× fixed k = 2; at 0.30, 1.5 a row,
+# 1.01× (AVX-512 EPYC, 3 Dec). From 8 rows there a token more a row costs 41–73 %: past the knee either way.
 FREE_SHARE = 0.30
 
 
@@ -401,9 +401,8 @@ class Budget:
                remaining: list[int] | None = None, waiting: bool = False) -> Selection:
         """Per row, how many of its drafts to verify. Rows not `chosen` (other policies) keep theirs.
         With requests waiting for room (or no `remaining`), B* is the argmax over every chosen row's
-        slots (`_argmax`); with nobody waiting, the plan that brings the batch's last row nearest per
-        second (`_class_plan`), and the other slots as far as the pass takes them for free
-        (`_free_extension`). Greedy and n-gram rows verify their part; `sampled` rows with a model draft
+        slots (`_argmax`), and so below the knee; with nobody waiting past it, the plan that brings the
+        batch's last row nearest per second (`_class_plan`). Greedy and n-gram rows verify their part; `sampled` rows with a model draft
         keep the slots above the previous step's cut-off (see Exactness) and this step's cut-off is
         stored for the next. `fixed_s`: the draft seconds; `remaining`: per row, the tokens it may still
         emit; `waiting`: requests wait for room in the batch."""
@@ -441,9 +440,6 @@ class Budget:
         cutoff = self.cutoff
         for i, n in plan.items():
             lengths[i] += n
-        extra = 0
-        if gaps is not None and sum(plan.values()) == best:
-            extra = self._free_extension(survivals, lengths, fixed_tokens + best, rows)
         for i, surv in survivals.items():
             if sampled[i] and prop.match is None:
                 lengths[i] = sum(1 for s in surv if s >= cutoff)
@@ -453,7 +449,7 @@ class Budget:
             if taken or top is not None:
                 self.cutoff = min(taken) if taken else min(1.0, top + 1e-6)
         self._forget()
-        return Selection(lengths, sum(int(x) for x in prop.lengths.tolist()), sum(lengths), best + extra)
+        return Selection(lengths, sum(int(x) for x in prop.lengths.tolist()), sum(lengths), best)
 
     def _slot_plan(self, survivals, lengths, fixed_tokens: int, rows: int, costs) -> tuple[dict[int, int], float]:
         """Every chosen row's slots in one list, the top B* by survival (a prefix of each row)."""
@@ -502,28 +498,11 @@ class Budget:
         return plan, best_rate / base if base > 0 else float("inf")
 
     def _below_knee(self, tokens: int, rows: int) -> bool:
-        """One more token in every row costs at most FREE_SHARE more than this pass of `tokens`."""
+        """One more token in every row costs at most FREE_SHARE more than this pass of `tokens`. (The
+        test looks a whole row-width ahead: one token more in a 64-row pass also costs under 2 %, yet it
+        is a 64th of the work, not spare compute.)"""
         verify = self.verify.table(rows)
         return not self.padded and verify.at(tokens + rows) <= (1.0 + FREE_SHARE) * verify.at(tokens)
-
-    def _free_extension(self, survivals, lengths: list[int], tokens: int, rows: int) -> int:
-        """Slots beyond the plan, best survival first (a prefix of each row), added to `lengths` where
-        the pass is below the knee — one more token in every row costs at most FREE_SHARE more — and
-        while the pass stays within FREE_SHARE of its time without them. They do not bring the batch's
-        end nearer, only their rows' users' speed, so they are taken only where they cost little. (The
-        knee test looks a whole row-width ahead: one token more in a 64-row pass also costs under 2 %,
-        yet it is a 64th of the work, not spare compute.) Returns how many were added."""
-        if not self._below_knee(tokens, rows):
-            return 0
-        verify = self.verify.table(rows)
-        limit = (1.0 + FREE_SHARE) * verify.at(tokens)
-        rest = sorted(((s, j, i) for i, surv in survivals.items() for j, s in enumerate(surv) if j >= lengths[i]),
-                      key=lambda t: (-t[0], t[1]))
-        n = 0
-        while n < len(rest) and verify.at(tokens + n + 1) <= limit:
-            lengths[rest[n][2]] += 1
-            n += 1
-        return n
 
     def _probe_base(self, rows: int, margin: float, fixed_tokens: int) -> bool:
         """Verify nothing this step, to time the pass B* is weighed against (tokens = rows)? Only while
