@@ -557,8 +557,7 @@ class Budget:
         and a pessimistic prior would keep the budget short for good."""
         cal = self.ngram_cal if prop.match is not None else self.model_cal
         # one list for the whole batch: a tensor read per row cost ~3 µs each, 64 of them a step
-        drafts = after.drafts.tolist() if after is not None and hasattr(after.drafts, "tolist") else \
-            (after.drafts if after is not None else None)
+        drafts = after.drafts.tolist() if after is not None else None
         for i, (k, a) in enumerate(zip(verified, accepted)):
             if not chosen[i]:
                 continue
