@@ -140,6 +140,38 @@ def test_the_class_is_lossless_on_every_arm_stepped_and_scheduled(make_pair, pro
     assert three["outputs"] == [reference(i % len(prompts), 10) for i in range(6)]
 
 
+def test_a_round_interleaves_the_arms_class_by_class(make_pair, prompts, reference, monkeypatch):
+    """The frontier command's round: one scheduler, every arm's classes alternating, each class's arm
+    order a Williams row (r × classes + j); per arm the classes are summed, and every arm's tokens are
+    the target's own."""
+    import specviz.serve.workload as W
+    from specviz.cli.frontier import scheduled_round
+
+    pair = make_pair("ngram")
+    budget = F.warm_budget(pair, prompts, 4, None)
+    seen, real = [], W.users_at_once
+
+    def spy(sched, reqs, together=False):
+        k = reqs[0].knobs.snapshot()
+        seen.append((k.policy.name, k.depth) if reqs[0].max_new > 1 else "first")
+        return real(sched, reqs, together)
+    monkeypatch.setattr(W, "users_at_once", spy)
+    order = [("none", 0), ("fixed", 2), (F.AV, 4)]
+    cells = scheduled_round(pair, prompts, order, 2, 6, budget, classes=3, r=1)
+    names = [(F.policy_for(a, d).name, d) for a, d in order]
+    assert seen[0] == "first" and seen[1:] == [names[i] for j in range(3) for i in F.williams_row(3, 3 + j)]
+    ref = [reference(i % len(prompts), 6) for i in range(6)]
+    for (arm, d), c in zip(order, cells):
+        assert (c["arm"], c["depth"], c["classes"], c["tokens"]) == (arm, d, 3, 36)
+        assert c["outputs"] == ref
+    assert cells[0]["steps"] == 3 * 6 and cells[0]["drafted_per_step"] == 0
+    # measure hands each round to it and keeps the cells with their arms
+    rows, same = F.measure(lambda arm, d, n: {}, [2], [2, 4], repeats=2,
+                           round_of=lambda o, n, r: scheduled_round(pair, prompts, o, n, 6, budget, 1, r))
+    assert same and {(r["arm"], r["depth"], r["repeats"]) for r in rows} == {
+        ("none", 0, 2), ("fixed", 2, 2), ("fixed", 4, 2), (F.AV, 4, 2)}
+
+
 def test_the_recorded_vllm_frontier_reads_and_names_its_schedule(tmp_path):
     rec = F.recorded_frontier()
     assert rec is not None and rec.engine_version and "frontier --engine vllm" in rec.command
@@ -223,3 +255,23 @@ def test_no_arm_always_follows_the_same_one(n):
               [2, 4, 8], repeats=2, with_adaptive=True)
     order = F.arms([2, 4, 8], True)
     assert seen[1:1 + len(order)] == [order[i] for i in F.williams_row(len(order), 0)]
+
+
+def test_the_frontier_command_end_to_end(tiny_paths, tmp_path, capsys):
+    """`python -m specviz frontier` on our engine: the last line is the JSON the issue names, every arm at
+    every size with its repeats and classes, the outputs identical, and --out writes its three files."""
+    import json
+
+    from specviz.__main__ import main
+
+    out = tmp_path / "fr"
+    assert main(["frontier", "--target", tiny_paths["target"], "--draft", "ngram", "--prompts", "grounded",
+                 "--users", "1,3", "--depths", "0,2", "--max-new-tokens", "5", "--repeats", "2", "--json",
+                 "--out", str(out)]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert got["identical"] is True and got["workload"]["classes"] == {"1": 52, "3": 18}
+    cells = {(r["arm"], r["depth"], r["users"]) for r in got["rows"]}
+    assert cells == {(a, d, n) for a, d in [("none", 0), ("fixed", 2), (F.AV, 2)] for n in (1, 3)}
+    for r in got["rows"]:
+        assert r["repeats"] == 2 and r["tokens"] == 5 * r["users"] * r["classes"] and r["tokens_per_s"] > 0
+    assert {p.name for p in out.iterdir()} == {"frontier.csv", "frontier.json", "frontier.html"}

@@ -56,6 +56,8 @@ def tokens_per_user(users: int, max_new: int, class_tokens: int = 0) -> int:
 
 # (arm, depth, users) -> one measured cell (with "outputs"); arm "warm-up": an untimed short class
 Cell = Callable[[str, int, int], dict]
+# (arms in order, users, round) -> one cell per arm, in that order
+Round = Callable[[list[tuple[str, int]], int, int], list[dict]]
 
 
 def arms(depths, with_adaptive: bool = False) -> list[tuple[str, int]]:
@@ -170,23 +172,21 @@ def williams_row(n: int, r: int) -> list[int]:
 
 
 def measure(cell: Cell, users, depths, repeats: int = 1, with_adaptive: bool = False,
-            on_cell: Callable[[dict, list[dict]], None] | None = None) -> tuple[list[dict], bool]:
+            on_cell: Callable[[dict, list[dict]], None] | None = None,
+            round_of: Round | None = None) -> tuple[list[dict], bool]:
     """Every arm at every class size, `repeats` rounds with the arms interleaved. Returns the median rows
     and whether every arm's outputs equal the no-speculation arm's, row for row. `on_cell(cell, rows)`
-    hears each cell with the median rows so far."""
+    hears each cell with the median rows so far. `round_of(order, users, r)`: runs round r's cells itself
+    (the CLI interleaves the arms class by class); by default each arm's cell runs whole, in round r's
+    order."""
     rows, identical = [], True
     for n in users:
         cells: dict[tuple[str, int], list[dict]] = {}
         cell("warm-up", max(depths), n)           # untimed: the first pass at a new batch shape allocates
         order = arms(depths, with_adaptive)
         for r in range(repeats):
-            # a cell runs slower after a heavy one (measured at 64 users: 0.82× after k = 8), so no arm may
-            # always follow the same one: each round's order is a row of a Williams design, where over
-            # len(order) rounds (twice that for an odd count) every arm follows every other. (Rotating one
-            # order kept each arm's predecessor: adaptive verification always came after k = 8.)
-            for arm, d in [order[i] for i in williams_row(len(order), r)]:
-                c = cell(arm, d, n)
-                cells.setdefault((arm, d), []).append(c)
+            for key, c in zip(order, (round_of or _whole_cells(cell))(order, n, r)):
+                cells.setdefault(key, []).append(c)
                 if on_cell:
                     on_cell(c, rows + [median_row(g) for g in cells.values()])
         ref = cells[("none", 0)][0]["outputs"]
@@ -194,6 +194,20 @@ def measure(cell: Cell, users, depths, repeats: int = 1, with_adaptive: bool = F
             identical &= all(c["outputs"] == ref for c in group)
             rows.append(median_row(group))
     return rows, identical
+
+
+def _whole_cells(cell: Cell) -> Round:
+    """A round of whole cells. A cell runs slower after a heavy one (measured at 64 users: 0.82× after
+    k = 8), so no arm may always follow the same one: round r's order is a row of a Williams design, where
+    over len(order) rounds (twice that for an odd count) every arm follows every other. (Rotating one order
+    kept each arm's predecessor: adaptive verification always came after k = 8.) Cells come back in
+    `order`."""
+    def run(order, n, r):
+        out: dict[int, dict] = {}
+        for i in williams_row(len(order), r):
+            out[i] = cell(*order[i], n)
+        return [out[i] for i in range(len(order))]
+    return run
 
 
 # --- the conclusion ----------------------------------------------------------------------------------

@@ -8,8 +8,9 @@ same cells in its own thread (`chapters/frontier.py`, which holds the arms, the 
 rules both use). A cell of a small class runs the class again, on the next prompts, until it has emitted
 CELL_TOKENS tokens (the JSON's workload names the classes per size). Arms: no speculation, each fixed
 depth, `adaptive-verification` with the largest depth as its k (and, with --with-adaptive, the older
-`adaptive` goodput policy). `--repeats` runs every cell that many times, the arms interleaved inside each
-round; medians are reported with the spread (max − min) ÷ median as the noise band.
+`adaptive` goodput policy). `--repeats` runs every cell that many times; inside each round the arms share
+one scheduler and take turns class by class (`scheduled_round`); medians are reported with the spread
+(max − min) ÷ median as the noise band.
 
 Last stdout line: {"rows": [...], "identical": bool, "device": ..., "workload": ...}; `--out DIR` also
 writes frontier.csv, frontier.json and frontier.html.
@@ -21,7 +22,7 @@ import json
 from pathlib import Path
 
 from specviz.chapters.frontier import (AV, WARM_TOKENS, cell_result, figure_frontier, measure, policy_for,
-                                      warm_budget)
+                                      warm_budget, williams_row)
 from specviz.cli.common import add_compile_arg, add_pair_args
 from specviz.cli.frontier_vllm import add_vllm_args, run_vllm
 from specviz.engine.request import Knobs, Request
@@ -93,12 +94,26 @@ def classes_for(users: int, max_new: int, cell_tokens: int = CELL_TOKENS) -> int
 
 def scheduled_cell(pair, prompts: list[list[int]], arm: str, depth: int, users: int, max_new: int,
                    budget=None, classes: int = 1) -> dict:
-    """`classes` classes, one after the other, through the shared scheduler, as the app serves them: each
-    `users` one-row requests submitted together, each read in its own thread, EOS ignored; class j starts
-    `users × j` places further along the prompt list, so a one-user cell covers the prompts as a class of
-    several does. Timed: every class from its submit to its last token, summed. `budget`: the
-    adaptive-verification arm's, kept across cells as the app's long-lived engine keeps it
-    (chapters.frontier.warm_budget)."""
+    """One arm's cell: `classes` classes through a shared scheduler of its own (scheduled_round with one
+    arm)."""
+    return scheduled_round(pair, prompts, [(arm, depth)], users, max_new, budget, classes)[0]
+
+
+def scheduled_round(pair, prompts: list[list[int]], order: list[tuple[str, int]], users: int, max_new: int,
+                    budget=None, classes: int = 1, r: int = 0) -> list[dict]:
+    """One round: every arm in `order` runs `classes` classes through one shared scheduler, as the app
+    serves them (each `users` one-row requests submitted together, each read in its own thread, EOS
+    ignored), the arms interleaved class by class. Class j starts `users × j` places further along the
+    prompt list, so a one-user cell covers the prompts as a class of several does. Timed: every class from
+    its submit to its last token, summed per arm. Returns one cell per arm, in `order`.
+
+    Why class by class: the 2-core machines' speed drifts by ±10–20 % over seconds (their memory bandwidth
+    is shared). With each arm's eight one-user classes back to back, two arms of a round ran seconds apart and
+    their cells spread 13–35 % over five rounds; with the arms alternating every class, 10 %, and adaptive
+    verification ÷ k = 4 read 0.96–1.02 per round instead of 0.85–1.11 (AMD EPYC, 3 Dec). Each class's arm
+    order is a row of a Williams design (`williams_row`, row r × classes + j), so no arm always follows
+    the same one. `budget`: the adaptive-verification arm's, kept across cells as the app's long-lived
+    engine keeps it (chapters.frontier.warm_budget); the other arms' rows never read it."""
     from specviz.serve.workload import shared_scheduler, users_at_once
 
     limits = Limits(max_rows_per_user=1, max_shared_rows=max(users, 1), max_queue=max(users, 1))
@@ -109,27 +124,44 @@ def scheduled_cell(pair, prompts: list[list[int]], arm: str, depth: int, users: 
             eng.budget = budget
         engines.append(eng)
     sched = shared_scheduler(pair, limits, ignore_eos=True, name="frontier", prepare=prepare)
-    wall, runs = 0.0, []
+    acc = [_Sums() for _ in order]
     try:
         # untimed: the scheduler builds its thread and engine (caches) on the first request, as a
-        # long-lived app server already has; each class is then timed from its submit to its last token
+        # long-lived app server already has
         users_at_once(sched, [Request([prompts[0]], Knobs(0, 1), 1)])
-        engines[-1].steps_run = engines[-1].slots_drafted = engines[-1].slots_verified = 0
         for j in range(classes):
-            reqs = [Request([prompts[(users * j + i) % len(prompts)]], Knobs(depth, 1, policy_for(arm, depth)),
-                            max_new) for i in range(users)]
-            took, got = users_at_once(sched, reqs, together=True)
-            wall, runs = wall + took, runs + got
+            for idx in williams_row(len(order), r * classes + j):
+                arm, depth = order[idx]
+                eng = engines[-1]
+                eng.steps_run = eng.slots_drafted = eng.slots_verified = 0
+                reqs = [Request([prompts[(users * j + i) % len(prompts)]], Knobs(depth, 1, policy_for(arm, depth)),
+                                max_new) for i in range(users)]
+                took, got = users_at_once(sched, reqs, together=True)
+                acc[idx].add(took, got, engines[-1])
     finally:
         sched.close()
         _give_back(engines)
-    errors = [r.error for r in runs if r.error]
-    if errors:
-        raise RuntimeError(f"the shared scheduler failed a request: {errors[0]}")
-    eng = engines[-1]
-    row = cell_result(arm, depth, users, [r.outputs for r in runs], [r.totals for r in runs],
-                      [r.done_s for r in runs], wall, eng.steps_run, eng.slots_drafted, eng.slots_verified)
-    return {**row, "classes": classes}
+    return [{**s.row(arm, depth, users), "classes": classes} for s, (arm, depth) in zip(acc, order)]
+
+
+class _Sums:
+    """One arm's classes of a round, summed."""
+
+    def __init__(self):
+        self.wall, self.runs, self.steps, self.drafted, self.verified = 0.0, [], 0, 0, 0
+
+    def add(self, took: float, runs: list, eng) -> None:
+        errors = [r.error for r in runs if r.error]
+        if errors:
+            raise RuntimeError(f"the shared scheduler failed a request: {errors[0]}")
+        self.wall, self.runs = self.wall + took, self.runs + runs
+        self.steps += eng.steps_run
+        self.drafted += eng.slots_drafted
+        self.verified += eng.slots_verified
+
+    def row(self, arm: str, depth: int, users: int) -> dict:
+        return cell_result(arm, depth, users, [r.outputs for r in self.runs], [r.totals for r in self.runs],
+                           [r.done_s for r in self.runs], self.wall, self.steps, self.drafted, self.verified)
 
 
 def _give_back(engines) -> None:
@@ -184,16 +216,16 @@ def run(args) -> int:
     t = pair.target
     scheduled_cell(pair, prompts, "fixed", max(depths), 2, 4)       # warm-up (allocator, kernels, threads)
 
-    def cell(arm, d, n):
-        if arm == "warm-up":
-            return scheduled_cell(pair, prompts, "fixed", d, n, WARM_TOKENS)
-        return scheduled_cell(pair, prompts, arm, d, n, args.max_new_tokens, budget if arm == AV else None,
-                              classes_for(n, args.max_new_tokens))
+    def cell(arm, d, n):            # the untimed warm-up class at each size
+        return scheduled_cell(pair, prompts, "fixed", d, n, WARM_TOKENS)
+
+    def round_of(order, n, r):
+        return scheduled_round(pair, prompts, order, n, args.max_new_tokens, budget, classes_for(n, args.max_new_tokens), r)
 
     def show(c, _rows):
         if not args.json:
             print(json.dumps({k: v for k, v in c.items() if k != "outputs"}), flush=True)
-    rows, identical = measure(cell, users, depths, args.repeats, args.with_adaptive, show)
+    rows, identical = measure(cell, users, depths, args.repeats, args.with_adaptive, show, round_of)
     result = {"rows": rows, "identical": identical, "device": device_name(t.device),
               "workload": {"target": args.target, "draft": args.draft, "prompts": args.prompts,
                            "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
