@@ -61,14 +61,18 @@ static void wide##MR_(const float *restrict x, long ldx, const float *restrict w
                       float *restrict y, long ldy, const float *pf) {                                 \
     enum { MR = MR_ };                                                                                \
     v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};               \
+    v16 a8 = {0}, a9 = {0};                                                                           \
     for (long k = 0; k < K; k++) {                                                                    \
         __builtin_prefetch(pf + 16 * k, 0, 0);                                                        \
         v16 wk = load16(w + 16 * k);                                                                  \
         WSTEP(0) WSTEP(1) WSTEP(2) WSTEP(3) WSTEP(4) WSTEP(5) WSTEP(6) WSTEP(7)                       \
+        WSTEP(8) WSTEP(9)                                                                             \
     }                                                                                                 \
     WSAVE(0) WSAVE(1) WSAVE(2) WSAVE(3) WSAVE(4) WSAVE(5) WSAVE(6) WSAVE(7)                           \
+    WSAVE(8) WSAVE(9)                                                                                 \
 }
 WKERNEL(1) WKERNEL(2) WKERNEL(3) WKERNEL(4) WKERNEL(5) WKERNEL(6) WKERNEL(7) WKERNEL(8)
+WKERNEL(9) WKERNEL(10)
 
 /* Two neighbouring blocks (32 columns) for up to eight rows: 16 sums in registers and two weight loads
  * per 16 multiply-adds, where the one-block kernel needs a load (and a broadcast) per multiply-add. Used
@@ -95,9 +99,16 @@ static void pair##MR_(const float *restrict x, long ldx, const float *restrict w
 }
 PKERNEL(1) PKERNEL(2) PKERNEL(3) PKERNEL(4) PKERNEL(5) PKERNEL(6) PKERNEL(7) PKERNEL(8)
 
-static const kernel_fn WIDE[9] = {0, wide1, wide2, wide3, wide4, wide5, wide6, wide7, wide8};
+static const kernel_fn WIDE[11] = {0, wide1, wide2, wide3, wide4, wide5, wide6, wide7, wide8, wide9, wide10};
 static const kernel_fn PAIR[9] = {0, pair1, pair2, pair3, pair4, pair5, pair6, pair7, pair8};
 #define GROUP 8          /* rows whose sums one kernel call keeps in registers */
+/* 9 or 10 rows (a verify of 8 or 9 drafts at one row) run as one group of that many: as 8 + 1 or 8 + 2,
+ * the second group read the block again from L2 for its one or two rows, and 9 rows cost what 16 did
+ * (3072x576, 1 thread: 8 rows 314 µs, 9 rows 369). One group of 9-10 sums (10 of the 32 registers),
+ * paired against 8 + 1 / 8 + 2, every model shape, weights from memory: 9 rows 0.76-0.90x the time,
+ * 10 rows 0.78-0.98x (1 and 2 threads); 11 as one group measured 0.90-1.12x (load-bound: a broadcast per
+ * row per k), so 11 stays 8 + 3. AVX-512 EPYC, 3 Dec. */
+#define WIDE_ROWS 10
 #define PAIR_ROWS 12     /* from here on two blocks at a time (at 9-11 rows, measured no faster) */
 
 /* nb (1 or 2) blocks times all M rows, GROUP rows at a time. The first group streams the weights,
@@ -106,6 +117,10 @@ static const kernel_fn PAIR[9] = {0, pair1, pair2, pair3, pair4, pair5, pair6, p
  * what they read (lines already there). One row or a few: one group, a stream at memory speed. */
 static void span(const float *x, long M, long K, const float *w, long nb, float *y, long ldy,
                  const float *next) {
+    if (M > GROUP && M <= WIDE_ROWS) {          /* one group: see WIDE_ROWS */
+        WIDE[M](x, K, w, K, y, ldy, w + 16 * PREFETCH_K);
+        return;
+    }
     for (long m = 0; m < M; m += GROUP) {
         long mr = M - m < GROUP ? M - m : GROUP;
         const float *pf = m == 0 ? w + 16 * PREFETCH_K : (m == GROUP && next ? next : w);
