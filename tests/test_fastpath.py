@@ -553,7 +553,7 @@ def test_rows_kernel_gives_a_row_the_same_bits_among_any_number_of_rows():
     try:
         many = layout.linear(x, p, b)
         torch.set_num_threads(1)
-        for n in (1, 5, 9, 13, 40):                     # one block, one block + prefetch, two blocks
+        for n in (1, 5, 9, 10, 11, 13, 40):     # one group; one of 9-10 (rows.c WIDE_ROWS); 8 + 3; two blocks
             assert torch.equal(layout.linear(x[:n], p, b), many[:n])
         assert torch.equal(layout.linear(x[7:8], p, b), many[7:8])
     finally:
