@@ -105,7 +105,7 @@ static const kernel_fn PAIR[9] = {0, pair1, pair2, pair3, pair4, pair5, pair6, p
 /* 9 or 10 rows (a verify of 8 or 9 drafts at one row) run as one group of that many: as 8 + 1 or 8 + 2,
  * the second group read the block again from L2 for its one or two rows, and 9 rows cost what 16 did
  * (3072x576, 1 thread: 8 rows 314 µs, 9 rows 369). One group of 9-10 sums (10 of the 32 registers),
- * paired against 8 + 1 / 8 + 2, every model shape, weights from memory: 9 rows 0.76-0.90x the time,
+ * paired against 8 + 1 / 8 + 2, every model shape, weights from memory: 9 rows 0.76-0.91x the time,
  * 10 rows 0.78-0.98x (1 and 2 threads); 11 as one group measured 0.90-1.12x (load-bound: a broadcast per
  * row per k), so 11 stays 8 + 3. AVX-512 EPYC, 3 Dec. */
 #define WIDE_ROWS 10
