@@ -262,6 +262,23 @@ def cliff(rows: list[dict]) -> dict | None:
     return worst
 
 
+SAME_WORK = 0.10     # verified drafts per step within this share (or half a draft) of the best arm's: the same work
+
+
+def _why_behind(line: dict) -> str:
+    """Why adaptive verification fell behind, from what it verified against the best arm: about as many
+    drafts a step (the same work, so the gap is timing: the machine's drift, or the budget's bookkeeping;
+    at 16 users it verified 0.0 like no speculation and still read 0.95×), fewer (a pessimistic survival
+    estimate), or more (verify work the spare compute could not pay for; where no speculation was best,
+    any at all)."""
+    v, best = line["verified"], line["best_verified"]
+    if abs(v - best) <= max(0.5, SAME_WORK * best):
+        return "conclusion_behind_same"
+    if line["best_arm"] == "none":
+        return "conclusion_behind_none"
+    return "conclusion_behind_few" if v < best else "conclusion_behind_many"
+
+
 def frontier_conclusions(rows: list[dict], identical: bool) -> tuple[dict, str, list[str], list[dict]]:
     """(values, main key, every key in order, one values dict per key): a line per class size, the
     overall verdict, the cliff (or its absence), and whether every arm's tokens were the same."""
@@ -269,10 +286,7 @@ def frontier_conclusions(rows: list[dict], identical: bool) -> tuple[dict, str, 
     behind = [x for x in lines if x["verdict"] == "behind"]
     if behind:
         worst = min(behind, key=lambda x: x["ratio"])
-        # why: it verified fewer drafts than the best fixed depth did (a pessimistic survival estimate), or
-        # more (verify work the spare compute could not pay for; where no speculation was best, any at all)
-        key = ("conclusion_behind_none" if worst["best_arm"] == "none" else "conclusion_behind_few"
-               if worst["verified"] < worst["best_verified"] else "conclusion_behind_many")
+        key = _why_behind(worst)
         values = {**worst, "sizes": ", ".join(str(x["users"]) for x in behind)}
     else:
         ahead = [str(x["users"]) for x in lines if x["verdict"] == "ahead"]
