@@ -262,7 +262,8 @@ def cliff(rows: list[dict]) -> dict | None:
     return worst
 
 
-SAME_WORK = 0.10     # verified drafts per step within this share (or half a draft) of the best arm's: the same work
+# verified drafts per step within this share (or half a draft) of the best arm's: the same work
+SAME_WORK = 0.10
 
 
 def _why_behind(line: dict) -> str:

@@ -134,10 +134,10 @@ def scheduled_round(pair, prompts: list[list[int]], order: list[tuple[str, int]]
                 arm, depth = order[idx]
                 eng = engines[-1]
                 eng.steps_run = eng.slots_drafted = eng.slots_verified = 0
-                reqs = [Request([prompts[(users * j + i) % len(prompts)]], Knobs(depth, 1, policy_for(arm, depth)),
-                                max_new) for i in range(users)]
+                knobs = lambda: Knobs(depth, 1, policy_for(arm, depth))      # noqa: E731 (a fresh policy each)
+                reqs = [Request([prompts[(users * j + i) % len(prompts)]], knobs(), max_new) for i in range(users)]
                 took, got = users_at_once(sched, reqs, together=True)
-                acc[idx].add(took, got, engines[-1])
+                acc[idx].add(took, got, engines[-1])      # (an engine replaced mid-class is the one to read)
     finally:
         sched.close()
         _give_back(engines)
@@ -220,7 +220,8 @@ def run(args) -> int:
         return scheduled_cell(pair, prompts, "fixed", d, n, WARM_TOKENS)
 
     def round_of(order, n, r):
-        return scheduled_round(pair, prompts, order, n, args.max_new_tokens, budget, classes_for(n, args.max_new_tokens), r)
+        per = args.max_new_tokens
+        return scheduled_round(pair, prompts, order, n, per, budget, classes_for(n, per), r)
 
     def show(c, _rows):
         if not args.json:

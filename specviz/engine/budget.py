@@ -402,9 +402,9 @@ class Budget:
         """Per row, how many of its drafts to verify. Rows not `chosen` (other policies) keep theirs.
         With requests waiting for room (or no `remaining`), B* is the argmax over every chosen row's
         slots (`_argmax`), and so below the knee; with nobody waiting past it, the plan that brings the
-        batch's last row nearest per second (`_class_plan`). Greedy and n-gram rows verify their part; `sampled` rows with a model draft
-        keep the slots above the previous step's cut-off (see Exactness) and this step's cut-off is
-        stored for the next. `fixed_s`: the draft seconds; `remaining`: per row, the tokens it may still
+        batch's last row nearest per second (`_class_plan`). Greedy and n-gram rows verify their part;
+        `sampled` rows with a model draft keep the slots above the previous step's cut-off (see
+        Exactness) and this step's cut-off is stored for the next. `fixed_s`: the draft seconds; `remaining`: per row, the tokens it may still
         emit; `waiting`: requests wait for room in the batch."""
         lengths = prop.lengths.tolist()
         fixed_tokens = rows
