@@ -68,3 +68,24 @@ def test_greedy_accept_prefix_and_correction():
     n, nxt = greedy_accept(target, draft, lengths)
     assert n.tolist() == [2, 2, 0]
     assert nxt.tolist() == [7, 7, 1]   # correction, bonus after its 2 drafts, correction
+
+
+@pytest.mark.parametrize("vocab", [49152, 49152 + 77, 5000])
+def test_greedy_ids_is_argmax_ties_nan_and_infinities_included(vocab):
+    """The chunked argmax gives torch's indices: the first maximum, within a chunk, across chunks, in the
+    short tail, where a NaN is (torch counts it as the maximum), and for a row of -inf."""
+    from specviz.engine.sampling import greedy_ids
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 7, vocab, generator=g)
+    x[0, 1, 100] = x[0, 1, 3000] = 50.0                 # a tie in two chunks: the first wins
+    x[0, 2, 2000] = x[0, 2, 2001] = 50.0                 # a tie inside one chunk
+    x[1, 0, vocab - 1] = 60.0                           # the maximum in the last entry (the tail, if any)
+    x[1, 1, vocab - 2] = x[1, 1, 10] = 70.0              # a tie between the first chunk and the end
+    x[1, 2, 4000] = float("nan")                         # NaN counts as the maximum …
+    x[1, 3, vocab - 3] = float("nan")                    # … in the tail too
+    x[1, 3, 5] = float("inf")
+    x[2, 0] = float("-inf")                              # a row of -inf: index 0
+    got = greedy_ids(x)
+    assert torch.equal(got, x.argmax(dim=-1))
+    assert got[0, 1] == 100 and got[1, 0] == vocab - 1
+    assert torch.equal(greedy_ids(x[0, 0]), x[0, 0].argmax(dim=-1))   # one position, no batch

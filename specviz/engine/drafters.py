@@ -23,7 +23,7 @@ from typing import Protocol
 import torch
 
 from specviz.engine.kvcache import RaggedCache, left_padded, timed_forward
-from specviz.engine.sampling import probabilities, sample
+from specviz.engine.sampling import greedy_ids, probabilities, sample
 from specviz.hardware.roofline import ZERO_COST, ModelSpec, PassCost, pass_cost
 from specviz.lessons import Said
 
@@ -151,7 +151,7 @@ class ModelDrafter:
             cost = cost + pass_cost(self.spec, B, feed.shape[1], ctx, logits=1, n_layers=self.n_layers)
             ctx = self.draft_kv.length
             logits = logits[:, -1, : self.vocab]
-            d, probs = self._pick(logits, temperatures, gens, alive) if sampling else (logits.argmax(dim=-1), None)
+            d, probs = self._pick(logits, temperatures, gens, alive) if sampling else (greedy_ids(logits), None)
             if thresholds is not None or conf is not None:
                 # the distribution's top probability depends only on the tokens before position j,
                 # never on the token drawn there: stopping on it keeps sampled verification exact
@@ -185,7 +185,7 @@ class ModelDrafter:
         rows' probs are at temperature 1."""
         t = torch.tensor([x if x > 0 else 1.0 for x in temperatures], device=self.device)[:, None]
         probs = probabilities(logits, t)
-        tokens = logits.argmax(dim=-1)
+        tokens = greedy_ids(logits)
         live = drafting.tolist()
         sampled = [i for i, x in enumerate(temperatures) if x > 0 and live[i]]
         if sampled:

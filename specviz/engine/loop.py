@@ -30,7 +30,7 @@ from specviz.engine.drafters import Drafter, Proposal
 from specviz.engine.kvcache import RaggedCache, prefill, timed_forward
 from specviz.engine.policies import StepObservation, StepPlan
 from specviz.engine.request import Knobs, Request, Row, RowStep, RunTotals, StepEvent
-from specviz.engine.sampling import greedy_accept, probabilities, speculative_accept
+from specviz.engine.sampling import greedy_accept, greedy_ids, probabilities, speculative_accept
 from specviz.hardware.roofline import ModelSpec, pass_cost, plain_token_flops
 
 
@@ -309,7 +309,7 @@ class SpeculativeEngine:
     def _accept(self, logits: torch.Tensor, prop: Proposal, temps: list[float], gens: list):
         """Greedy rows keep the drafts that match the target's argmax; sampled rows apply the
         Leviathan/Chen rule, each with its own random stream. Returns (n accepted [B], next token [B])."""
-        n, nxt = greedy_accept(logits.argmax(dim=-1), prop.tokens, prop.lengths)
+        n, nxt = greedy_accept(greedy_ids(logits), prop.tokens, prop.lengths)
         sampled = [i for i, t in enumerate(temps) if t > 0]
         if sampled:
             idx = torch.tensor(sampled, dtype=torch.long, device=self.device)

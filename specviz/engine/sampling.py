@@ -20,6 +20,33 @@ def probabilities(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return torch.softmax(logits.float() / temperature, dim=-1)
 
 
+ARGMAX_CHUNK = 1024
+
+
+def greedy_ids(logits: torch.Tensor) -> torch.Tensor:
+    """logits.argmax(dim=-1), the same indices (the first maximum; a NaN counts as the maximum), faster
+    on a CPU. torch's CPU argmax over a long last dimension does not vectorise: ~30 µs per position of a
+    49152-token vocabulary, 1.1 ms for a 4-row, 9-wide verify, where `amax` takes a tenth of that. So the
+    maximum of each 1024-wide chunk comes from `amax`, the first chunk holding the row's maximum from an
+    argmax over the chunk maxima, and the index from an argmax inside that chunk alone."""
+    V = logits.shape[-1]
+    main = (V // ARGMAX_CHUNK) * ARGMAX_CHUNK
+    if logits.device.type != "cpu" or main < 4 * ARGMAX_CHUNK:
+        return logits.argmax(dim=-1)
+    flat = logits.reshape(-1, V)
+    chunks = flat[:, :main].reshape(flat.shape[0], -1, ARGMAX_CHUNK)
+    peaks = chunks.amax(dim=-1)                                             # [N, V // C]
+    c = peaks.argmax(dim=-1)                                                # first chunk with the maximum
+    rows = torch.arange(flat.shape[0], device=flat.device)
+    idx = c * ARGMAX_CHUNK + chunks[rows, c].argmax(dim=-1)
+    if main < V:                    # a tail shorter than a chunk: it wins only if strictly greater (or NaN)
+        best, tail = peaks[rows, c], flat[:, main:]
+        t_best, t_idx = tail.amax(dim=-1), tail.argmax(dim=-1) + main
+        wins = (t_best > best) | (t_best.isnan() & ~best.isnan())
+        idx = torch.where(wins, t_idx, idx)
+    return idx.reshape(logits.shape[:-1])
+
+
 Gens = torch.Generator | list[torch.Generator]
 
 
