@@ -536,3 +536,23 @@ def test_our_time_split_adds_up(make_pair, prompts):
     assert t["prefill_s"] > 0 and t["verify_s"] > 0 and t["step_ms"] > 0
     parts = t["prefill_s"] + t["draft_s"] + t["verify_s"] + t["other_s"]
     assert parts <= got["wall_s"] + 1e-6 and t["outside_steps_s"] >= -1e-6
+
+
+def test_bench_vllm_takes_turns_and_pairs_the_rounds():
+    """The engines' runs alternate (ours first in even rounds, vLLM's in odd ones), and the paired ratio
+    is the median over rounds of vLLM's wall ÷ ours."""
+    from specviz.cli.bench_vllm import _alternate, paired_ratio
+
+    order: list[str] = []
+    walls = iter([1.0, 2.0, 3.0, 1.5, 1.0, 4.0])    # round 0: ours 1, vLLM 2; round 1: vLLM 3, ours 1.5; …
+
+    def side(name):
+        def once():
+            order.append(name)
+            return {"wall_s": next(walls)}
+        return once
+    mine, other = _alternate(side("ours"), side("vllm"), 3)
+    assert order == ["ours", "vllm", "vllm", "ours", "ours", "vllm"]
+    assert [r["wall_s"] for r in mine] == [1.0, 1.5, 1.0] and [r["wall_s"] for r in other] == [2.0, 3.0, 4.0]
+    assert paired_ratio(mine, other) == pytest.approx(2.0)          # ratios 2, 2, 4
+    assert paired_ratio([], []) is None

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
+from contextlib import contextmanager
 
 import torch
 
@@ -49,8 +51,9 @@ def add_parser(sub) -> None:
     p.add_argument("--threads", type=int, default=0,
                    help="our engine's CPU threads (default: all cores but one, as vLLM's CPU build uses)")
     add_compile_arg(p)
-    p.add_argument("--repeats", type=int, default=3,
-                   help="timed runs per engine, the median run reported (1-9; a 1-user run lasts seconds)")
+    p.add_argument("--repeats", type=int, default=5,
+                   help="timed runs per engine, the two engines in turns, the median run reported (1-9; a "
+                        "1-user run lasts seconds)")
     p.add_argument("--json", action="store_true", help="only the JSON lines")
     p.set_defaults(func=run)
 
@@ -98,9 +101,11 @@ def _our_time(before: dict, after: dict, wall: float, tokens: int) -> dict:
             **{f"{k}_s": v for k, v in spent.items()}, "outside_steps_s": round(wall - sum(spent.values()), 4)}
 
 
-def _ours_runs(pair, prompts: list[list[int]], depth: int, max_new: int, repeats: int) -> dict:
-    """A short warm-up of every user (the batch's memory is faulted in then, as vLLM's KV cache is at
-    its start), then the timed runs, through one shared scheduler; the median run."""
+@contextmanager
+def _our_side(pair, prompts: list[list[int]], depth: int):
+    """Our engine ready to serve: one shared scheduler (one engine) for the warm-up and every run, as the
+    class's does (and vLLM's one server), after a short warm-up of every user (the batch's memory is
+    faulted in then, as vLLM's KV cache is at its start). Yields run(max_new) → one run's record."""
     # on first use: transformers is slow to import
     from specviz.serve.workload import shared_scheduler
 
@@ -109,9 +114,33 @@ def _ours_runs(pair, prompts: list[list[int]], depth: int, max_new: int, repeats
     sched = shared_scheduler(pair, ignore_eos=True, prepare=engines.append)
     try:
         _ours(sched, engines, prompts, depth, WARMUP_TOKENS)
-        return _median_run([_ours(sched, engines, prompts, depth, max_new) for _ in range(repeats)])
+        yield lambda max_new: _ours(sched, engines, prompts, depth, max_new)
     finally:
         sched.close()
+
+
+def _ours_runs(pair, prompts: list[list[int]], depth: int, max_new: int, repeats: int) -> dict:
+    """Our side alone: the warm-up, then the timed runs; the median run."""
+    with _our_side(pair, prompts, depth) as once:
+        return _median_run([once(max_new) for _ in range(repeats)])
+
+
+def _alternate(ours, theirs, repeats: int) -> tuple[list[dict], list[dict]]:
+    """The two engines' timed runs in turns, ours first in even rounds and theirs first in odd ones.
+    Why: a 2-core machine's speed drifts by ±10-20 % over seconds; with all our runs before all of
+    vLLM's, a 1-user ratio read 1.31, 1.04 and 1.15 in three invocations (AMD EPYC, 3 Dec)."""
+    mine: list[dict] = []
+    other: list[dict] = []
+    for r in range(repeats):
+        for side in ((ours, theirs) if r % 2 == 0 else (theirs, ours)):
+            (mine if side is ours else other).append(side())
+    return mine, other
+
+
+def paired_ratio(mine: list[dict], other: list[dict]) -> float | None:
+    """The median over rounds of vLLM's wall ÷ ours (both decode the same tokens in a round)."""
+    ratios = sorted(b["wall_s"] / a["wall_s"] for a, b in zip(mine, other) if a["wall_s"] > 0)
+    return statistics.median(ratios) if ratios else None
 
 
 def _vllm(client, model: str, prompts: list[list[int]], max_new: int) -> dict:
@@ -217,27 +246,9 @@ def _threads(n: int) -> int:
     return n
 
 
-def run(args) -> int:
-    # on first use: transformers is slow to import
-    from specviz.hardware.threads import own_thread
-    from specviz.pairs.pipeline import encode_prompt, load_pair
-
-    check_run(1, args.depth, 0.0, args.max_new_tokens)
-    if not 1 <= args.users <= 64:
-        raise LimitError("--users must be 1-64")
-    if not 1 <= args.repeats <= 9:
-        raise LimitError("--repeats must be 1-9")
-    client = None
-    if args.vllm_url:                          # fail fast, before any model loads
-        client = VllmClient(args.vllm_url, timeout_s=600)
-        served = client.model(args.vllm_model)
-    _threads(args.threads)
-    # loaded in a thread that ends: ours steps in the scheduler's thread (hardware/threads.py)
-    pair = own_thread(load_pair, args.target, "ngram", "cpu", compile=args.compile)
-    prompts = [encode_prompt(pair.tokenizer, POOL[i % len(POOL)]) for i in range(args.users)]
+def _both(args, client, served, prompts: list[list[int]], once):
+    """vLLM launched (or the given server), warmed up, then both engines' timed runs in turns."""
     N, k = args.max_new_tokens, args.depth
-    _note(args, f"our engine: {args.users} users × {N} tokens, n-gram k={k}")
-    ours = _ours_runs(pair, prompts, k, N, args.repeats)
     server = None
     try:
         if client is None:
@@ -250,10 +261,36 @@ def run(args) -> int:
             raise VllmError(f"prompt + {N} tokens exceed the server's max-model-len {served.max_len}")
         _note(args, f"vLLM ({served.name}): {args.users} users × {N} tokens")
         _vllm(client, served.name, prompts, WARMUP_TOKENS)
-        theirs = _median_run([_vllm(client, served.name, prompts, N) for _ in range(args.repeats)])
+        mine, other = _alternate(lambda: once(N), lambda: _vllm(client, served.name, prompts, N), args.repeats)
     finally:
         if server is not None:
             server.stop()
+    return mine, other, served, client
+
+
+def run(args) -> int:
+    # on first use: transformers is slow to import
+    from specviz.hardware.threads import own_thread
+    from specviz.pairs.pipeline import encode_prompt, load_pair
+
+    check_run(1, args.depth, 0.0, args.max_new_tokens)
+    if not 1 <= args.users <= 64:
+        raise LimitError("--users must be 1-64")
+    if not 1 <= args.repeats <= 9:
+        raise LimitError("--repeats must be 1-9")
+    client = served = None
+    if args.vllm_url:                          # fail fast, before any model loads
+        client = VllmClient(args.vllm_url, timeout_s=600)
+        served = client.model(args.vllm_model)
+    _threads(args.threads)
+    # loaded in a thread that ends: ours steps in the scheduler's thread (hardware/threads.py)
+    pair = own_thread(load_pair, args.target, "ngram", "cpu", compile=args.compile)
+    prompts = [encode_prompt(pair.tokenizer, POOL[i % len(POOL)]) for i in range(args.users)]
+    N, k = args.max_new_tokens, args.depth
+    _note(args, f"our engine: {args.users} users × {N} tokens, n-gram k={k}")
+    with _our_side(pair, prompts, k) as once:
+        mine, other, served, client = _both(args, client, served, prompts, once)
+    ours, theirs = _median_run(mine), _median_run(other)
     differ = []
     for i, (a, b) in enumerate(zip(ours["outputs"], theirs["outputs"])):
         pos = first_difference(a, b)
@@ -262,6 +299,7 @@ def run(args) -> int:
     s, v = _summary(ours), _summary(theirs)
     result = {"specviz": s, "vllm": v,
               "ratio": s["tokens_per_s"] / v["tokens_per_s"] if v["tokens_per_s"] else None,
+              "paired_ratio": paired_ratio(mine, other),
               "rows": args.users, "identical_rows": args.users - len(differ), "differing": differ,
               "users": args.users, "depth": k, "max_new_tokens": N, "target": args.target,
               "vllm_model": served.name, "vllm_url": client.url, "launched": args.vllm_url is None,
@@ -271,5 +309,9 @@ def run(args) -> int:
             print(f"{name:>8}: {side['tokens_per_s']:.1f} tok/s, p50 {side['p50_s']:.2f} s, p95 {side['p95_s']:.2f} s",
                   file=sys.stderr)
             print(f"{'':>8}  where the time went: {_time_line(side['time'])}", file=sys.stderr)
+        if result["ratio"]:
+            paired = result["paired_ratio"]
+            print(f"   ours ÷ vLLM: {result['ratio']:.2f}× by medians"
+                  + (f", {paired:.2f}× paired by round" if paired else ""), file=sys.stderr)
     print(json.dumps(result), flush=True)
     return 0
