@@ -524,9 +524,10 @@ def test_our_time_split_adds_up(make_pair, prompts):
     """Our side: the engine's seconds in prefill, draft, verify and the rest of its steps, summed over a
     run, add up to no more than the run's wall time, and every step is counted — one run's, though one
     scheduler (one engine) serves the warm-up and every run."""
-    from specviz.cli.bench_vllm import _ours_runs
+    from specviz.cli.bench_vllm import _median_run, _our_side
 
-    got = _ours_runs(make_pair("ngram"), [prompts[0], prompts[1]], 4, 12, repeats=2)
+    with _our_side(make_pair("ngram"), [prompts[0], prompts[1]], 4) as once:
+        got = _median_run([once(12) for _ in range(2)])
     # one run's steps: at most one a token, plus one for a user admitted a step late (the warm-up and
     # both runs together took ~3 × that)
     assert len(got["walls"]) == 2 and got["time"]["steps"] <= 12 + 1

@@ -119,12 +119,6 @@ def _our_side(pair, prompts: list[list[int]], depth: int):
         sched.close()
 
 
-def _ours_runs(pair, prompts: list[list[int]], depth: int, max_new: int, repeats: int) -> dict:
-    """Our side alone: the warm-up, then the timed runs; the median run."""
-    with _our_side(pair, prompts, depth) as once:
-        return _median_run([once(max_new) for _ in range(repeats)])
-
-
 def _alternate(ours, theirs, repeats: int) -> tuple[list[dict], list[dict]]:
     """The two engines' timed runs in turns, ours first in even rounds and theirs first in odd ones.
     Why: a 2-core machine's speed drifts by ±10-20 % over seconds; with all our runs before all of
