@@ -37,6 +37,16 @@ static __attribute__((unused)) void rows##MR_(const float *restrict x, long ldx,
 }
 KERNEL(1) KERNEL(2) KERNEL(3) KERNEL(4) KERNEL(5) KERNEL(6)
 
+/* Both kernels' first group of rows prefetches PREFETCH_K steps (PREFETCH_K × 64 bytes) ahead of its loads.
+ * Why 96 steps (6 KB): one core keeps a stream at memory speed only with ~100 ns of lines in flight, and
+ * the hardware prefetcher alone, or 16 steps (1 KB), is a third of that. Packed blocks lie end to end, so
+ * a prefetch past a block's end fetches the next block's start. AMD EPYC (Zen 5), weights from memory,
+ * GB/s (3 Dec, fifth session): the 512-bit kernel against 16 steps, 1 thread 31-33 → 35 at one row,
+ * 26-29 → 35 at 5 rows, 21-22 → 31-32 at 9; 2 threads level at 1-5 rows (~45, the machine's rate),
+ * 38-40 → 44-46 at 9. The 256-bit kernel (built -mno-avx512f) against no distance prefetch: 1 thread
+ * 18-22 → 33-35 at 3 rows, 13-17 → 31-33 at 5, level at one; 2 threads 29-32 → 42-46 at 5. */
+#define PREFETCH_K 96
+
 /* A kernel: MR rows (its name says how many) times one block, or two; the last argument is where to
  * prefetch. */
 typedef void (*kernel_fn)(const float *restrict, long, const float *restrict, long, float *restrict, long,
@@ -47,14 +57,8 @@ typedef void (*kernel_fn)(const float *restrict, long, const float *restrict, lo
  * 1.15-1.81x the 256-bit kernel at 5-16 rows on the AVX-512 EPYC, level at one row). A block's 16 columns are one 64-byte load and one register
  * per row, so eight rows' sums fit (8 of the 32 registers) and the weights are read once per eight
  * rows; a software prefetch runs PREFETCH_K steps (PREFETCH_K × 64 bytes) ahead of the loads. Each
- * output is still one running sum over k in order: the same bits as the 256-bit kernel above.
- * Why 96 steps (6 KB): one core keeps a stream at memory speed only with ~100 ns of lines in flight, and
- * 16 steps (1 KB) is a third of that. Packed blocks lie end to end, so a prefetch past a block's end
- * fetches the next block's start. AMD EPYC (Zen 5), weights from memory, GB/s against 16 steps: 1
- * thread 31-33 → 35 at one row, 26-29 → 35 at 5 rows, 21-22 → 31-32 at 9; 2 threads level at 1-5 rows
- * (~45, the machine's rate), 38-40 → 44-46 at 9 (3 Dec, fifth session). */
+ * output is still one running sum over k in order: the same bits as the 256-bit kernel above. */
 typedef float v16 __attribute__((vector_size(64)));
-#define PREFETCH_K 96
 
 static inline v16 load16(const float *p) { v16 v; __builtin_memcpy(&v, p, sizeof v); return v; }
 static inline void store16(float *p, v16 v) { __builtin_memcpy(p, &v, sizeof v); }
@@ -139,8 +143,8 @@ static const kernel_fn NARROW[7] = {0, rows1, rows2, rows3, rows4, rows5, rows6}
 #define GROUP 6
 #define PAIR_ROWS 0      /* no two-block kernel here: 16 registers hold one block's sums for six rows */
 
-/* One block times all M rows, six at a time. The first group streams the block from memory (the
- * hardware prefetcher follows one stream well); the second works from cache and fetches the `next`
+/* One block times all M rows, six at a time. The first group streams the block from memory, prefetching
+ * PREFETCH_K steps ahead; the second works from cache and fetches the `next`
  * block meanwhile (NULL: none). Measured with this build on the AVX-512 EPYC (-mno-avx512f), 1 thread,
  * weights from memory: 1.4-1.7x the same kernel without that prefetch at 8-16 rows, 1.1-1.2x at 39-64. */
 static void span(const float *x, long M, long K, const float *w, long nb, float *y, long ldy,
@@ -148,7 +152,7 @@ static void span(const float *x, long M, long K, const float *w, long nb, float 
     (void)nb;
     for (long m = 0; m < M; m += GROUP) {
         long mr = M - m < GROUP ? M - m : GROUP;
-        NARROW[mr](x + m * K, K, w, K, y + m * ldy, ldy, m == GROUP ? next : NULL);
+        NARROW[mr](x + m * K, K, w, K, y + m * ldy, ldy, m == 0 ? w + 16 * PREFETCH_K : m == GROUP ? next : NULL);
     }
 }
 #endif
