@@ -373,14 +373,15 @@ class Budget:
         return DRAFT_STOP * self.cutoff
 
     # --- after drafting ------------------------------------------------------------------------------
-    def survival(self, prop, i: int, memo: dict | None = None) -> tuple[list[float], list[int]]:
-        """Row i's survival per drafted position, and the calibration key of each position. `memo`: one
-        step's n-gram survivals by (match length, depth), shared by that step's rows."""
-        k = int(prop.lengths[i])
+    def survival(self, prop, i: int, k: int, memo: dict, conf: list | None) -> tuple[list[float], list[int]]:
+        """Row i's survival per drafted position (it drafted k), and the calibration key of each position.
+        `memo`: one step's n-gram survivals by (match length, depth), shared by that step's rows; `conf`:
+        the step's `prop.conf` as lists, read once (a tensor read per row cost ~12 µs, 0.8 ms of a 64-row
+        step, where a model draft drafted nothing)."""
         if prop.match is not None:               # n-gram: measured acceptance by match length
-            return self._ngram_survival(int(prop.match[i]), k, {} if memo is None else memo)
-        if prop.conf is not None:                # model: calibrated top probability
-            raw = prop.conf[i, :k].tolist()
+            return self._ngram_survival(int(prop.match[i]), k, memo)
+        if conf is not None:                     # model: calibrated top probability
+            raw = conf[i][:k]
             keys = [_bin(c) for c in raw]
             cs = [self.model_cal.rate(b, j, c) for j, (b, c) in enumerate(zip(keys, raw))]
         else:
@@ -411,11 +412,12 @@ class Budget:
         self._keys = [[] for _ in lengths]
         memo: dict = {}              # this step's n-gram survival by (match length, depth)
         survivals: dict[int, list[float]] = {}
+        conf = prop.conf.tolist() if prop.conf is not None and prop.match is None and any(lengths) else None
         for i, k in enumerate(lengths):
             if not chosen[i]:
                 fixed_tokens += k
                 continue
-            survivals[i], self._keys[i] = self.survival(prop, i, memo)
+            survivals[i], self._keys[i] = self.survival(prop, i, k, memo, conf)
             lengths[i] = 0
         self._learn_depth(survivals)
         # verifying nothing also skips the bookkeeping drafts bring (acceptance, holes, compaction): priced
