@@ -146,7 +146,8 @@ def test_the_class_is_lossless_on_every_arm_stepped_and_scheduled(make_pair, pro
     assert scheduled(F.AV, 4, 5)["outputs"] == ref == stepped("fixed", 2, 5)["outputs"]
     # a small class's cell runs it again on the next prompts; the tokens stay each prompt's own
     from specviz.cli.frontier import classes_for
-    assert classes_for(1, 32) == 8 and classes_for(4, 32) == 2 and classes_for(16, 32) == classes_for(64, 32) == 1
+    assert classes_for(1, 32) == 16 and classes_for(4, 32) == 4 and classes_for(16, 32) == classes_for(64, 32) == 2
+    assert classes_for(1, 24) == 22 and classes_for(4, 24) == 6
     three = scheduled_cell(pair, prompts, F.AV, 4, 2, 10, budget, classes=3)
     assert three["classes"] == 3 and three["tokens"] == 60
     assert three["outputs"] == [reference(i % len(prompts), 10) for i in range(6)]
@@ -271,12 +272,15 @@ def test_no_arm_always_follows_the_same_one(n):
     assert seen[1:1 + len(order)] == [order[i] for i in F.williams_row(len(order), 0)]
 
 
-def test_the_frontier_command_end_to_end(tiny_paths, tmp_path, capsys):
+def test_the_frontier_command_end_to_end(tiny_paths, tmp_path, capsys, monkeypatch):
     """`python -m specviz frontier` on our engine: the last line is the JSON the issue names, every arm at
     every size with its repeats and classes, the outputs identical, and --out writes its three files."""
     import json
 
+    import specviz.cli.frontier as CF
     from specviz.__main__ import main
+
+    monkeypatch.setattr(CF, "CELL_TOKENS", 256)     # a tiny model's cells: the test's time, not the noise
 
     out = tmp_path / "fr"
     assert main(["frontier", "--target", tiny_paths["target"], "--draft", "ngram", "--prompts", "grounded",

@@ -6,7 +6,7 @@ the class handed over in one call so it is admitted in one wave, each user readi
 thread, EOS ignored so every arm emits the same number of tokens. The lesson's frontier chapter steps the
 same cells in its own thread (`chapters/frontier.py`, which holds the arms, the medians and the conclusion
 rules both use). A cell of a small class runs the class again, on the next prompts, until it has emitted
-CELL_TOKENS tokens (the JSON's workload names the classes per size). Arms: no speculation, each fixed
+CELL_TOKENS tokens, at least MIN_CLASSES times (the JSON's workload names the classes per size). Arms: no speculation, each fixed
 depth, `adaptive-verification` with the largest depth as its k (and, with --with-adaptive, the older
 `adaptive` goodput policy). `--repeats` runs every cell that many times; inside each round the arms share
 one scheduler and take turns class by class (`scheduled_round`); medians are reported with the spread
@@ -29,10 +29,13 @@ from specviz.engine.request import Knobs, Request
 from specviz.limits import MAX_DEPTH, LimitError, Limits
 
 MAX_USERS = 64
-# A cell runs its class again until it has emitted this many tokens: one user's 32 tokens are ~0.3 s, where
-# the 2-core machines' own drift moved one-user cells by ±20 %; 256 tokens are 8 classes there (a class of
-# 16 or more runs once). Every arm runs the same classes, so the tokens are still the same on every arm.
-CELL_TOKENS = 256
+# A cell runs its class again until it has emitted this many tokens, and at least MIN_CLASSES times: one
+# user's 32 tokens are ~0.3 s, where the 2-core machines' own drift moved one-user cells by ±20 %. With 256
+# tokens and one class of 16 or 64 users a round, cells of identical work (adaptive verification drafting
+# nothing, and no speculation) still spread ±5–9 % over five rounds on the EPYC (3 Dec); 512 tokens and two
+# classes halve what one slow class weighs. Every arm runs the same classes: the same tokens on every arm.
+CELL_TOKENS = 512
+MIN_CLASSES = 2
 PROMPT_SETS = ("pool", "grounded")
 
 
@@ -87,9 +90,11 @@ def prompt_texts(kind: str) -> list[str]:
     return list(EXAMPLES[:5]) if kind == "grounded" else list(ROW_POOL)
 
 
-def classes_for(users: int, max_new: int, cell_tokens: int = CELL_TOKENS) -> int:
-    """How many classes of `users` one cell runs back to back: enough for `cell_tokens` tokens."""
-    return max(1, -(-cell_tokens // max(1, users * max_new)))
+def classes_for(users: int, max_new: int, cell_tokens: int | None = None) -> int:
+    """How many classes of `users` one cell runs back to back: enough for `cell_tokens` tokens (default
+    CELL_TOKENS, read at the call), at least MIN_CLASSES."""
+    tokens = CELL_TOKENS if cell_tokens is None else cell_tokens
+    return max(MIN_CLASSES, -(-tokens // max(1, users * max_new)))
 
 
 def scheduled_cell(pair, prompts: list[list[int]], arm: str, depth: int, users: int, max_new: int,
