@@ -31,6 +31,29 @@ def test_seed_is_scaled_to_what_the_steps_measured():
     assert t.at(8) == pytest.approx(2.0)
 
 
+def test_one_slow_step_neither_sticks_nor_outlives_its_size():
+    """A size's cost is the median of its recent steps, and a size no step measures again falls back to
+    the scaled profile after STALE observations (else a spike at a size the budget then avoids stays)."""
+    from specviz.engine.budget import RECENT, STALE
+    t = CostTable(seed={1: 1.0, 4: 1.0, 8: 1.0, 16: 2.0})
+    for _ in range(RECENT):
+        t.observe(4, 1.0)
+    t.observe(4, 9.0)                  # one preempted step among normal ones
+    assert t.at(4) == pytest.approx(1.0)
+    t.observe(7, 3.0)                  # a spike at a size seen once
+    assert t.at(8) == pytest.approx(3.0)       # the monotone fit lifts the sizes above it
+    for _ in range(STALE - 1):
+        t.observe(4, 1.0)
+    assert t.at(8) == pytest.approx(3.0)       # still inside its window (STALE observations)
+    t.observe(4, 1.0)
+    assert t.at(7) == pytest.approx(1.0) and t.at(8) == pytest.approx(1.0)   # expired: the profile again
+    unseeded = CostTable()
+    unseeded.observe(2, 5.0)
+    for _ in range(STALE + 1):
+        unseeded.observe(1, 1.0)
+    assert unseeded.at(2) == pytest.approx(5.0)   # nothing to fall back on: kept
+
+
 def _proposal(conf: list[list[float]]) -> Proposal:
     B, K = len(conf), max(len(c) for c in conf)
     c = torch.zeros(B, K)
