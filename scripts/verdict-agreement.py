@@ -6,7 +6,9 @@ fast path times its layouts as on a new machine, then:
    says it ran during it) and must give no verdict from figures taken then;
 2. once warm, alternates the default Run pressed in a headless browser and the same call through the
    API (gradio_client, no browser), `--rounds` of each, and compares the medians of their
-   speculation ÷ plain ratios against the verdict's noise band.
+   speculation ÷ plain ratios against the verdict's noise band: the fixed floor (`agree_within_band`,
+   ±NOISE_BAND) and the band the page drew its verdicts with (`agree_within_page_band`); `same_verdicts`
+   says whether every verdict of both sides was the same word.
 
     python scripts/verdict-agreement.py --rounds 5 [--first browser|api] [--port 7893] [--keep-cache DIR]
 
@@ -113,7 +115,14 @@ def main() -> int:
             from specviz.ui.counters import NOISE_BAND
             out["browser_over_api"] = med["browser"] / med["api"]
             out["agree_within_band"] = abs(out["browser_over_api"] - 1) <= NOISE_BAND
+            # the band the page's verdicts were drawn with (measured from this session's baselines, never
+            # below NOISE_BAND): the one a reader of the page is told the figure carries
+            bands = [r["band"] for r in rounds["browser"] if r.get("band")]
+            if bands:
+                out["page_band"] = statistics.median(bands)
+                out["agree_within_page_band"] = abs(out["browser_over_api"] - 1) <= out["page_band"]
         out["verdicts"] = {k: [r.get("verdict") for r in v] for k, v in rounds.items()}
+        out["same_verdicts"] = len({v for r in rounds.values() for v in (x.get("verdict") for x in r)}) == 1
     finally:
         app.terminate()
         app.wait(30)

@@ -155,8 +155,8 @@ def test_the_class_is_lossless_on_every_arm_stepped_and_scheduled(make_pair, pro
 
 def test_a_round_interleaves_the_arms_class_by_class(make_pair, prompts, reference, monkeypatch):
     """The frontier command's round: one scheduler, an untimed class first, then every arm's classes
-    alternating, each class's arm order a Williams row (r × classes + j); per arm the classes are summed, and every arm's tokens are
-    the target's own."""
+    alternating, each class's arm order a Williams row (r × classes + j); per arm the classes are
+    summed, and every arm's tokens are the target's own."""
     import specviz.serve.workload as W
     from specviz.cli.frontier import scheduled_round
 
@@ -174,7 +174,8 @@ def test_a_round_interleaves_the_arms_class_by_class(make_pair, prompts, referen
     cells = scheduled_round(pair, prompts, order, 2, 6, budget, classes=3, r=1)
     names = [(F.policy_for(a, d).name, d) for a, d in order]
     # first an untimed class of the class's size at the deepest depth (its buffers exist before timing)
-    assert seen[0] == ("first", 2, 4) and seen[1:] == [names[i] for j in range(3) for i in F.williams_row(3, 3 + j)]
+    assert seen[0] == ("first", 2, 4)
+    assert seen[1:] == [names[i] for j in range(3) for i in F.williams_row(3, 3 + j)]
     ref = [reference(i % len(prompts), 6) for i in range(6)]
     for (arm, d), c in zip(order, cells):
         assert (c["arm"], c["depth"], c["classes"], c["tokens"]) == (arm, d, 3, 36)

@@ -6,11 +6,11 @@ the class handed over in one call so it is admitted in one wave, each user readi
 thread, EOS ignored so every arm emits the same number of tokens. The lesson's frontier chapter steps the
 same cells in its own thread (`chapters/frontier.py`, which holds the arms, the medians and the conclusion
 rules both use). A cell of a small class runs the class again, on the next prompts, until it has emitted
-CELL_TOKENS tokens, at least MIN_CLASSES times (the JSON's workload names the classes per size). Arms: no speculation, each fixed
-depth, `adaptive-verification` with the largest depth as its k (and, with --with-adaptive, the older
-`adaptive` goodput policy). `--repeats` runs every cell that many times; inside each round the arms share
-one scheduler and take turns class by class (`scheduled_round`); medians are reported with the spread
-(max − min) ÷ median as the noise band.
+CELL_TOKENS tokens, at least MIN_CLASSES times (the JSON's workload names the classes per size). Arms:
+no speculation, each fixed depth, `adaptive-verification` with the largest depth as its k (and, with
+--with-adaptive, the older `adaptive` goodput policy). `--repeats` runs every cell that many times;
+inside each round the arms share one scheduler and take turns class by class (`scheduled_round`);
+medians are reported with the spread (max − min) ÷ median as the noise band.
 
 Last stdout line: {"rows": [...], "identical": bool, "device": ..., "workload": ...}; `--out DIR` also
 writes frontier.csv, frontier.json and frontier.html.
