@@ -226,8 +226,8 @@ def run(args) -> int:
     t = pair.target
     scheduled_cell(pair, prompts, "fixed", max(depths), 2, 4)       # warm-up (allocator, kernels, threads)
 
-    def cell(arm, d, n):            # the untimed warm-up class at each size
-        return scheduled_cell(pair, prompts, "fixed", d, n, WARM_TOKENS)
+    def cell(arm, d, n):            # measure's warm-up at each size: every round already opens with one
+        return {}
 
     def round_of(order, n, r):
         per = args.max_new_tokens
