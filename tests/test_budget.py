@@ -86,11 +86,14 @@ def test_with_nobody_waiting_the_step_is_planned_for_the_batchs_last_row():
     chance that all keep a draft is the product, so many level rows verify little."""
     prop = _proposal([[0.9] * 3, [0.9] * 3])
     past_knee = {2: 1.0, 5: 1.3, 8: 1.6}          # every token 10 % of the plain pass
-    steeper = {2: 1.0, 5: 1.9, 8: 2.8}            # … 30 %: a token more in each row costs > FREE_SHARE
+    steeper = {2: 1.0, 5: 1.9, 8: 2.8}            # … 30 %
     sel = Budget(verify_seed=steeper).select(prop, [True, True], [False, False], 0.0, 2, [10, 20])
     assert sel.lengths == [0, 3]
     sel = Budget(verify_seed=past_knee).select(prop, [True, True], [False, False], 0.0, 2, [10, 20])
-    assert sel.lengths == [3, 3]                  # below the knee (≤ FREE_SHARE a row-token): every row counts
+    assert sel.lengths == [0, 3]                  # a token more a row costs 20 % more: not free, not counted
+    nearly_flat = {2: 1.0, 5: 1.03, 8: 1.06}      # … 2 %, below the knee (≤ FREE_SHARE): every row counts
+    sel = Budget(verify_seed=nearly_flat).select(prop, [True, True], [False, False], 0.0, 2, [10, 20])
+    assert sel.lengths == [3, 3]
     sel = Budget(verify_seed=past_knee).select(prop, [True, True], [False, False], 0.0, 2, [10, 20], waiting=True)
     assert sel.lengths == [3, 3]
     sel = Budget(verify_seed=past_knee).select(prop, [True, True], [False, False], 0.0, 2, [20, 20])

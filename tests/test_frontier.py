@@ -252,6 +252,28 @@ def test_the_paired_ratio_compares_runs_of_the_same_round():
     assert F.class_lines(rows)[0]["paired"] == pytest.approx(0.99)
 
 
+def test_the_paired_ratio_compares_classes_where_the_rounds_timed_them():
+    """With each class's seconds, a pair is one class of one round (the arms took turns class by class):
+    the other arm's seconds ÷ this arm's, the median over every class of every round."""
+    def cells(walls):
+        return [{"tokens_per_s": 10 / sum(w), "per_user_tokens_per_s": 1.0, "outputs": [], "class_walls": w}
+                for w in walls]
+    # the machine slows within a round (class 2 at half speed): each class pair shares it
+    none = F.median_row(cells([[1.0, 2.0], [1.0, 2.0], [1.2, 2.4]]))
+    av = F.median_row(cells([[1.0, 2.2], [1.1, 2.0], [1.2, 2.4]]))
+    assert none["class_walls"] == [[1.0, 2.0], [1.0, 2.0], [1.2, 2.4]]
+    # pairs 1, 2/2.2, 1/1.1, 1, 1, 1: median 1.0 (the rounds' sums would give 3/3.2, 3/3.1, 1 → 0.968)
+    assert F.paired(av, none) == pytest.approx(1.0)
+    behind = F.median_row(cells([[1.1, 2.2], [1.1, 2.2], [1.32, 2.64]]))
+    assert F.paired(behind, none) == pytest.approx(1 / 1.1)
+    # classes that do not line up (another round count) fall back to the rounds' runs
+    short = F.median_row(cells([[1.0, 2.0], [1.0, 2.0]]))
+    assert F.paired(short, none) is None
+    # rows without class times (the chapter's whole cells) pair by round, and median_row drops a partial set
+    mixed = F.median_row(cells([[1.0, 2.0]]) + [{"tokens_per_s": 3.0, "per_user_tokens_per_s": 1.0, "outputs": []}])
+    assert "class_walls" not in mixed
+
+
 @pytest.mark.parametrize("n", [2, 3, 5, 6])
 def test_no_arm_always_follows_the_same_one(n):
     """The rounds' orders (a Williams design): each a permutation, and over the rounds each arm follows
@@ -293,4 +315,10 @@ def test_the_frontier_command_end_to_end(tiny_paths, tmp_path, capsys, monkeypat
     assert cells == {(a, d, n) for a, d in [("none", 0), ("fixed", 2), (F.AV, 2)] for n in (1, 3)}
     for r in got["rows"]:
         assert r["repeats"] == 2 and r["tokens"] == 5 * r["users"] * r["classes"] and r["tokens_per_s"] > 0
+        # each round's classes timed apart (for the pairing by class), and summing to the cell's wall
+        assert [len(w) for w in r["class_walls"]] == [r["classes"]] * 2
+        assert sum(r["class_walls"][0]) + sum(r["class_walls"][1]) == pytest.approx(2 * r["wall_s"], rel=0.5)
+    comps = {c["users"]: c for c in got["comparisons"]}
+    assert set(comps) == {1, 3} and all(c["paired"] > 0 and c["verdict"] in ("ahead", "level", "behind")
+                                        for c in comps.values())
     assert {p.name for p in out.iterdir()} == {"frontier.csv", "frontier.json", "frontier.html"}

@@ -153,6 +153,13 @@ def median_row(cells: list[dict]) -> dict:
     row["noise"] = (max(tps) - min(tps)) / mid if mid and len(cells) > 1 else None
     row["repeats"] = len(cells)
     row["runs"] = tps          # in round order: two arms' runs of one round ran minutes apart at most
+    # per round, each class's seconds (the frontier command's rounds, which interleave the arms class by
+    # class): class j of two arms ran seconds apart, so `paired` compares those
+    walls = [c.get("class_walls") for c in cells]
+    if all(walls):
+        row["class_walls"] = walls
+    else:
+        row.pop("class_walls", None)
     return row
 
 
@@ -217,10 +224,19 @@ def band(*rows: dict) -> float:
 
 
 def paired(a: dict, b: dict) -> float | None:
-    """The median of a's run ÷ b's run of the same round (None without matching runs). The rounds
-    interleave the arms, so a pair shares the machine's slow drift that the two medians do not: on the
-    2-core EPYC two arms doing the same work (adaptive verification verifying nothing, and no
-    speculation) read 0.89–1.03× as medians of 3. The verdict still uses the medians and the band."""
+    """a's speed ÷ b's, paired: the median over a's and b's runs of the same class of the same round
+    where both rows hold each class's seconds (`class_walls`; the classes are the same tokens on every
+    arm, so b's seconds ÷ a's is a's speed ÷ b's), else over their runs of the same round (None without
+    matching runs). The arms take turns, so a pair shares the machine's drift that the two medians do
+    not: on the 2-core EPYC two arms doing the same work (adaptive verification verifying nothing, and no
+    speculation) read 0.89–1.03× as medians of 3, and four 4-user classes of no speculation, one after
+    the other, spent 517, 633, 670 and 689 ms in their verify passes (Zen 4, 3 Dec). A round spans a
+    minute at 64 users; class j of every arm ran within seconds of the others. The verdict still uses
+    the medians and the band."""
+    wa, wb = a.get("class_walls"), b.get("class_walls")
+    if wa and wb and [len(x) for x in wa] == [len(x) for x in wb]:
+        pairs = [y / x for ra, rb in zip(wa, wb) for x, y in zip(ra, rb) if x > 0]
+        return statistics.median(pairs) if pairs else None
     ra, rb = a.get("runs") or [], b.get("runs") or []
     if len(ra) != len(rb) or not ra or not all(rb):
         return None

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 from pathlib import Path
 
-from specviz.chapters.frontier import (AV, WARM_TOKENS, cell_result, figure_frontier, measure, policy_for,
+from specviz.chapters.frontier import (AV, WARM_TOKENS, cell_result, class_lines, figure_frontier, measure,
+                                      policy_for,
                                       warm_budget, williams_row)
 from specviz.cli.common import add_compile_arg, add_pair_args
 from specviz.cli.frontier_vllm import add_vllm_args, run_vllm
@@ -159,19 +161,22 @@ class _Sums:
 
     def __init__(self):
         self.wall, self.runs, self.steps, self.drafted, self.verified = 0.0, [], 0, 0, 0
+        self.class_walls: list[float] = []      # each class's seconds, in class order (chapters.frontier.paired)
 
     def add(self, took: float, runs: list, eng) -> None:
         errors = [r.error for r in runs if r.error]
         if errors:
             raise RuntimeError(f"the shared scheduler failed a request: {errors[0]}")
         self.wall, self.runs = self.wall + took, self.runs + runs
+        self.class_walls.append(took)
         self.steps += eng.steps_run
         self.drafted += eng.slots_drafted
         self.verified += eng.slots_verified
 
     def row(self, arm: str, depth: int, users: int) -> dict:
-        return cell_result(arm, depth, users, [r.outputs for r in self.runs], [r.totals for r in self.runs],
-                           [r.done_s for r in self.runs], self.wall, self.steps, self.drafted, self.verified)
+        return {**cell_result(arm, depth, users, [r.outputs for r in self.runs], [r.totals for r in self.runs],
+                              [r.done_s for r in self.runs], self.wall, self.steps, self.drafted, self.verified),
+                "class_walls": list(self.class_walls)}
 
 
 def _give_back(engines) -> None:
@@ -189,6 +194,13 @@ def _give_back(engines) -> None:
     own_thread(drop)
     gc.collect()
     trim_heap()
+
+
+def _comparison(line: dict) -> dict:
+    """One class size's verdict for the JSON: adaptive verification against the best other arm, by the
+    medians and paired (chapters.frontier.class_lines)."""
+    keys = ("users", "best_arm", "ratio", "paired", "band", "verdict")
+    return {k: line[k] for k in keys}
 
 
 FIELDS = ["arm", "depth", "users", "tokens_per_s", "per_user_tokens_per_s", "acceptance_rate", "accepted_length",
@@ -242,7 +254,13 @@ def run(args) -> int:
                            "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
                            "classes": {str(n): classes_for(n, args.max_new_tokens) for n in users},
                            "path": pair.fast.shown},
-              "verify_profile_s": profile[0], "draft_profile_s": profile[1]}
+              "verify_profile_s": profile[0], "draft_profile_s": profile[1],
+              "comparisons": [_comparison(x) for x in class_lines(rows)]}
+    if not args.json:
+        for x in result["comparisons"]:
+            paired = f", {x['paired']:.3f}× paired by class" if x["paired"] else ""
+            print(f"{x['users']} users: adaptive verification {x['ratio']:.3f}× {x['best_arm']} (the best other arm) "
+                  f"by medians{paired}; band ±{x['band']:.0%}: {x['verdict']}", file=sys.stderr)
     if args.out:
         write_out(Path(args.out), result)
     print(json.dumps(result), flush=True)

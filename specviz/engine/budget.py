@@ -77,10 +77,14 @@ PROBE_SHARE = 0.02       # … and at most this share of the serving time spent 
 BASE_EVERY = 64          # steps before the pass with no drafts (tokens = rows) is measured again …
 BASE_MARGIN = 1.15       # … when B* promised less than this × the rate of verifying nothing
 # below the knee — a token more in every row costs at most this share more — every row's drafts count (the
-# slot plan), past it the last row's plan. At 0.10 (then the share rows ahead could verify beyond the plan) a
-# class of 4 that started together verified ~1 draft a row and ran 0.89× fixed k = 2; at 0.30, 1.5 a row,
-# 1.01× (AVX-512 EPYC, 3 Dec). From 8 rows there a token more a row costs 41–73 %: past the knee either way.
-FREE_SHARE = 0.30
+# slot plan), past it the last row's plan. A flat pass is where a row running ahead is free (and its drafts
+# hedge: it may yet fall back to last place); where a token more a row costs more, those drafts are paid for
+# and end nothing. Measured at 4 users (AMD EPYC Zen 4, 3 Dec, n-gram, grounded class, the two budgets as
+# arms of one run, paired class by class): at 0.30 — where a token more a row there, +10–26 %, counted as
+# free — the slot plan verified 3.2–4.6 drafts a step; the last row's plan verified 0.9 and ran 1.050× and
+# 1.021× it in two runs (against fixed k = 2: 0.995× and 1.023×). (The 0.30 came from a run on the Zen 5 EPYC before
+# the frontier's first-class and cost-table biases were found; not measured there since.)
+FREE_SHARE = 0.05
 
 
 def monotone(xs: list[int], ys: list[float]) -> list[float]:
@@ -353,12 +357,13 @@ class Budget:
         self._step_depth, self.probing = depth, False
         if kind != "model" or not self.draft or not self.verify:
             return depth
-        best = max(range(depth + 1), key=lambda d: self._expected_rate(d, rows))
+        rates = self._expected_rates(depth, rows)
+        best = max(range(depth + 1), key=rates.__getitem__)
         if best:
             self._idle, self._probe_every, self._idle_s = 0, PROBE_EVERY, 0.0
         else:
             self._idle += 1
-        if not best and self._idle >= self._probe_every and self._probe_pays(depth, rows, catchup):
+        if not best and self._idle >= self._probe_every and self._probe_pays(depth, rows, catchup, rates[0]):
             # each probe that does not make drafting pay doubles the wait for the next: its row first
             # feeds the draft model every token since it last drafted (a 1-user cell of 24 tokens ran
             # 0.87× no speculation on probes alone at a fixed 32 steps)
@@ -367,26 +372,34 @@ class Budget:
         self._step_depth = best
         return best
 
-    def _probe_pays(self, depth: int, rows: int, catchup: int) -> bool:
-        """A probe now? Only if drafting could pay at all (every row drafting d, every draft kept, beats
-        drafting none for some d) and the serving time since the last probe covers its price
-        1 ÷ PROBE_SHARE times: the catch-up pass (the target's one-row pass of that many tokens, scaled
-        by the draft's price per pass against the target's) and one draft pass."""
-        base = self._expected_rate(0, rows)
-        if max(self._expected_rate(d, rows, all_kept=True) for d in range(1, depth + 1)) <= base:
-            return False
+    def _probe_pays(self, depth: int, rows: int, catchup: int, base: float) -> bool:
+        """A probe now? Only if the serving time since the last probe covers its price 1 ÷ PROBE_SHARE
+        times (the catch-up pass, the target's one-row pass of that many tokens scaled by the draft's
+        price per pass against the target's, and one draft pass), and drafting could pay at all (every
+        row drafting d, every draft kept, beats `base`, the rate of drafting none, for some d). The time
+        test comes first: it is a few lookups, and it fails on all but one step in ~50."""
         one = self.verify.at(1, 1)
         ratio = self.draft.at(1) / one if one > 0 else 1.0
         price = ratio * self.verify.at(1, max(1, catchup)) + self.draft.at(rows)
-        return self._idle_s * PROBE_SHARE >= price
+        if self._idle_s * PROBE_SHARE < price:
+            return False
+        return max(self._expected_rates(depth, rows, all_kept=True)[1:], default=0.0) > base
 
-    def _expected_rate(self, d: int, rows: int, all_kept: bool = False) -> float:
-        """Tokens per second if every row drafted and verified d positions (the verify pass then
-        trims, so this is the upper end of what drafting d can bring); `all_kept`: were every draft
-        accepted (the most drafting d could ever bring)."""
-        gain = rows * (1.0 + (d if all_kept else sum(self._mean_survival(j) for j in range(d))))
-        cost = self.overhead.at(rows) + d * self.draft.at(rows) + self.verify.at(rows, rows * (1 + d))
-        return gain / max(cost, 1e-9)
+    def _expected_rates(self, depth: int, rows: int, all_kept: bool = False) -> list[float]:
+        """Per d in 0..depth: tokens per second if every row drafted and verified d positions (the verify
+        pass then trims, so this is the upper end of what drafting d can bring); `all_kept`: were every
+        draft accepted (the most drafting d could ever bring). The tables are looked up once for all d:
+        with a model draft that drafts nothing, pricing each d apart cost ~0.17 ms of a 16 ms one-user
+        step, 1 % of adaptive verification's speed against no speculation doing the same passes."""
+        verify = self.verify.table(rows)
+        fixed, per_pass = self.overhead.at(rows), self.draft.at(rows)
+        out, kept = [], 0.0
+        for d in range(depth + 1):
+            gain = rows * (1.0 + (d if all_kept else kept))
+            cost = fixed + d * per_pass + verify.at(rows * (1 + d))
+            out.append(gain / max(cost, 1e-9))
+            kept += self._mean_survival(d)
+        return out
 
     def _mean_survival(self, j: int) -> float:
         if j in self.pos_mean:
