@@ -23,8 +23,7 @@ import sys
 from pathlib import Path
 
 from specviz.chapters.frontier import (AV, WARM_TOKENS, cell_result, class_lines, figure_frontier, measure,
-                                      policy_for,
-                                      warm_budget, williams_row)
+                                      policy_for, warm_budget, williams_row)
 from specviz.cli.common import add_compile_arg, add_pair_args
 from specviz.cli.frontier_vllm import add_vllm_args, run_vllm
 from specviz.engine.request import Knobs, Request
