@@ -82,8 +82,8 @@ BASE_MARGIN = 1.15       # … when B* promised less than this × the rate of ve
 # and end nothing. Measured at 4 users (AMD EPYC Zen 4, 3 Dec, n-gram, grounded class, the two budgets as
 # arms of one run, paired class by class): at 0.30 — where a token more a row there, +10–26 %, counted as
 # free — the slot plan verified 3.2–4.6 drafts a step; the last row's plan verified 0.9 and ran 1.050× and
-# 1.021× it in two runs (against fixed k = 2: 0.995× and 1.023×). (The 0.30 came from a run on the Zen 5 EPYC before
-# the frontier's first-class and cost-table biases were found; not measured there since.)
+# 1.021× it in two runs (against fixed k = 2: 1.023× and 0.995×). The 0.30 came from a run on the Zen 5
+# EPYC before the frontier's first-class and cost-table biases were found; not measured there since.
 FREE_SHARE = 0.05
 
 
@@ -398,7 +398,8 @@ class Budget:
             gain = rows * (1.0 + (d if all_kept else kept))
             cost = fixed + d * per_pass + verify.at(rows * (1 + d))
             out.append(gain / max(cost, 1e-9))
-            kept += self._mean_survival(d)
+            if not all_kept:
+                kept += self._mean_survival(d)
         return out
 
     def _mean_survival(self, j: int) -> float:
