@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from specviz.engine.budget import PROBE_EVERY, Budget, CostTable, monotone
+from specviz.engine.budget import PROBE_EVERY, Budget, Calibration, CostTable, monotone
 from specviz.engine.drafters import Proposal
 from specviz.engine.loop import Knobs
 from specviz.engine.policies import make_policy
@@ -288,3 +288,15 @@ def test_frontier_refuses_bad_input_in_one_sentence(capsys, argv, words):
     assert main(["frontier", *argv]) == 2
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_steps_observations_at_once_count_as_many_one_by_one():
+    """The budget folds a step's rows into one calibration update per (key, position): below the count cap
+    it must leave the same rates as observing slot by slot."""
+    one, many = Calibration(pooled=True), Calibration(pooled=True)
+    for kept in (True, False, True, True, False):
+        one.observe(3, 1, kept)
+    many.observe_many(3, 1, 5, 3)
+    for key in (3, 2):
+        assert one.rate(key, 1, 0.5) == pytest.approx(many.rate(key, 1, 0.5))
+    assert many.rate(3, 1, 0.5) != pytest.approx(Calibration(pooled=True).rate(3, 1, 0.5))
