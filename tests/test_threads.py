@@ -102,3 +102,20 @@ def test_loaded_weights_never_need_grad(loaded):
     """No autograd graph on any thread: the weights themselves ask for none."""
     for name, m in loaded.items():
         assert not any(p.requires_grad for p in m.model.parameters()), name
+
+
+def test_freezing_hides_what_is_alive_from_the_collector():
+    """`freeze_long_lived` (called once a process's pairs are loaded and warm): the objects alive then
+    leave the collector's generations, so its full collections stop walking the models. Unfrozen at the
+    end, so the rest of the suite collects as usual."""
+    import gc
+
+    from specviz.serve.heap import freeze_long_lived
+
+    kept = [[i] for i in range(100)]
+    try:
+        assert freeze_long_lived() == gc.get_freeze_count() >= 100
+        assert not any(o is kept for o in gc.get_objects())
+    finally:
+        gc.unfreeze()
+    assert any(o is kept for o in gc.get_objects())

@@ -162,11 +162,13 @@ def run(args) -> int:
     if not 1 <= args.users <= 64 or not 1 <= args.separate_concurrency <= 64 or not 1 <= args.repeats <= 20:
         raise LimitError("--users and --separate-concurrency must be 1-64, --repeats 1-20")
     from specviz.hardware.threads import own_thread
+    from specviz.serve.heap import freeze_long_lived
 
     # loaded in a thread that ends: the shared runs step in the scheduler's (hardware/threads.py)
     pair = own_thread(load_pair, args.target, args.draft, args.device)
     prompts = [encode_prompt(pair.tokenizer, POOL[i % len(POOL)]) for i in range(args.users)]
     _separate(pair, prompts[:2], args)                 # warm-up
+    freeze_long_lived()                                # as the app, once its pair is warm
     rounds = {"shared": [], "separate": []}
     outputs = {}
     for _ in range(args.repeats):

@@ -222,6 +222,7 @@ def run(args) -> int:
     from specviz.hardware.device import device_name
     from specviz.hardware.threads import own_thread
     from specviz.pairs.pipeline import encode_prompt, load_pair
+    from specviz.serve.heap import freeze_long_lived
 
     users, depths = check_args(args)
     if args.engine == "vllm":
@@ -236,6 +237,7 @@ def run(args) -> int:
     pair, prompts, profile, budget = own_thread(prepare)
     t = pair.target
     scheduled_cell(pair, prompts, "fixed", max(depths), 2, 4)       # warm-up (allocator, kernels, threads)
+    freeze_long_lived()          # as the app does once its pair is warm: the collector skips the models
 
     def cell(arm, d, n):            # measure's warm-up at each size: every round already opens with one
         return {}

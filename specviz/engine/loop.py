@@ -201,6 +201,13 @@ class SpeculativeEngine:
         model_budget = any(budgeted) and self.drafter.kind == "model"
         # a row never drafts past its token limit: the step emits at most k + 1 tokens
         chosen: dict[int, int] = {}        # the budget's draft depth, once per requested depth
+        remaining, waiting = None, False
+        if any(budgeted):
+            remaining = [r.owner.max_new - len(r.out) for r in self.rows]
+            waiting = self.queued > 0 or any(req.wanted() > 0 for req in self.requests)
+            if self.drafter.kind == "ngram" and all(budgeted) and \
+                    not self.budget.could_verify(remaining, waiting, max(p.depth for p in plans.values())):
+                chosen = {p.depth: 0 for p in plans.values()}     # no plan could verify a draft: draft none
         catchup = self._least_backlog(seqs, budgeted) if model_budget else 0
         depths = [max(0, min(self._draft_depth(plans[r.owner.id], B, chosen, catchup),
                              r.owner.max_new - len(r.out) - 1))
@@ -217,8 +224,6 @@ class SpeculativeEngine:
         proposed = prop.lengths.tolist()
         selection, full = None, prop
         if any(budgeted):
-            remaining = [r.owner.max_new - len(r.out) for r in self.rows]
-            waiting = self.queued > 0 or any(req.wanted() > 0 for req in self.requests)
             selection = self.budget.select(prop, budgeted, [t > 0 for t in temps], prop.seconds, B, remaining,
                                            waiting)
             prop = prop.cut(torch.tensor(selection.lengths, dtype=torch.long, device=self.device))

@@ -14,6 +14,7 @@ from specviz.fastpath import check_compile
 from specviz.lessons import Key, Said, direction, isolate_ltr, isolate_rtl, say
 from specviz.pairs.models import HUB_PRESETS, OFFLINE_ALIAS, ModelError, load_tokenizer
 from specviz.pairs.pipeline import Pair, load_pair
+from specviz.serve.heap import freeze_long_lived
 from specviz.serve.warmup import WarmResult, warm
 
 log = logging.getLogger("specviz")
@@ -176,6 +177,7 @@ class PairCache:
             for listener in list(self._listeners):
                 listener(key, res.pair)
             self._fast[key] = FastStatus("ready", res.note, res)
+            freeze_long_lived()                 # the pair stays for good: out of the collector's sight
         threading.Thread(target=work, name=f"specviz-warmup-{key[1]}", daemon=True).start()
 
     def preload(self, choice: PairChoice) -> threading.Thread:
