@@ -171,12 +171,9 @@ def _engine(pair, budget=None):
     return eng
 
 
-@pytest.mark.parametrize("draft", ["draft", "layerskip:1-2", "ngram"])
-def test_trimmed_verification_is_still_exact(make_pair, prompts, reference, draft):
-    """A dear verify pass makes the budget cut drafts; greedy output still equals the target's. The
-    requests ask for different lengths, so one is the batch's last row and its drafts can pay."""
-    eng = _engine(make_pair(draft), Budget(verify_seed={1: 0.01, 4: 0.011, 8: 0.03, 64: 0.3}))
-    lengths = [24, 20, 16, 12]
+def _run_exact(eng, prompts, reference, lengths: list[int]):
+    """One adaptive-verification request of 2 rows and depth 6 per length, stepped to the end; every row
+    must equal the target's own greedy output. Returns the requests and the step events."""
     reqs = [Request([prompts[i % 4]], Knobs(6, 2, make_policy("adaptive-verification")), n)
             for i, n in enumerate(lengths)]
     for r in reqs:
@@ -187,7 +184,16 @@ def test_trimmed_verification_is_still_exact(make_pair, prompts, reference, draf
     for i, r in enumerate(reqs):
         for row, out in r.outputs().items():
             assert out == reference(i % 4, lengths[i]), f"request {i} row {row}"
-    drafted = sum(ev.slots_drafted for ev in events[::1])
+    return reqs, events
+
+
+@pytest.mark.parametrize("draft", ["draft", "layerskip:1-2", "ngram"])
+def test_trimmed_verification_is_still_exact(make_pair, prompts, reference, draft):
+    """A dear verify pass makes the budget cut drafts; greedy output still equals the target's. The
+    requests ask for different lengths, so one is the batch's last row and its drafts can pay."""
+    eng = _engine(make_pair(draft), Budget(verify_seed={1: 0.01, 4: 0.011, 8: 0.03, 64: 0.3}))
+    reqs, events = _run_exact(eng, prompts, reference, [24, 20, 16, 12])
+    drafted = sum(ev.slots_drafted for ev in events)
     verified = sum(ev.slots_verified for ev in events)
     assert drafted > 0 and verified < drafted, "the budget never cut a draft"
     assert any(ev.budget is not None for ev in events)
@@ -204,16 +210,7 @@ def test_ngram_rows_draft_nothing_where_no_plan_could_verify_a_draft(make_pair, 
     assert b.could_verify([20] * 8, True, 6)                 # a row that ends lets a waiting one in
     assert b.could_verify([20], False, 6)                    # one row: 0.5 sure for +10 % of a pass
     assert Budget(verify_seed={1: 0.01, 64: 0.0101}).could_verify([20] * 8, False, 6)   # a flat pass: all count
-    eng = _engine(make_pair("ngram"), Budget(verify_seed=steep))
-    reqs = [Request([prompts[i % 4]], Knobs(6, 2, make_policy("adaptive-verification")), 16) for i in range(4)]
-    for r in reqs:
-        eng.add(r)
-    events = []
-    while any(not r.done for r in reqs):
-        events += [ev for _, ev in eng.step()]
-    for i, r in enumerate(reqs):
-        for row, out in r.outputs().items():
-            assert out == reference(i % 4, 16), f"request {i} row {row}"
+    _, events = _run_exact(_engine(make_pair("ngram"), Budget(verify_seed=steep)), prompts, reference, [16] * 4)
     assert sum(ev.slots_drafted for ev in events) == 0
 
 
