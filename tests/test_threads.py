@@ -114,7 +114,7 @@ def test_freezing_hides_what_is_alive_from_the_collector():
 
     kept = [[i] for i in range(100)]
     try:
-        assert freeze_long_lived() == gc.get_freeze_count() >= 100
+        assert freeze_long_lived() >= 100       # (the count drops as frozen objects die: no equality)
         assert not any(o is kept for o in gc.get_objects())
     finally:
         gc.unfreeze()
