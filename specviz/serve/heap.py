@@ -3,8 +3,8 @@
 glibc keeps freed heap pages for reuse; after a burst (a big batch's KV caches, a large upload parsed,
 many worker threads each with its own arena) a long-running classroom server would stay at its peak
 resident size for good. `trim_heap` asks glibc to return what it can; `limit_arenas` caps the per-thread
-arenas (gradio runs handlers on up to 160 threads). Both do nothing where the C library is not glibc. `freeze_long_lived` hides the objects a loaded pair
-keeps for good from Python's cyclic collector.
+arenas (gradio runs handlers on up to 160 threads). Both do nothing where the C library is not glibc.
+`freeze_long_lived` hides the objects a loaded pair keeps for good from Python's cyclic collector.
 """
 from __future__ import annotations
 
