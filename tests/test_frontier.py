@@ -12,7 +12,7 @@ from specviz.engine.drafters import Proposal
 
 def _row(arm, depth, users, tps, noise=0.01, verified=0.0, drafted=0.0, acc=1.0):
     return {"arm": arm, "depth": depth, "users": users, "tokens_per_s": tps, "per_user_tokens_per_s": tps / users,
-            "noise": noise, "verified_per_step": verified, "drafted_per_step": drafted, "accepted_length": acc}
+            "noise": noise, "verified_per_step": verified, "drafted_per_step": drafted or verified, "accepted_length": acc}
 
 
 def test_level_inside_the_band_ahead_and_behind_outside_it():
@@ -59,20 +59,48 @@ def test_no_cliff_inside_the_band():
     assert "conclusion_no_cliff" in F.frontier_conclusions(rows, True)[2]
 
 
+def test_a_class_where_adaptive_verification_drafted_nothing_says_so_instead_of_0_of_0():
+    """Drafting nothing, adaptive verification did no speculation's work: against no speculation that is
+    level whatever the band (two timings of one work), and the line says it drafted nothing."""
+    from specviz.ui.lesson import _named
+    rows = [_row("none", 0, 64, 300), _row("fixed", 2, 64, 250, verified=60, drafted=60), _row(F.AV, 8, 64, 345)]
+    _, key, keys, vals = F.frontier_conclusions(rows, True)
+    assert keys[0] == "row_same" and vals[0]["verdict"] == "level" and key == "conclusion_frontier_level"
+    text = lessons.text("en", f"chapter.frontier.{keys[0]}", **_named("en", vals[0]))
+    assert "drafted nothing" in text and "of 0.0" not in text and "1.15×" in text, text
+    rows[2] = _row(F.AV, 8, 64, 345, verified=0.0, drafted=20.0)      # drafted, verified none: a real verdict
+    lines = F.class_lines(rows)
+    assert lines[0]["verdict"] == "ahead" and not lines[0]["same_work"]
+    assert F.frontier_conclusions(rows, True)[2][0] == "row_ahead"
+    # drafted nothing where a fixed depth was best: a real comparison, said with the drafted-nothing line
+    rows = [_row("none", 0, 1, 50), _row("fixed", 4, 1, 100, verified=3, drafted=4), _row(F.AV, 8, 1, 50)]
+    assert F.frontier_conclusions(rows, True)[2][0] == "row_behind_undrafted"
+    # one repeat that drafted is not "nothing", whatever the median cell says
+    cells = [dict(_row(F.AV, 8, 1, 50 + i), outputs=[], drafted_per_step=d) for i, d in enumerate([0.0, 0.0, 2.0])]
+    assert F.median_row(cells)["drafted_most"] == 2.0
+
+
 def test_every_conclusion_fills_in_both_languages():
     rows = [_row("none", 0, 1, 50), _row("fixed", 8, 1, 100, verified=6), _row(F.AV, 8, 1, 70, verified=2),
             _row("none", 0, 32, 200), _row("fixed", 8, 32, 120), _row(F.AV, 8, 32, 250)]
     same = rows[:2] + [_row(F.AV, 8, 1, 70, verified=6.2)] + rows[3:]
+    drafting = [dict(r, drafted_per_step=8.0) if r["arm"] == F.AV else r for r in rows]
+    level = [_row("none", 0, 4, 100), _row(F.AV, 8, 4, 100), _row("none", 0, 8, 100),
+             _row(F.AV, 8, 8, 100, verified=1, drafted=9)]
+    # drafted nothing where a fixed depth was best: level, ahead, behind
+    undrafted = [r for n, av in ((2, 99), (3, 130), (5, 50))
+                 for r in (_row("none", 0, n, 50), _row("fixed", 4, n, 100, verified=3), _row(F.AV, 8, n, av))]
     from specviz.ui.lesson import _named
     seen = set()
     for lang in ("en", "fa"):
-        for case in (rows, same):
+        for case in (rows, same, drafting, level, undrafted):
             _, _, keys, vals = F.frontier_conclusions(case, True)
             for k, v in zip(keys, vals):
                 text = lessons.text(lang, f"chapter.frontier.{k}", **_named(lang, v))
                 assert "{" not in text and "fixed:" not in text, text
                 seen.add(k)
     assert {"conclusion_behind_few", "conclusion_behind_same"} <= seen
+    assert {f"row_{v}{d}" for v in ("level", "ahead", "behind") for d in ("", "_undrafted")} | {"row_same"} <= seen
     assert F.arm_name("en", "fixed:4") == "fixed k = 4" and "تطبیقی" in F.arm_name("fa", F.AV + ":8")
 
 
