@@ -323,3 +323,34 @@ def test_a_steps_observations_at_once_count_as_many_one_by_one():
     for key in (3, 2):
         assert one.rate(key, 1, 0.5) == pytest.approx(many.rate(key, 1, 0.5))
     assert many.rate(3, 1, 0.5) != pytest.approx(Calibration(pooled=True).rate(3, 1, 0.5))
+
+
+def test_fading_the_counts_lazily_leaves_the_rates_that_fading_each_count_would():
+    """`Calibration.forget` keeps one running factor instead of multiplying every count each step. Against a
+    reference that fades every count at once, through the count cap and the fold that keeps the factor from
+    underflowing, every rate must agree."""
+    import random
+
+    from specviz.engine.budget import MAX_COUNT, POSITIONS, PRIOR_WEIGHT
+
+    rng = random.Random(5)
+    cal, reached, kept = Calibration(), {}, {}
+    for step in range(3400):
+        for _ in range(rng.randrange(4)):
+            key, pos = rng.randrange(3), rng.randrange(POSITIONS)
+            n = rng.randrange(1, 40)
+            a = rng.randrange(n + 1)
+            cal.observe_many(key, pos, n, a)
+            r, k = reached.get((key, pos), 0.0) + n, kept.get((key, pos), 0.0) + a
+            if r > MAX_COUNT:
+                k, r = k * MAX_COUNT / r, MAX_COUNT
+            reached[(key, pos)], kept[(key, pos)] = r, k
+        factor = 1e-30 if step % 997 == 0 else 0.995       # a few large fades reach the fold
+        cal.forget(factor)
+        reached = {x: v * factor for x, v in reached.items()}
+        kept = {x: v * factor for x, v in kept.items()}
+        if step % 50 == 0:
+            for key, pos in ((0, 0), (1, 3), (2, POSITIONS - 1)):
+                want = (kept.get((key, pos), 0.0) + PRIOR_WEIGHT * 0.5) / (reached.get((key, pos), 0.0) + PRIOR_WEIGHT)
+                assert cal.rate(key, pos, 0.5) == pytest.approx(want, rel=1e-9)
+                assert cal.count(key, pos) == pytest.approx(reached.get((key, pos), 0.0), rel=1e-9, abs=1e-300)

@@ -126,7 +126,7 @@ def test_hindsight_learns_the_slot_the_budget_left_out():
         cut = Proposal(prop.tokens[:, :2], torch.tensor([2]), None, match=[3])
         b.observe(cut, [2], [2], [True], 1, 3, 0.01, 0.0, Hindsight(prop.tokens, [4], [7], [True]))
     assert b.ngram_cal.rate(3, 2, 0.5) > before + 0.3          # learnt: slot 2 (token 7) survives
-    assert b.ngram_cal.reached.get((3, 3), 0.0) == 0.0          # slot 3 was never reached
+    assert b.ngram_cal.count(3, 3) == 0.0                       # slot 3 was never reached
 
 
 def test_hindsight_skips_sampled_model_rows_and_rows_that_lost_a_slot():
