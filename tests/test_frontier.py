@@ -350,3 +350,16 @@ def test_the_frontier_command_end_to_end(tiny_paths, tmp_path, capsys, monkeypat
     assert set(comps) == {1, 3} and all(c["paired"] > 0 and c["verdict"] in ("ahead", "level", "behind")
                                         for c in comps.values())
     assert {p.name for p in out.iterdir()} == {"frontier.csv", "frontier.json", "frontier.html"}
+
+
+def test_a_conclusion_about_a_class_of_one_never_reads_1_users():
+    """The chapter ran "ahead outside the noise band at 1 users" (4 Dec): every conclusion, ahead or behind,
+    rendered for a class of one."""
+    ahead = [_row("none", 0, 1, 50), _row("fixed", 4, 1, 60), _row(F.AV, 4, 1, 90, verified=3),
+             _row("none", 0, 4, 100), _row("fixed", 4, 4, 90), _row(F.AV, 4, 4, 100)]
+    behind = [_row("none", 0, 1, 50), _row("fixed", 8, 1, 100, verified=6), _row(F.AV, 8, 1, 70, verified=2)]
+    for rows in (ahead, behind):
+        _, key, keys, vals = F.frontier_conclusions(rows, True)
+        assert key in ("conclusion_frontier", "conclusion_behind_few")
+        line = lessons.text("en", f"chapter.frontier.{key}", **vals[keys.index(key)])
+        assert "{" not in line and " 1 users" not in line, line
