@@ -174,8 +174,8 @@ def test_the_class_is_lossless_on_every_arm_stepped_and_scheduled(make_pair, pro
     assert scheduled(F.AV, 4, 5)["outputs"] == ref == stepped("fixed", 2, 5)["outputs"]
     # a small class's cell runs it again on the next prompts; the tokens stay each prompt's own
     from specviz.cli.frontier import classes_for
-    assert classes_for(1, 32) == 16 and classes_for(4, 32) == 4 and classes_for(16, 32) == classes_for(64, 32) == 2
-    assert classes_for(1, 24) == 22 and classes_for(4, 24) == 6
+    assert classes_for(1, 32) == 32 and classes_for(4, 32) == 8 and classes_for(16, 32) == classes_for(64, 32) == 2
+    assert classes_for(1, 24) == 43 and classes_for(4, 24) == 11 and classes_for(16, 24) == 3
     three = scheduled_cell(pair, prompts, F.AV, 4, 2, 10, budget, classes=3)
     assert three["classes"] == 3 and three["tokens"] == 60
     assert three["outputs"] == [reference(i % len(prompts), 10) for i in range(6)]

@@ -34,8 +34,12 @@ MAX_USERS = 64
 # user's 32 tokens are ~0.3 s, where the 2-core machines' own drift moved one-user cells by ±20 %. With 256
 # tokens and one class of 16 or 64 users a round, cells of identical work (adaptive verification drafting
 # nothing, and no speculation) still spread ±5–9 % over five rounds on the EPYC (3 Dec); 512 tokens and two
-# classes halve what one slow class weighs. Every arm runs the same classes: the same tokens on every arm.
-CELL_TOKENS = 512
+# classes halve what one slow class weighs. 1024: at one user the best fixed depth and adaptive verification
+# are level (n-gram, grounded class: AV ÷ k = 4 read 0.963–1.008 over five runs of 2–5 rounds, EPYC Zen 4,
+# 4 Dec), and the verdict takes the best of four arms' medians, which noise lifts above any one arm's; twice
+# the classes at 1 and 4 users narrow that spread at ~3 min more a run. Every arm runs the same classes: the
+# same tokens on every arm.
+CELL_TOKENS = 1024
 MIN_CLASSES = 2
 PROMPT_SETS = ("pool", "grounded")
 

@@ -136,6 +136,10 @@ class CostTable:
     _recent: dict[int, list[float]] = field(default_factory=dict, repr=False)   # size → last RECENT seconds
     _last: dict[int, int] = field(default_factory=dict, repr=False)             # size → observation number
     _count: int = 0
+    _seed_xs: list[int] = field(default_factory=list, repr=False)    # the seed's sizes, sorted once
+
+    def __post_init__(self) -> None:
+        self._seed_xs = sorted(self.seed)
 
     def observe(self, size: int, seconds: float) -> None:
         recent = self._recent.setdefault(size, [])
@@ -176,11 +180,18 @@ class CostTable:
 
     def _fitted(self) -> tuple[list[int], list[float]]:
         """Observed sizes win; the seed fills the sizes not seen yet, scaled by how far the observed
-        steps sit from it (a profile of one long row is not a step of many short ones)."""
+        steps sit from it (a profile of one long row is not a step of many short ones). Refitted after
+        every observation, so once per step: kept to one pass over each table."""
         if self._fit is None:
-            points, seen = dict(self.seed), self._fresh()
+            seen = self._fresh()
+            points = dict(self.seed)
             if self.seed and seen:
-                ratios = sorted(s / self._seed_at(n) for n, s in seen.items() if self._seed_at(n) > 0)
+                ratios = []
+                for n, s in seen.items():
+                    at = self._seed_at(n)
+                    if at > 0:
+                        ratios.append(s / at)
+                ratios.sort()
                 scale = ratios[len(ratios) // 2] if ratios else 1.0
                 points = {n: s * scale for n, s in self.seed.items()}
             points.update(seen)
@@ -189,7 +200,7 @@ class CostTable:
         return self._fit
 
     def _seed_at(self, n: int) -> float:
-        xs = sorted(self.seed)
+        xs = self._seed_xs
         i = bisect.bisect_left(xs, n)
         if i < len(xs) and xs[i] == n:
             return self.seed[n]
