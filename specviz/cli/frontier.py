@@ -37,8 +37,8 @@ MAX_USERS = 64
 # classes halve what one slow class weighs. 1024: at one user the best fixed depth and adaptive verification
 # are level (n-gram, grounded class: AV ÷ k = 4 read 0.963–1.008 over five runs of 2–5 rounds, EPYC Zen 4,
 # 4 Dec), and the verdict takes the best of four arms' medians, which noise lifts above any one arm's; twice
-# the classes at 1 and 4 users narrow that spread at ~3 min more a run. Every arm runs the same classes: the
-# same tokens on every arm.
+# the classes at 1 and 4 users (and a third class of 16 at 24 tokens a user) narrow that spread at ~3 min more
+# an n-gram run. Every arm runs the same classes: the same tokens on every arm.
 CELL_TOKENS = 1024
 MIN_CLASSES = 2
 PROMPT_SETS = ("pool", "grounded")
