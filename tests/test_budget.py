@@ -5,7 +5,10 @@ import math
 import pytest
 import torch
 
-from specviz.engine.budget import PROBE_EVERY, Budget, Calibration, CostTable, monotone
+from specviz.engine.acceptance import CONF_BINS, POSITIONS, AcceptanceTable
+from specviz.engine.budget import Budget
+from specviz.engine.costs import CostTable, monotone
+from specviz.engine.draftdepth import PROBE_EVERY, DraftDepth
 from specviz.engine.drafters import Proposal
 from specviz.engine.loop import Knobs
 from specviz.engine.policies import make_policy
@@ -34,7 +37,7 @@ def test_seed_is_scaled_to_what_the_steps_measured():
 def test_one_slow_step_neither_sticks_nor_outlives_its_size():
     """A size's cost is the median of its recent steps, and a size no step measures again falls back to
     the scaled profile after STALE observations (else a spike at a size the budget then avoids stays)."""
-    from specviz.engine.budget import RECENT, STALE
+    from specviz.engine.costs import RECENT, STALE
     t = CostTable(seed={1: 1.0, 4: 1.0, 8: 1.0, 16: 2.0})
     for _ in range(RECENT):
         t.observe(4, 1.0)
@@ -144,11 +147,11 @@ def test_a_probe_waits_for_its_share_of_the_serving_time_and_never_comes_where_d
     verify = {1: 0.010, 4: 0.011, 8: 0.012, 64: 0.1}
 
     def probes(draft_s: float, idle_s: float, backlog: int) -> bool:
-        b = Budget(verify, draft_seed={1: draft_s})
-        b.pos_mean = {j: 0.0 for j in range(4)}            # nothing survived so far: the budget drafts none
-        b._idle, b._idle_s = PROBE_EVERY, idle_s
-        assert b.draft_depth(4, "model", 1, backlog) == (1 if b.probing else 0)
-        return b.probing
+        d = Budget(verify, draft_seed={1: draft_s}).drafting
+        d.pos_mean = {j: 0.0 for j in range(4)}            # nothing survived so far: the budget drafts none
+        d._idle, d._idle_s = PROBE_EVERY, idle_s
+        assert d.choose(4, 1, backlog) == (1 if d.probing else 0)
+        return d.probing
     assert not probes(0.001, 0.5, 100)       # a 100-token catch-up (~17 ms here) wants ~0.8 s served first
     assert probes(0.001, 2.0, 100)
     assert probes(0.001, 0.5, 2)             # a short backlog is cheap to probe
@@ -165,10 +168,7 @@ def test_sampled_model_rows_follow_the_previous_cutoff():
 
 
 def _engine(pair, budget=None):
-    eng = pair.engine()
-    if budget is not None:
-        eng.budget = budget
-    return eng
+    return pair.engine(budget=budget)
 
 
 def _run_exact(eng, prompts, reference, lengths: list[int]):
@@ -214,12 +214,20 @@ def test_ngram_rows_draft_nothing_where_no_plan_could_verify_a_draft(make_pair, 
     assert sum(ev.slots_drafted for ev in events) == 0
 
 
-class ProbingBudget(Budget):
-    """Every step is a probe: one position, past the survival stop."""
+class ProbingDepth(DraftDepth):
+    """Every step is a probe (one position, past the survival stop) while `on`; then the whole depth."""
 
-    def draft_depth(self, depth, kind, rows, catchup=0):
-        self._step_depth, self.probing = 1, kind == "model"
-        return 1
+    on = True
+
+    def choose(self, depth, rows, catchup=0):
+        self.step_depth, self.probing = (1, True) if self.on else (depth, False)
+        return self.step_depth
+
+
+def _probing_budget(verify_seed) -> Budget:
+    b = Budget(verify_seed=verify_seed)
+    b.drafting = ProbingDepth(b.verify, b.overhead)
+    return b
 
 
 @pytest.mark.parametrize("draft", ["draft", "layerskip:1-2"])
@@ -227,7 +235,7 @@ def test_a_probe_drafts_in_one_row_and_the_others_catch_up_later_exactly(make_pa
     """A probe drafts in one row only (the one with the least to feed the draft model) and the other rows
     do not catch up until they draft: at most one row proposes per step, and every row stays exact once
     the probes stop and all rows draft again (their draft caches catch up then)."""
-    eng = _engine(make_pair(draft), ProbingBudget(verify_seed={1: 0.01, 4: 0.011, 8: 0.03, 64: 0.3}))
+    eng = _engine(make_pair(draft), _probing_budget({1: 0.01, 4: 0.011, 8: 0.03, 64: 0.3}))
     reqs = [Request([prompts[i]], Knobs(4, 1, make_policy("adaptive-verification")), 24) for i in range(4)]
     for r in reqs:
         eng.add(r)
@@ -235,7 +243,7 @@ def test_a_probe_drafts_in_one_row_and_the_others_catch_up_later_exactly(make_pa
     for _ in range(6):
         probed.append(sum(1 for _, ev in eng.step() for row in ev.rows if row.proposed))
     assert max(probed) == 1, probed               # one row of the four, every step
-    eng.budget.__class__ = HalfBudget            # from here every row drafts the full depth
+    eng.budget.drafting.on = False               # from here every row drafts the full depth
     while any(not r.done for r in reqs):
         eng.step()
     for i, r in enumerate(reqs):
@@ -248,52 +256,66 @@ def _chi2_pvalue(stat: float, dof: int) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
-class HalfBudget(Budget):
-    """Every row drafts the full depth and B* is the top half of the slots: a budget that looks at
-    every row's later drafts, the case that would bias sampling if a sampled row followed it."""
-
-    def draft_depth(self, depth, kind, rows, catchup=0):
-        self._step_depth = depth
-        return depth
-
-    def draft_floor(self):
-        return 0.0
-
-    def _argmax(self, slots, *args):
-        return len(slots) // 2, float("inf")      # never close to verifying nothing: no probe
-
-    def _class_plan(self, survivals, gaps, lengths, fixed_tokens, rows, costs):
-        return self._slot_plan(survivals, lengths, fixed_tokens, rows, costs)
+def _seeded_budget() -> Budget:
+    """The real planner, as if it had served a while: acceptance rises with the draft's confidence, a
+    draft pass is nearly free, and a verify pass costs a little per token, so each step verifies the
+    confident part of the drafts and cuts the rest (rows with different cuts in one step)."""
+    b = Budget({1: 1.0, 4096: 3.0}, draft_seed={1: 1e-4, 4096: 1e-4})
+    # the costs stay as seeded (this machine's timings would move the cut from run to run); the planner,
+    # its acceptance tables and its cut-off are the real ones
+    for table in (b.verify, b.drafting.cost, b.overhead, b.overhead_plain):
+        table.observe = lambda *args: None
+    for key in range(CONF_BINS):
+        for pos in range(POSITIONS):
+            b.survival.confident.observe_many(key, pos, 400, int(400 * (0.45 + 0.05 * key)))
+    return b
 
 
-@pytest.mark.parametrize("draft", ["layerskip:1-2", "draft"])
-def test_sampling_keeps_the_targets_distribution(make_pair, prompts, draft):
-    """The first sampled token of many rows under adaptive verification follows the target's own
-    distribution (a chi-square test against p; the budget cut drafts in these steps)."""
-    pair = make_pair(draft)
-    eng = _engine(pair, HalfBudget())
-    temp, prompt = 1.0, prompts[0]
-    # a first class sets the cut-off and the calibration, so the measured steps start trimmed
-    list(eng.generate([prompt], Knobs(3, 64, make_policy("adaptive-verification")), 12, temperature=temp, seed=99))
-    reqs = [Request([prompt], Knobs(3, 64, make_policy("adaptive-verification")), 3, temperature=temp, seed=s)
-            for s in range(48)]
-    for r in reqs:
-        eng.add(r)
-    events = []
-    while any(not r.done for r in reqs):
-        events += [ev for _, ev in eng.step()]
-    firsts = [out[0] for r in reqs for out in r.outputs().values()]
-    with torch.inference_mode():
-        logits = pair.target.model(input_ids=torch.tensor([prompt])).logits[0, -1, : pair.vocab].float()
-    p = torch.softmax(logits / temp, dim=-1)
-    n = len(firsts)
-    counts = torch.bincount(torch.tensor(firsts), minlength=p.numel()).float()
+def _chi2(counts: torch.Tensor, p: torch.Tensor) -> float:
+    """p-value of counts against the distribution p (bins expecting fewer than 5 pooled)."""
+    n = float(counts.sum())
     big = p * n >= 5
     obs = torch.cat([counts[big], counts[~big].sum()[None]])
     exp = torch.cat([p[big] * n, (p[~big].sum() * n)[None]])
     stat = float(((obs - exp) ** 2 / exp.clamp_min(1e-9)).sum())
-    assert _chi2_pvalue(stat, int(big.sum())) > 1e-4, f"chi2 {stat:.1f} over {int(big.sum())} bins"
-    assert sum(ev.slots_verified for ev in events) < sum(ev.slots_drafted for ev in events)
+    return _chi2_pvalue(stat, int(big.sum()))
+
+
+@pytest.mark.parametrize("draft", ["layerskip:1-2", "draft"])
+def test_sampling_keeps_the_targets_distribution(make_pair, prompts, draft):
+    """Under the real planner, sampled rows' first two tokens follow the target's own distribution: the
+    first against p(·|prompt), the second against p(·|prompt, first) for the commonest first tokens
+    (chi-square), while the budget verified some drafts of a row and cut the rest."""
+    pair = make_pair(draft)
+    eng = _engine(pair, _seeded_budget())
+    temp, prompt = 0.6, prompts[0]
+    cut = verified = 0
+    outs = []
+    for wave in range(3):           # 1,024 rows a wave: the pass costs what the seeded table says
+        reqs = [Request([prompt], Knobs(3, 64, make_policy("adaptive-verification")), 3, temperature=temp,
+                        seed=16 * wave + s) for s in range(16)]
+        for r in reqs:
+            eng.add(r)
+        while any(not r.done for r in reqs):
+            for _, ev in eng.step():
+                verified += ev.slots_verified
+                cut += sum(1 for row in ev.rows if len(row.drafted) < row.proposed)
+        outs += [out for r in reqs for out in r.outputs().values()]
+
+    def p_next(ids: list[int]) -> torch.Tensor:
+        with torch.inference_mode():
+            logits = pair.target.model(input_ids=torch.tensor([ids])).logits[0, -1, : pair.vocab].float()
+        return torch.softmax(logits / temp, dim=-1)
+    firsts = torch.tensor([o[0] for o in outs])
+    p = p_next(prompt)
+    assert _chi2(torch.bincount(firsts, minlength=p.numel()).float(), p) > 1e-4
+    common = torch.bincount(firsts).topk(3).indices.tolist()
+    for t in common:
+        seconds = torch.tensor([o[1] for o in outs if o[0] == t])
+        if len(seconds) >= 100:
+            q = p_next(prompt + [t])
+            assert _chi2(torch.bincount(seconds, minlength=q.numel()).float(), q) > 1e-4, f"after {t}"
+    assert verified > 0 and cut > 0, f"the budget never cut a row's drafts ({verified} verified)"
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -316,13 +338,13 @@ def test_frontier_refuses_bad_input_in_one_sentence(capsys, argv, words):
 def test_a_steps_observations_at_once_count_as_many_one_by_one():
     """The budget folds a step's rows into one calibration update per (key, position): below the count cap
     it must leave the same rates as observing slot by slot."""
-    one, many = Calibration(pooled=True), Calibration(pooled=True)
+    one, many = AcceptanceTable(pooled=True), AcceptanceTable(pooled=True)
     for kept in (True, False, True, True, False):
         one.observe(3, 1, kept)
     many.observe_many(3, 1, 5, 3)
     for key in (3, 2):
         assert one.rate(key, 1, 0.5) == pytest.approx(many.rate(key, 1, 0.5))
-    assert many.rate(3, 1, 0.5) != pytest.approx(Calibration(pooled=True).rate(3, 1, 0.5))
+    assert many.rate(3, 1, 0.5) != pytest.approx(AcceptanceTable(pooled=True).rate(3, 1, 0.5))
 
 
 def test_fading_the_counts_lazily_leaves_the_rates_that_fading_each_count_would():
@@ -331,10 +353,10 @@ def test_fading_the_counts_lazily_leaves_the_rates_that_fading_each_count_would(
     underflowing, every rate must agree."""
     import random
 
-    from specviz.engine.budget import MAX_COUNT, POSITIONS, PRIOR_WEIGHT
+    from specviz.engine.acceptance import MAX_COUNT, POSITIONS, PRIOR_WEIGHT
 
     rng = random.Random(5)
-    cal, reached, kept = Calibration(), {}, {}
+    cal, reached, kept = AcceptanceTable(), {}, {}
     for step in range(3400):
         for _ in range(rng.randrange(4)):
             key, pos = rng.randrange(3), rng.randrange(POSITIONS)

@@ -153,8 +153,7 @@ def test_row_hitting_eos_early(make_pair, prompts, reference, loaded):
     ref0 = reference(0, MAX_NEW)
     eos = ref0[5]                              # a token row 0 produces early
     for draft in ("target", "layerskip:1-2", "draft"):
-        eng = make_pair(draft).engine()
-        eng.eos = {eos}
+        eng = make_pair(draft).engine(eos_ids=[eos])
         list(eng.generate(prompts[:3], Knobs(depth=4, batch_size=3), MAX_NEW))
         for row, out in eng.outputs().items():
             assert out == reference(row, MAX_NEW, eos=eos)

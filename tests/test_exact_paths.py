@@ -80,10 +80,8 @@ def test_cases_cover_what_they_claim():
 def test_greedy_is_exact_on_every_path(fresh_cache, make_pair, monkeypatch, prompts, reference,
                                        path, draft, batch, depth, eos):
     pair = path_pair(make_pair, monkeypatch, path, draft)
-    eng = pair.engine()
     stop = reference(0, MAX_NEW)[5] if eos else None     # a token row 0 produces early
-    if eos:
-        eng.eos = {stop}
+    eng = pair.engine(eos_ids=[stop] if eos else None)
     events = list(eng.generate(prompts, Knobs(depth=depth, batch_size=batch), MAX_NEW))
     outs = eng.outputs()
     assert len(outs) == batch

@@ -6,7 +6,8 @@ import torch
 
 from specviz import lessons
 from specviz.chapters import frontier as F
-from specviz.engine.budget import Budget, Calibration, Hindsight
+from specviz.engine.acceptance import AcceptanceTable, Hindsight
+from specviz.engine.budget import Budget
 from specviz.engine.drafters import Proposal
 
 
@@ -112,7 +113,7 @@ def test_figure_draws_each_arm_in_both_panels():
 
 
 def _ngram_prop(drafts: list[int], match: int) -> Proposal:
-    return Proposal(torch.tensor([drafts]), torch.tensor([len(drafts)]), None, match=[match])
+    return Proposal(torch.tensor([drafts]), torch.tensor([len(drafts)]), None, keys=[match])
 
 
 def test_hindsight_learns_the_slot_the_budget_left_out():
@@ -120,13 +121,13 @@ def test_hindsight_learns_the_slot_the_budget_left_out():
     target's next token. Without it position 2 would stay at its prior for good."""
     b = Budget(verify_seed={1: 1.0, 100: 100.0})
     prop = _ngram_prop([5, 6, 7, 8], match=3)
-    before = b.ngram_cal.rate(3, 2, 0.5)
+    before = b.survival.keyed.rate(3, 2, 0.5)
     for _ in range(20):
         b.select(prop, [True], [False], 0.0, 1)
-        cut = Proposal(prop.tokens[:, :2], torch.tensor([2]), None, match=[3])
+        cut = Proposal(prop.tokens[:, :2], torch.tensor([2]), None, keys=[3])
         b.observe(cut, [2], [2], [True], 1, 3, 0.01, 0.0, Hindsight(prop.tokens, [4], [7], [True]))
-    assert b.ngram_cal.rate(3, 2, 0.5) > before + 0.3          # learnt: slot 2 (token 7) survives
-    assert b.ngram_cal.count(3, 3) == 0.0                       # slot 3 was never reached
+    assert b.survival.keyed.rate(3, 2, 0.5) > before + 0.3          # learnt: slot 2 (token 7) survives
+    assert b.survival.keyed.count(3, 3) == 0.0                       # slot 3 was never reached
 
 
 def test_hindsight_skips_sampled_model_rows_and_rows_that_lost_a_slot():
@@ -135,16 +136,16 @@ def test_hindsight_skips_sampled_model_rows_and_rows_that_lost_a_slot():
     prop = Proposal(torch.tensor([[5, 6, 7]]), torch.tensor([3]), None, conf=conf)
     b.select(prop, [True], [True], 0.0, 1)
     b.observe(prop, [1], [1], [True], 1, 2, 0.01, 0.0, Hindsight(prop.tokens, [3], [6], [False]))
-    assert sum(n for (key, pos), n in b.model_cal.reached.items() if pos == 1) == 0.0
+    assert sum(n for (key, pos), n in b.survival.confident.reached.items() if pos == 1) == 0.0
     b.observe(prop, [2], [1], [True], 1, 3, 0.01, 0.0, Hindsight(prop.tokens, [3], [7], [True]))
-    assert sum(n for (key, pos), n in b.model_cal.reached.items() if pos == 2) == 0.0
+    assert sum(n for (key, pos), n in b.survival.confident.reached.items() if pos == 2) == 0.0
 
 
 def test_a_new_match_length_starts_from_what_the_others_taught():
-    cal = Calibration(pooled=True)
+    cal = AcceptanceTable(pooled=True)
     for _ in range(40):
         cal.observe(3, 0, True)
-    assert cal.rate(1, 0, 0.5) > 0.8 and Calibration().rate(1, 0, 0.5) == 0.5
+    assert cal.rate(1, 0, 0.5) > 0.8 and AcceptanceTable().rate(1, 0, 0.5) == 0.5
 
 
 @pytest.mark.parametrize("draft", ["ngram", "draft"])
@@ -238,10 +239,10 @@ def test_the_pass_with_no_drafts_is_timed_again_when_the_choice_is_close():
     timing of a pass of exactly `rows` tokens: the step verifies nothing, once, and the table learns it."""
     from specviz.engine import budget as B
     b = Budget(verify_seed={1: 1.0, 8: 1.8, 64: 9.0})      # B* promises ~1.12× the rate of verifying nothing
-    prop = Proposal(torch.tensor([[5, 6, 7]] * 4), torch.tensor([3] * 4), None, match=[3] * 4)
+    prop = Proposal(torch.tensor([[5, 6, 7]] * 4), torch.tensor([3] * 4), None, keys=[3] * 4)
     first = b.select(prop, [True] * 4, [False] * 4, 0.0, 4)
     assert first.lengths == [0] * 4 and first.budget > 0       # probed: B* stays what the argmax chose
-    b.observe(Proposal(prop.tokens[:, :0], torch.tensor([0] * 4), None, match=[3] * 4), [0] * 4, [0] * 4,
+    b.observe(Proposal(prop.tokens[:, :0], torch.tensor([0] * 4), None, keys=[3] * 4), [0] * 4, [0] * 4,
               [True] * 4, 4, 4, 1.0, 0.0)
     for _ in range(B.BASE_EVERY - 1):                       # measured just now: no probe until it is old
         assert sum(b.select(prop, [True] * 4, [False] * 4, 0.0, 4).lengths) > 0
@@ -253,7 +254,7 @@ def test_the_pass_with_no_drafts_is_timed_again_when_the_choice_is_close():
 def test_verify_costs_are_kept_apart_by_batch_rows():
     """64 tokens as 4 rows × 16 and as 64 rows × 1 are different passes: each row class learns its own,
     and one not seen yet borrows the nearest."""
-    from specviz.engine.budget import RowCosts
+    from specviz.engine.costs import RowCosts
     c = RowCosts({1: 0.01, 64: 0.1})
     assert c.at(64, 64) == pytest.approx(0.1)                # the profile alone
     c.observe(4, 64, 0.1)

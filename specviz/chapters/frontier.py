@@ -30,7 +30,8 @@ from specviz import lessons
 from specviz.chapters.base import Chapter, Context, Result, VllmPanel
 from specviz.chapters.common import finished, settings_of, snapshot
 from specviz.chapters.plotting import PLAIN, POLICY_COLOURS, labels_for, styled
-from specviz.engine.budget import Budget, pair_profiles
+from specviz.engine.budget import Budget
+from specviz.engine.profiling import pair_profiles
 from specviz.engine.policies import make_policy
 from specviz.engine.request import Knobs, Request
 from specviz.engine.torchmode import inference_steps
@@ -91,9 +92,8 @@ def warm_budget(pair, prompts: list[list[int]], depth: int, profile) -> Budget:
     draft cost by rows) and warmed on one short class, then kept across every cell: the app's engine
     is as long-lived (it serves the class all lesson), so its acceptance tables and cost tables have
     seen earlier requests. A fresh budget per 12-token cell would measure its first steps of learning."""
-    eng = pair.engine()
     verify, draft = profile or (None, None)
-    budget = Budget(verify, padded=eng.budget.padded, draft_seed=draft)
+    budget = Budget(verify, padded=pair.target_cache is None, draft_seed=draft)
     stepped_cell(pair, prompts, AV, depth, 4, 16, budget)
     return budget
 
@@ -118,10 +118,7 @@ def stepped_cell(pair, prompts: list[list[int]], arm: str, depth: int, users: in
                  budget: Budget | None = None) -> dict:
     """One class stepped in this thread: `users` one-row requests in one shared batch, to the end.
     `budget`: the adaptive-verification arm's (see warm_budget); other arms never read it."""
-    eng = pair.engine()
-    eng.eos = set()                    # EOS ignored: every arm emits max_new tokens per user
-    if budget is not None:
-        eng.budget = budget
+    eng = pair.engine(budget=budget, eos_ids=[])     # EOS ignored: every arm emits max_new tokens per user
     reqs = [Request([prompts[i % len(prompts)]], Knobs(depth, 1, policy_for(arm, depth)), max_new)
             for i in range(users)]
     for r in reqs:

@@ -111,7 +111,7 @@ def _our_side(pair, prompts: list[list[int]], depth: int):
 
     engines: list = []
     # every row decodes exactly max_new tokens, as vLLM's; the engine is built in the scheduler's thread
-    sched = shared_scheduler(pair, ignore_eos=True, prepare=engines.append)
+    sched = shared_scheduler(pair, ignore_eos=True, built=engines.append)
     try:
         _ours(sched, engines, prompts, depth, WARMUP_TOKENS)
         yield lambda max_new: _ours(sched, engines, prompts, depth, max_new)

@@ -127,13 +127,8 @@ def scheduled_round(pair, prompts: list[list[int]], order: list[tuple[str, int]]
     from specviz.serve.workload import shared_scheduler, users_at_once
 
     limits = Limits(max_rows_per_user=1, max_shared_rows=max(users, 1), max_queue=max(users, 1))
-    engines = []
-
-    def prepare(eng):               # built in the scheduler's thread; its step counters are read after
-        if budget is not None:
-            eng.budget = budget
-        engines.append(eng)
-    sched = shared_scheduler(pair, limits, ignore_eos=True, name="frontier", prepare=prepare)
+    engines = []                    # built in the scheduler's thread; their step counters are read after
+    sched = shared_scheduler(pair, limits, ignore_eos=True, name="frontier", budget=budget, built=engines.append)
     acc = [_Sums() for _ in order]
     try:
         # untimed: a class of this size at the deepest depth, so the scheduler's thread, its engine and
@@ -222,7 +217,7 @@ def write_out(folder: Path, result: dict) -> None:
 
 
 def run(args) -> int:
-    from specviz.engine.budget import pair_profiles
+    from specviz.engine.profiling import pair_profiles
     from specviz.hardware.device import device_name
     from specviz.hardware.threads import own_thread
     from specviz.pairs.pipeline import encode_prompt, load_pair

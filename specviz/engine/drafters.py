@@ -38,22 +38,24 @@ class Proposal:
     cost: PassCost = ZERO_COST    # FLOPs and bytes of those passes (rejected work included)
     conf: torch.Tensor | None = None   # [B, K] the draft's top probability at each drafted position
     #                                    (asked for with scores=True; a model drafter only)
-    match: list[int] | None = None     # per row, the n-gram length its drafts came from (n-gram only)
+    keys: list[int] | None = None      # per row, the key its drafts' acceptance is learnt under (a draft
+    #                                    with no probabilities: the n-gram match length; None for a model)
     catchup_s: float = 0.0        # of `seconds`, the first pass when it fed rows a backlog (not a draft pass's price)
 
     def cut(self, lengths: torch.Tensor) -> "Proposal":
         """The same drafts, each row verifying only its first lengths[i] (≤ what it drafted)."""
         K = int(lengths.max()) if lengths.numel() else 0
         return Proposal(self.tokens[:, :K], lengths, None if self.q is None else self.q[:, :K], self.passes,
-                        self.seconds, self.cost, None if self.conf is None else self.conf[:, :K], self.match,
+                        self.seconds, self.cost, None if self.conf is None else self.conf[:, :K], self.keys,
                         self.catchup_s)
 
 
 class Drafter(Protocol):
     """What the engine asks of a drafter. Rows are addressed by their position in the engine's batch.
 
-    - `admit(seqs)`: rows with these token sequences join at the end of the batch (a drafter with a
-      cache may defer their prefill to the first step that drafts). Returns (seconds, PassCost).
+    - `admit(seqs, tags)`: rows with these token sequences join at the end of the batch (a drafter with a
+      cache may defer their prefill to the first step that drafts); `tags` (`RowTag`) say who each row is,
+      for a drafter that needs it. Returns (seconds, PassCost).
     - `retire(keep)`: only the rows at these positions stay, in this order.
     - `propose(seqs, depths, confidence, temperatures, gens, scores=False, survival=None)`: up to
       depths[i] tokens for row i, whose full sequence is seqs[i]; a row stops early when its draft's top
@@ -63,12 +65,16 @@ class Drafter(Protocol):
     - `commit(accepted, lengths)`: after verification, row i kept accepted[i] of its lengths[i] drafts;
       forget the rest.
     - `reset()`: drop every row and any cached state (after a failed step).
+    - `backlogs(seqs)`: per row, the tokens it would feed a draft model before drafting (0 for a free draft).
+
+    `free`: drafting runs no forward pass (n-gram, synthetic), so adaptive verification drafts the full
+    depth; otherwise it prices each position's pass (`specviz.engine.draftdepth`).
     """
 
-    kind: str
+    free: bool
     label: str
 
-    def admit(self, seqs: list[list[int]]) -> tuple[float, PassCost]: ...
+    def admit(self, seqs: list[list[int]], tags: list | None = None) -> tuple[float, PassCost]: ...
 
     def retire(self, keep: list[int]) -> None: ...
 
@@ -80,9 +86,11 @@ class Drafter(Protocol):
 
     def reset(self) -> None: ...
 
+    def backlogs(self, seqs: list[list[int]]) -> list[int]: ...
+
 
 class ModelDrafter:
-    kind = "model"
+    free = False
 
     def __init__(self, model, spec: ModelSpec, device, dtype, vocab: int,
                  layer_map: dict[int, int] | None = None, n_layers: int | None = None, label: str = "",
@@ -102,7 +110,7 @@ class ModelDrafter:
         self._fed_before: list[int] = []
 
     # --- rows joining and leaving -------------------------------------------------------------
-    def admit(self, seqs: list[list[int]]):
+    def admit(self, seqs: list[list[int]], tags: list | None = None):
         """New rows join with an empty draft cache: the first step that drafts feeds their whole
         sequence (catch-up), so a run at depth 0 never pays for a draft prefill."""
         self.draft_kv.add_rows(len(seqs))
@@ -112,6 +120,10 @@ class ModelDrafter:
     def retire(self, keep: list[int]) -> None:
         self.draft_kv.select(torch.tensor(keep, dtype=torch.long, device=self.device))
         self.fed = [self.fed[i] for i in keep]
+
+    def backlogs(self, seqs: list[list[int]]) -> list[int]:
+        """The draft cache catches up lazily: a row feeds every token since it last drafted."""
+        return [len(s) - f for s, f in zip(seqs, self.fed)]
 
     # --- one step -------------------------------------------------------------------------------
     def propose(self, seqs: list[list[int]], depths: list[int], confidence: list[float | None],
@@ -124,7 +136,7 @@ class ModelDrafter:
             return Proposal(tokens[:, :0], lengths, None)
         want = torch.tensor(depths, device=self.device)
         # only rows that draft catch up: a row at depth 0 keeps its place and is fed when it drafts again
-        # (a probe in one row fed every row's whole sequence: a 16-row draft prefill, ~0.7 s, for one slot)
+        # (else a probe in one row would be a draft prefill of the whole batch)
         self._fed_before = [len(s) if d > 0 else f for s, f, d in zip(seqs, self.fed, depths)]
         self._spec_slots = torch.full((B, K), -1, dtype=torch.long, device=self.device)
         sampling = any(t > 0 for t in temperatures)
@@ -212,13 +224,13 @@ class ModelDrafter:
 class NgramDrafter:
     """Prompt-lookup drafting from the row's own context (no model, so draft cost is only CPU time)."""
 
-    kind = "ngram"
+    free = True
     label = "ngram (prompt lookup)"
 
     def __init__(self, device, max_ngram: int = 3):
         self.device, self.max_ngram = device, max_ngram
 
-    def admit(self, seqs):
+    def admit(self, seqs, tags=None):
         return 0.0, ZERO_COST
 
     def retire(self, keep):
@@ -229,6 +241,9 @@ class NgramDrafter:
 
     def reset(self) -> None:
         pass
+
+    def backlogs(self, seqs: list[list[int]]) -> list[int]:
+        return [0] * len(seqs)
 
     def lookup(self, seq: list[int], k: int) -> list[int]:
         """The k tokens that followed the earliest occurrence of seq's last n tokens, for the largest
@@ -244,8 +259,7 @@ class NgramDrafter:
             tail = seq[-n:]
             end = n - 1           # a candidate's last position, n - 1 … size - 2: where `last` occurs
             while True:
-                # list.index scans in C for the next `last`; only those places are compared in Python (64
-                # rows of 110 tokens: 0.26 ms, where a Python loop over every position took 0.44)
+                # list.index scans in C for the next `last`; only those places are compared in Python
                 try:
                     end = seq.index(last, end, size - 1)
                 except ValueError:
@@ -261,11 +275,11 @@ class NgramDrafter:
         found = [self.match(s, k) if k > 0 else ([], 0) for s, k in zip(seqs, depths)]
         drafts = [d for d, _ in found]
         K = max([len(d) for d in drafts] + [0])
-        # one tensor from padded lists (a tensor per row: propose took 0.70 ms for 64 rows, now 0.31)
+        # one tensor from padded lists: a tensor per row costs more than the lookup at 64 rows
         tokens = torch.tensor([d + [0] * (K - len(d)) for d in drafts], dtype=torch.long).reshape(len(seqs), K)
         lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)
         return Proposal(tokens.to(self.device), lengths.to(self.device), None, 0,
-                        time.perf_counter() - t0, match=[n for _, n in found])
+                        time.perf_counter() - t0, keys=[n for _, n in found])
 
 
 def make_layerskip_model(model, first: int, last: int):

@@ -25,7 +25,7 @@ from typing import Iterator
 
 import torch
 
-from specviz.engine.budget import Budget, Hindsight
+from specviz.engine.budget import Budget, StepContext
 from specviz.engine.drafters import Drafter, Proposal
 from specviz.engine.kvcache import RaggedCache, prefill, timed_forward
 from specviz.engine.policies import StepObservation, StepPlan
@@ -38,7 +38,11 @@ class SpeculativeEngine:
     """Runs a target model and a drafter over one live batch shared by any number of requests."""
 
     def __init__(self, target, target_spec: ModelSpec, drafter: Drafter, eos_ids: list[int], vocab: int,
-                 device, dtype, cache_factory=None, fast_label: str = "eager (transformers)"):
+                 device, dtype, cache_factory=None, fast_label: str = "eager (transformers)",
+                 budget: Budget | None = None):
+        """`eos_ids`: tokens that end a row (empty: every row runs to its token limit, as benchmarks
+        comparing engines token for token need). `budget`: adaptive verification's, when its tables
+        should outlive this engine (a benchmark's arm, a warmed-up lesson); else a fresh one."""
         self.target, self.spec, self.drafter = target, target_spec, drafter
         # batch → KV cache; None = RaggedCache over the stock modules (the fast path's is a StaticCache)
         self.cache_factory = cache_factory
@@ -50,11 +54,10 @@ class SpeculativeEngine:
         self.requests: list[Request] = []      # in admission order (first come, first served)
         self.last: Request | None = None       # the request of the latest `generate` (CLI, tests)
         self.pressure: dict[int, int] = {}     # request id → tokens it put into the step being run
-        self.queued = 0                        # requests waiting for room outside the engine (the scheduler's)
         self.admitting: set[int] = set()       # request ids whose rows were being prefilled
         self._readmit: list[Row] = []          # rows whose caches were dropped (after a fault)
         # adaptive verification's cost tables and calibration; the stock modules multiply padding too
-        self.budget = Budget(padded=cache_factory is None)
+        self.budget = budget if budget is not None else Budget(padded=cache_factory is None)
         # every step's shared figures, summed (benchmarks read them after the run: `frontier`)
         self.steps_run = self.slots_drafted = self.slots_verified = 0
         # … and where their time went, seconds: prefill passes, draft passes, verify passes, the rest of
@@ -63,10 +66,11 @@ class SpeculativeEngine:
         self.pass_tokens = 0                   # tokens the verify passes carried (rows + verified drafts)
 
     # --- one request, start to finish (CLI, benchmarks, tests) ---------------------------------------
-    def generate(self, prompts: list[list[int]], knobs: Knobs, max_new_tokens: int,
-                 temperature: float = 0.0, seed: int = 0, refill: bool = False) -> Iterator[StepEvent]:
-        """Yield one StepEvent per step until every row is done (or `knobs.stop` is set)."""
-        req = Request(prompts, knobs, max_new_tokens, temperature, seed, refill, self.device)
+    def generate(self, prompts: list[list[int]], knobs: Knobs, max_new_tokens: int, temperature: float = 0.0,
+                 seed: int = 0, refill: bool = False, references: dict | None = None) -> Iterator[StepEvent]:
+        """Yield one StepEvent per step until every row is done (or `knobs.stop` is set). `references`:
+        prompt → the target's own continuation, for a synthetic draft (`specviz.engine.synthetic`)."""
+        req = Request(prompts, knobs, max_new_tokens, temperature, seed, refill, self.device, references)
         self.last = req
         self.add(req)
         try:
@@ -100,9 +104,10 @@ class SpeculativeEngine:
             self.requests.remove(req)
         req.done = True
 
-    def step(self, room: int | None = None) -> list[tuple[Request, StepEvent]]:
+    def step(self, room: int | None = None, queued: int = 0) -> list[tuple[Request, StepEvent]]:
         """One step for every request with rows. `room` caps the rows in the batch (admission waits
-        while it is full). Returns (request, its event) for each request that took part."""
+        while it is full); `queued`: requests waiting outside the engine for room (the scheduler's).
+        Returns (request, its event) for each request that took part."""
         changes, stopping = {}, set()
         for req in self.requests:
             changes[req.id] = req.begin_step()
@@ -115,7 +120,7 @@ class SpeculativeEngine:
             retired = {req.id: req.close_slots() for req in self.requests}
             self._drop_done()
             prefill_s = self._admit(room)
-            out = self._step(prefill_s, changes, retired) if self.rows else []
+            out = self._step(prefill_s, changes, retired, queued) if self.rows else []
         for req in list(self.requests):
             if not req.rows and (req.id in stopping or req.wanted() == 0):
                 req.done = True
@@ -125,9 +130,8 @@ class SpeculativeEngine:
     def _drop_done(self) -> None:
         """Rows that finished (or were retired) leave the batch and both caches. The rows at the end of
         the batch move into the places they leave (`fill_order`), so the caches copy one row per row
-        that left: keeping the order instead moved every row behind it, and at 64 rows a row finishing
-        copied ~0.4 GB of the fast path's buffers (~40 ms a time on a 2-core CPU, 10 % of a class's
-        time where its rows finished at different steps)."""
+        that left: keeping the order instead would move every row behind it (at 64 rows, most of the
+        fast path's buffers each time a row finishes)."""
         live = [i for i, r in enumerate(self.rows) if not r.done]
         if len(live) < len(self.rows):
             keep = fill_order(live)
@@ -159,7 +163,7 @@ class SpeculativeEngine:
                               new_cache=self._prefill_cache if self.cache_factory else None)
         if kv is not self.target_kv:
             self.target_kv.merge(kv)
-        d_secs, _ = self.drafter.admit([r.seq for r in new])
+        d_secs, _ = self.drafter.admit([r.seq for r in new], [r.tag for r in new])
         self.spent["prefill"] += secs + d_secs
         self.rows += new
         self.admitting = set()
@@ -191,119 +195,87 @@ class SpeculativeEngine:
         return self.cache_factory(0) if self.cache_factory else RaggedCache(0, self.device, self.dtype)
 
     # --- one step -------------------------------------------------------------------------------------
-    def _step(self, prefill_s: dict[int, float], changes: dict, retired: dict) -> list[tuple[Request, StepEvent]]:
+    def _step(self, prefill_s: dict[int, float], changes: dict, retired: dict,
+              queued: int) -> list[tuple[Request, StepEvent]]:
         t0 = time.perf_counter()
-        B = len(self.rows)
         owners = _unique(r.owner for r in self.rows)
-        plans = {req.id: req.plan(B) for req in owners}
-        seqs = [r.seq for r in self.rows]
-        budgeted = [plans[r.owner.id].budgeted for r in self.rows]
-        model_budget = any(budgeted) and self.drafter.kind == "model"
-        # a row never drafts past its token limit: the step emits at most k + 1 tokens
-        chosen: dict[int, int] = {}        # the budget's draft depth, once per requested depth
-        remaining, waiting = None, False
-        if any(budgeted):
-            remaining = [r.owner.max_new - len(r.out) for r in self.rows]
-            waiting = self.queued > 0 or any(req.wanted() > 0 for req in self.requests)
-            if self.drafter.kind == "ngram" and all(budgeted) and \
-                    not self.budget.could_verify(remaining, waiting, max(p.depth for p in plans.values())):
-                chosen = {p.depth: 0 for p in plans.values()}     # no plan could verify a draft: draft none
-        catchup = self._least_backlog(seqs, budgeted) if model_budget else 0
-        depths = [max(0, min(self._draft_depth(plans[r.owner.id], B, chosen, catchup),
-                             r.owner.max_new - len(r.out) - 1))
-                  for r in self.rows]
-        if model_budget and self.budget.probing:
-            depths = self._probe_one(depths, budgeted, seqs)
-        temps = [r.owner.temperature for r in self.rows]
-        gens = [r.gen for r in self.rows]
-        # a probe drafts past the survival stop: it is there to measure the position the stop would cut
-        floors = ([self.budget.draft_floor() if b else None for b in budgeted]
-                  if model_budget and not self.budget.probing else None)
-        prop = self.drafter.propose(seqs, depths, [plans[r.owner.id].confidence for r in self.rows], temps, gens,
-                                    scores=model_budget, survival=floors)
-        proposed = prop.lengths.tolist()
-        selection, full = None, prop
-        if any(budgeted):
-            selection = self.budget.select(prop, budgeted, [t > 0 for t in temps], prop.seconds, B, remaining,
-                                           waiting)
-            prop = prop.cut(torch.tensor(selection.lengths, dtype=torch.long, device=self.device))
-        self.pressure = {req.id: 0 for req in owners}
-        for r, d in zip(self.rows, prop.lengths.tolist()):
-            self.pressure[r.owner.id] += d + 1
-        K = prop.tokens.shape[1]
+        plans = {req.id: req.plan(len(self.rows)) for req in owners}
+        ctx = self._context(plans, queued)
+        # plan: how deep each row drafts (its policy, or the verify budget)
+        draft = self.budget.plan_drafts(ctx, self.drafter)
+        # propose                                                          # tokens: [B, K]
+        full = self.drafter.propose(ctx.seqs, draft.depths, [plans[r.owner.id].confidence for r in self.rows],
+                                    [r.owner.temperature for r in self.rows], [r.gen for r in self.rows],
+                                    scores=draft.scores, survival=draft.floors)
+        prop, selection = self.budget.trim(full, ctx)
+        # verify: [last token, d_1..d_K] per row in one pass; slots past a row's drafts are holes  # [B, K+1]
+        L0 = self.target_kv.length
+        logits, verify_s = self._verify(ctx.seqs, prop)
+        # accept: the longest agreeing prefix (greedy) or the Leviathan/Chen rule (sampling)
+        n, nxt = self._accept(logits[..., : self.vocab], prop, [r.owner.temperature for r in self.rows],
+                              [r.gen for r in self.rows])
+        # commit: rejected drafts become holes in both caches; rows take their tokens
+        self._commit(prop, n, L0)
+        row_steps, plain = self._apply(prop, n, nxt, ctx.seqs, full.lengths.tolist())
+        wall = time.perf_counter() - t0
+        overhead = max(0.0, wall - prop.seconds - verify_s)     # sampling, bookkeeping: neither pass
+        self.budget.learn(ctx, full, prop, n.tolist(), nxt.tolist(), verify_s, overhead)
+        shared = self._shared(ctx, full, prop, selection, L0, verify_s, overhead, wall, owners, row_steps)
+        return [self._event(req, plans[req.id], prop, row_steps, plain, prefill_s, changes, retired, shared)
+                for req in owners]
 
-        # verify: [last token, d_1..d_K] per row; slots past a row's drafts are holes   # [B, K+1]
+    def _context(self, plans: dict[int, StepPlan], queued: int) -> StepContext:
+        rows = self.rows
+        waiting = queued > 0 or any(req.wanted() > 0 for req in self.requests)
+        return StepContext(len(rows), [plans[r.owner.id].depth for r in rows],
+                           [r.owner.max_new - len(r.out) for r in rows], [plans[r.owner.id].budgeted for r in rows],
+                           [r.owner.temperature > 0 for r in rows], waiting, [r.seq for r in rows])
+
+    def _verify(self, seqs: list[list[int]], prop: Proposal) -> tuple[torch.Tensor, float]:
+        self.pressure = {}            # who put how many tokens into this pass (an out-of-memory step's culprit)
+        for r, d in zip(self.rows, prop.lengths.tolist()):
+            self.pressure[r.owner.id] = self.pressure.get(r.owner.id, 0) + d + 1
         last = torch.tensor([s[-1] for s in seqs], dtype=torch.long, device=self.device)
         vin = torch.cat([last[:, None], prop.tokens], dim=1)
-        j = torch.arange(K + 1, device=self.device)[None, :]
-        L0 = self.target_kv.length
-        logits, verify_s = timed_forward(self.target_kv, self.target, vin, j <= prop.lengths[:, None])
-        n, nxt = self._accept(logits[..., : self.vocab], prop, temps, gens)
+        j = torch.arange(prop.tokens.shape[1] + 1, device=self.device)[None, :]
+        return timed_forward(self.target_kv, self.target, vin, j <= prop.lengths[:, None])
 
-        # rejected drafts become holes in both caches
+    def _commit(self, prop: Proposal, n: torch.Tensor, L0: int) -> None:
+        j = torch.arange(prop.tokens.shape[1] + 1, device=self.device)[None, :]
         rej = (j >= 1) & (j <= prop.lengths[:, None]) & (j > n[:, None])
         r_idx, j_idx = rej.nonzero(as_tuple=True)
         self.target_kv.invalidate(r_idx, L0 + j_idx)
         self.drafter.commit(n, prop.lengths)
         self.target_kv.compact()
 
-        verified, kept = prop.lengths.tolist(), n.tolist()
-        row_steps, plain = self._apply(prop, n, nxt, seqs, proposed)
-        wall = time.perf_counter() - t0
-        overhead = max(0.0, wall - prop.seconds - verify_s)     # sampling, bookkeeping: neither pass
-        if selection is not None:
-            tokens = B * (K + 1) if self.budget.padded else B + sum(verified)
-            after = Hindsight(full.tokens, proposed, nxt.tolist(), [t <= 0 for t in temps])
-            self.budget.observe(prop, verified, kept, budgeted, B, tokens, verify_s, overhead, after)
+    def _shared(self, ctx: StepContext, full: Proposal, prop: Proposal, selection, L0: int, verify_s: float,
+                overhead: float, wall: float, owners: list[Request], row_steps: list[RowStep]) -> dict:
+        """The step's figures every request's event carries, and the engine's running sums."""
+        B, K = ctx.rows, prop.tokens.shape[1]
+        proposed, verified = sum(full.lengths.tolist()), sum(prop.lengths.tolist())
         verify_cost = pass_cost(self.spec, B, K + 1, L0)
         self.steps_run += 1
-        self.pass_tokens += B + sum(verified)
+        self.pass_tokens += B + verified
         for part, secs in (("draft", prop.seconds), ("verify", verify_s), ("other", overhead)):
             self.spent[part] += secs
-        self.slots_drafted, self.slots_verified = self.slots_drafted + sum(proposed), self.slots_verified + sum(verified)
-        shared = dict(batch_size=B, draft_s=prop.seconds, verify_s=verify_s,
-                      overhead_s=overhead, wall_s=wall,
-                      tokens_per_pass=B * (K + 1), context=L0, draft_flops=prop.cost.flops,
-                      draft_bytes=prop.cost.bytes, target_flops=verify_cost.flops, target_bytes=verify_cost.bytes,
-                      users=len(owners), shared_emitted=sum(len(rs.emitted) for rs in row_steps),
-                      path=self.fast_label, slots_drafted=sum(proposed), slots_verified=sum(verified),
-                      budget=None if selection is None else selection.budget)
-        out = []
-        for req in owners:
-            # by row id: a request's rows keep their order in its events whatever the batch order
-            mine = sorted((i for i, r in enumerate(self.rows) if r.owner is req), key=lambda i: self.rows[i].id)
-            ev = StepEvent(step=req.steps, depth=plans[req.id].depth, policy=req.state.policy.name,
-                           rows=[row_steps[i] for i in mine], prefill_s=prefill_s.get(req.id, 0.0),
-                           plain_flops=sum(plain[i] for i in mine), changes=changes.get(req.id, []),
-                           retired=retired.get(req.id, []), share=len(mine) / B, **shared)
-            self._finish_step(req, ev, plans[req.id], prop)
-            out.append((req, ev))
-        return out
+        self.slots_drafted, self.slots_verified = self.slots_drafted + proposed, self.slots_verified + verified
+        return dict(batch_size=B, draft_s=prop.seconds, verify_s=verify_s, overhead_s=overhead, wall_s=wall,
+                    tokens_per_pass=B * (K + 1), context=L0, draft_flops=prop.cost.flops,
+                    draft_bytes=prop.cost.bytes, target_flops=verify_cost.flops, target_bytes=verify_cost.bytes,
+                    users=len(owners), shared_emitted=sum(len(rs.emitted) for rs in row_steps),
+                    path=self.fast_label, slots_drafted=proposed, slots_verified=verified,
+                    budget=None if selection is None else selection.budget)
 
-    def _draft_depth(self, plan: StepPlan, rows: int, chosen: dict[int, int], catchup: int) -> int:
-        if not plan.budgeted:
-            return plan.depth
-        if plan.depth not in chosen:
-            chosen[plan.depth] = self.budget.draft_depth(plan.depth, self.drafter.kind, rows, catchup)
-        return chosen[plan.depth]
-
-    def _backlogs(self, seqs: list[list[int]]) -> list[int]:
-        """Per row, the tokens it would feed the draft model before drafting (its cache catches up lazily)."""
-        fed = getattr(self.drafter, "fed", None) or [0] * len(seqs)
-        return [len(s) - f for s, f in zip(seqs, fed)]
-
-    def _least_backlog(self, seqs: list[list[int]], budgeted: list[bool]) -> int:
-        return min((n for n, b in zip(self._backlogs(seqs), budgeted) if b), default=0)
-
-    def _probe_one(self, depths: list[int], budgeted: list[bool], seqs: list[list[int]]) -> list[int]:
-        """The budget's probe drafts in one budgeted row: the one with the fewest tokens to feed the draft
-        model first."""
-        backlog = self._backlogs(seqs)
-        rows = [i for i, b in enumerate(budgeted) if b and depths[i] > 0]
-        if not rows:
-            return depths
-        keep = min(rows, key=lambda i: backlog[i])
-        return [d if not budgeted[i] or i == keep else 0 for i, d in enumerate(depths)]
+    def _event(self, req: Request, plan: StepPlan, prop: Proposal, row_steps: list[RowStep], plain: list[float],
+               prefill_s: dict, changes: dict, retired: dict, shared: dict) -> tuple[Request, StepEvent]:
+        # by row id: a request's rows keep their order in its events whatever the batch order
+        mine = sorted((i for i, r in enumerate(self.rows) if r.owner is req), key=lambda i: self.rows[i].id)
+        ev = StepEvent(step=req.steps, depth=plan.depth, policy=req.state.policy.name,
+                       rows=[row_steps[i] for i in mine], prefill_s=prefill_s.get(req.id, 0.0),
+                       plain_flops=sum(plain[i] for i in mine), changes=changes.get(req.id, []),
+                       retired=retired.get(req.id, []), share=len(mine) / shared["batch_size"], **shared)
+        self._finish_step(req, ev, plan, prop)
+        return req, ev
 
     def _finish_step(self, req: Request, ev: StepEvent, plan: StepPlan, prop: Proposal) -> None:
         req.steps += 1

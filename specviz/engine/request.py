@@ -208,6 +208,17 @@ class RunTotals:
                 "proposed": self.proposed}
 
 
+@dataclass(frozen=True)
+class RowTag:
+    """Who a row is, for drafters that need it: its request's seed, its id there, its prompt's length, and
+    (a synthetic draft) the target's own continuation of its prompt."""
+
+    seed: int
+    row: int
+    prompt_len: int
+    reference: tuple[int, ...] | None = None
+
+
 @dataclass
 class Row:
     id: int                          # row id within its request
@@ -222,12 +233,19 @@ class Row:
     def seq(self) -> list[int]:
         return self.prompt + self.out
 
+    @property
+    def tag(self) -> RowTag:
+        ref = self.owner.references.get(tuple(self.prompt)) if self.owner.references else None
+        return RowTag(self.owner.seed, self.id, len(self.prompt), ref)
+
 
 class Request:
     """One user's generation (see the module docstring for who may touch what)."""
 
     def __init__(self, prompts: list[list[int]], knobs: Knobs, max_new_tokens: int, temperature: float = 0.0,
-                 seed: int = 0, refill: bool = False, device=None):
+                 seed: int = 0, refill: bool = False, device=None,
+                 references: dict[tuple[int, ...], tuple[int, ...]] | None = None):
+        """`references`: prompt → the target's own greedy continuation of it (a synthetic draft's)."""
         # invariants only: the door (specviz.serve.door) has checked the user's values against Limits
         if not prompts or any(len(p) == 0 for p in prompts):
             raise EngineError("every prompt needs at least one token")
@@ -239,6 +257,7 @@ class Request:
         self.id = next(_request_ids)
         self.prompts = [list(p) for p in prompts]
         self.knobs, self.seed, self.refill, self.device = knobs, int(seed), refill, device
+        self.references = dict(references or {})
         self.rows: list[Row] = []            # running rows, in their batch order
         self.finished: dict[int, Row] = {}
         self.totals = RunTotals()

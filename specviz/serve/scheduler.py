@@ -362,8 +362,8 @@ class Scheduler:
         t0 = time.perf_counter()
         try:
             with self._cond:
-                self.engine.queued = len(self._pending)     # adaptive verification's budget reads it
-            results = self.engine.step(room=self.limits.max_shared_rows)
+                queued = len(self._pending)     # adaptive verification's budget plans for them
+            results = self.engine.step(room=self.limits.max_shared_rows, queued=queued)
         except (torch.OutOfMemoryError, MemoryError) as exc:
             self._out_of_memory(exc)
             return

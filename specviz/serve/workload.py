@@ -16,20 +16,18 @@ from specviz.serve.scheduler import DeviceGate, Scheduler
 
 
 def shared_scheduler(pair, limits: Limits = Limits(), gate: DeviceGate | None = None, ignore_eos: bool = False,
-                     free_memory=None, name: str | None = None, prepare=None) -> Scheduler:
+                     free_memory=None, name: str | None = None, budget=None, built=None) -> Scheduler:
     """The pair's shared batch. `ignore_eos`: every row decodes exactly its max new tokens (benchmarks
-    compare engines token for token, so neither may stop early). `prepare(engine)`: called on every
-    engine the scheduler builds, in its thread (a benchmark seeds the budget, or keeps the engine to
-    read its step counters afterwards)."""
+    compare engines token for token, so neither may stop early). `budget`: adaptive verification's, for
+    every engine the scheduler builds (a benchmark keeps one across its cells). `built(engine)`: told of
+    every engine the scheduler builds, in its thread (a benchmark reads its step counters afterwards)."""
     def make_engine():
-        eng = pair.engine()
-        if ignore_eos:
-            eng.eos = set()
-        if prepare is not None:
-            prepare(eng)
+        eng = pair.engine(budget=budget, eos_ids=[] if ignore_eos else None)
+        if built is not None:
+            built(eng)
         return eng
     kw = {} if free_memory is None else {"free_memory": free_memory}
-    plain = not ignore_eos and prepare is None
+    plain = not ignore_eos and budget is None and built is None
     return Scheduler(pair.engine if plain else make_engine, limits, gate or DeviceGate(), pair.target_spec,
                      pair.draft_spec, name=name or "pair", **kw)
 
