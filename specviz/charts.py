@@ -55,9 +55,8 @@ def _markers(fig, markers: list[tuple[float, str]]) -> None:
 
 def blank_figure() -> go.Figure:
     """An empty chart of the live charts' size, with no words (so no language): the Playground's charts
-    start with it, so the page loads its plotting library while it opens. Without it the library loaded
-    with the first Run's first chart, on the same CPU as that Run (the first Run of a page on the 2-core
-    machine read 1.38× plain decoding where the next read 2.3–3.1×)."""
+    start with it, so the page loads its plotting library while it opens, not with the first Run's first
+    chart, on the same CPU as that Run (on 2 cores that Run's verdict came out about half the next ones')."""
     fig = go.Figure(layout=LAYOUT)
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)

@@ -121,8 +121,8 @@ def _our_side(pair, prompts: list[list[int]], depth: int):
 
 def _alternate(ours, theirs, repeats: int) -> tuple[list[dict], list[dict]]:
     """The two engines' timed runs in turns, ours first in even rounds and theirs first in odd ones.
-    Why: a 2-core machine's speed drifts by ±10-20 % over seconds; with all our runs before all of
-    vLLM's, a 1-user ratio read 1.31, 1.04 and 1.15 in three invocations (AMD EPYC, 3 Dec)."""
+    Why: a 2-core machine's speed drifts by ±10-20 % over seconds, so with all of one side's runs first
+    the ratio measures the drift; in turns, the drift falls on both sides."""
     mine: list[dict] = []
     other: list[dict] = []
     for r in range(repeats):

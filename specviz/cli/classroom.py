@@ -4,7 +4,7 @@ Both modes run in this process with the same pair, prompts and settings; only wh
 differs:
 - `shared`: every user submits a request to one `Scheduler` (continuous batching, as the app does now);
 - `separate`: every user runs its own engine in its own thread, at most `--separate-concurrency` at a
-  time (the app before the scheduler: concurrency 4, the fifth user waits).
+  time (as an app without a shared scheduler serves a class: with 4, the fifth user waits).
 Reported per mode: total tokens/s (all users' tokens ÷ wall time from the first submit to the last
 finish), p50/p95 wait (submit → first tokens) and completion time, the largest shared batch; and the
 ratio shared ÷ separate. Greedy outputs are checked identical between the modes.

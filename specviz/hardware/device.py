@@ -104,8 +104,8 @@ def copy_bandwidth(device, size_mb: int = 256, repeats: int = 3) -> float:
 def paired_roofline(model, context: int, device, dtype, nbytes: float, repeats: int = 5, new_cache=None) -> list[float]:
     """A one-token pass ÷ its roofline time (`nbytes` ÷ bandwidth), measured in pairs — the bandwidth,
     then the pass, `repeats` times — so each ratio compares two figures taken a second apart. On a
-    shared machine the bandwidth drifts (14.8 to 22.9 GB/s in one afternoon here): a ratio of a
-    calibration and a pass measured minutes apart mostly measured the drift."""
+    shared machine the bandwidth drifts by half again within hours: a ratio of a calibration and a
+    pass measured minutes apart mostly measures the drift."""
     out = []
     for _ in range(repeats):
         bw = copy_bandwidth(device)
@@ -149,10 +149,10 @@ def machine_key(device, dtype) -> str:
     return f"{platform.node()} | {device_name(device)} | {str(dtype).replace('torch.', '')} | torch {torch.__version__}"
 
 
-# A measurement taken while the machine was busy is not kept for good: on a fresh machine the first
-# start calibrated 8.2 GB/s beside a running `pip` (22.7 when quiet) and that figure was shown to the
-# class for ever. So every cached measurement carries the load it was taken under, and is taken again
-# at the next use when that load was high or the entry is old.
+# A measurement taken while the machine was busy is not kept for good: a calibration beside a running
+# `pip` reads a third of the quiet bandwidth, and a cached figure is shown to the class for ever. So every
+# cached measurement carries the load it was taken under, and is taken again at the next use when that
+# load was high or the entry is old.
 BUSY_LOAD_PER_CPU = 0.75      # 1-minute load average per CPU at or above which the machine counts as busy
 MAX_AGE_S = 7 * 24 * 3600     # a week: drivers, BIOS settings and neighbours change
 

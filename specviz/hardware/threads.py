@@ -4,10 +4,9 @@ OpenMP (libgomp, the runtime torch and our C kernel share) gives every thread th
 region a pool of worker threads of its own, kept while that thread lives. Once the pools' threads
 outnumber the cores, libgomp stops spinning between parallel regions (its "throttled" spin), so every
 region of the thread that does the work waits for its workers to be woken from sleep. A decode step runs
-hundreds of regions, so the cost is large: measured on the 2-core AMD EPYC, a one-user decode at 2
-threads ran 55–66 tok/s alone and 37–44 tok/s while another, idle thread kept the pool it had made for a
-single matrix product (`OMP_WAIT_POLICY=PASSIVE`, never spinning, gives the same 35–39). A thread that
-exits gives its pool back, and the speed returns.
+hundreds of regions, so the cost is large: on 2 cores a one-user decode at 2 threads runs up to a third
+slower while another, idle thread keeps the pool it made for a single matrix product (never spinning,
+`OMP_WAIT_POLICY=PASSIVE`, is as slow). A thread that exits gives its pool back, and the speed returns.
 
 So work that precedes a timed run in another thread (loading a pair, the warm-up profile, a budget's
 warm-up), runs in a thread of its own that then exits: `own_thread`. The shared scheduler's thread is

@@ -39,11 +39,11 @@ def limit_arenas(n: int = 4) -> bool:
 def freeze_long_lived() -> int:
     """Collect, then move every object alive now (models, tokenizers, their modules: ~380,000 objects for
     the offline SmolLM2 pair) out of the cyclic collector's sight, so its full collections no longer walk
-    them. Those collections came every few hundred steps of a 64-row batch, and whichever step allocated
-    more (adaptive verification's bookkeeping) paid them: on identical work it read 0.983× no
-    speculation; frozen, 1.001×, and both arms ran ~3 % faster (AMD EPYC Zen 4, 3 Dec). Called once the
-    pairs a process keeps for good are loaded: anything frozen is never collected as a cycle, so a pair
-    that was later dropped would stay (the app keeps its pairs; see ui/server.py MAX_TYPED_PAIRS).
+    them. Those collections come every few hundred steps of a 64-row batch, and whichever step allocates
+    more (adaptive verification's bookkeeping) pays them, so identical work timed ~2 % apart; frozen, it
+    times level and every step is ~3 % faster. Called once the pairs a process keeps for good are loaded:
+    anything frozen is never collected as a cycle, so a pair that was later dropped would stay (the app
+    keeps its pairs; see ui/server.py MAX_TYPED_PAIRS).
     Returns the number of frozen objects."""
     gc.collect()
     gc.freeze()

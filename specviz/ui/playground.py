@@ -33,8 +33,8 @@ from specviz.ui.stream import OUTPUTS, Streamer, pack
 MIN_UPDATE_S = 0.2        # ≤ 5 updates a second: faster only makes the browser steal the CPU
 CHART_PERIOD_S = 0.25     # charts refresh at 4 Hz (gr.Timer); tokens at up to 5 Hz
 BASELINE_MAX_NEW = 128    # the automatic plain-decoding baseline decodes at most this many tokens
-# A Run that arrives while the app warms up its fast path waits for it: measured beside the warm-up (it
-# times layouts on the same cores) a first Run once read 0.92× plain; warm, the same Run read 1.5×.
+# A Run that arrives while the app warms up its fast path waits for it: beside the warm-up (which times
+# layouts on the same cores) a Run's verdict reads far below the same Run's once warm.
 # Past this wait it runs, and its verdict is withheld
 WARMUP_WAIT_S = 180.0
 WARMUP_POLL_S = 1.0
