@@ -115,7 +115,7 @@ def test_persian_is_persian_with_english_terms(tables):
     assert "¦" not in everything
     assert "speculative decoding" in fa["chapter.intro.body"]
     assert "مدل draft" in fa["chapter.intro.body"] and "forward pass" in fa["chapter.intro.body"]
-    assert "memory bound" in fa["chapter.knee.body"] and "compute bound" in fa["chapter.knee.body"]
+    assert "\u2066memory-bound\u2069" in fa["chapter.knee.body"] and "\u2066compute-bound\u2069" in fa["chapter.knee.body"]
     assert "batch" in fa["chapter.sweep.body"] and "throughput" in fa["chapter.sweep.body"]
     assert "breadth" in fa["chapter.breadth_depth.body"] and "depth" in fa["chapter.breadth_depth.body"]
     assert "FLOP" in fa["chapter.ledger.body"]

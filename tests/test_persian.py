@@ -7,6 +7,7 @@ and (b) an allow-list of *terms* (single words engineers keep in English), never
 """
 import pickle
 import re
+import string
 
 import pytest
 from test_app import browser_page, needs_chromium
@@ -93,6 +94,32 @@ def test_one_term_per_concept_and_no_calques(fa):
     assert "محاسبه‌ی بیشتر" in fa["chapter.race.conclusion_faster"]
 
 
+def test_the_glossary_terms_are_the_only_terms(fa):
+    """fa.toml's glossary, one word per concept (the review of 4 December found two for each of these):
+    accepted «قبول», survive «قبول شدن», noise band «نوسان», core «هسته», free «بی‌هزینه», load «بارگذاری»,
+    fitted «fit شده», memory «حافظه» (memory-bound stays an English term), and the frontier's old calques."""
+    text = "\n".join(fa.values())
+    for word in ("پذیرفته", "احتمال ماندن", "نماندند", "نویز", "مجانی", "fitشده", "بار می‌شود", "بار شد",
+                 "زیر بار", "سر به سر", "کفه‌ی مسابقه", "با بدون", "خودِ", "زودتر تمام شد", "دیرتر تمام شد"):
+        assert word not in text, word
+    assert not re.search(r"(?<!و)بلاگ", text)                                  # «وبلاگ»
+    assert not re.search(r"\bcores?\b", text)                                  # «هسته»
+    # "memory" only inside the English terms memory-bound and (out of memory); «حافظه» everywhere else
+    words = re.sub(r"\{[^}]*\}", " ", text).replace("out of memory", "")          # placeholders aside
+    assert not re.search(r"memory(?!-bound)", words), re.findall(r".{20}memory(?!-bound).{20}", words)
+    # in prose each is isolated (a regime_name is a filled-in value: the page isolates it)
+    prose = "\n".join(v for k, v in fa.items() if ".regime_name." not in k)
+    bare = re.sub("\u2066(memory|compute|overhead)-bound\u2069", "", prose)
+    assert not re.search(r"(memory|compute|overhead)[ -]bound", bare), re.findall(r".{20}[ -]bound", bare)
+    body = fa["chapter.knee.body"]
+    assert lessons.LRI + "memory-bound" + lessons.PDI in body and lessons.LRI + "compute-bound" + lessons.PDI in body
+    assert "حافظه" in body
+    # "at N users" is «در کلاس N نفره», never «در N کاربر»
+    assert not re.search(r"در \u2066?\{(users|sizes|ahead)\}", text)
+    assert "احتمال قبول شدن" in fa["chapter.frontier.body"] and "احتمال قبول شدن" in fa["chapter.policies.body"]
+    assert fa["policy_label.adaptive"] == "depth تطبیقی"
+
+
 def test_every_english_text_has_a_persian_one(fa):
     """No Persian text carries English outside its isolates: not only texts with no Arabic letter at all,
     but also an English phrase or sentence mixed into a Persian one (placeholders and `code` aside)."""
@@ -112,6 +139,95 @@ def test_the_check_finds_english_mixed_into_persian():
     assert not english_outside_isolates("هر pass از target حدود \u2066B × (k + 1)\u2069 token دارد")
     assert not english_outside_isolates("speed-up روش \u2066EAGLE-3\u2069 روی Qwen3.5-27B")
 
+
+
+# --- lists and numbers in the chapters' sentences -------------------------------------------------------
+
+MARKS = re.compile("[\u2066-\u2069\u200e\u200f]")
+# a number as a reader sees one: 8855, 0.93×, 41%, 5,000, a date 2026-08-14 or a range 9-2 (not B300, EAGLE-3)
+NUMBER = re.compile(r"(?<![\w.#-])\d+(?:,\d{3})*(?:[.:/\-–]\d+)*[×%]?(?!\w)")
+LIST_FIELDS = {"sizes", "ahead", "schedule"}
+ARMS = ("fixed:8", "none", "adaptive-verification:8")
+POLICIES = ("fixed", "adaptive", "adaptive-verification")
+
+
+def numbers_meeting(text: str) -> list[str]:
+    """Places where two numbers meet with no word between them («در 256، 8855», «k = 8 0.93×»)."""
+    text = MARKS.sub("", re.sub(r"`[^`]*`", " code ", text))
+    found = list(NUMBER.finditer(text))
+    return [text[max(a.start() - 20, 0):b.end() + 5] for a, b in zip(found, found[1:])
+            if not any(ch.isalpha() for ch in text[a.end():b.start()])]
+
+
+def latin_comma_between_numbers(text: str) -> list[str]:
+    return re.findall(r".{0,20}\d[\u2066-\u2069]*,[\s\u2066-\u2069]+\d.{0,5}", re.sub(r"`[^`]*`", " ", text))
+
+
+def test_the_checks_find_numbers_that_meet_and_latin_commas():
+    assert numbers_meeting("verification تطبیقی در 256، 8855 token در ثانیه")
+    assert numbers_meeting("سرعت depth ثابت \u2066k = 8\u2069 \u20660.93×\u2069 حالت بدون speculation بود")
+    assert not numbers_meeting("سرعت depth ثابت \u2066k = 8\u2069 به \u20660.93×\u2069 رسید، روی \u20668× B300\u2069")
+    assert not numbers_meeting("وبلاگ vLLM در تاریخ \u20662026-08-14\u2069، با Qwen3.5-27B و `--users 1,4,16`")
+    assert latin_comma_between_numbers("در \u20664, 16\u2069 کاربر") and not latin_comma_between_numbers("5,000 token")
+
+
+def _samples(key: str, one_item: bool):
+    """The chapter's sentence in Persian as the page fills it: every number a different one, each arm and
+    policy as the page names it, each list as the code builds it (one item, or several)."""
+    from specviz.ui.i18n import t
+    from specviz.ui.lesson import ARM_FIELDS, POLICY_FIELDS, _named
+
+    fields = [(n, spec) for _, n, spec, _ in string.Formatter().parse(lessons.template("fa", key)) if n]
+    for arm, policy in zip(ARMS, POLICIES):
+        values = {}
+        for i, (name, spec) in enumerate(fields):
+            values[name] = (arm if name in ARM_FIELDS else policy if name in POLICY_FIELDS
+                            else lessons.Listed(["4"] if one_item else ["1", "4", "16"]) if name in LIST_FIELDS
+                            else "python -m specviz frontier" if name == "command"
+                            else 0.05 + i / 100 if spec.endswith("%") else 1.25 + i if spec else 16 + i)
+        yield t("fa", key, **_named("fa", values))
+
+
+def test_frontier_policies_and_race_never_run_two_numbers_together(fa):
+    """Issue 50: in the three chapters' sentences, as the page fills them, a word stands between any two
+    numbers, and a list of numbers is joined with Persian's separator, never a Latin comma."""
+    keys = [k for k in fa if k.startswith(("chapter.frontier.", "chapter.policies.", "chapter.race."))]
+    assert len(keys) > 60
+    meeting, commas = {}, {}
+    for key in keys:
+        meeting[key] = [hit for text in _samples(key, one_item=True) for hit in numbers_meeting(text)]
+        commas[key] = [hit for text in _samples(key, one_item=False) for hit in latin_comma_between_numbers(text)]
+    assert not any(meeting.values()), {k: v for k, v in meeting.items() if v}
+    assert not any(commas.values()), {k: v for k, v in commas.items() if v}
+
+
+def test_the_frontier_lists_class_sizes_with_the_persian_separator():
+    """Through the chapter's own code: the class sizes behind (or ahead) are a list the page joins in the
+    reader's language («کلاس‌های 1، 4 نفره»), and the English stays as it was ("1, 4")."""
+    from specviz.chapters import frontier as F
+    from specviz.ui.lesson import conclusion_md
+
+    def row(arm, depth, users, tps, verified=0.0):
+        return {"arm": arm, "depth": depth, "users": users, "tokens_per_s": tps, "per_user_tokens_per_s": tps / users,
+                "noise": 0.01, "verified_per_step": verified, "drafted_per_step": verified, "accepted_length": 1.0}
+
+    behind = [row("none", 0, 1, 50), row("fixed", 8, 1, 100, 6), row(F.AV, 8, 1, 70, 2),
+              row("none", 0, 4, 80), row("fixed", 8, 4, 120, 6), row(F.AV, 8, 4, 90, 2),
+              row("none", 0, 16, 200), row("fixed", 8, 16, 120, 6), row(F.AV, 8, 16, 199, 0.1)]
+    ahead = [row("none", 0, n, 100) for n in (1, 4, 16)] + [row(F.AV, 8, n, 130, 3) for n in (1, 4)] + [
+        row(F.AV, 8, 16, 101, 3)]
+    for rows, key in ((behind, "conclusion_behind_few"), (ahead, "conclusion_frontier")):
+        values, main, keys, vals = F.frontier_conclusions(rows, True)
+        assert main == key and str(values["sizes"]) in ("1, 4", "1, 4, 16")
+        result = {"chapter": "frontier", "conclusion": main, "conclusions": keys, "conclusion_values": vals,
+                  "device": "cpu: test"}
+        page = conclusion_md("fa", result)
+        assert "\u20661\u2069، \u20664\u2069" in page and not latin_comma_between_numbers(page), page
+        # a list's items are meant to stand side by side (one number for the check); nothing else may meet
+        for listed in [v for d in vals for v in d.values() if isinstance(v, lessons.Listed)]:
+            page = page.replace(listed.shown("fa"), lessons.isolate_ltr(listed.items[0]))
+        assert not numbers_meeting(page), page
+        assert "1, 4" in conclusion_md("en", result)
 
 # --- sentences made deep in the package -----------------------------------------------------------------
 

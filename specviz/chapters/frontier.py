@@ -307,11 +307,11 @@ def frontier_conclusions(rows: list[dict], identical: bool) -> tuple[dict, str, 
     if behind:
         worst = min(behind, key=lambda x: x["ratio"])
         key = _why_behind(worst)
-        values = {**worst, "sizes": ", ".join(str(x["users"]) for x in behind)}
+        values = {**worst, "sizes": lessons.Listed(str(x["users"]) for x in behind)}
     else:
         ahead = [str(x["users"]) for x in lines if x["verdict"] == "ahead"]
         key = "conclusion_frontier" if ahead else "conclusion_frontier_level"
-        values = {"sizes": ", ".join(str(x["users"]) for x in lines), "ahead": ", ".join(ahead)}
+        values = {"sizes": lessons.Listed(str(x["users"]) for x in lines), "ahead": lessons.Listed(ahead)}
     # where adaptive verification drafted nothing, "verified 0.0 of 0.0 drafted slots" says nothing: its line
     # says instead that it decoded as no speculation does, and why
     keys = ["row_same" if x["same_work"] else f"row_{x['verdict']}" + ("" if x["drafted"] else "_undrafted")

@@ -178,7 +178,7 @@ def vllm_notes(sweep) -> list[tuple[str, dict]]:
     points = vllm_panels.schedule_points(sweep)
     if not points:
         return []
-    schedule = ", ".join(f"{lo}-{hi}→{k}" for lo, hi, k in sweep.schedule["rows"])
+    schedule = lessons.Listed(f"{lo}-{hi}→{k}" for lo, hi, k in sweep.schedule["rows"])
     return [("chapter.policies.vllm_schedule", {"schedule": schedule})] + [("chapter.policies.vllm_point", p)
                                                                            for p in points]
 

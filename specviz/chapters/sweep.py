@@ -18,7 +18,7 @@ from specviz.chapters.plotting import PLAIN, POLICY_COLOURS, aligned, is_rtl, la
 from specviz.engine.torchmode import inference_steps
 from specviz.hardware.costmodel import best_depths, crossover_from_rows
 from specviz.hardware.profiles import PUBLISHED_LABEL, load_published
-from specviz.lessons import Said
+from specviz.lessons import Listed, Said
 
 SWEEP_PAYS = 1.05        # a depth "pays" at a batch size when it beats plain decoding by ≥ 5 % (the race's band)
 
@@ -98,7 +98,7 @@ def run_sweep(pair, prompt_ids: list[int], batches: Iterable[int] = (1, 2, 4, 8,
     cross = sweep_crossover(rows)
     extra.update(best_depth=_best(rows), crossover_batch=cross)
     best = sweep_best_depths(rows)
-    values = {"best_depths": ", ".join(f"B={b}: k={k}" for b, k in best.items()),
+    values = {"best_depths": Listed(f"B={b}: k={k}" for b, k in best.items()),
               "crossover": cross if cross is not None else "—", "max_batch": max(batches)}
     key = sweep_conclusion(cross)
     yield finished(snapshot("sweep", pair, settings, 1.0, rows, **extra), values, key, ["conclusion_best", key])

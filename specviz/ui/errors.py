@@ -151,7 +151,7 @@ def input_sentence(block_fn, index: int | None, value, exc: Exception) -> lesson
         return lessons.Said("errors.too_deep")
     if index is None:
         want = len(block_fn.inputs)
-        names = ", ".join(_param_name(block_fn, i) for i in range(want))
+        names = lessons.Listed(_param_name(block_fn, i) for i in range(want))
         if isinstance(value, list) and len(value) != want:
             return lessons.Said("errors.call_count", sent=len(value), want=want, names=names)
         return lessons.Said("errors.call_unreadable", want=want, names=names)

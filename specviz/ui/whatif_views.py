@@ -49,7 +49,8 @@ def _isolate(value: str) -> str:
 def tx(lang: str, key: str, /, **values) -> str:
     """The tab's text `whatif.<key>` in `lang`, with `values` filled in (bidi-safe in Persian)."""
     wrap = _isolate if is_rtl(lang) else None
-    values = {k: lessons.say(lang, v) if isinstance(v, (lessons.Said, lessons.Key)) else v for k, v in values.items()}
+    values = {k: lessons.say(lang, v) if isinstance(v, (lessons.Said, lessons.Key, lessons.Listed)) else v
+              for k, v in values.items()}
     return lessons.fill(lessons.template(lang, f"whatif.{key}"), values, wrap)
 
 
@@ -420,7 +421,7 @@ def knee_view(upd, context: int = KNEE_CONTEXT, lang: str = lessons.DEFAULT_LANG
                                 title=tx(lang, "knee_title", model=spec.name, device=upd.device),
                                 labels=chart_labels(lang))
     _for_reader(fig, lang)
-    points = ", ".join(f"{n} → {1000 * t:.1f} ms" for n, t in zip(upd.tokens_per_pass, upd.latency_s))
+    points = lessons.Listed(f"{n} → {1000 * t:.1f} ms" for n, t in zip(upd.tokens_per_pass, upd.latency_s))
     if not upd.done:
         return tx(lang, "knee_progress", device=upd.device, points=points), fig
     flat = upd.latency_s[1] / upd.latency_s[0] if len(upd.latency_s) > 1 else float("nan")

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Callable
 
-from specviz.lessons import Said
+from specviz.lessons import Listed, Said
 from specviz.vllm.backend import Endpoint, pair_label
 from specviz.vllm.client import VllmError
 
@@ -92,7 +92,7 @@ class LaunchedPool:
         ready = [d for d in self.depths() if d != k]
         waited = int(time.monotonic() - ep._started_at)
         if ready:
-            return Said("errors.vllm.starting_ready", k=k, waited=waited, ready=", ".join(map(str, ready)))
+            return Said("errors.vllm.starting_ready", k=k, waited=waited, ready=Listed(map(str, ready)))
         return Said("errors.vllm.starting", k=k, waited=waited)
 
     def close(self) -> None:
