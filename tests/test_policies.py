@@ -10,8 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from specviz import lessons
-from specviz.engine.policies import (FIXED, POLICIES, POLICY_NAMES, AdaptiveGoodput, BatchTable, FixedPolicy, PlanContext,
-                                     PolicyChoice, PolicyError, StepObservation, make_policy, parse_table)
+from specviz.engine.policies import (FIXED, POLICIES, POLICY_NAMES, AdaptiveGoodput, BatchTable, FixedPolicy,
+                                     PlanContext, PolicyChoice, PolicyError, StepObservation, make_policy,
+                                     parse_table)
 from specviz.engine.request import Knobs
 from specviz.limits import LimitError
 from specviz.serve.control import ControlFile, LocalControl

@@ -33,6 +33,7 @@ from specviz.hardware.roofline import expected_tokens_per_pass
 from specviz.lessons import Said, quoted
 from specviz.limits import MAX_DEPTH, brief
 
+
 class PolicyError(ValueError):
     """Bad policy name or parameters; the message is meant for a human."""
 
