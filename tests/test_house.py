@@ -72,23 +72,61 @@ def test_imports_point_one_way(path):
     assert not wrong, f"{path.relative_to(ROOT)} ({me}) imports {wrong}: that arrow points the wrong way"
 
 
-def test_no_import_circle_between_modules():
-    """Module-level imports form no cycle (a function-level import may wait, but none should need to)."""
-    mods = _modules()
-    graph = {m: {d for d in _imports(p, module_level_only=True) if d in mods and d != m} for m, p in mods.items()}
-    state: dict[str, int] = {}
+# The one circle known today, closed by a function-level import; it goes with issue 47 (the fast path's
+# cache, forward and passes are being re-cut there). Any other circle fails this test.
+KNOWN_CIRCLES = {frozenset({"specviz.fastpath.cache", "specviz.fastpath.llama", "specviz.fastpath.passes"})}
 
-    def visit(m, trail):
-        state[m] = 1
-        for d in graph[m]:
-            if state.get(d) == 1:
-                raise AssertionError("import circle: " + " → ".join(trail[trail.index(d):] + [d]))
-            if d not in state:
-                visit(d, trail + [d])
-        state[m] = 2
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The graph's circles: each strongly connected set of two or more modules, sorted (Tarjan)."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(m: str) -> None:
+        order[m] = low[m] = len(order)
+        stack.append(m)
+        for d in sorted(graph[m]):
+            if d not in order:
+                visit(d)
+                low[m] = min(low[m], low[d])
+            elif d in stack:
+                low[m] = min(low[m], order[d])
+        if low[m] == order[m]:
+            group = stack[stack.index(m):]
+            del stack[stack.index(m):]
+            if len(group) > 1:
+                out.append(sorted(group))
     for m in sorted(graph):
-        if m not in state:
-            visit(m, [m])
+        if m not in order:
+            visit(m)
+    return sorted(out)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module → the specviz modules it imports anywhere in its file (module level, in a function or a
+    method): a function-level import that closes a circle is still a circle."""
+    mods = _modules()
+    return {m: {d for d in _imports(p) if d in mods and d != m} for m, p in mods.items()}
+
+
+def test_no_import_circle_between_modules():
+    circles = import_circles(import_graph())
+    new = [c for c in circles if frozenset(c) not in KNOWN_CIRCLES]
+    assert not new, "import circles (function-level imports counted): " + "; ".join(" ↔ ".join(c) for c in new)
+
+
+def test_the_circle_finder_sees_a_function_level_import(tmp_path):
+    """The circle check reads imports inside functions too (two tiny modules that import each other, one
+    of them only inside a function), and finds a longer circle."""
+    (tmp_path / "a.py").write_text("from specviz.b import f\n")
+    (tmp_path / "b.py").write_text("def f():\n    from specviz.a import g\n    return g\n")
+    assert _imports(tmp_path / "b.py") == ["specviz.a"]
+    assert _imports(tmp_path / "b.py", module_level_only=True) == []
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert import_circles(graph) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
 
 
 def test_gradio_only_in_ui():

@@ -66,10 +66,11 @@ def test_structure_follows_the_argument(tables):
             assert f"chapter.{chapter}.{part}" in tables["en"]
     for chapter in KEYS[1:]:
         assert any(k.startswith(f"chapter.{chapter}.conclusion_") for k in tables["en"]), chapter
-    assert set(data["policies"]) == {"fixed", "disable-by-batch-size", "batch-table", "adaptive", "confidence",
-                                     "adaptive-verification"}
-    from specviz.engine.policies import POLICY_NAMES
-    assert set(data["policies"]) == set(POLICY_NAMES)
+    from specviz.engine.policies import POLICIES   # the registry names each policy's label and help line
+    assert set(data["policies"]) == set(data["policy_label"]) == set(POLICIES)
+    for spec in POLICIES.values():
+        assert spec.label_key in tables["en"] and spec.help_key in tables["en"], spec.name
+        assert spec.threshold is None or spec.threshold.label_key in tables["en"], spec.name
 
 
 def test_placeholders_match_and_format(tables):

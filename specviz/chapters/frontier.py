@@ -31,8 +31,8 @@ from specviz.chapters.base import Chapter, Context, Result, VllmPanel
 from specviz.chapters.common import finished, settings_of, snapshot
 from specviz.chapters.plotting import PLAIN, POLICY_COLOURS, labels_for, styled
 from specviz.engine.budget import Budget
+from specviz.engine.policies import AdaptiveGoodput, AdaptiveVerification, FixedPolicy, make_policy
 from specviz.engine.profiling import pair_profiles
-from specviz.engine.policies import make_policy
 from specviz.engine.request import Knobs, Request
 from specviz.engine.torchmode import inference_steps
 from specviz.hardware.profiles import ASSETS
@@ -41,7 +41,7 @@ FRONTIER_DIR = ASSETS / "frontier"      # `frontier --engine vllm` recordings (r
 
 WARM_TOKENS = 4          # an untimed class at each size first: its first passes allocate caches and pick kernels
 NOISE_FLOOR = 0.05       # the race chapter's ±5 %: two runs of one cell on a quiet 2-core CPU differ this much
-AV = "adaptive-verification"
+AV = AdaptiveVerification.name
 # The lesson's size: it must finish within a minute in the app on the 2-core CPU (one model thread) with
 # the offline SmolLM2-135M; 16 users already reach the cliff there. One fixed depth, the deepest (the one
 # that bends back furthest, and adaptive verification's k): with k = 4 as well the chapter took 66 s on
@@ -65,14 +65,14 @@ def arms(depths, with_adaptive: bool = False) -> list[tuple[str, int]]:
     """No speculation, each fixed depth, adaptive verification with the largest depth as its k."""
     ks = sorted({int(d) for d in depths if d > 0})
     out = [("none", 0)] + [("fixed", d) for d in ks] + [(AV, max(ks))]
-    return out + ([("adaptive", max(ks))] if with_adaptive else [])
+    return out + ([(AdaptiveGoodput.name, max(ks))] if with_adaptive else [])
 
 
 def policy_for(arm: str, depth: int):
-    """A fresh policy for one request (policies keep per-request state)."""
-    if arm == "adaptive":
-        return make_policy("adaptive", max_depth=depth)
-    return make_policy(AV if arm == AV else "fixed")
+    """A fresh policy for one request (policies keep per-request state); the other arms run the fixed one."""
+    if arm == AdaptiveGoodput.name:
+        return make_policy(arm, max_depth=depth)
+    return make_policy(AV if arm == AV else FixedPolicy.name)
 
 
 def arm_code(row: dict) -> str:

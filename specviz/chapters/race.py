@@ -11,10 +11,10 @@ import plotly.graph_objects as go
 
 from specviz import lessons
 from specviz.chapters.base import Chapter, Result
-from specviz.chapters.common import (TimedRun, as_policy, draft_cost, finished, finite, settings_of, snapshot,
-                                     timed_run, warm_up)
+from specviz.chapters.common import (TimedRun, draft_cost, finished, finite, settings_of, snapshot, timed_run,
+                                     warm_up)
 from specviz.chapters.plotting import DRAFT, PLAIN, PREFILL, TICK, VERIFY, aligned, labels_for, styled
-from specviz.engine.policies import Policy
+from specviz.engine.policies import Policy, policy_spec
 from specviz.engine.torchmode import inference_steps
 
 RACE_FASTER = 1.05       # ±5 %: run-to-run noise of a short CPU run; inside it the race is a draw
@@ -62,6 +62,11 @@ def _lane_summary(run: TimedRun) -> dict:
             "draft_s": t.draft_s, "verify_s": t.verify_s, "tokens_per_s": run.tokens_per_s}
 
 
+def _policy_name(policy: Policy | str | None) -> str:
+    """The name a run's settings show, read without building a policy (the run builds its own)."""
+    return policy.name if hasattr(policy, "name") else policy_spec(policy).name
+
+
 @inference_steps
 def run_race(pair, prompt_ids: list[int], depth: int = 4, max_new: int = 48,
              policy: Policy | str | None = None) -> Iterator[Result]:
@@ -70,7 +75,7 @@ def run_race(pair, prompt_ids: list[int], depth: int = 4, max_new: int = 48,
     totals), `identical` (greedy outputs equal), `replayed_together` (always True: the lanes are two
     sequential measurements drawn on one clock)."""
     settings = settings_of(pair, depth=depth, max_new=max_new,
-                         policy=getattr(as_policy(policy), "name", "fixed"), prompt_tokens=len(prompt_ids))
+                         policy=_policy_name(policy), prompt_tokens=len(prompt_ids))
     extra = {"segments": [], "tokens": [], "lanes": {}, "identical": None, "replayed_together": True}
     yield snapshot("race", pair, settings, 0.0, [], **extra)
     warm_up(pair, [prompt_ids], depth)

@@ -93,12 +93,12 @@ def run(args) -> int:
     # on first use: transformers is slow to import
     from specviz.pairs.pipeline import encode_prompt, load_pair
 
-    check_knobs(args.depth, args.batch_size)
+    checked = check_knobs(args.depth, args.batch_size)
     pair = load_pair(args.target, args.draft, args.device, compile=args.compile)
     if pair.fast.note:
         print(f"specviz: {pair.fast.note}")
     prompt = encode_prompt(pair.tokenizer, args.prompt, raw=args.raw)
-    B, k, N = args.batch_size, args.depth, args.max_new_tokens
+    B, k, N = checked.batch, checked.depth, args.max_new_tokens
     prompts = [prompt] * B
     last_totals = {}
 

@@ -21,20 +21,39 @@ import os
 import statistics
 import sys
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 
 from specviz.cli.classroom import POOL, _pct
 from specviz.cli.common import add_compile_arg
 from specviz.engine.request import Knobs, Request
-from specviz.limits import LimitError
-from specviz.serve.door import check_run
+from specviz.limits import Limits
+from specviz.serve.door import check_count, check_run
 from specviz.vllm.client import VllmClient, VllmError
 from specviz.vllm.launcher import LaunchSpec, VllmServer, free_port
 from specviz.vllm.metrics import engine_time
 from specviz.vllm.run import run_all
 
 WARMUP_TOKENS = 8
+MAX_REPEATS = 9          # each round is a timed run on both engines
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The run's sizes, as the door returned them."""
+
+    users: int
+    depth: int
+    max_new: int
+    repeats: int
+
+
+def check_sizes(args) -> Sizes:
+    """At the door, before any model loads: every user is one row of our shared batch."""
+    one = check_run(1, args.depth, 0.0, args.max_new_tokens)
+    return Sizes(check_count(args.users, "errors.what_users", Limits().max_shared_rows), one.depth, one.max_new,
+                 check_count(args.repeats, "errors.what_repeats", MAX_REPEATS))
 
 
 def add_parser(sub) -> None:
@@ -240,9 +259,9 @@ def _threads(n: int) -> int:
     return n
 
 
-def _both(args, client, served, prompts: list[list[int]], once):
+def _both(args, sizes: Sizes, client, served, prompts: list[list[int]], once):
     """vLLM launched (or the given server), warmed up, then both engines' timed runs in turns."""
-    N, k = args.max_new_tokens, args.depth
+    N, k = sizes.max_new, sizes.depth
     server = None
     try:
         if client is None:
@@ -253,9 +272,9 @@ def _both(args, client, served, prompts: list[list[int]], once):
             served = client.model()
         if served.max_len and max(map(len, prompts)) + N > served.max_len:
             raise VllmError(f"prompt + {N} tokens exceed the server's max-model-len {served.max_len}")
-        _note(args, f"vLLM ({served.name}): {args.users} users × {N} tokens")
+        _note(args, f"vLLM ({served.name}): {sizes.users} users × {N} tokens")
         _vllm(client, served.name, prompts, WARMUP_TOKENS)
-        mine, other = _alternate(lambda: once(N), lambda: _vllm(client, served.name, prompts, N), args.repeats)
+        mine, other = _alternate(lambda: once(N), lambda: _vllm(client, served.name, prompts, N), sizes.repeats)
     finally:
         if server is not None:
             server.stop()
@@ -267,11 +286,7 @@ def run(args) -> int:
     from specviz.hardware.threads import own_thread
     from specviz.pairs.pipeline import encode_prompt, load_pair
 
-    check_run(1, args.depth, 0.0, args.max_new_tokens)
-    if not 1 <= args.users <= 64:
-        raise LimitError("--users must be 1-64")
-    if not 1 <= args.repeats <= 9:
-        raise LimitError("--repeats must be 1-9")
+    sizes = check_sizes(args)
     client = served = None
     if args.vllm_url:                          # fail fast, before any model loads
         client = VllmClient(args.vllm_url, timeout_s=600)
@@ -279,11 +294,11 @@ def run(args) -> int:
     _threads(args.threads)
     # loaded in a thread that ends: ours steps in the scheduler's thread (hardware/threads.py)
     pair = own_thread(load_pair, args.target, "ngram", "cpu", compile=args.compile)
-    prompts = [encode_prompt(pair.tokenizer, POOL[i % len(POOL)]) for i in range(args.users)]
-    N, k = args.max_new_tokens, args.depth
-    _note(args, f"our engine: {args.users} users × {N} tokens, n-gram k={k}")
+    prompts = [encode_prompt(pair.tokenizer, POOL[i % len(POOL)]) for i in range(sizes.users)]
+    N, k = sizes.max_new, sizes.depth
+    _note(args, f"our engine: {sizes.users} users × {N} tokens, n-gram k={k}")
     with _our_side(pair, prompts, k) as once:
-        mine, other, served, client = _both(args, client, served, prompts, once)
+        mine, other, served, client = _both(args, sizes, client, served, prompts, once)
     ours, theirs = _median_run(mine), _median_run(other)
     differ = []
     for i, (a, b) in enumerate(zip(ours["outputs"], theirs["outputs"])):
@@ -294,8 +309,8 @@ def run(args) -> int:
     result = {"specviz": s, "vllm": v,
               "ratio": s["tokens_per_s"] / v["tokens_per_s"] if v["tokens_per_s"] else None,
               "paired_ratio": paired_ratio(mine, other),
-              "rows": args.users, "identical_rows": args.users - len(differ), "differing": differ,
-              "users": args.users, "depth": k, "max_new_tokens": N, "target": args.target,
+              "rows": sizes.users, "identical_rows": sizes.users - len(differ), "differing": differ,
+              "users": sizes.users, "depth": k, "max_new_tokens": N, "target": args.target,
               "vllm_model": served.name, "vllm_url": client.url, "launched": args.vllm_url is None,
               "threads": torch_threads(), "cpu": _cpu_name()}
     if not args.json:

@@ -21,11 +21,11 @@ import threading
 import time
 from urllib.parse import urlparse
 
-from specviz.cli.common import add_pair_args
-from specviz.engine.policies import PolicyChoice
-from specviz.engine.request import Knobs, Request
-from specviz.limits import LimitError
-from specviz.serve.door import check_run
+from specviz.cli.common import add_pair_args, add_policy_args, knobs_for, policy_args
+from specviz.engine.request import Request
+from specviz.lessons import Said
+from specviz.limits import LimitError, Limits, RunArgs
+from specviz.serve.door import check_count, check_run
 
 POOL = ["Rewrite this sentence in the passive voice: the students measured the knee of the curve.",
         "Summarise in one sentence: speculative decoding drafts tokens with a small model and checks them "
@@ -39,8 +39,7 @@ def add_parser(sub) -> None:
     add_pair_args(p)
     p.add_argument("--users", type=int, default=16)
     p.add_argument("--depth", type=int, default=4)
-    p.add_argument("--policy", default="fixed", help="each user's depth policy (see generate --policy)")
-    p.add_argument("--threshold", type=float, default=None)
+    add_policy_args(p)                                      # each user's depth policy
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--separate-concurrency", type=int, default=4)
     p.add_argument("--repeats", type=int, default=1, help="rounds per mode, interleaved (medians reported)")
@@ -48,10 +47,10 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _policy(args):
-    """A fresh policy for one user's request (policies keep per-request state), checked like the app's."""
-
-    return PolicyChoice.parse(args.policy, args.threshold).build()
+# --url loads a running app, whose own door and queue answer each client: more clients than its shared
+# batch holds is the point (some hear "busy"); this caps the threads one command starts
+MAX_CLIENTS = 200
+MAX_REPEATS = 20         # rounds of both modes; a median needs far fewer
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -59,30 +58,30 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
-def _shared(pair, prompts, args):
+def _shared(pair, prompts, user: RunArgs):
     # on first use: transformers is slow to import
     from specviz.serve.workload import shared_scheduler, users_at_once
 
     sched = shared_scheduler(pair)
-    requests = [Request([p], Knobs(args.depth, 1, _policy(args)), args.max_new_tokens) for p in prompts]
+    requests = [Request([p], knobs_for(user), user.max_new) for p in prompts]
     wall, runs = users_at_once(sched, requests)
     sched.close()
     return wall, [(r.first_s, r.done_s, r.outputs, r.totals.shared_batch_max) for r in runs]
 
 
-def _separate(pair, prompts, args):
-    slots = threading.Semaphore(args.separate_concurrency)
+def _separate(pair, prompts, user: RunArgs, concurrency: int):
+    slots = threading.Semaphore(concurrency)
     res = [None] * len(prompts)
 
-    def user(i, t_submit):
+    def one(i, t_submit):
         with slots:
             eng = pair.engine()
             first = None
-            for _ in eng.generate([prompts[i]], Knobs(args.depth, 1, _policy(args)), args.max_new_tokens):
+            for _ in eng.generate([prompts[i]], knobs_for(user), user.max_new):
                 if first is None:
                     first = time.perf_counter()
             res[i] = (first - t_submit, time.perf_counter() - t_submit, eng.outputs()[0], 1)
-    return _all_at_once(user, len(prompts)), res
+    return _all_at_once(one, len(prompts)), res
 
 
 def _all_at_once(user, n: int) -> float:
@@ -104,27 +103,26 @@ def _summary(wall: float, res) -> dict:
             "largest_shared_batch": max(r[3] for r in res)}
 
 
-def _served(args) -> dict:
+def _served(args, user: RunArgs, users: int) -> dict:
     """N API clients press Run on a running app at once; per client: wait, completion, outcome."""
 
     # on first use: gradio_client is slow to import
     from gradio_client import Client
 
-
-    if urlparse(args.url).hostname not in ("127.0.0.1", "localhost", "::1"):
-        raise LimitError("--url must point at this machine (127.0.0.1 or localhost)")
     probe = Client(args.url, verbose=False)
     params = probe.view_api(return_format="dict", print_info=False)["named_endpoints"]["/generate"]["parameters"]
     label = next(p for p in params if p["parameter_name"] == "pair_label")["parameter_default"]
-    barrier, res = threading.Barrier(args.users), [None] * args.users
+    barrier, res = threading.Barrier(users), [None] * users
+    # the page's threshold box always holds a number; a policy without a threshold does not read it
+    threshold = 8 if user.policy.threshold is None else user.policy.threshold
 
-    def user(i):
+    def client(i):
         c = Client(args.url, verbose=False)
         barrier.wait(120)
         t0, first = time.perf_counter(), None
         try:
-            job = c.submit(POOL[i % len(POOL)], label, 1, args.depth, args.policy, args.threshold or 8, 0,
-                           args.max_new_tokens, True, api_name="/generate")
+            job = c.submit(POOL[i % len(POOL)], label, 1, user.depth, user.policy.name, threshold, 0,
+                           user.max_new, True, api_name="/generate")
             for out in job:
                 if first is None and isinstance(out[0], str) and "tok-" in out[0]:
                     first = time.perf_counter() - t0
@@ -132,7 +130,7 @@ def _served(args) -> dict:
             res[i] = ("done", first, time.perf_counter() - t0, final.get("shared_batch_max", 0))
         except Exception as exc:
             res[i] = ("busy" if "busy" in str(exc) else "error: " + str(exc)[:80], None, time.perf_counter() - t0, 0)
-    threads = [threading.Thread(target=user, args=(i,)) for i in range(args.users)]
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(users)]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
@@ -140,7 +138,7 @@ def _served(args) -> dict:
         t.join(900)
     done = [r for r in res if r and r[0] == "done"]
     waits, ends = [r[1] for r in done if r[1] is not None], [r[2] for r in done]
-    return {"done": True, "url": args.url, "users": args.users, "finished": len(done),
+    return {"done": True, "url": args.url, "users": users, "finished": len(done),
             "busy": sum(1 for r in res if r and r[0] == "busy"),
             "errors": [r[0] for r in res if r and r[0] not in ("done", "busy")][:5],
             "wall_s": time.perf_counter() - t0,
@@ -149,38 +147,46 @@ def _served(args) -> dict:
             "largest_shared_batch": max([r[3] for r in done] + [0])}
 
 
+def _checked(args) -> tuple[RunArgs, int, int, int]:
+    """At the door, before any model loads: one user's request (a row each), the class size, the separate
+    engines at once, the rounds."""
+    if args.url and urlparse(args.url).hostname not in ("127.0.0.1", "localhost", "::1"):
+        raise LimitError(Said("errors.url_not_local"))
+    user = check_run(1, args.depth, 0.0, args.max_new_tokens, **policy_args(args))
+    # in this process every user is one row of the shared batch
+    users = check_count(args.users, "errors.what_users", MAX_CLIENTS if args.url else Limits().max_shared_rows)
+    concurrency = check_count(args.separate_concurrency, "errors.what_concurrency", Limits().max_shared_rows)
+    return user, users, concurrency, check_count(args.repeats, "errors.what_repeats", MAX_REPEATS)
+
+
 def run(args) -> int:
+    user, users, concurrency, repeats = _checked(args)
     if args.url:
-        if not 1 <= args.users <= 200:
-            raise LimitError("--users must be 1-200")
-        print(json.dumps(_served(args)), flush=True)
+        print(json.dumps(_served(args, user, users)), flush=True)
         return 0
     # on first use: transformers is slow to import
-    from specviz.pairs.pipeline import encode_prompt, load_pair
-
-    check_run(1, args.depth, 0.0, args.max_new_tokens, args.policy, args.threshold)
-    if not 1 <= args.users <= 64 or not 1 <= args.separate_concurrency <= 64 or not 1 <= args.repeats <= 20:
-        raise LimitError("--users and --separate-concurrency must be 1-64, --repeats 1-20")
     from specviz.hardware.threads import own_thread
+    from specviz.pairs.pipeline import encode_prompt, load_pair
     from specviz.serve.heap import freeze_long_lived
 
     # loaded in a thread that ends: the shared runs step in the scheduler's (hardware/threads.py)
     pair = own_thread(load_pair, args.target, args.draft, args.device)
-    prompts = [encode_prompt(pair.tokenizer, POOL[i % len(POOL)]) for i in range(args.users)]
-    _separate(pair, prompts[:2], args)                 # warm-up
-    freeze_long_lived()                                # as the app, once its pair is warm
+    prompts = [encode_prompt(pair.tokenizer, POOL[i % len(POOL)]) for i in range(users)]
+    _separate(pair, prompts[:2], user, concurrency)          # warm-up
+    freeze_long_lived()                                      # as the app, once its pair is warm
     rounds = {"shared": [], "separate": []}
     outputs = {}
-    for _ in range(args.repeats):
-        for mode, fn in (("separate", _separate), ("shared", _shared)):
-            wall, res = fn(pair, prompts, args)
+    for _ in range(repeats):
+        for mode, fn in (("separate", lambda: _separate(pair, prompts, user, concurrency)),
+                         ("shared", lambda: _shared(pair, prompts, user))):
+            wall, res = fn()
             rounds[mode].append(_summary(wall, res))
             outputs[mode] = [r[2] for r in res]
             print(json.dumps({"mode": mode, **rounds[mode][-1]}), flush=True)
     med = {m: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for m, rs in rounds.items()}
-    print(json.dumps({"done": True, "users": args.users, "depth": args.depth, "policy": args.policy,
-                      "draft": args.draft,
-                      "max_new_tokens": args.max_new_tokens, "shared": med["shared"], "separate": med["separate"],
+    print(json.dumps({"done": True, "users": users, "depth": user.depth, "policy": user.policy.name,
+                      "draft": args.draft, "max_new_tokens": user.max_new,
+                      "shared": med["shared"], "separate": med["separate"],
                       "speedup": med["shared"]["tokens_per_s"] / med["separate"]["tokens_per_s"],
                       "identical": outputs["shared"] == outputs["separate"]}), flush=True)
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from specviz.engine.policies import POLICY_NAMES, PolicyChoice, parse_table
+from specviz.engine.policies import FIXED, POLICY_NAMES, parse_table, reading
 from specviz.engine.request import MAX_BATCH, Knobs
 from specviz.fastpath import CompileError, check_compile
 from specviz.limits import MAX_DEPTH, check_prompt_text
@@ -45,31 +45,39 @@ def add_run_args(p) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (lossless token for token)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--policy", default="fixed", help="one of: " + ", ".join(POLICY_NAMES))
-    p.add_argument("--threshold", type=float, default=None,
-                   help="batch size for disable-by-batch-size, probability for confidence")
-    p.add_argument("--batch-table", default=None, help="batch-table policy: B:K pairs, e.g. 1:6,8:2,32:0")
-    p.add_argument("--max-depth", type=int, default=None, help="adaptive policy: largest depth to try")
+    add_policy_args(p)
     p.add_argument("--raw", action="store_true", help="feed the prompt as is (no chat template)")
 
 
-def check_run_args(args) -> RunArgs:
-    """Fail fast, before any model loads, at the same door and with the same sentences as the app."""
+def add_policy_args(p) -> None:
+    """--policy and its parameters; the door checks them (`check_run`), with the page's sentences."""
+    p.add_argument("--policy", default=FIXED.name, help="depth policy, one of: " + ", ".join(POLICY_NAMES))
+    p.add_argument("--threshold", type=float, default=None,
+                   help=f"read by {' and '.join(reading('threshold'))}: the rows above which speculation "
+                        "stops, or a probability")
+    p.add_argument("--batch-table", default=None, help=f"{', '.join(reading('table'))}: B:K pairs, e.g. 1:6,8:2,32:0")
+    p.add_argument("--max-depth", type=int, default=None,
+                   help=f"{', '.join(reading('max_depth'))}: the largest depth to try")
+
+
+def policy_args(args) -> dict:
+    """--policy and its parameters, as the door (`check_run`) takes them."""
     table = parse_table(args.batch_table) if args.batch_table else None
-    checked = check_run(args.batch_size, args.depth, args.temperature, args.max_new_tokens, args.policy,
-                        args.threshold, table=table, max_depth=args.max_depth)
+    return dict(policy=args.policy, threshold=args.threshold, table=table, max_depth=args.max_depth)
+
+
+def check_run_args(args) -> RunArgs:
+    """Fail fast, before any model loads, at the same door and with the same sentences as the app; the
+    command then runs with the values returned."""
+    checked = check_run(args.batch_size, args.depth, args.temperature, args.max_new_tokens, **policy_args(args))
     for text in args.prompt or []:
         check_prompt_text(text)
     return checked
 
 
-def policy_from_args(args) -> PolicyChoice:
-    table = parse_table(args.batch_table) if args.batch_table else None
-    return PolicyChoice.parse(args.policy, args.threshold, table=table, max_depth=args.max_depth)
-
-
-def knobs_from_args(args) -> Knobs:
-    return Knobs(depth=args.depth, batch_size=args.batch_size, policy=policy_from_args(args).build())
+def knobs_for(run: RunArgs) -> Knobs:
+    """One request's live knobs, with its own policy object (policies keep a request's state)."""
+    return Knobs(depth=run.depth, batch_size=run.batch, policy=run.policy.build())
 
 
 DEFAULT_PROMPTS = ["Explain in two sentences why the sky is blue."]

@@ -17,14 +17,14 @@ writes frontier.csv, frontier.json and frontier.html.
 """
 from __future__ import annotations
 
-import csv
 import json
 import sys
 from pathlib import Path
 
-from specviz.chapters.frontier import (AV, WARM_TOKENS, cell_result, class_lines, figure_frontier, measure,
+from specviz.chapters.frontier import (AV, WARM_TOKENS, cell_result, class_lines, measure,
                                       policy_for, warm_budget, williams_row)
 from specviz.cli.common import add_compile_arg, add_pair_args
+from specviz.cli.frontier_common import prompt_texts, write_out
 from specviz.cli.frontier_vllm import add_vllm_args, run_vllm
 from specviz.engine.request import Knobs, Request
 from specviz.limits import MAX_DEPTH, LimitError, Limits
@@ -86,13 +86,6 @@ def check_args(args) -> tuple[list[int], list[int]]:
     if args.prompts not in PROMPT_SETS:
         raise LimitError(f"--prompts must be pool or grounded; got '{args.prompts}'")
     return users, depths
-
-
-def prompt_texts(kind: str) -> list[str]:
-    from specviz.serve.prompts import EXAMPLES, ROW_POOL
-
-    # the input-grounded examples: the answer copies the input, so an n-gram draft finds it
-    return list(EXAMPLES[:5]) if kind == "grounded" else list(ROW_POOL)
 
 
 def classes_for(users: int, max_new: int, cell_tokens: int | None = None) -> int:
@@ -199,21 +192,6 @@ def _comparison(line: dict) -> dict:
     medians and paired (chapters.frontier.class_lines)."""
     keys = ("users", "best_arm", "ratio", "paired", "band", "verdict", "same_work")
     return {k: line[k] for k in keys}
-
-
-FIELDS = ["arm", "depth", "users", "tokens_per_s", "per_user_tokens_per_s", "acceptance_rate", "accepted_length",
-          "drafted_per_step", "verified_per_step", "noise", "repeats", "classes", "tokens", "wall_s", "steps"]
-
-
-def write_out(folder: Path, result: dict) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "frontier.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(result["rows"])
-    (folder / "frontier.json").write_text(json.dumps(result, indent=1))
-    fig = figure_frontier({"table": result["rows"]})
-    fig.write_html(folder / "frontier.html", include_plotlyjs=True)
 
 
 def run(args) -> int:

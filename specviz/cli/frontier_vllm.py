@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from specviz.chapters.frontier import median_row
+from specviz.cli.frontier_common import prompt_texts, write_out
 from specviz.cli.sweep_vllm import parse_schedule, schedule_text, vllm_version
 from specviz.limits import LimitError
 from specviz.vllm import launcher
@@ -195,7 +196,6 @@ def command_line(args, users, depths, schedule) -> str:
 def run_vllm(args, users: list[int], depths: list[int]) -> int:
     # on first use: torch and transformers are slow to import
     from specviz.cli.bench_vllm import _cpu_name
-    from specviz.cli.frontier import prompt_texts, write_out
     from specviz.pairs.models import load_tokenizer
     from specviz.pairs.pipeline import encode_prompt
 

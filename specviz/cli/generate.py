@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
-from specviz.cli.common import (DEFAULT_PROMPTS, add_compile_arg, add_pair_args, add_run_args, check_run_args,
-                                knobs_from_args)
+from specviz.cli.common import DEFAULT_PROMPTS, add_compile_arg, add_pair_args, add_run_args, check_run_args, knobs_for
 
 GREEN, RED, BLUE, DIM, RESET = "\x1b[32m", "\x1b[9;31m", "\x1b[34m", "\x1b[2m", "\x1b[0m"
 
@@ -45,7 +44,7 @@ def colour_row(r, decode) -> str:
 
 
 def run(args) -> int:
-    check_run_args(args)        # numbers and policy, before any model loads
+    run_args = check_run_args(args)        # numbers and policy, before any model loads
     # on first use: transformers is slow to import
     from specviz.pairs.pipeline import encode_prompt, load_pair
 
@@ -56,10 +55,10 @@ def run(args) -> int:
     texts = args.prompt or DEFAULT_PROMPTS
     prompts = [encode_prompt(tok, t, raw=args.raw) for t in texts]
     engine = pair.engine()
-    knobs = knobs_from_args(args)
+    knobs = knobs_for(run_args)
     decode = lambda ids: tok.decode(ids, skip_special_tokens=False)  # noqa: E731
     tty = sys.stdout.isatty() and not args.json
-    for ev in engine.generate(prompts, knobs, args.max_new_tokens, args.temperature, args.seed):
+    for ev in engine.generate(prompts, knobs, run_args.max_new, run_args.temperature, args.seed):
         if args.json:
             # which forward path ran this step's passes (the fast path or the stock modules)
             print(json.dumps({**step_json(ev, decode), "path": engine.fast_label}), flush=True)

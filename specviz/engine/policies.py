@@ -17,19 +17,21 @@ rows may end up with different depths in one step). After each step the engine r
   falls below a threshold (DISCO / SpecDec++ / AdaEDL in spirit).
 - `adaptive-verification`: draft up to the requested depth, then verify only the slots most likely to
   survive, a budget chosen per step over the whole batch (DSpark; see `specviz.engine.budget`).
+
+Each class carries its name; `POLICIES`, the registry at the end, is the one list of them: name → class,
+the parameters each reads with their checks, and the lesson keys of its label and help line. What names
+or lists a policy (the page's radio, the CLI's --policy, deep links, chapters, the door) reads it.
 """
 from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Callable, ClassVar, Protocol
 
 from specviz.hardware.roofline import expected_tokens_per_pass
 from specviz.lessons import Said, quoted
-from specviz.limits import MAX_DEPTH
-
-POLICY_NAMES = ("fixed", "disable-by-batch-size", "batch-table", "adaptive", "confidence", "adaptive-verification")
+from specviz.limits import MAX_DEPTH, brief
 
 
 class PolicyError(ValueError):
@@ -97,8 +99,8 @@ class FixedPolicy:
 
 @dataclass
 class DisableByBatchSize:
+    name: ClassVar[str] = "disable-by-batch-size"
     threshold: int = 8
-    name: str = "disable-by-batch-size"
 
     def plan(self, ctx: PlanContext) -> StepPlan:
         return StepPlan(0 if ctx.batch_size > self.threshold else ctx.depth)
@@ -112,8 +114,8 @@ class DisableByBatchSize:
 
 @dataclass
 class BatchTable:
+    name: ClassVar[str] = "batch-table"
     table: dict[int, int] = field(default_factory=lambda: {1: 6, 4: 4, 8: 2, 16: 1, 32: 0})
-    name: str = "batch-table"
 
     def plan(self, ctx: PlanContext) -> StepPlan:
         keys = sorted(self.table)
@@ -129,8 +131,8 @@ class BatchTable:
 
 @dataclass
 class ConfidencePolicy:
+    name: ClassVar[str] = "confidence"
     threshold: float = 0.5
-    name: str = "confidence"
 
     def plan(self, ctx: PlanContext) -> StepPlan:
         return StepPlan(ctx.depth, self.threshold)
@@ -169,10 +171,10 @@ class AdaptiveGoodput:
     below — so the policy tries unmeasured depths, and the measurement then corrects the guess.
     """
 
+    name: ClassVar[str] = "adaptive"
     max_depth: int = 8
     smoothing: float = 0.2
     probe_every: int = 24     # steps at k=0 before trying speculation again (α may have changed)
-    name: str = "adaptive"
     alpha: float = 0.6        # prior acceptance until measured
     draft_pass_s: float | None = None
     verify_s: dict[int, float] = field(default_factory=dict)
@@ -221,45 +223,133 @@ class AdaptiveGoodput:
         return f"adaptive goodput (α≈{self.alpha:.2f}, k ≤ {self.max_depth})"
 
 
-def make_policy(name: str, threshold: float | None = None, table: dict[int, int] | None = None,
-                max_depth: int | None = None):
-    """Build a policy by its CLI/UI name; `threshold` is a batch size for disable-by-batch-size and a
-    probability for confidence."""
-    name = "fixed" if name is None else (name.strip() if isinstance(name, str) else str(name))
-    if threshold is not None:
-        try:
-            threshold = float(threshold)
-        except (TypeError, ValueError):
-            raise PolicyError(Said("errors.threshold_not_number", value=repr(threshold))) from None
-        if not math.isfinite(threshold):
-            raise PolicyError(Said("errors.threshold_not_finite"))
-    if name == "fixed":
-        return FixedPolicy()
-    if name == "disable-by-batch-size":
-        t = 8 if threshold is None else threshold
-        if t < 0 or int(t) != t:
-            raise PolicyError(Said("errors.threshold_batch", value=t))
-        return DisableByBatchSize(int(t))
-    if name == "batch-table":
-        if table is not None:
-            if not table or any(b < 1 or not 0 <= k <= MAX_DEPTH for b, k in table.items()):
-                raise PolicyError(Said("errors.batch_table_range", max_depth=MAX_DEPTH))
-            return BatchTable(dict(table))
-        return BatchTable()
-    if name == "adaptive":
-        m = 8 if max_depth is None else max_depth
-        if not 0 <= m <= MAX_DEPTH:
-            raise PolicyError(Said("errors.adaptive_range", max_depth=MAX_DEPTH, value=m))
-        return AdaptiveGoodput(max_depth=m)
-    if name == "confidence":
-        t = 0.5 if threshold is None else threshold
-        if not 0.0 <= t <= 1.0:
-            raise PolicyError(Said("errors.confidence_range", value=t))
-        return ConfidencePolicy(float(t))
-    if name == "adaptive-verification":
-        return AdaptiveVerification()
-    shown = name if len(name) <= 40 else name[:37] + "…"
-    raise PolicyError(Said("errors.unknown_policy", name=quoted(shown), names=", ".join(POLICY_NAMES)))
+# --- the registry ---------------------------------------------------------------------------------------
+def _number(value) -> float:
+    """A threshold as a finite number (the page sends its Number box, the API may send anything)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise PolicyError(Said("errors.threshold_not_number", value=brief(value))) from None
+    if not math.isfinite(number):
+        raise PolicyError(Said("errors.threshold_not_finite"))
+    return number
+
+
+def _batch_threshold(value) -> int:
+    t = _number(value)
+    if t < 0 or t != int(t):
+        raise PolicyError(Said("errors.threshold_batch", value=t))
+    return int(t)
+
+
+def _probability(value) -> float:
+    t = _number(value)
+    if not 0.0 <= t <= 1.0:
+        raise PolicyError(Said("errors.confidence_range", value=t))
+    return t
+
+
+def _whole(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _table(value) -> tuple[tuple[int, int], ...]:
+    """(batch, depth) pairs, sorted: hashable and picklable, as a PolicyChoice must be."""
+    try:
+        items = sorted(dict(value).items())
+    except (TypeError, ValueError):
+        items = []
+    if not items or not all(_whole(b) and _whole(k) and b >= 1 and 0 <= k <= MAX_DEPTH for b, k in items):
+        raise PolicyError(Said("errors.batch_table_range", max_depth=MAX_DEPTH))
+    return tuple(items)
+
+
+def _depth_cap(value) -> int:
+    if not _whole(value) or not 0 <= value <= MAX_DEPTH:
+        raise PolicyError(Said("errors.adaptive_range", max_depth=MAX_DEPTH, value=brief(value)))
+    return value
+
+
+def _same(value):
+    return value
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter a policy reads: the field that carries it (in PolicyChoice and in the class alike), its
+    check (a user's value → the checked value, or PolicyError with a sentence) and how the class takes it."""
+
+    field: str                           # "threshold" | "table" | "max_depth"
+    check: Callable[[Any], Any]
+    to_class: Callable[[Any], Any] = _same
+    label_key: str | None = None         # the page's threshold box's label while this policy is picked
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """One registered policy: its class (which carries the name) and the parameters it reads."""
+
+    cls: type
+    params: tuple[Param, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.cls.name
+
+    @property
+    def label_key(self) -> str:
+        """Its name for readers (lessons [policy_label]); the API and the CLI keep `name`."""
+        return f"policy_label.{self.name}"
+
+    @property
+    def help_key(self) -> str:
+        """Its one help line (lessons [policies])."""
+        return f"policies.{self.name}"
+
+    @property
+    def threshold(self) -> Param | None:
+        """The parameter the page's one threshold box sets, if this policy reads one."""
+        return next((p for p in self.params if p.field == "threshold"), None)
+
+    def default(self, param: Param):
+        """The class's own default for `param`, in checked form."""
+        f = next(f for f in fields(self.cls) if f.name == param.field)
+        return param.check(f.default if f.default is not MISSING else f.default_factory())
+
+    def check(self, given: dict) -> dict:
+        """Each parameter this policy reads, checked (left out: its default); the others are dropped."""
+        return {p.field: self.default(p) if given.get(p.field) is None else p.check(given[p.field])
+                for p in self.params}
+
+    def build(self, choice: "PolicyChoice") -> Policy:
+        return self.cls(**{p.field: p.to_class(getattr(choice, p.field)) for p in self.params})
+
+
+# Every policy a user can name, in the order the page lists them.
+POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (
+    PolicySpec(FixedPolicy),
+    PolicySpec(DisableByBatchSize, (Param("threshold", _batch_threshold, label_key="playground.threshold_disable"),)),
+    PolicySpec(BatchTable, (Param("table", _table, to_class=dict),)),
+    PolicySpec(AdaptiveGoodput, (Param("max_depth", _depth_cap),)),
+    PolicySpec(ConfidencePolicy, (Param("threshold", _probability, label_key="playground.threshold_confidence"),)),
+    PolicySpec(AdaptiveVerification),
+)}
+POLICY_NAMES = tuple(POLICIES)
+
+
+def reading(field: str) -> list[str]:
+    """The policies that read a parameter ("threshold", "table", "max_depth"), for help texts."""
+    return [name for name, spec in POLICIES.items() if any(p.field == field for p in spec.params)]
+
+
+def policy_spec(name) -> PolicySpec:
+    """The registered policy a user named (None: the default one); PolicyError with a sentence otherwise."""
+    name = FixedPolicy.name if name is None else (name.strip() if isinstance(name, str) else str(name))
+    spec = POLICIES.get(name)
+    if spec is None:
+        shown = name if len(name) <= 40 else name[:37] + "…"
+        raise PolicyError(Said("errors.unknown_policy", name=quoted(shown), names=", ".join(POLICY_NAMES)))
+    return spec
 
 
 def parse_table(text: str) -> dict[int, int]:
@@ -271,34 +361,36 @@ def parse_table(text: str) -> dict[int, int]:
         raise PolicyError(Said("errors.bad_batch_table", text=text)) from exc
 
 
-# policies whose UI "threshold" field means something; for the others the field is ignored
-THRESHOLD_POLICIES = ("disable-by-batch-size", "confidence")
-
-
 @dataclass(frozen=True)
 class PolicyChoice:
-    """A policy as one typed value from the door to the engine: checked once (`parse`), picklable (it
-    crosses into a ZeroGPU worker and into the control file), and built afresh for every request
-    (`build`), because policies keep per-request state (the adaptive one learns from its own steps)."""
+    """A policy as one typed value from the door to the engine: checked once (`parse`, which builds
+    nothing), picklable (it crosses into a ZeroGPU worker and into the control file), and built afresh
+    for every request (`build`), because policies keep per-request state (the adaptive one learns from its
+    own steps). A parameter the policy reads holds the value it will use; the others are None."""
 
-    name: str = "fixed"
-    threshold: float | None = None                     # only for THRESHOLD_POLICIES
+    name: str = FixedPolicy.name
+    threshold: float | None = None                     # disable-by-batch-size (rows), confidence (probability)
     table: tuple[tuple[int, int], ...] | None = None   # batch-table: (batch, depth) pairs
     max_depth: int | None = None                       # adaptive: the deepest k it may pick
 
     @classmethod
     def parse(cls, name=None, threshold=None, table: dict[int, int] | None = None,
               max_depth: int | None = None) -> "PolicyChoice":
-        """Check a policy named by a user (UI, API, CLI); raises PolicyError with a sentence."""
-        name = "fixed" if name is None else (name.strip() if isinstance(name, str) else str(name))
-        threshold = threshold if name in THRESHOLD_POLICIES else None
-        policy = make_policy(name, threshold=threshold, table=table, max_depth=max_depth)
-        kept = getattr(policy, "threshold", None) if name in THRESHOLD_POLICIES else None
-        return cls(policy.name, kept, tuple(sorted(table.items())) if table else None, max_depth)
+        """Check a policy named by a user (UI, API, CLI); raises PolicyError with a sentence. The page sends
+        its threshold box with every policy: a parameter the policy does not read is dropped."""
+        spec = policy_spec(name)
+        return cls(spec.name, **spec.check({"threshold": threshold, "table": table, "max_depth": max_depth}))
 
-    def build(self):
-        return make_policy(self.name, threshold=self.threshold, table=dict(self.table) if self.table else None,
-                           max_depth=self.max_depth)
+    def build(self) -> Policy:
+        """A fresh policy object, for one request."""
+        return POLICIES[self.name].build(self)
+
+
+def make_policy(name: str | None = None, threshold=None, table: dict[int, int] | None = None,
+                max_depth: int | None = None) -> Policy:
+    """Check and build at once, for code that runs a policy by name for one request of its own (the
+    chapters' experiments, tests)."""
+    return PolicyChoice.parse(name, threshold, table, max_depth).build()
 
 
 FIXED = PolicyChoice()

@@ -5,7 +5,6 @@ import importlib.util
 import logging
 import os
 import threading
-import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable
@@ -108,7 +107,6 @@ class FastStatus:
     state: str
     note: str = ""
     result: WarmResult | None = None
-    since: float = 0.0              # time.monotonic() when this state began (a Run says how long it waited)
 
 
 class PairCache:
@@ -159,7 +157,7 @@ class PairCache:
     def _warm_in_background(self, key: tuple[str, str], eager: Pair) -> None:
         if self.compile == "off":
             return
-        self._fast[key] = FastStatus("warming", since=time.monotonic())
+        self._fast[key] = FastStatus("warming")
 
         def work():
             try:

@@ -15,19 +15,18 @@ from specviz.serve.door import check_knobs
 
 
 class LocalControl:
-    """Slider changes for a request in this process's shared batch: checked at the door, then straight into
-    its Knobs. `policy` is a PolicyChoice (the page parses the radio and threshold field with
-    `PolicyChoice.parse`, which refuses a bad value with a sentence)."""
+    """Live changes for a request in this process's shared batch: checked at the door, then straight into
+    its Knobs. `policy` and `threshold` are what the page sent (the radio's name, the threshold box); a bad
+    value is refused with one sentence and changes nothing."""
 
     def __init__(self, knobs: Knobs, limits: Limits = Limits()):
         self.knobs, self.limits = knobs, limits
         self.ticket = None              # the scheduler's ticket, once submitted
 
-    def set(self, depth=None, batch=None, policy: PolicyChoice | None = None) -> None:
-        depth, batch = check_knobs(depth, batch, self.limits)
-        if policy is not None:
-            self.knobs.set(policy=policy.build())
-        self.knobs.set(depth=depth, batch_size=batch)
+    def set(self, depth=None, batch=None, policy=None, threshold=None) -> None:
+        change = check_knobs(depth, batch, policy, threshold, self.limits)
+        built = None if change.policy is None else change.policy.build()     # a new policy starts afresh
+        self.knobs.set(depth=change.depth, batch_size=change.batch, policy=built)
 
     def stop(self) -> None:
         if self.ticket is not None:
@@ -42,9 +41,9 @@ class LocalControl:
 class ControlFile:
     """Slider changes for an engine in another process, through a JSON file written atomically.
 
-    The main process checks each change at the door, keeps the current values in a shadow `Knobs`, then
-    rewrites the file; the worker compares the file's sequence number between steps and applies what
-    changed."""
+    The main process checks each change at the door, as LocalControl does, keeps the current values in a
+    shadow `Knobs`, then rewrites the file; the worker compares the file's sequence number between steps
+    and applies what changed."""
 
     def __init__(self, path: str, knobs: Knobs | None = None, policy: PolicyChoice = FIXED,
                  limits: Limits = Limits()):
@@ -64,11 +63,11 @@ class ControlFile:
         return ctl
 
     # --- main process ----------------------------------------------------------------------------
-    def set(self, depth=None, batch=None, policy: PolicyChoice | None = None) -> None:
-        depth, batch = check_knobs(depth, batch, self.limits)
-        if policy is not None:
-            self.policy = policy
-        self.shadow.set(depth=depth, batch_size=batch)
+    def set(self, depth=None, batch=None, policy=None, threshold=None) -> None:
+        change = check_knobs(depth, batch, policy, threshold, self.limits)
+        if change.policy is not None:
+            self.policy = change.policy
+        self.shadow.set(depth=change.depth, batch_size=change.batch)
         self._write(self.shadow.stop.is_set())
 
     def stop(self) -> None:

@@ -15,7 +15,7 @@ import gradio as gr
 
 from specviz import lessons
 from specviz.charts import blank_figure
-from specviz.engine.policies import FIXED, POLICY_NAMES, PolicyChoice, PolicyError
+from specviz.engine.policies import FIXED, POLICIES, PolicyError
 from specviz.engine.request import Knobs, RunTotals
 from specviz.limits import MAX_DEPTH, LimitError, check_prompt_text
 from specviz.pairs.pipeline import encode_prompt
@@ -38,18 +38,16 @@ BASELINE_MAX_NEW = 128    # the automatic plain-decoding baseline decodes at mos
 # Past this wait it runs, and its verdict is withheld
 WARMUP_WAIT_S = 180.0
 WARMUP_POLL_S = 1.0
-POLICY_THRESHOLD = {"disable-by-batch-size": (8, "playground.threshold_disable"),
-                    "confidence": (0.5, "playground.threshold_confidence")}
 
 
 def _policy_info(lang: str) -> str:
-    return " · ".join(f"**{lessons.policy_label(lang, name)}**: {lessons.text(lang, 'policies.' + name)}"
-                      for name in POLICY_NAMES)
+    return " · ".join(f"**{lessons.text(lang, spec.label_key)}**: {lessons.text(lang, spec.help_key)}"
+                      for spec in POLICIES.values())
 
 
 def _policy_choices(lang: str) -> list[tuple[str, str]]:
     """(shown, value): the policy's label in the reader's language, its English name as the value."""
-    return [(lessons.policy_label(lang, name), name) for name in POLICY_NAMES]
+    return [(lessons.text(lang, spec.label_key), name) for name, spec in POLICIES.items()]
 
 
 def build(app) -> "Playground":
@@ -72,7 +70,7 @@ def build(app) -> "Playground":
             depth = tr.add(gr.Slider(0, MAX_DEPTH, value=DEFAULT_DEPTH, step=1, elem_id="depth"),
                            label="app.label_depth")
             same = tr.add(gr.Checkbox(False, elem_id="same-prompt"), label="app.label_same_prompt")
-            policy = tr.add(gr.Radio(_policy_choices("en"), value="fixed", label=lessons.text("en", "app.label_policy"),
+            policy = tr.add(gr.Radio(_policy_choices("en"), value=FIXED.name, label=lessons.text("en", "app.label_policy"),
                                      elem_id="policy"),
                             lambda lang: gr.update(label=lessons.text(lang, "app.label_policy"), info=_policy_info(lang),
                                                    choices=_policy_choices(lang)))
@@ -350,13 +348,13 @@ class Playground:
             return self.runs.check_lossless(session, self.app, lang)
 
     # --- live knobs ------------------------------------------------------------------------------------
-    def set_knobs(self, session: str, depth=None, batch=None, policy=None) -> None:
+    def set_knobs(self, session: str, depth=None, batch=None, policy=None, threshold=None) -> None:
+        """A live change, as the page sent it; the run's control checks it at the door."""
         live = self.app.runs.get(session)
         if live is None:
             return                  # no run streaming: the values apply at the next Run
         try:
-            choice = None if policy is None else PolicyChoice.parse(*policy)
-            live.control.set(depth=depth, batch=batch, policy=choice)
+            live.control.set(depth=depth, batch=batch, policy=policy, threshold=threshold)
         except (LimitError, ValueError, TypeError, PolicyError) as exc:
             lang = self.lang(session)
             gr.Warning(human(lang, exc), title=lessons.text(lang, "app.warning_title"))
@@ -368,19 +366,20 @@ class Playground:
         self.set_knobs(_session(request), batch=v)
 
     def on_policy(self, p, thr, request: gr.Request):
-        self.set_knobs(_session(request), policy=(p, thr))
+        self.set_knobs(_session(request), policy=p, threshold=thr)
 
     def on_policy_pick(self, p, thr, request: gr.Request):
-        """A policy that reads the threshold box gets a value that means something to it."""
+        """A policy that reads the threshold box gets its own default there, and the box says what it means."""
         session = _session(request)
         lang = self.lang(session)
-        default = POLICY_THRESHOLD.get(p)
-        if default is None:
-            self.set_knobs(session, policy=(p, thr))
+        spec = POLICIES.get(p)
+        field = spec.threshold if spec else None
+        if field is None:
+            self.set_knobs(session, policy=p, threshold=thr)
             return gr.update(label=lessons.text(lang, "playground.threshold_unused"))
-        value, key = default
-        self.set_knobs(session, policy=(p, value))
-        return gr.update(value=value, label=lessons.text(lang, key))
+        value = spec.default(field)
+        self.set_knobs(session, policy=p, threshold=value)
+        return gr.update(value=value, label=lessons.text(lang, field.label_key))
 
     def stop(self, session: str) -> None:
         self.app.runs.stop(session)          # the streaming Run, or the one about to start

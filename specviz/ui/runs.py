@@ -140,9 +140,6 @@ class RunStore:
             return self._last.get(session)
 
     # --- replay ---------------------------------------------------------------------------------------
-    def shipped_titles(self) -> list[str]:
-        return list(recordings.shipped())
-
     def shipped_options(self, lang: str) -> list[tuple[str, str]]:
         """(shown, value) for the recordings dropdown: the title in the reader's language, the English
         title (what the API takes) as value."""

@@ -31,7 +31,7 @@ class Streamer:
         self.decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
         self.views: dict[int, RowView] = {}
         self.state: dict[int, str] = {}
-        self.batch, self.own_rows, self.users = 1, 1, 1
+        self.batch, self.users = 1, 1
         self.steps: list[tuple[float, object]] = []       # (seconds since start, event): the recording
         self.t0 = time.perf_counter()
 
@@ -41,7 +41,7 @@ class Streamer:
     def add(self, ev, pieces: dict | None = None) -> None:
         """Fold one step into the per-row transcripts (`pieces`: the texts recorded with it, on replay)."""
         shown = {}
-        self.batch, self.own_rows, self.users = ev.batch_size, len(ev.rows), ev.users
+        self.batch, self.users = ev.batch_size, ev.users
         for rs in ev.rows:
             shown[rs.row] = self.views.setdefault(rs.row, RowView(lang=self.lang)).add_step(
                 ev.step, rs, self.decode, None if pieces is None else pieces.get(rs.row))

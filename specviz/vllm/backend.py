@@ -50,7 +50,6 @@ class Endpoint:
         self.window: metrics.Window | None = None
         self.runs = 0                      # SpecViz Runs streaming on it now (users through this app)
         self._lock = threading.Lock()
-        self._tokenizer = None
         self._stop = threading.Event()
         self._started_at = time.monotonic()
 

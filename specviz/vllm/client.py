@@ -39,7 +39,6 @@ class Chunk:
     text: str = ""
     finish: str | None = None                  # "length" | "stop" | None
     spec: dict | None = None                   # metrics.speculative_decoding (final chunk only)
-    usage: dict | None = None
     prompt_ids: list[int] | None = None        # echoed once, with return_token_ids
 
 
@@ -169,10 +168,10 @@ def parse_chunk(obj: dict, url: str = "the vLLM server") -> Chunk | None:
     spec = ((obj.get("metrics") or {}).get("speculative_decoding")) or None
     choices = obj.get("choices") or []
     if not choices:
-        return Chunk([], spec=spec, usage=obj.get("usage")) if spec or obj.get("usage") else None
+        return Chunk([], spec=spec) if spec else None
     c = choices[0]
     return Chunk([int(t) for t in (c.get("token_ids") or [])], c.get("text") or "", c.get("finish_reason"),
-                 spec, obj.get("usage"), c.get("prompt_token_ids"))
+                 spec, c.get("prompt_token_ids"))
 
 
 def refusal(code: int, message: str, url: str) -> Said:

@@ -105,10 +105,8 @@ class RowFigures:
     tokens: int
     drafted: int
     accepted: int
-    verify_steps: int            # steps that carried drafts
 
 
 def row_figures(tokens: int, spec: dict | None) -> RowFigures:
     s = spec or {}
-    return RowFigures(tokens, int(s.get("num_draft_tokens", 0)), int(s.get("num_accepted_draft_tokens", 0)),
-                      int(s.get("num_spec_steps", 0)))
+    return RowFigures(tokens, int(s.get("num_draft_tokens", 0)), int(s.get("num_accepted_draft_tokens", 0)))
