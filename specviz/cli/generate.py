@@ -2,14 +2,20 @@
 
 Without --json the terminal view colours row 1 as it streams, like llama.cpp's --color:
 green = accepted draft, red struck-through = rejected draft, blue = the target's own token
-(correction or bonus), default colour = plain decoding. All rows are printed at the end."""
+(correction or bonus), default colour = plain decoding. All rows are printed at the end.
+
+--check compares every row with the target decoding its prompt alone (transformers' generate, greedy) and
+reports "identical" or each row's first divergence under the near-tie rule (specviz.engine.divergence);
+with --json the final object carries it as `lossless`. A divergence above the rule is a bug: exit 1."""
 from __future__ import annotations
 
 import json
 import sys
 
-from specviz.cli.common import (DEFAULT_PROMPTS, add_compile_arg, add_pair_args, add_run_args, check_run_args,
-                                knobs_from_args)
+from specviz.cli.common import (DEFAULT_PROMPTS, add_compile_arg, add_dtype_arg, add_pair_args, add_run_args,
+                                check_run_args, exact_dtype, knobs_from_args)
+from specviz.engine.divergence import check_against_target
+from specviz.limits import LimitError
 
 GREEN, RED, BLUE, DIM, RESET = "\x1b[32m", "\x1b[9;31m", "\x1b[34m", "\x1b[2m", "\x1b[0m"
 
@@ -19,7 +25,11 @@ def add_parser(sub) -> None:
     add_pair_args(p)
     add_run_args(p)
     add_compile_arg(p)
+    add_dtype_arg(p)
     p.add_argument("--json", action="store_true", help="one JSON object per step, then a final one")
+    p.add_argument("--check", action="store_true",
+                   help="compare every row with the target decoding its prompt alone (greedy only): identical, or "
+                        "each row's first divergence and whether it is a near-tie; exit 1 on a bug")
     p.set_defaults(func=run)
 
 
@@ -46,10 +56,12 @@ def colour_row(r, decode) -> str:
 
 def run(args) -> int:
     check_run_args(args)        # numbers and policy, before any model loads
+    if args.check and args.temperature > 0:
+        raise LimitError("--check compares greedy runs: use --temperature 0")
     # on first use: transformers is slow to import
     from specviz.pairs.pipeline import encode_prompt, load_pair
 
-    pair = load_pair(args.target, args.draft, args.device, compile=args.compile)
+    pair = load_pair(args.target, args.draft, args.device, compile=args.compile, dtype=exact_dtype(args))
     if pair.fast.note:
         print(f"specviz: {pair.fast.note}", file=sys.stderr)
     tok = pair.tokenizer
@@ -72,9 +84,14 @@ def run(args) -> int:
     final = {"done": True, "target": args.target, "draft": args.draft, "path": pair.fast.shown,
              "prompt_ids": [engine.prompt_of(i) for i in outs], "outputs": list(outs.values()),
              "texts": [tok.decode(o, skip_special_tokens=True) for o in outs.values()], **t.as_dict()}
+    report = None
+    if args.check:
+        report = check_against_target(pair.target.model, pair.target.device, pair.target.eos_ids,
+                                      final["prompt_ids"], final["outputs"])
+        final["lossless"] = report.as_dict()
     if args.json:
         print(json.dumps(final), flush=True)
-        return 0
+        return _verdict(report, decode)
     if tty:
         print(f"\n{DIM}green = accepted draft, red = rejected draft, blue = target's own token{RESET}")
     for i, text in enumerate(final["texts"]):
@@ -82,4 +99,15 @@ def run(args) -> int:
     acc = "n/a" if t.acceptance_rate is None else f"{t.acceptance_rate:.1%}"
     print(f"--- {t.tokens} tokens in {t.wall_s:.2f} s = {t.tokens_per_s:.1f} tok/s; acceptance {acc}; "
           f"{t.mean_accepted_length:.2f} tokens per target pass; FLOPs ×{t.flops_ratio:.2f} of plain decoding")
-    return 0
+    if report is not None:
+        print("--- lossless check ---\n" + "\n".join(report.sentences(decode)))
+    return _verdict(report, decode)
+
+
+def _verdict(report, decode) -> int:
+    """Exit status of a checked run: 1 (and the bug on stderr) when a divergence is above the near-tie rule."""
+    if report is None or report.lossless:
+        return 0
+    for d in report.bugs:
+        print(f"specviz: error: {d.said(decode)}", file=sys.stderr)
+    return 1
