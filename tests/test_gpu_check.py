@@ -61,7 +61,8 @@ def test_dry_run_passes_every_step_and_writes_the_json(dry):
     assert all("nvml" in s for s in report["steps"] if s["name"] not in ("nvml", "counters"))
     # the short table, and each step's log beside the JSON
     assert "roofline-1.7b-graph" in r.stdout and "wrote " in r.stdout
-    assert (out / "steps" / "sweep" / "log.txt").exists()
+    assert (out / "steps" / "sweep" / "log.txt").exists() and (out / "steps" / "sweep" / "sweep.json").exists()
+    assert not list(out.rglob("*.html"))                 # the commands' charts stay out of DIR: it travels back
 
 
 def test_dry_run_draft_falls_back_with_a_note_while_the_synthetic_draft_is_unknown(dry, gc):
