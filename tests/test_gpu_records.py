@@ -89,6 +89,9 @@ def test_knee_chapter_draws_and_concludes_the_recorded_curves(make_pair):
     last = list(knee.run_knee(make_pair("ngram"), PEAKS, context=8, repeats=1, cap=2))[-1]
     assert last["conclusions"][1:] == ["recorded_overhead_bound", "recorded_overhead_bound"]
     assert len(last["conclusion_values"]) == 3 and last["conclusion_values"][0] == last["values"]
+    # every value the GPU variant of this machine's conclusion names is measured (a GPU runs it here)
+    gpu_text = lessons.text("en", "chapter.knee.conclusion_overhead_bound_gpu", **last["values"])
+    assert "{" not in gpu_text and f"near {last['predicted_knee']} tokens" in gpu_text
     fig = knee.figure_knee(last)
     names = [t.name for t in fig.data]
     assert f"{WHERE}: SmolLM2-1.7B (recorded)" in names

@@ -79,7 +79,7 @@ def run_knee(pair, peaks: Peaks | None, context: int = 256, repeats: int = 3,
     for ns, lat in knee_steps(t.model, t.device, t.dtype, context, repeats, cap, pair.target_cache):
         rows = knee_rows(spec, peaks, context, ns, lat)
         yield snapshot("knee", pair, settings, len(ns) / total, rows, **extra)
-    values = knee_values(ns, lat, rows)
+    values = {**knee_values(ns, lat, rows), "predicted_knee": predicted}
     extra["measured_knee"] = values["knee"]
     key = knee_conclusion(values["ratio2"], lat[0], rows[0]["roofline_ms"] / 1000 if peaks else None,
                           gpu=t.device.type == "cuda")
