@@ -121,7 +121,7 @@ def test_cli_bench_hf_reports_ratios_and_identity(tiny_paths):
             "--max-new-tokens", "8", "--repeats", "1", "--raw", "--prompt", "the quick")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout.strip().splitlines()[-1])
-    assert res["identical"] is True
+    assert res["identical"] is True and res["lossless"] is True and res["divergence"] == {}
     assert res["vs_assisted"] > 0 and res["vs_plain"] > 0 and 0 <= res["overhead_share"] < 1
     assert set(res["tokens_per_s"]) == {"ours_k", "ours_k0", "plain", "assisted"}
 

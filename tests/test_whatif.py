@@ -229,7 +229,7 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
     from specviz.hardware.device import Peaks
     from specviz.hardware.presets import MODELS
     from specviz.serve import runner
-    from specviz.ui import whatif, whatif_views
+    from specviz.ui import whatif, whatif_measured, whatif_views
 
     used = set()
     template = lessons.template
@@ -263,6 +263,7 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
     tiny_cpu = type("A", (), {"peaks": Peaks("cpu", 23e9, 0.24e12, "float32")})()
     tiny_gpu = type("A", (), {"peaks": Peaks("cuda", 4e12, 900e12, "bfloat16")})()
     for a, args in [(app, ["H200", "Qwen2.5-7B", "Qwen2.5-0.5B", 0.7, 1024, 0]),
+                    (app, ["H200", "Qwen3.5-27B (article)", whatif_views.NGRAM, 0.7, 1024, 0]),      # recorded there
                     (app, ["H100 SXM", "Llama-3.1-8B", "EAGLE-3:Llama-3.1-8B", 0.8, 800, 0, "ideal"]),
                     (app, [whatif_views.CUSTOM_GPU, "Llama-3.1-8B", whatif_views.NGRAM, 0.9, 800, 0, "calibrated", 2, 400]),
                     (tiny_cpu, [whatif_views.THIS_MACHINE, "SmolLM2-135M", whatif_views.NGRAM, 0.6, 256, 0]),
@@ -281,7 +282,7 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
     assert "rates from" in cal.name and "achieved rates" in cal.source          # the English, for the CLI
     generated += [lessons.say("fa", cal.name), lessons.say("fa", cal.source)]
     for prof in profiles + [replace(profiles[0], spec=None)]:
-        md, fig = whatif_views.profile_view([prof], prof.label, lang="fa")
+        md, fig = whatif_measured.profile_view([prof], prof.label, lang="fa")
         generated += [md, _figure_texts(fig)]
     # a series measured on the base stack (no bookkeeping fitted), and a stack with a single series
     from specviz.hardware.profiles import BASE_STACK, load_published
@@ -300,7 +301,7 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
     for out in _handler(blocks, "measure_knee")("tiny → tiny", request=fa):
         generated += [o for o in out if isinstance(o, str)]
     for upd in (replace(slow, done=False), replace(slow, peaks=None)):
-        md, fig = whatif_views.knee_view(upd, lang="fa")
+        md, fig = whatif_measured.knee_view(upd, lang="fa")
         generated += [md, _figure_texts(fig)]
     # the errors a student can meet
     for call in (lambda: whatif_views.compute(app, whatif_views.THIS_MACHINE, *vals[1:], lang="fa"),
@@ -310,11 +311,12 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
                  lambda: whatif_views.compute(app, "GTX 480", *vals[1:], lang="fa"),
                  lambda: whatif_views.compute(app, "H200", "GPT-9", whatif_views.NGRAM, 0.5, 1024, 0, lang="fa"),
                  lambda: whatif_views.compute(app, "H200", *vals[1:6], "magic", lang="fa"),
-                 lambda: whatif_views.profile_view(profiles, "nope", lang="fa")):
+                 lambda: whatif_measured.profile_view(profiles, "nope", lang="fa")):
         with pytest.raises(gr.Error) as err:
             call()
         generated.append(str(err.value))
     monkeypatch.setattr(whatif, "load_profiles", lambda: [])         # a checkout without recorded profiles
+    monkeypatch.setattr(whatif, "recorded_curves", lambda: [])
     bare = _fake_app()
     with gr.Blocks():
         whatif.build(bare)

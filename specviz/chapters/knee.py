@@ -1,5 +1,7 @@
 """Chapter: the knee. Latency of one target pass against tokens per pass, beside the roofline from this
-machine's calibrated peaks: flat while memory-bound, rising once compute-bound.
+machine's calibrated peaks: flat while memory-bound, rising once compute-bound. Beside it, the GPU curves
+recorded by scripts/gpu-check (assets/gpu/), each labelled with its device, forward path and date, and
+judged by the same rule.
 
 Measured: about 16 s on the 2-core CPU with the offline SmolLM2-135M.
 """
@@ -16,20 +18,45 @@ from specviz.chapters.plotting import PLAIN, REJECTED, VERIFY, labels_for, style
 from specviz.engine.torchmode import inference_steps
 from specviz.hardware.costmodel import latency_curve
 from specviz.hardware.device import KNEE_TOKENS, OVERHEAD_FACTOR, Peaks, find_knee, knee_steps
+from specviz.hardware.gpu_records import RecordedCurve, newest_per_model, recorded_curves
 from specviz.hardware.roofline import predicted_knee
 
+RECORDED = ("#1a9850", "#9e7cc1", "#f39c34")      # recorded GPU curves, dotted
 KNEE_FLAT = 1.15         # 2 tokens within 15 % of 1 token: "almost free"; beyond it extra tokens cost
 
 
-def knee_conclusion(ratio2: float, t1_s: float, roofline_t1_s: float | None) -> str:
+def knee_conclusion(ratio2: float, t1_s: float, roofline_t1_s: float | None, gpu: bool = False) -> str:
     """Not memory-bound when a 2-token pass costs ≥ 15 % more than a 1-token pass (extra tokens are not
-    free); else overhead-bound when one token took over twice its roofline time (fixed costs, not the
-    weight read, fill the pass); else flat (memory-bound: the textbook case)."""
+    free); else overhead-bound when one token took over twice its roofline time — its MBU below
+    1 / OVERHEAD_FACTOR: fixed costs, not the weight read, fill the pass (on a GPU: launches and Python,
+    named as such, never memory-bound); else flat (memory-bound: the textbook case)."""
     if ratio2 >= KNEE_FLAT:
         return "conclusion_not_memory_bound"
     if roofline_t1_s is not None and t1_s > OVERHEAD_FACTOR * roofline_t1_s:
-        return "conclusion_overhead_bound"
+        return "conclusion_overhead_bound_gpu" if gpu else "conclusion_overhead_bound"
     return "conclusion_flat"
+
+
+RECORDED_KEYS = {"conclusion_not_memory_bound": "recorded_not_memory_bound",
+                 "conclusion_overhead_bound_gpu": "recorded_overhead_bound", "conclusion_flat": "recorded_flat"}
+
+
+def recorded_conclusion(c: RecordedCurve) -> tuple[str, dict]:
+    """A recorded GPU curve judged by the same rule as this machine's: (lesson key, its values)."""
+    t1 = c.latency_s[0]
+    ratio2 = c.latency_s[1] / t1 if len(c.latency_s) > 1 else 1.0
+    roof_t1 = c.mbu_at_1_token * t1 if c.mbu_at_1_token else None
+    key = RECORDED_KEYS[knee_conclusion(ratio2, t1, roof_t1, gpu=True)]
+    return key, {"where": c.where, "model": c.model, "t1_ms": 1000 * t1, "mbu": c.mbu_at_1_token or 0.0,
+                 "flat_to": c.flat_to(), "ratio2": ratio2, "predicted": c.predicted_knee or "?",
+                 "knee": round(min(c.measured_knee or c.tokens_per_pass[-1], c.tokens_per_pass[-1]))}
+
+
+def recorded_series() -> list[dict]:
+    """The recorded GPU curves the chapter draws (newest run, one per model), JSON-able."""
+    return [{"where": c.where, "model": c.model, "tokens_per_pass": list(c.tokens_per_pass),
+             "measured_ms": [1000 * t for t in c.latency_s], "conclusion": recorded_conclusion(c)}
+            for c in newest_per_model(recorded_curves())]
 
 
 @inference_steps
@@ -45,17 +72,20 @@ def run_knee(pair, peaks: Peaks | None, context: int = 256, repeats: int = 3,
     predicted = predicted_knee(spec, peaks.bandwidth, peaks.flops, context) if peaks else None
     settings = settings_of(pair, context=context, repeats=repeats, cap=cap,
                          peaks=None if peaks is None else {"bandwidth": peaks.bandwidth, "flops": peaks.flops})
-    extra = {"predicted_knee": predicted, "measured_knee": None}
+    extra = {"predicted_knee": predicted, "measured_knee": None, "recorded": recorded_series()}
     yield snapshot("knee", pair, settings, 0.0, [], **extra)
     ns, lat, rows = [], [], []
     # through the forward path the pair's engine runs (the fast path once the app has switched to it)
     for ns, lat in knee_steps(t.model, t.device, t.dtype, context, repeats, cap, pair.target_cache):
         rows = knee_rows(spec, peaks, context, ns, lat)
         yield snapshot("knee", pair, settings, len(ns) / total, rows, **extra)
-    values = knee_values(ns, lat, rows)
+    values = {**knee_values(ns, lat, rows), "predicted_knee": predicted}
     extra["measured_knee"] = values["knee"]
-    key = knee_conclusion(values["ratio2"], lat[0], rows[0]["roofline_ms"] / 1000 if peaks else None)
-    yield finished(snapshot("knee", pair, settings, 1.0, rows, **extra), values, key, [key])
+    key = knee_conclusion(values["ratio2"], lat[0], rows[0]["roofline_ms"] / 1000 if peaks else None,
+                          gpu=t.device.type == "cuda")
+    recorded = [r["conclusion"] for r in extra["recorded"]]
+    yield finished(snapshot("knee", pair, settings, 1.0, rows, **extra), values, key,
+                   [key] + [k for k, _ in recorded], [values] + [v for _, v in recorded])
 
 
 def knee_rows(spec, peaks: Peaks | None, context: int, ns: list[int], lat: list[float]) -> list[dict]:
@@ -70,8 +100,11 @@ def knee_values(ns: list[int], lat: list[float], rows: list[dict]) -> dict:
     knee = find_knee(ns, lat) if len(ns) >= 2 else float(ns[-1])
     knee = int(round(min(max(finite(knee, ns[-1]), 1.0), ns[-1])))
     ratio2 = lat[1] / lat[0] if len(lat) > 1 and lat[0] > 0 else 1.0
+    roof = rows[0]["roofline_ms"]
     return {"knee": knee, "ratio2": ratio2, "overhead_ms": 1000 * min(lat),
-            "one_token_ms": 1000 * lat[0], "roofline_one_token_ms": rows[0]["roofline_ms"]}
+            "one_token_ms": 1000 * lat[0], "roofline_one_token_ms": roof,
+            # the one-token pass's share of the memory limit (its roofline time is the weights' streaming)
+            "mbu": roof / (1000 * lat[0]) if roof is not None and lat[0] > 0 else None}
 
 
 def figure_knee(result: dict, labels: dict | None = None, dark: bool = False) -> go.Figure:
@@ -86,6 +119,12 @@ def figure_knee(result: dict, labels: dict | None = None, dark: bool = False) ->
                                  line=dict(color=PLAIN, dash="dash", width=2)))
     fig.add_trace(go.Scatter(x=ns, y=[r["measured_ms"] for r in rows], mode="lines+markers", name=L["measured"],
                              line=dict(color=VERIFY, width=3)))
+    for i, rec in enumerate(result.get("recorded", [])):       # recorded on a GPU: where, path and when
+        name = lessons.chart_fill(L["recorded"], {"where": lessons.say(L.get("_lang", "en"), rec["where"]),
+                                                  "model": rec["model"]})
+        fig.add_trace(go.Scatter(x=rec["tokens_per_pass"], y=rec["measured_ms"], mode="lines+markers",
+                                 name=name,
+                                 line=dict(color=RECORDED[i % len(RECORDED)], width=2, dash="dot")))
     if result.get("measured_knee"):
         vline(fig, result["measured_knee"], lessons.chart_fill(L["knee_measured"], {"knee": result["measured_knee"]}),
                REJECTED, "dot")

@@ -15,16 +15,21 @@ includes compiling, reported as `warmup_s`, and the extra variants `ours_k_eager
 noise) measure whether the fast path paid on this machine — recorded for `--compile auto`.
 `verify_ms_k0` is the median one-token target pass inside our engine at depth 0 (B rows). `path` and
 `layout` say which forward path ran "ours" and which weight layouts served it (specviz.fastpath.layout).
+Losslessness: every variant's rows against plain `generate()`'s; `divergence` holds, per variant that
+differs, each row's first divergence and whether it is a near-tie (specviz.engine.divergence); `lossless`
+is false when one of ours is above the rule — a bug, reported on stderr with exit status 1.
 """
 from __future__ import annotations
 
 import json
 import statistics
+import sys
 import time
 
 import torch
 
-from specviz.cli.common import DEFAULT_PROMPTS, add_compile_arg, add_pair_args
+from specviz.cli.common import DEFAULT_PROMPTS, add_compile_arg, add_dtype_arg, add_pair_args, exact_dtype
+from specviz.engine.divergence import compare_rows
 from specviz.engine.request import Knobs
 from specviz.fastpath import record_auto
 from specviz.serve.door import check_knobs
@@ -40,6 +45,7 @@ def add_parser(sub) -> None:
     p.add_argument("--repeats", type=int, default=3, help="timed runs per variant (median reported)")
     p.add_argument("--raw", action="store_true")
     add_compile_arg(p)
+    add_dtype_arg(p)
     p.set_defaults(func=run)
 
 
@@ -94,7 +100,7 @@ def run(args) -> int:
     from specviz.pairs.pipeline import encode_prompt, load_pair
 
     checked = check_knobs(args.depth, args.batch_size)
-    pair = load_pair(args.target, args.draft, args.device, compile=args.compile)
+    pair = load_pair(args.target, args.draft, args.device, compile=args.compile, dtype=exact_dtype(args))
     if pair.fast.note:
         print(f"specviz: {pair.fast.note}")
     prompt = encode_prompt(pair.tokenizer, args.prompt, raw=args.raw)
@@ -113,7 +119,7 @@ def run(args) -> int:
     variants = {"ours_k": ours_k, "ours_k0": ours_k0, "plain": lambda: _hf(pair, prompts, N)}
     if pair.fast.on:       # the same engine on the stock modules: did the fast path pay here?
         eager = load_pair(args.target, args.draft, args.device, target=pair.target, draft=pair.draft,
-                          compile="off")
+                          compile="off", dtype=exact_dtype(args))
         variants["ours_k_eager"] = lambda: _ours(eager, prompts, k, N, B)[:3]
 
         def ours_k0_eager():
@@ -135,13 +141,19 @@ def run(args) -> int:
                 warmup[name] = secs
     med = {name: statistics.median(v) for name, v in rates.items()}
     identical = all(o == outputs["plain"] for o in outputs.values())
+    reports = {name: compare_rows(pair.target.model, pair.target.device, prompts, outs, outputs["plain"])
+               for name, outs in outputs.items() if name != "plain" and outs != outputs["plain"]}
+    # transformers' own assisted generation is reported, but a bug there is not ours to fail on
+    bugs = {name: r.bugs for name, r in reports.items() if name.startswith("ours") and r.bugs}
     totals = last_totals["k"]          # from the last timed run of our engine at depth k
     result = {
         "target": args.target, "draft": args.draft, "batch_size": B, "depth": k, "max_new_tokens": N,
         "tokens_per_s": med, "vs_plain": med["ours_k0"] / med["plain"],
         "spec_vs_plain": med["ours_k"] / med["plain"],
         "vs_assisted": med["ours_k"] / med["assisted"] if "assisted" in med else None,
-        "identical": identical, "acceptance_rate": totals.acceptance_rate,
+        "identical": identical, "lossless": not bugs,
+        "divergence": {name: r.as_dict() for name, r in reports.items()},
+        "acceptance_rate": totals.acceptance_rate,
         "overhead_share": totals.overhead_share, "repeats": args.repeats,
         "tokens": len(outputs["plain"][0]),
         "path": pair.fast.label, "fast_path": pair.fast.on, "layout": pair.fast.layout or "stock (transformers)",
@@ -158,5 +170,11 @@ def run(args) -> int:
     print(f"     path: {pair.fast.label} ({'fast' if pair.fast.on else 'eager'}); {result['layout']}")
     for name, v in med.items():
         print(f"{name:>9}: {v:8.2f} tok/s (median of {args.repeats})")
+    decode = pair.tokenizer.decode
+    for name, r in reports.items():
+        print(f"{name:>9}: " + " ".join(r.sentences(decode)))
     print(json.dumps(result))
-    return 0
+    for name, found in bugs.items():
+        for d in found:
+            print(f"specviz: error: {name}: {d.said(decode)}", file=sys.stderr)
+    return 1 if bugs else 0

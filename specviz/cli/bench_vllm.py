@@ -10,8 +10,9 @@ Without --vllm-url a local server is launched from `.venv-vllm` after our run (s
 CPU with ours) and stopped at the end.
 
 Compared: greedy token ids row by row (`identical_rows`); for a row that differs, the first differing
-position and our target's logit margin there (top-1 minus top-2, and ours minus vLLM's token), which tells
-a near-tie (float noise between two engines' kernels) from a real disagreement.
+position and our target's logit margin there (top-1 minus top-2, and ours minus vLLM's token), judged by
+SpecViz's one near-tie rule (specviz.engine.divergence): a near-tie (float noise between two engines'
+kernels) or a real disagreement, which ends the command with exit status 1 after its JSON.
 Last line: {"specviz": {...}, "vllm": {...}, "ratio", "rows", "identical_rows", ...}.
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 
 from specviz.cli.classroom import POOL, _pct
 from specviz.cli.common import add_compile_arg
+from specviz.engine.divergence import first_difference, is_near_tie, target_margins
 from specviz.engine.request import Knobs, Request
 from specviz.limits import Limits
 from specviz.serve.door import check_count, check_run
@@ -210,25 +212,15 @@ def _time_line(t: dict) -> str:
     return line
 
 
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    """The first position where two token lists differ (None when equal)."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 def _margin(pair, prompt: list[int], ours: list[int], pos: int, theirs: int | None) -> dict:
-    """Our target's logits at the first differing position: top-1 − top-2, and ours − vLLM's token."""
-
-    ids = torch.tensor([prompt + ours[:pos]], device=pair.target.device)
-    with torch.inference_mode():
-        logits = pair.target.model(ids).logits[0, -1].float()
-    top = torch.topk(logits, 2).values
-    out = {"position": pos, "ours": ours[pos] if pos < len(ours) else None, "vllm": theirs,
-           "top1_minus_top2": float(top[0] - top[1])}
-    if theirs is not None and pos < len(ours):
-        out["ours_minus_vllm"] = float(logits[ours[pos]] - logits[theirs])
+    """Our target's own pass at the first differing position (engine.divergence): top-1 − top-2, ours −
+    vLLM's token, and whether the difference is a near-tie under SpecViz's one rule."""
+    mine = ours[pos] if pos < len(ours) else None
+    m = target_margins(pair.target.model, pair.target.device, prompt + ours[:pos], mine, theirs)
+    out = {"position": pos, "ours": mine, "vllm": theirs, "top1_minus_top2": m.top1_minus_top2,
+           "near_tie": is_near_tie(m.top1_minus_top2, m.ours_gap, m.reference_gap)}
+    if m.ours_minus_reference is not None:
+        out["ours_minus_vllm"] = m.ours_minus_reference
     return out
 
 
@@ -323,4 +315,8 @@ def run(args) -> int:
             print(f"   ours ÷ vLLM: {result['ratio']:.2f}× by medians"
                   + (f", {paired:.2f}× paired by round" if paired else ""), file=sys.stderr)
     print(json.dumps(result), flush=True)
-    return 0
+    real = [d for d in differ if not d["near_tie"]]
+    for d in real:
+        print(f"specviz: error: row {d['row'] + 1} differs from vLLM at token {d['position'] + 1} by more than a "
+              f"near-tie (top-1 − top-2 {d['top1_minus_top2']:.3g} logits)", file=sys.stderr)
+    return 1 if real else 0

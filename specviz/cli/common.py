@@ -8,6 +8,7 @@ from specviz.engine.policies import FIXED, POLICY_NAMES, parse_table, reading
 from specviz.engine.request import MAX_BATCH, Knobs
 from specviz.fastpath import CompileError, check_compile
 from specviz.limits import MAX_DEPTH, check_prompt_text
+from specviz.pairs.models import DTYPES
 from specviz.serve.door import RunArgs, check_run
 
 DEFAULT_TARGET = "smollm2-135m-offline"
@@ -36,6 +37,27 @@ def add_compile_arg(p) -> None:
                         "its pass measured faster than eager on this machine (compiled on CUDA where bench-hf "
                         "--compile on measured it faster); static = that path, always; on = compiled; "
                         "off = stock transformers")
+
+
+def add_dtype_arg(p) -> None:
+    p.add_argument("--dtype", default="auto", choices=DTYPES,
+                   help="model weights: auto (default) = bf16 on CUDA, fp32 on a CPU; float32 on CUDA, with TF32 "
+                        "off, is the exact check of losslessness: it costs about twice the memory and the memory "
+                        "traffic of bf16, so every pass takes about twice as long")
+
+
+def exact_dtype(args) -> str | None:
+    """The dtype the models load in (None: auto). --dtype float32 also switches TF32 off for this process, so
+    fp32 matrix products on a GPU are not rounded to 10-bit mantissas behind the flag's back."""
+    if getattr(args, "dtype", "auto") != "float32":
+        return None
+    # on first use: torch is slow to import
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    return "float32"
 
 
 def add_run_args(p) -> None:

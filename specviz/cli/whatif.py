@@ -4,6 +4,10 @@
         --alpha 0.7 --context 800 --batch-sizes 1,2,4,8,16,32,64 --depths 0,1,2,3,4 --json
     python -m specviz whatif --published [--json]   # estimates against the published measurements
     python -m specviz whatif --sweeps [--json]      # against this project's recorded CPU sweeps
+    python -m specviz whatif --recorded [--json]    # against the GPU curves scripts/gpu-check recorded
+
+A grid for a GPU preset and model preset with a recorded GPU curve (assets/gpu/) also holds the estimate
+against it: `recorded` gives, at the recording's own points and context, measured and estimated ms per pass.
 
 Pure arithmetic (roofline + recorded JSON): no torch needed. Bad input ends as one line on stderr and
 exit status 2, like every other command.
@@ -13,7 +17,7 @@ from __future__ import annotations
 import json
 import sys
 
-from specviz.hardware import costmodel, presets, profiles
+from specviz.hardware import costmodel, gpu_records, presets, profiles
 
 MODELS = ("calibrated", "ideal")
 LIMITS = {"batch-sizes": (1, 65536), "depths": (0, 64)}
@@ -47,6 +51,8 @@ def add_parser(sub) -> None:
                    help="compare both models with every published measurement instead")
     p.add_argument("--sweeps", action="store_true",
                    help="compare both models with this project's recorded CPU sweeps instead")
+    p.add_argument("--recorded", action="store_true",
+                   help="compare both models with the GPU curves scripts/gpu-check recorded (assets/gpu/) instead")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -57,6 +63,8 @@ def run(args) -> int:
             out = published_report()
         elif args.sweeps:
             out = sweeps_report()
+        elif args.recorded:
+            out = recorded_report()
         else:
             out = grid(args)
     except (WhatIfError, presets.PresetError) as exc:
@@ -128,7 +136,12 @@ def grid(args) -> dict:
         if k > 0:
             below = [r["batch_size"] for r in rows if r["depth"] == k and r["speedup"] < 1]
             by_depth[str(k)] = below[0] if below else None
-    return {"label": ESTIMATE, "model": args.model, "stack": None if args.model == "ideal" else stack_name(args.stack),
+    curve = gpu_records.curve_for(gpu.name, args.target) if gpu.name in presets.GPUS else None
+    held = None if curve is None else gpu_records.hold_against(
+        curve, setup.bandwidth, setup.flops, setup.target, None if setup.calibration.is_ideal else setup.calibration,
+        setup.overhead_s).as_dict()
+    return {"label": ESTIMATE, "recorded": held,
+            "model": args.model, "stack": None if args.model == "ideal" else stack_name(args.stack),
             "calibration": setup.calibration.name,
             "calibration_source": setup.calibration.source, "gpu": gpu.name, "target": args.target,
             "draft": args.draft, "alpha": args.alpha, "context": args.context,
@@ -206,6 +219,21 @@ def _sweep_row(model: str, sw, prof, cal: costmodel.Calibration, curve: tuple) -
             "speedup_max_abs_error": round(max(map(abs, rel_err)), 3)}
 
 
+def recorded_report() -> dict:
+    """Every recorded GPU curve against the calibrated and the ideal estimate for its GPU and model presets."""
+    curves = gpu_records.recorded_curves()
+    if not curves:
+        raise WhatIfError(f"no recorded GPU run readable in {gpu_records.GPU_DIR}")
+    out = []
+    for c in curves:
+        held = gpu_records.preset_estimates(c)
+        for model, h in (held or {}).items():
+            out.append({"estimate": model, **h.as_dict()})
+        if held is None:
+            out.append({"estimate": None, "recorded": str(c.label), "note": "no GPU or model preset names it"})
+    return {"label": ESTIMATE, "comparisons": out}
+
+
 # --- plain text -----------------------------------------------------------------------------------------
 
 def render(out: dict) -> str:
@@ -218,13 +246,17 @@ def render(out: dict) -> str:
         cross = out["crossover_batch"]
         lines.append(f"speculation stops paying from batch {cross}" if cross else
                      "speculation still pays at the largest batch")
+        if out.get("recorded"):
+            lines.append(_recorded_line(out["model"], out["recorded"]))
         return "\n".join(lines)
     lines = [f"{f['stack']}: bookkeeping {f['row_overhead_us']:.0f} µs per sequence per speculative step, fitted "
              f"to {', '.join(f['fitted_to'])} (max error {100 * f['max_abs_error']:.0f} %); held out: "
              + "; ".join(f"{h['series']} {100 * h['max_abs_error']:.0f} %" for h in f["held_out"])
              for f in out.get("stack_fits", [])]
     for c in out["comparisons"]:
-        if "series" in c:
+        if "recorded" in c:
+            lines.append(_recorded_line(c["estimate"], c) if c["estimate"] else f"{c['recorded']}: {c['note']}")
+        elif "series" in c:
             lines.append(f"{c['model']:>10} {c['series']}: α = {c['alpha']:.3f} ({c['alpha_from']}), max error "
                          f"{100 * c['max_abs_error']:.0f} %, crossover {c['crossover_estimate']} "
                          f"(published {c['crossover_published']})")
@@ -232,3 +264,10 @@ def render(out: dict) -> str:
             lines.append(f"{c['model']:>10} {c['sweep']}: tokens/s mean error {100 * c['mean_abs_error']:.0f} %, "
                          f"max {100 * c['max_abs_error']:.0f} %; speed-up mean {100 * c['speedup_mean_abs_error']:.0f} %")
     return "\n".join(lines)
+
+
+def _recorded_line(model: str, r: dict) -> str:
+    """One recorded curve against one estimate: measured and estimated ms at the first and last point."""
+    m, e, n = r["measured_ms"], r["estimate_ms"], r["tokens_per_pass"]
+    return (f"{r['recorded']}, context {r['context']}: {n[0]} token {m[0]:.2f} ms measured vs {e[0]:.2f} ms "
+            f"{model} estimate ({m[0] / e[0]:.1f}×); {n[-1]} tokens {m[-1]:.2f} vs {e[-1]:.2f} ms ({m[-1] / e[-1]:.1f}×)")

@@ -126,10 +126,15 @@ def pick_device(prefer: str | None = None):
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def pick_dtype(device):
+DTYPES = ("auto", "float32")     # what --dtype takes: auto = bf16 on CUDA, fp32 on a CPU
+
+
+def pick_dtype(device, want: str | None = None):
     # on first use: torch is slow to import
     import torch
 
+    if want == "float32":           # the exact check (TF32 is the caller's to switch off: it is process-wide)
+        return torch.float32
     # bf16 halves the bytes streamed per token on GPU; CPU kernels are fastest and exact in fp32.
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
@@ -207,13 +212,14 @@ def resolve_ref(ref: str) -> str:
     return ref
 
 
-def load_model(ref: str, device: str | None = None) -> LoadedModel:
-    """Load a causal LM and its tokenizer from a model reference. Never runs remote code."""
+def load_model(ref: str, device: str | None = None, dtype: str | None = None) -> LoadedModel:
+    """Load a causal LM and its tokenizer from a model reference. Never runs remote code. `dtype`: one of
+    DTYPES (None: auto)."""
     # imported here: torch and transformers take seconds to import, and the CLI checks its arguments first
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dev = pick_device(device)
-    dtype = pick_dtype(dev)
+    dtype = pick_dtype(dev, dtype)
     if (ref or "").strip().startswith(SHAPE_PREFIX):
         return random_model(ref.strip(), dev, dtype)
     where = resolve_ref(ref)

@@ -68,10 +68,11 @@ def _logit_width(loaded: LoadedModel) -> int:
 
 def load_pair(target_ref: str, draft_ref: str, device: str | None = None,
               target: LoadedModel | None = None, draft: LoadedModel | None = None,
-              compile: str | None = None) -> Pair:
+              compile: str | None = None, dtype: str | None = None) -> Pair:
     """Load target and draft (reusing already loaded models when given) and build the drafter.
     `compile` (off / on / auto, or static for tests) picks the forward path, see specviz.fastpath;
-    None reads SPECVIZ_COMPILE (what `app.py --compile` sets), default auto (as the app)."""
+    None reads SPECVIZ_COMPILE (what `app.py --compile` sets), default auto (as the app). `dtype`: the
+    models' weights (pairs.models.DTYPES; None: auto)."""
     if compile is None:
         compile = os.environ.get("SPECVIZ_COMPILE", "auto")
     dref = parse_draft_ref(draft_ref)
@@ -79,7 +80,7 @@ def load_pair(target_ref: str, draft_ref: str, device: str | None = None,
         # random weights accept nothing a real draft proposes: only the synthetic draft sets acceptance there
         if ref.strip().startswith(SHAPE_PREFIX) and (dref.kind != "synthetic" or "@" not in ref):
             raise ModelError(Said("errors.random_weights", ref=ref))
-    target = target or load_model(target_ref, device)
+    target = target or load_model(target_ref, device, dtype)
     tspec = _spec(target, target_ref)
     width = _logit_width(target)
     tcache, fast = cache_factory(target.model, resolve(compile, target.device))
@@ -100,7 +101,7 @@ def load_pair(target_ref: str, draft_ref: str, device: str | None = None,
                     lambda: ModelDrafter(view, tspec, target.device, target.dtype, width, layer_map, kept, label,
                                          dcache),
                     tspec, tspec, width, fast, tcache)
-    draft = draft or load_model(dref.ref, device)
+    draft = draft or load_model(dref.ref, device, dtype)
     check_same_vocabulary(target, draft)
     dspec = _spec(draft, dref.ref)
     vocab = min(width, _logit_width(draft))   # Qwen2.5 sizes pad embeddings differently

@@ -8,6 +8,7 @@ from __future__ import annotations
 import atexit
 import collections
 import csv
+import html
 import os
 import shutil
 import tempfile
@@ -17,10 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import gradio as gr
-import torch
 from gradio.utils import get_upload_folder
 
 from specviz import lessons
+from specviz.engine.divergence import DivergenceReport, check_against_target, rule_said
 from specviz.serve import recordings
 from specviz.serve.catalog import known_label
 from specviz.serve.live import LiveRun
@@ -28,7 +29,7 @@ from specviz.serve.recordings import Recording
 from specviz.ui.errors import error
 from specviz.ui.i18n import t
 
-NEAR_TIE = 0.05        # a logit margin below this is within float noise of a tie (fp32 or bf16 kernels)
+LOSSLESS_ROWS = 8       # rows the lossless check decodes again (each one a plain decode of the target)
 REPLAY_MAX_GAP_S = 2.0  # a replay never waits longer than this between two steps
 KEEP_RUNS = 500         # sessions whose last finished Run is kept (lossless check, downloads)
 REPLAY_AT_ONCE = 48     # replays playing at once (each holds a worker thread while it sleeps between steps)
@@ -188,6 +189,8 @@ class RunStore:
 
     # --- lossless check -------------------------------------------------------------------------------
     def check_lossless(self, session: str, app, lang: str) -> str:
+        """Every row (up to LOSSLESS_ROWS) against the target decoding its prompt alone: "identical", or per
+        row the first divergence judged by the one near-tie rule (engine.divergence); a bug reads red."""
         run = self.last(session)
         if run is None or not run.result.get("outputs"):
             return lessons.text(lang, "playground.lossless_none")
@@ -196,45 +199,29 @@ class RunStore:
         if app.runner.zero_gpu:
             return lessons.say(lang, lessons.Said("errors.lossless_zerogpu"))
         pair = app.load(run.choice, lang)
-        prompt, ours = list(run.result["prompt_ids"][0]), list(run.result["outputs"][0])
-        ref = target_alone(pair, prompt, len(ours))
-        for pos, (a, b) in enumerate(zip(ours, ref)):
-            if a != b:
-                return self._difference(pair, prompt, ours, ref, pos, lang)
-        if len(ref) < len(ours):
-            return self._difference(pair, prompt, ours, ref + [-1], len(ref), lang)
-        return t(lang, "app.lossless_identical", n=len(ours))
-
-    def _difference(self, pair, prompt, ours, ref, pos, lang) -> str:
-        margin = logit_margin(pair, prompt + ours[:pos])
-        dec = pair.tokenizer.decode
-        msg = t(lang, "app.lossless_differs", pos=pos + 1, target_tok=lessons.quoted(dec([ref[pos]])) if ref[pos] >= 0 else lessons.text(lang, "app.end_of_text"),
-                ours_tok=lessons.quoted(dec([ours[pos]])), margin=f"{margin:.2g}")
-        if margin < NEAR_TIE:
-            msg += " " + lessons.text(lang, "app.lossless_near_tie")
-        return msg
+        prompts = [list(p) for p in run.result["prompt_ids"]][:LOSSLESS_ROWS]
+        ours = [list(o) for o in run.result["outputs"]][:LOSSLESS_ROWS]
+        target = pair.target
+        report = check_against_target(target.model, target.device, target.eos_ids, prompts, ours)
+        return lossless_md(lang, report, len(run.result["outputs"]), pair.tokenizer.decode)
 
 
-def target_alone(pair, prompt: list[int], max_new: int) -> list[int]:
-    """The target's own greedy continuation of `prompt` (transformers' generate, no draft, no batch)."""
-
-    model = pair.target.model
-    ids = torch.tensor([prompt], device=pair.target.device)
-    with torch.inference_mode():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new,
-                             pad_token_id=pair.target.eos_ids[0] if pair.target.eos_ids else 0,
-                             eos_token_id=list(pair.target.eos_ids) or None,
-                             temperature=None, top_p=None, top_k=None)
-    return out[0, len(prompt):].tolist()
-
-
-def logit_margin(pair, seq: list[int]) -> float:
-    """How far the target's best next token is ahead of its second best after `seq`."""
-
-    with torch.inference_mode():
-        logits = pair.target.model(torch.tensor([seq], device=pair.target.device)).logits[0, -1].float()
-    top = torch.topk(logits, 2).values
-    return float(top[0] - top[1])
+def lossless_md(lang: str, report: DivergenceReport, rows: int, decode) -> str:
+    """The check's answer in the reader's language: one line for identical output, else one per diverging
+    row (a bug in red), the near-tie explanation and the rule."""
+    if report.identical:
+        parts = [t(lang, "app.lossless_identical", n=report.tokens)]
+    else:
+        parts = []
+        for d in report.divergences:
+            line = html.escape(lessons.say(lang, d.said(decode)))
+            parts.append(line if d.near_tie else f'<span class="sv-bug">{line}</span>')
+        if any(d.near_tie for d in report.divergences):
+            parts.append(lessons.text(lang, "app.lossless_near_tie"))
+        parts.append(lessons.say(lang, rule_said()))
+    if rows > report.rows:
+        parts.append(t(lang, "lossless.rows_checked", checked=report.rows, rows=rows))
+    return "\n\n".join(parts)
 
 
 def write_csv(path: str, rows: list[dict]) -> None:

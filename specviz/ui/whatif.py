@@ -8,6 +8,7 @@ from __future__ import annotations
 import gradio as gr
 
 from specviz import lessons
+from specviz.hardware.gpu_records import as_profile, recorded_curves
 from specviz.hardware.presets import MODELS
 from specviz.hardware.profiles import load_profiles
 from specviz.limits import LimitError
@@ -16,9 +17,9 @@ from specviz.serve import runner
 from specviz.serve.catalog import pair_options
 from specviz.ui.errors import as_sentences
 from specviz.ui.runs import TempFiles, write_csv
-from specviz.ui.whatif_views import (DEFAULTS, KNEE_CONTEXT, compute, csv_rows, draft_options, gpu_options, is_rtl,
-                                     knee_view, lang_of, model_options, model_spec, profile_view, remap_draft,
-                                     speedup_view, tx)
+from specviz.ui.whatif_measured import KNEE_CONTEXT, knee_view, profile_view
+from specviz.ui.whatif_views import (DEFAULTS, compute, csv_rows, draft_options, gpu_options, is_rtl, lang_of,
+                                     model_options, model_spec, remap_draft, speedup_view, tx)
 
 
 def _label(key: str) -> dict:
@@ -164,7 +165,8 @@ def _build_measure(app) -> None:
 def _build_profiles(app, lang_box) -> None:
     tr = app.tr
     _text_md(tr, "profiles_heading")
-    profiles = load_profiles()
+    # this project's recorded profiles, then the GPU curves scripts/gpu-check recorded (assets/gpu/)
+    profiles = load_profiles() + [as_profile(c) for c in recorded_curves()]
     if not profiles:
         _text_md(tr, "no_profiles")
         return

@@ -11,7 +11,8 @@ from specviz import charts, lessons
 from specviz.hardware import costmodel, presets
 from specviz.hardware import roofline as rf
 from specviz.hardware.costmodel import crossover_from_rows, latency_curve, whatif_rows
-from specviz.hardware.device import OVERHEAD_FACTOR, find_knee
+from specviz.hardware.device import OVERHEAD_FACTOR
+from specviz.hardware.gpu_records import RecordedCurve, curve_for, hold_against, recorded_curves
 from specviz.hardware.presets import GPUS, MODELS
 from specviz.hardware.profiles import (Profile, compare, fit_stack, gpu_calibration, load_profiles, load_published,
                                        preset_calibration, profile_calibration, profile_for_device, stack_calibration)
@@ -215,13 +216,39 @@ def compute(app, gpu, target, draft, alpha, context, overhead_ms, model=CALIBRAT
                        setup.overhead_s, cal)
     kind = _kind(model, cal)
     labels = chart_labels(lang)
-    fig_lat = charts.latency_figure(TOKENS, ideal_ms, knee, title=tx(lang, "latency_title", target=target, gpu=gpu),
+    curve = curve_for(gpu, target) if gpu in GPUS else None
+    measured = None
+    if curve is not None:         # the recorded GPU curve, labelled with where, on which path and when
+        measured = (list(curve.tokens_per_pass), list(curve.latency_s))
+        labels = {**labels, "measured": lessons.isolate_rtl(tx(lang, "chart.recorded", where=curve.where))}
+    fig_lat = charts.latency_figure(TOKENS, ideal_ms, knee, measured,
+                                    title=tx(lang, "latency_title", target=target, gpu=gpu),
                                     calibrated_ms=cal_ms, labels=labels)
     fig_x = charts.crossover_figure([r for r in rows if r["depth"] in PLOT_DEPTHS],
                                     tx(lang, "crossover_title", alpha=alpha, kind=model_name(lang, kind)), labels)
     md = summary_md(rows, hw_desc, setup, draft, knee, alpha, kind, note, ideal_ms, cal_ms, lang)
+    md += recorded_md(gpu, target, curve, setup, kind, lang)
     md += "\n\n" + published_md(setup, gpu, target, draft, alpha, kind, lang)
     return md, _for_reader(fig_lat, lang), _for_reader(fig_x, lang)
+
+
+def recorded_md(gpu: str, target: str, curve: RecordedCurve | None, setup: costmodel.Setup, kind: str,
+                lang: str = lessons.DEFAULT_LANG) -> str:
+    """The estimate held against the GPU curve recorded for this preset and model (assets/gpu/): the
+    difference at one token and at the largest block, at the recording's own context."""
+    if curve is None:
+        known = gpu in GPUS and any(c.on_gpu(gpu) for c in recorded_curves())
+        return "\n\n" + tx(lang, "recorded_none", model=target, gpu=gpu) if known else ""
+    cal = None if setup.calibration.is_ideal else setup.calibration
+    held = hold_against(curve, setup.bandwidth, setup.flops, setup.target, cal, setup.overhead_s)
+    m, e, r = curve.latency_s, held.estimate_s, held.ratios
+    text = tx(lang, "recorded_vs_estimate", where=curve.where, model=curve.model, context=curve.context,
+              m1=1000 * m[0], e1=1000 * e[0], r1=r[0], n=curve.tokens_per_pass[-1], mn=1000 * m[-1],
+              en=1000 * e[-1], rn=r[-1], kind=model_name(lang, kind))
+    mbu = curve.mbu_at_1_token
+    if mbu is not None and mbu < 1 / OVERHEAD_FACTOR:       # the knee chapter's overhead-bound rule
+        text += " " + tx(lang, "recorded_overhead", mbu=mbu)
+    return "\n\n" + text
 
 
 def _kind(model: str, cal: costmodel.Calibration) -> str:
@@ -379,56 +406,3 @@ def speedup_view(app, gpu, target, draft, alpha, context, overhead_ms, model=CAL
     return _for_reader(charts.speedup_figure(curves, [k], points,
                                              tx(lang, "speedup_title", k=k, pub=tx(lang, "published_label")),
                                              labels), lang)
-
-
-def profile_view(profiles: list[Profile], name: str, lang: str = lessons.DEFAULT_LANG):
-    prof = next((p for p in profiles if p.label == name), None)
-    if prof is None:
-        raise gr.Error(tx(lang, "unknown_profile", name=_short(name)))
-    est = cal = None
-    if prof.spec is not None:
-        est = [1000 * s for s in latency_curve(prof.spec, prof.bandwidth, prof.flops, prof.tokens_per_pass,
-                                               prof.context)]
-        fitted = profile_calibration(prof)
-        cal = [1000 * s for s in latency_curve(prof.spec, prof.bandwidth, prof.flops, prof.tokens_per_pass,
-                                               prof.context, calibration=fitted)]
-    fig = charts.latency_figure(prof.tokens_per_pass, est or [None] * len(prof.tokens_per_pass),
-                                prof.predicted_knee, (prof.tokens_per_pass, prof.latency_s), prof.measured_knee,
-                                title=tx(lang, "profile_title", target=prof.target, device=prof.device),
-                                calibrated_ms=cal, labels=chart_labels(lang))
-    pred = tx(lang, "profile_no_shape") if prof.predicted_knee is None else f"{prof.predicted_knee}"
-    md = tx(lang, "profile_md", device=prof.device, bw=prof.bandwidth / 1e9, fl=prof.flops / 1e12,
-            context=prof.context, knee=prof.measured_knee, pred=pred)
-    if cal is not None:
-        worst = max(abs(c / (1000 * t) - 1) for c, t in zip(cal, prof.latency_s))
-        md += tx(lang, "profile_fit", overhead=1000 * fitted.layer_overhead_s * prof.spec.n_layers,
-                 eff=fitted.flops_eff, worst=worst)
-    return md, _for_reader(fig, lang)
-
-
-KNEE_CONTEXT = 256
-
-
-def knee_view(upd, context: int = KNEE_CONTEXT, lang: str = lessons.DEFAULT_LANG):
-    """Markdown and figure for a (partial) measured curve, with the roofline prediction beside it."""
-    spec, peaks = upd.spec, upd.peaks
-    est, predicted = [None] * len(upd.tokens_per_pass), None
-    if peaks is not None:
-        est = [1000 * s for s in latency_curve(spec, peaks.bandwidth, peaks.flops, upd.tokens_per_pass, context)]
-        predicted = predicted_knee(spec, peaks.bandwidth, peaks.flops, context)
-    knee = find_knee(upd.tokens_per_pass, upd.latency_s) if upd.done and len(upd.tokens_per_pass) >= 4 else None
-    fig = charts.latency_figure(upd.tokens_per_pass, est, predicted, (upd.tokens_per_pass, upd.latency_s), knee,
-                                title=tx(lang, "knee_title", model=spec.name, device=upd.device),
-                                labels=chart_labels(lang))
-    _for_reader(fig, lang)
-    points = lessons.Listed(f"{n} → {1000 * t:.1f} ms" for n, t in zip(upd.tokens_per_pass, upd.latency_s))
-    if not upd.done:
-        return tx(lang, "knee_progress", device=upd.device, points=points), fig
-    flat = upd.latency_s[1] / upd.latency_s[0] if len(upd.latency_s) > 1 else float("nan")
-    pred = (tx(lang, "knee_no_peaks") if predicted is None else
-            tx(lang, "knee_pred", knee=predicted, bw=peaks.bandwidth / 1e9, fl=peaks.flops / 1e12))
-    text = tx(lang, "knee_md", device=upd.device, model=spec.name, context=context, points=points, knee=knee,
-              pred=pred, flat=flat)
-    if peaks is not None and upd.latency_s[0] > OVERHEAD_FACTOR * est[0] / 1000:
-        text += "\n\n" + tx(lang, "knee_overhead", ratio=upd.latency_s[0] / (est[0] / 1000))
-    return text, fig

@@ -1,0 +1,115 @@
+"""scripts/gpu-check: its dry run on tiny models on this CPU (every step, the JSON's structure), and how it
+reports a step that fails, hangs or has no time left while the others go on."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib.machinery import SourceFileLoader
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "gpu-check"
+STEPS = ["calibrate", "prepare", "roofline-1.7b-graph", "roofline-1.7b-eager", "bench-hf", "sweep", "frontier",
+         "scheduler-8", "divergence", "divergence-fp32", "roofline-27b-graph", "roofline-27b-eager", "nvml", "counters"]
+ROOFLINE_KEYS = {"target", "mbu_at_1_token", "measured_knee", "tokens_per_pass", "latency_s"}
+
+
+@pytest.fixture(scope="module")
+def gc():
+    return SourceFileLoader("gpu_check", str(SCRIPT)).load_module()
+
+
+@pytest.fixture(scope="module")
+def dry(tmp_path_factory):
+    """One dry run for the module (several minutes on a busy 2-core machine: it starts a dozen processes)."""
+    out = tmp_path_factory.mktemp("gpu-check")
+    r = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(out)], capture_output=True,
+                       text=True, timeout=2400, cwd=ROOT)
+    return r, json.loads((out / "gpu-check.json").read_text()), out
+
+
+def test_dry_run_passes_every_step_and_writes_the_json(dry):
+    r, report, out = dry
+    failed = {s["name"]: (s["status"], s.get("error"), s.get("log_tail")) for s in report["steps"]
+              if s["status"] != "passed"}
+    assert r.returncode == 0 and not failed, (failed, r.stderr[-2000:])
+    assert [s["name"] for s in report["steps"]] == STEPS
+    assert report["dry_run"] is True and report["goals"] is None and report["format"] == "specviz gpu-check 1"
+    assert report["device"]["kind"] == "cpu" and report["device"]["torch"] and report["device"]["name"]
+    for s in report["steps"]:
+        assert {"name", "status", "path", "seconds", "result"} <= set(s) and s["seconds"] >= 0, s["name"]
+        assert isinstance(s["result"], dict), s["name"]
+    by = {s["name"]: s for s in report["steps"]}
+    assert by["roofline-1.7b-graph"]["path"] == "graph" and by["roofline-1.7b-eager"]["path"] == "eager"
+    assert by["roofline-1.7b-graph"]["compile"] == "static" and by["roofline-1.7b-eager"]["compile"] == "off"
+    for name in ("roofline-1.7b-graph", "roofline-1.7b-eager", "roofline-27b-graph", "roofline-27b-eager"):
+        res = by[name]["result"]
+        assert ROOFLINE_KEYS <= set(res) and len(res["tokens_per_pass"]) == len(res["latency_s"]) >= 4, name
+        assert res["mbu_at_1_token"] > 0 and res["measured_knee"] > 0
+    rows = by["sweep"]["result"]["rows"]
+    assert {(x["batch_size"], x["depth"]) for x in rows} == {(1, 0), (1, 2), (4, 0), (4, 2)}
+    assert by["bench-hf"]["result"]["lossless"] is True
+    assert by["frontier"]["result"]["identical"] is True and by["frontier"]["result"]["rows"]
+    sched = by["scheduler-8"]["result"]
+    assert sched["done"] == sched["users"] == 8 and not sched["errors"] and sched["lossless"] is True
+    for name in ("divergence", "divergence-fp32"):
+        assert by[name]["result"]["lossless"]["lossless"] is True and by[name]["result"]["lossless"]["rows"] == 4
+    assert by["nvml"]["result"]["samples"] > 0 and by["counters"]["result"]["recompile_warnings"] == 0
+    assert all("nvml" in s for s in report["steps"] if s["name"] not in ("nvml", "counters"))
+    # the short table, and each step's log beside the JSON
+    assert "roofline-1.7b-graph" in r.stdout and "wrote " in r.stdout
+    assert (out / "steps" / "sweep" / "log.txt").exists() and (out / "steps" / "sweep" / "sweep.json").exists()
+    assert not list(out.rglob("*.html"))                 # the commands' charts stay out of DIR: it travels back
+
+
+def test_dry_run_draft_falls_back_with_a_note_while_the_synthetic_draft_is_unknown(dry, gc):
+    r, report, _ = dry
+    draft, note = gc.pick_draft(gc.DRAFT)
+    assert report["draft"] == draft
+    if note:
+        assert note in report["notes"] and note in r.stderr and draft == gc.FALLBACK_DRAFT
+
+
+def test_a_failing_hanging_or_late_step_is_reported_and_the_others_go_on(gc, tmp_path, monkeypatch):
+    plan = gc.Plan(tmp_path, tmp_path, True, "ngram", gc.DRY, {"PATH": "/usr/bin:/bin"}, gc.DRY_PATHS)
+
+    class NoSamples:
+        def window(self, t0, t1):
+            return {"source": "none", "samples": 0}
+
+    py = sys.executable
+    says_bug = gc.run_one("a", "graph", 60, [py, "-c", "print('{\"lossless\": false}')"], plan, NoSamples())
+    assert says_bug["status"] == "failed" and says_bug["error"] == "lossless is false"
+    crash = gc.run_one("b", None, 60, [py, "-c", "import sys; sys.exit('boom')"], plan, NoSamples())
+    assert crash["status"] == "failed" and crash["error"] == "boom" and crash["returncode"] == 1
+    monkeypatch.setattr(gc, "MIN_STEP_S", 0)
+    hang = gc.run_one("c", None, 1, [py, "-c", "import time; time.sleep(600)"], plan, NoSamples())
+    assert hang["status"] == "timed out"
+    monkeypatch.setattr(gc, "MIN_STEP_S", 15)
+    late = gc.run_one("d", None, 3, [py, "-c", "print(1)"], plan, NoSamples())
+    assert late["status"] == "skipped" and "deadline" in late["error"]
+    fine = gc.run_one("e", "eager", 60, [py, "-c", "print('x'); print('{\"identical\": true, \"graphs\": 3}')"],
+                      plan, NoSamples())
+    assert fine["status"] == "passed" and fine["result"] == {"identical": True, "graphs": 3}
+    assert fine["counters"] == {"graphs": 3} and fine["compile"] == "off"
+
+
+def test_goals_read_the_issue_targets_from_the_steps(gc):
+    curve = [1e-3 * x for x in (1, 1, 1.05, 1.1, 1.1, 1.15, 1.2, 1.6, 2.2, 3.0, 4.0)]
+    steps = [{"name": "roofline-1.7b-graph", "result": {"mbu_at_1_token": 0.7, "measured_knee": 180,
+                                                        "tokens_per_pass": [2 ** i for i in range(11)],
+                                                        "latency_s": curve}},
+             {"name": "sweep", "recompile_warnings": 2, "result": {"rows": [
+                 {"batch_size": 1, "depth": 0, "decode_tokens_per_s": 650.0},
+                 {"batch_size": 16, "depth": 0, "decode_tokens_per_s": 8000.0}]}}]
+    got = {g["goal"]: g["met"] for g in gc.goals(steps, 250)}
+    assert got["the whole run within 300 s"] and got["roofline-1.7b-graph: mbu_at_1_token >= 0.67"]
+    assert got["roofline-27b-graph: mbu_at_1_token >= 0.8"] is None                  # not measured: unknown
+    assert got["1.7B graph: 1024 tokens >= 2.5x one token"] and got["1.7B graph: measured_knee 100-400"]
+    assert got["sweep: batch 1, k = 0 decode >= 600 tok/s"] and got["sweep: per-row decode at batch 16 >= 0.7x batch 1"]
+    assert got["sweep: no compilation or capture after warm-up"] is False            # Dynamo said it recompiled
+    text = gc.table({"steps": [dict(steps[0], status="passed", path="graph", seconds=1.0)], "goals": gc.goals(steps, 400)})
+    assert "MBU 0.70" in text and any("NOT met" in line and "within 300 s" in line for line in text.splitlines())
