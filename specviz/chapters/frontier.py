@@ -42,10 +42,10 @@ FRONTIER_DIR = ASSETS / "frontier"      # `frontier --engine vllm` recordings (r
 WARM_TOKENS = 4          # an untimed class at each size first: its first passes allocate caches and pick kernels
 NOISE_FLOOR = 0.05       # the race chapter's ±5 %: two runs of one cell on a quiet 2-core CPU differ this much
 AV = AdaptiveVerification.name
-# The lesson's size: it must finish within a minute in the app on the 2-core CPU (one model thread) with
+# The lesson's size: it must finish within a minute in the app on a 2-core CPU (one model thread) with
 # the offline SmolLM2-135M; 16 users already reach the cliff there. One fixed depth, the deepest (the one
-# that bends back furthest, and adaptive verification's k): with k = 4 as well the chapter took 66 s on
-# the AVX2 AMD EPYC, whose one-token pass is 3× the AVX-512 one's. Measured: docs/BENCHMARKS.md.
+# that bends back furthest, and adaptive verification's k): a second depth takes the chapter past a minute
+# on a slower 2-core CPU. Measured: docs/BENCHMARKS.md.
 # A small class gets more tokens per user (class_tokens in all, at least max_new each): a 10-token cell
 # of one user is 3-4 steps, where one lucky step is 25 % of the throughput.
 CHAPTER_SIZE = dict(users=(1, 4, 16), depths=(8,), max_new=10, repeats=2, class_tokens=40)
@@ -226,9 +226,7 @@ def paired(a: dict, b: dict) -> float | None:
     where both rows hold each class's seconds (`class_walls`; the classes are the same tokens on every
     arm, so b's seconds ÷ a's is a's speed ÷ b's), else over their runs of the same round (None without
     matching runs). The arms take turns, so a pair shares the machine's drift that the two medians do
-    not: on the 2-core EPYC two arms doing the same work (adaptive verification verifying nothing, and no
-    speculation) read 0.89–1.03× as medians of 3, and four 4-user classes of no speculation, one after
-    the other, spent 517, 633, 670 and 689 ms in their verify passes (Zen 4, 3 Dec). A round spans a
+    not (two arms doing the same work read 0.89–1.03× as medians of 3 on a 2-core CPU). A round spans a
     minute at 64 users; class j of every arm ran within seconds of the others. The verdict still uses
     the medians and the band."""
     wa, wb = a.get("class_walls"), b.get("class_walls")

@@ -31,14 +31,9 @@ from specviz.limits import MAX_DEPTH, LimitError, Limits
 
 MAX_USERS = 64
 # A cell runs its class again until it has emitted this many tokens, and at least MIN_CLASSES times: one
-# user's 32 tokens are ~0.3 s, where the 2-core machines' own drift moved one-user cells by ±20 %. With 256
-# tokens and one class of 16 or 64 users a round, cells of identical work (adaptive verification drafting
-# nothing, and no speculation) still spread ±5–9 % over five rounds on the EPYC (3 Dec); 512 tokens and two
-# classes halve what one slow class weighs. 1024: at one user the best fixed depth and adaptive verification
-# are level (n-gram, grounded class: AV ÷ k = 4 read 0.963–1.008 over five runs of 2–5 rounds, EPYC Zen 4,
-# 4 Dec), and the verdict takes the best of four arms' medians, which noise lifts above any one arm's; twice
-# the classes at 1 and 4 users (and a third class of 16 at 24 tokens a user) narrow that spread at ~3 min more
-# an n-gram run. Every arm runs the same classes: the same tokens on every arm.
+# user's 32 tokens are ~0.3 s, where a 2-core machine's own drift moves a one-user cell by ±20 %; with
+# fewer tokens, cells of identical work spread ±5–9 %, wider than the gaps the verdict judges (the best of
+# four arms' medians, which noise lifts). Every arm runs the same classes: the same tokens on every arm.
 CELL_TOKENS = 1024
 MIN_CLASSES = 2
 PROMPT_SETS = ("pool", "grounded")
@@ -110,10 +105,9 @@ def scheduled_round(pair, prompts: list[list[int]], order: list[tuple[str, int]]
     prompt list, so a one-user cell covers the prompts as a class of several does. Timed: every class from
     its submit to its last token, summed per arm. Returns one cell per arm, in `order`.
 
-    Why class by class: the 2-core machines' speed drifts by ±10–20 % over seconds (their memory bandwidth
-    is shared). With each arm's eight one-user classes back to back, two arms of a round ran seconds apart and
-    their cells spread 13–35 % over five rounds; with the arms alternating every class, 10 %, and adaptive
-    verification ÷ k = 4 read 0.96–1.02 per round instead of 0.85–1.11 (AMD EPYC, 3 Dec). Each class's arm
+    Why class by class: a 2-core machine's speed drifts by ±10–20 % over seconds (its memory bandwidth is
+    shared), so arms run back to back spread 13–35 % over five rounds, and alternating every class brings
+    that near 10 %. Each class's arm
     order is a row of a Williams design (`williams_row`, row r × classes + j), so no arm always follows
     the same one. `budget`: the adaptive-verification arm's, kept across cells as the app's long-lived
     engine keeps it (chapters.frontier.warm_budget); the other arms' rows never read it."""

@@ -28,9 +28,9 @@ FLAT = 1.25          # a pass within 25 % of the one-token pass counts as "flat"
 class RecordedCurve:
     """One roofline step of a recorded run: latency of one row against tokens per pass."""
 
-    run: str                          # the run file's stem, e.g. "nvidia-h200-2026-12-04"
+    run: str                          # the run file's stem, "<device>-<YYYY-MM-DD>"
     device: str                       # "NVIDIA H200"
-    date: str                         # "2026-12-04"
+    date: str                         # YYYY-MM-DD
     path: str                         # "eager", "graph", or another path's name
     target: str                       # "shape:SmolLM2-1.7B"
     context: int
@@ -50,7 +50,7 @@ class RecordedCurve:
 
     @property
     def where(self) -> Said:
-        """"NVIDIA H200, eager path, 2026-12-04": where, on which path and when it was measured."""
+        """"NVIDIA H200, eager path, <date>": where, on which path and when it was measured."""
         path = Key(PATH_KEYS[self.path]) if self.path in PATH_KEYS else self.path
         return Said("gpu.where", device=self.device, path=path, date=self.date)
 
