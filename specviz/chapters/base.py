@@ -24,6 +24,9 @@ class Context:
     peaks: Any = None              # specviz.hardware.device.Peaks of this device, or None
     depth: int = 4                 # the lesson's default speculation depth
     grounded: tuple = ()           # input-grounded prompts (the answer copies the input), like the first Run's
+    # the acceptance dial: run on the local target with the synthetic draft `synthetic:A` (a chapter with
+    # `dial`; None: the pair's own draft). Every figure and sentence from it says "synthetic".
+    acceptance: float | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class Chapter:
     figure: Callable[..., Any] | None = None              # (result, labels, dark=False) -> go.Figure
     button_id: str | None = None                          # the experiment button's element id
     vllm: VllmPanel | None = None
+    dial: bool = False                                    # the page offers the acceptance dial (Context.acceptance)
 
     @property
     def has_experiment(self) -> bool:

@@ -4,7 +4,7 @@ start here, so a pair is built the same way everywhere."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from specviz.engine.drafters import Drafter, ModelDrafter, NgramDrafter, make_layerskip_model
@@ -45,6 +45,15 @@ class Pair:
     @property
     def label(self) -> str:
         return f"{self.draft_ref} → {self.target.ref}"
+
+    def with_synthetic(self, rate: float) -> "Pair":
+        """This pair's target with the synthetic draft `synthetic:rate` (the acceptance dial): the same
+        weights and forward path, a free draft whose acceptance the dial sets. `rate` is checked."""
+        ref = f"synthetic:{float(rate):g}"
+        dref = parse_draft_ref(ref)
+        width = self.vocab
+        return replace(self, draft=None, draft_ref=ref, draft_spec=None,
+                       make_drafter=lambda: SyntheticDrafter(dref.rate, width, self.target.device))
 
     @property
     def synthetic(self) -> float | None:
