@@ -90,7 +90,8 @@ def test_fifty_clients_all_finish_exact(classroom, greedy):
     for _, res in results:
         assert res["done"] and not res["stopped"]
         assert res["outputs"][0] == greedy(res["prompt_ids"][0], 8)
-    print(f"50 clients: all done, {elapsed:.1f} s, largest shared batch {max(r['shared_batch_max'] for _, r in results)}")
+    largest = max(r["shared_batch_max"] for _, r in results)
+    print(f"50 clients: all done, {elapsed:.1f} s, largest shared batch {largest}")
 
 
 def _batch_rows(counters: str) -> int | None:

@@ -102,7 +102,8 @@ def test_every_chapter_survives_thread_hops(make_pair, prompts, loaded, chapter,
             "frontier": lambda: frontier.run_frontier(ngram, prompts, users=(1, 2), depths=(2,), max_new=4,
                                                       repeats=1, class_tokens=8)}[chapter]
     grad_on: list[bool] = []
-    hook = loaded["target"].model.register_forward_pre_hook(lambda module, args: grad_on.append(torch.is_grad_enabled()))
+    model = loaded["target"].model
+    hook = model.register_forward_pre_hook(lambda module, args: grad_on.append(torch.is_grad_enabled()))
     try:
         got = on_fresh_threads(make())
     finally:
