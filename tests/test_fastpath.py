@@ -460,7 +460,7 @@ def test_warm_up_swaps_a_running_request_onto_the_fast_path_losslessly(tiny_path
     from specviz.engine.request import Request
     from specviz.limits import Limits
     from specviz.serve.runner import Schedulers
-    from specviz.serve.scheduler import DeviceGate
+    from specviz.serve.gate import DeviceGate
 
     gate = DeviceGate()
     cache, choice = _pair_cache(tiny_paths, "static", exclusive=gate.exclusive)

@@ -8,7 +8,8 @@ import torch
 from specviz.engine.policies import make_policy, parse_table
 from specviz.engine.request import Knobs, Request
 from specviz.limits import Limits
-from specviz.serve.scheduler import Busy, DeviceGate, Scheduler
+from specviz.serve.gate import DeviceGate
+from specviz.serve.scheduler import Busy, Scheduler
 
 MAX_NEW = 24
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from specviz.engine.request import Request, RunTotals
 from specviz.limits import Limits
-from specviz.serve.scheduler import DeviceGate, Scheduler
+from specviz.serve.gate import DeviceGate
+from specviz.serve.scheduler import Scheduler
 
 
 def shared_scheduler(pair, limits: Limits = Limits(), gate: DeviceGate | None = None, ignore_eos: bool = False,
