@@ -21,8 +21,9 @@ import json
 import sys
 from pathlib import Path
 
-from specviz.chapters.frontier import (AV, WARM_TOKENS, cell_result, class_lines, measure,
-                                      policy_for, warm_budget, williams_row)
+from specviz.chapters.frontier_cells import (AV, WARM_TOKENS, cell_result, measure, policy_for, warm_budget,
+                                             williams_row)
+from specviz.chapters.frontier_verdict import class_lines
 from specviz.cli.common import add_compile_arg, add_pair_args
 from specviz.cli.frontier_common import prompt_texts, write_out
 from specviz.cli.frontier_vllm import add_vllm_args, run_vllm

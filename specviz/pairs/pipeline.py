@@ -4,10 +4,11 @@ start here, so a pair is built the same way everywhere."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from specviz.engine.drafters import Drafter, ModelDrafter, NgramDrafter, make_layerskip_model
+from specviz.engine.learnt import Learnt
 from specviz.engine.loop import SpeculativeEngine
 from specviz.engine.synthetic import SyntheticDrafter
 from specviz.fastpath import FastPath, cache_factory, resolve
@@ -32,6 +33,8 @@ class Pair:
     vocab: int
     fast: FastPath = FastPath()               # which forward path the passes run (specviz.fastpath)
     target_cache: Callable | None = None      # batch → fast-path KV cache for the target (None: eager)
+    # what this pair's steps taught about its drafts' acceptance, shared by its engines (thread-safe)
+    learnt: Learnt = field(default_factory=Learnt, compare=False)
 
     def engine(self, budget=None, eos_ids: list[int] | None = None) -> SpeculativeEngine:
         """A fresh engine with its own caches and drafter (the weights are shared, read-only). `budget`:
@@ -40,7 +43,7 @@ class Pair:
         t = self.target
         eos = t.eos_ids if eos_ids is None else eos_ids
         return SpeculativeEngine(t.model, self.target_spec, self.make_drafter(), eos, self.vocab,
-                                 t.device, t.dtype, self.target_cache, self.fast.shown, budget)
+                                 t.device, t.dtype, self.target_cache, self.fast.shown, budget, self.learnt)
 
     @property
     def label(self) -> str:
@@ -52,7 +55,7 @@ class Pair:
         ref = f"synthetic:{float(rate):g}"
         dref = parse_draft_ref(ref)
         width = self.vocab
-        return replace(self, draft=None, draft_ref=ref, draft_spec=None,
+        return replace(self, draft=None, draft_ref=ref, draft_spec=None, learnt=Learnt(),
                        make_drafter=lambda: SyntheticDrafter(dref.rate, width, self.target.device))
 
     @property

@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specviz.engine.request import Knobs
 from specviz.pairs.pipeline import Pair, encode_prompt, load_pair
@@ -61,6 +61,8 @@ def warm(eager: Pair, choice: str, exclusive=nullcontext, prompt_ids: list[int] 
     with exclusive():     # on a machine seen for the first time this times the weight layouts (fastpath.layout)
         fast = load_pair(eager.target.ref, eager.draft_ref, eager.target.device, target=eager.target,
                          draft=eager.draft, compile="on" if mode == "compiled" else mode)
+    # what the eager pair's steps taught about acceptance holds on any path
+    fast = replace(fast, learnt=eager.learnt)
     if not fast.fast.on:
         return WarmResult(None, mode, time.perf_counter() - t0, None, None, fast.fast.note)
     ids = (prompt_ids or encode_prompt(eager.tokenizer, DEFAULT_PROMPT))[-PROMPT_TOKENS:]
