@@ -13,7 +13,6 @@ import threading
 from pathlib import Path
 
 import pytest
-import torch
 
 from specviz.engine.request import Knobs, Request
 from specviz.fastpath import FastPath, cache_factory, resolve

@@ -168,6 +168,7 @@ def _graph_factory(model, fast: FastPath, buckets) -> tuple[Callable | None, Fas
         return runner.new_cache, done
     replayed, eager = one_token_ms(model, runner.new_cache)
     verdict = f"{replayed:.2f} vs {eager:.2f} ms a one-token pass eager"
+    log.info("graph path, auto: a replayed one-token pass %s", verdict)
     if replayed >= eager:
         return None, FastPath("off", f"auto: the graph path measured slower here ({verdict}); running eager")
     return runner.new_cache, replace(done, note=f"auto: the graph path measured faster here ({verdict})")

@@ -28,6 +28,7 @@ the lock. Its label says so: a CPU never runs CUDA graphs.
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import os
 import threading
@@ -111,17 +112,30 @@ class CudaCapture:
         self.pool = torch.cuda.graph_pool_handle()
         self._graphs: list[torch.cuda.CUDAGraph] = []     # kept alive: a graph is freed with its object
 
+    def begin(self) -> None:
+        """Before the first capture: garbage out and cached blocks back, once (torch.cuda.graph does this
+        for every capture, which for hundreds of shapes costs more than capturing them)."""
+        gc.collect()
+        torch.cuda.empty_cache()
+
     def capture(self, body: Callable[[], None]) -> Callable[[], None]:
         torch.cuda.synchronize(self.device)           # nothing else in flight while we capture
         self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        graph = torch.cuda.CUDAGraph()
         with torch.cuda.stream(self.stream):
             for _ in range(WARM_RUNS):
                 body()
+            torch.cuda.synchronize(self.device)
+            # the same stream for every capture: the pool is shared, and its reuse is per stream.
+            # Thread-local capture mode: the device gate keeps other passes out, but a scheduler thread
+            # may still allocate or free between its steps, which the global mode would turn into a
+            # failed capture
+            graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
+            try:
+                body()
+            finally:
+                graph.capture_end()
         torch.cuda.current_stream(self.device).wait_stream(self.stream)
-        graph = torch.cuda.CUDAGraph()
-        # the same stream for every capture: the pool is shared, and its reuse is per stream
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
-            body()
         torch.cuda.synchronize(self.device)
         self._graphs.append(graph)
         return graph.replay
@@ -131,6 +145,9 @@ class CpuRehearsal:
     """The CPU stand-in for CudaCapture: the same static buffers and shapes, the body simply run."""
 
     kind = "cpu"
+
+    def begin(self) -> None:
+        pass
 
     def capture(self, body: Callable[[], None]) -> Callable[[], None]:
         body()
@@ -201,6 +218,7 @@ class GraphRunner:
         t0 = time.perf_counter()
         shapes = self.buckets.shapes()
         with self.lock, torch.inference_mode():
+            self.backend.begin()
             for i, sh in enumerate(shapes):
                 if time.perf_counter() - t0 > self.buckets.budget_s:
                     log.warning("graph path: warm-up passed %.0f s; %d of %d shapes left uncaptured (they run "
