@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 
 from specviz.engine.request import Knobs, Request
 from specviz.fastpath import FastPath, cache_factory, resolve
@@ -120,6 +121,25 @@ def test_padded_passes_are_greedy_exact(bucketed, prompts, reference, draft, bat
         assert wide and after.eager_passes - before.eager_passes >= wide
     if max_new > 100:                        # past the largest slots bucket the cache left the arena
         assert after.spills > before.spills and after.eager_passes > before.eager_passes
+
+
+def test_padded_passes_through_our_c_layers_are_greedy_exact(make_pair, monkeypatch, prompts, reference):
+    """The rehearsal's body as the CPU serves it where our kernel wins: whole layers in C, padded."""
+    from specviz.fastpath import layout
+
+    if "rows" not in layout.available(torch.float32):
+        pytest.skip("no C kernel on this machine")
+    monkeypatch.setenv("SPECVIZ_BUCKETS_ON_CPU", "1")
+    monkeypatch.setenv("SPECVIZ_GRAPH_BUCKETS", "rows=1,2,4;tokens=1,2,3,4,6;slots=64,128;wide=")
+    monkeypatch.setenv("SPECVIZ_LAYOUT", "rows")
+    pair = make_pair("layerskip:1-2", "on")
+    assert "layers in C" in pair.fast.layout
+    before = _target_runner(pair).stats()
+    eng = pair.engine()
+    list(eng.generate(prompts, Knobs(depth=4, batch_size=3), MAX_NEW))
+    for row, out in eng.outputs().items():
+        assert out == reference(row, MAX_NEW), f"row {row}"
+    assert _target_runner(pair).stats().replays > before.replays
 
 
 def test_rows_joining_and_leaving_reuse_the_arena_and_nothing_is_reallocated(bucketed, prompts, reference):
@@ -247,6 +267,37 @@ def test_counts_and_labels_say_what_ran(bucketed, prompts, monkeypatch):
     assert after.captures_after_warmup == after.compiles_after_warmup == 0
     line = after.line()
     assert f"{2 * shapes} bucketed shapes on a CPU (no CUDA graphs)" in line and "0 and 0 after warm-up" in line
+
+
+def test_a_pass_reports_the_tokens_its_bucket_computed(bucketed, prompts):
+    """`last_padded`: what the engine's step event can report beside tokens_per_pass."""
+    pair = bucketed("ngram")
+    cache = pair.target_cache(0)
+    assert cache.emptied(3) and cache.attached
+    tokens = torch.tensor([p[:4] + [5] for p in prompts[:3]])
+    ones = torch.ones_like(tokens, dtype=torch.bool)
+    with torch.inference_mode():
+        cache.forward(None, tokens, ones, 1)              # 3 rows × 5 tokens in the (4, 5, 64) bucket
+        assert cache.last_padded == 4 * 5
+        cache.forward(None, tokens[:, :1], ones[:, :1])   # (4, 1, 64)
+        assert cache.last_padded == 4
+        wide = torch.tensor([prompts[1] * 3])[:, :40]     # one row of 40 tokens: no bucket, run as it is
+        solo = pair.target_cache(1)
+        solo.forward(None, wide[:, :2], torch.ones(1, 2, dtype=torch.bool))
+        solo.forward(None, wide, torch.ones_like(wide, dtype=torch.bool))
+        assert solo.last_padded == 40
+
+
+def test_a_failed_warm_up_leaves_the_pair_eager_with_a_sentence(loaded, monkeypatch):
+    from specviz.fastpath import graphs
+
+    def refuse(self):
+        raise RuntimeError("operation not permitted when stream is capturing")
+    monkeypatch.setattr(graphs.GraphRunner, "_capture_all", refuse)
+    monkeypatch.setenv("SPECVIZ_GRAPH_BUCKETS", "rows=1;tokens=1;slots=32;wide=")
+    factory, fast = cache_factory(loaded["draft"].model, FastPath("buckets"))
+    assert factory is None and fast.mode == "off"
+    assert fast.note.startswith("the graph path could not warm up (RuntimeError: operation not permitted")
 
 
 def test_auto_takes_the_graph_path_only_where_it_measured_faster(loaded, monkeypatch):

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Callable
 
+from specviz.hardware.device import measure_latency
 from specviz.lessons import Said
 from specviz.machine import cache_root
 
@@ -158,9 +159,16 @@ def _graph_factory(model, fast: FastPath, buckets) -> tuple[Callable | None, Fas
     """The graph path for `model`: its runner (captured now, or already), and for auto the one-token
     pass timed against the stock modules'."""
     from specviz.fastpath.graphs import runner_for
+    from specviz.fastpath.llama import Unsupported
     from specviz.fastpath.passes import compact_for
 
-    runner = runner_for(model, lambda: compact_for(model), buckets)
+    try:
+        runner = runner_for(model, lambda: compact_for(model), buckets)
+    except (RuntimeError, ValueError) as exc:        # a capture the device refused, a bad bucket setting
+        if isinstance(exc, Unsupported):
+            raise
+        log.exception("graph path: warm-up failed")
+        return None, FastPath("off", f"the graph path could not warm up ({type(exc).__name__}: {exc}); running eager")
     # the mode follows the device: a CPU never runs CUDA graphs, and its label must not say so
     mode = "graphs" if runner.backend.kind == "cuda" else "buckets"
     done = replace(fast, mode=mode, layout=runner.compact.summary(), graphs=runner.graphs, runners=(runner,))
@@ -176,8 +184,6 @@ def _graph_factory(model, fast: FastPath, buckets) -> tuple[Callable | None, Fas
 
 def one_token_ms(model, new_cache, context: int = 64) -> tuple[float, float]:
     """Median one-token pass (ms) through `new_cache`'s path and through the stock modules, interleaved."""
-    from specviz.hardware.device import measure_latency
-
     p = next(model.parameters())
     ours, eager = [], []
     for _ in range(AUTO_ROUNDS):

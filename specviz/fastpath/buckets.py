@@ -37,7 +37,7 @@ class Buckets:
     tokens: tuple[int, ...] = TOKENS
     slots: tuple[int, ...] = SLOTS
     wide: tuple[int, ...] = WIDE
-    budget_s: float = 300.0      # warm-up stops capturing after this long; the rest run eagerly (counted)
+    budget_s: float = 120.0      # warm-up stops capturing after this long; the rest run eagerly (counted)
 
     def __post_init__(self):
         for name in ("rows", "tokens", "slots"):

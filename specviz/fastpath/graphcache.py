@@ -31,6 +31,9 @@ class GraphCache(StaticCache):
     def __init__(self, runner, batch: int, slots: int = 0):
         self.runner = runner
         self.attached = False        # our rows are in the arena (self.kbufs are the arena's tensors)
+        # tokens the last pass computed: its bucket's rows × tokens when it replayed, else the block's own
+        # (the engine's step events can report it beside tokens_per_pass)
+        self.last_padded = 0
         super().__init__(runner.compact, batch, slots)
 
     # --- the pass -------------------------------------------------------------------------------
@@ -40,8 +43,10 @@ class GraphCache(StaticCache):
             shape = self.runner.pick(B, T, self.length)
             if shape is not None and (self.attached or self.length):
                 self._attach()
+                self.last_padded = shape.rows * shape.tokens
                 return self._replay(tokens, tok_valid, logits_to_keep, shape)
             self.runner.count("eager_passes")
+            self.last_padded = B * T
             return super().forward(model, tokens, tok_valid, logits_to_keep)
 
     def _replay(self, tokens, tok_valid, logits_to_keep: int, shape) -> torch.Tensor:

@@ -19,7 +19,8 @@ What the graphs run: the compact forward as it is (SPECVIZ_GRAPH_FORWARD=eager, 
 its decoder layer compiled by inductor at warm-up, dynamic shapes and none of inductor's own CUDA graphs
 (=compiled), then captured. Eager inside a graph already removes the launches, which were the measured
 cost; compiling adds fusion for a longer warm-up (a few compilations: sizes of 1 and equal sizes are
-specialised). The flag is there to measure both on a GPU.
+specialised), and inductor may turn the in-place cache write into a copy of the cache view. The flag is
+there to measure both on a GPU before preferring either.
 
 On a CPU the same machinery runs without CUDA (`CpuRehearsal`): "capturing" runs the body once on the
 static buffers and "replaying" runs it again, so tests exercise the buckets, the padding, the arena and
