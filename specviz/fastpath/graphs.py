@@ -62,7 +62,7 @@ class GraphStats:
     forward: str = "eager"           # what the graphs run: the compact forward, or it compiled
     graphs: int = 0                  # shapes captured
     captures: int = 0
-    compiles: int = 0                # inductor compilations of the graphs' forward
+    compiles: int = 0                # graphs the compiler built for the forward (a graph break makes two)
     captures_after_warmup: int = 0   # must stay 0
     compiles_after_warmup: int = 0   # must stay 0
     replays: int = 0
