@@ -46,7 +46,7 @@ from specviz.fastpath.llama import CompactLlama, decoder_layer
 
 log = logging.getLogger("specviz.fastpath")
 
-WARM_RUNS = 2             # eager runs of a body on the side stream before its capture (allocator, autotune)
+WARM_RUNS = 1             # runs of a body on the capture stream before its capture (cuBLAS, allocator, autotune)
 ARENA_SHARE = 0.5         # the KV arena may take this share of the device's free memory
 COMPILE_BACKEND = "inductor"   # what compiles the graphs' forward with SPECVIZ_GRAPH_FORWARD=compiled
 FORWARDS = ("eager", "compiled")
