@@ -11,10 +11,12 @@ tokens/s to theirs (medians). With --batch-size B > 1 it compares against plain 
 Tokens/s here is end to end (prefill included) for both sides, so the comparison is like for like.
 With --compile on|auto, "ours" runs the fast path (specviz.fastpath); the warm-up repetition then
 includes compiling, reported as `warmup_s`, and the extra variants `ours_k_eager` / `ours_k0_eager`
-(our engine on the stock modules, interleaved with the rest, so before/after meet the same machine
-noise) measure whether the fast path paid on this machine — recorded for `--compile auto`.
-`verify_ms_k0` is the median one-token target pass inside our engine at depth 0 (B rows). `path` and
-`layout` say which forward path ran "ours" and which weight layouts served it (specviz.fastpath.layout).
+(our engine on the stock modules, interleaved with the rest, so both meet the same machine noise)
+measure whether the fast path paid on this machine. `verify_ms_k0` is the median one-token target pass
+inside our engine at depth 0 (B rows). `path` and `layout` say which forward path ran "ours" and which
+weight layouts served it (specviz.fastpath.layout); on the graph path `graphs` holds its counters
+(shapes captured, compilations and captures after warm-up, replays, passes run eagerly, tokens given
+and tokens computed after padding).
 Losslessness: every variant's rows against plain `generate()`'s; `divergence` holds, per variant that
 differs, each row's first divergence and whether it is a near-tie (specviz.engine.divergence); `lossless`
 is false when one of ours is above the rule — a bug, reported on stderr with exit status 1.
@@ -31,7 +33,6 @@ import torch
 from specviz.cli.common import DEFAULT_PROMPTS, add_compile_arg, add_dtype_arg, add_pair_args, exact_dtype
 from specviz.engine.divergence import compare_rows
 from specviz.engine.request import Knobs
-from specviz.fastpath import record_auto
 from specviz.serve.door import check_knobs
 
 
@@ -161,13 +162,14 @@ def run(args) -> int:
         "verify_ms_k0": 1e3 * statistics.median(last_totals["verify_k0"] or [0.0]),
     }
     if "ours_k0_eager" in med:
-
         result["fast_vs_eager"] = med["ours_k0"] / med["ours_k0_eager"]
         result["fast_vs_eager_k"] = med["ours_k"] / med["ours_k_eager"]
         result["verify_ms_k0_eager"] = 1e3 * statistics.median(last_totals["verify_k0_eager"] or [0.0])
-        if pair.fast.mode == "compiled":
-            record_auto(pair.target.device, med["ours_k0_eager"], med["ours_k0"])
+    stats = pair.fast.graph_stats()
+    result["graphs"] = stats.as_dict() if stats is not None else None
     print(f"     path: {pair.fast.label} ({'fast' if pair.fast.on else 'eager'}); {result['layout']}")
+    if stats is not None:
+        print(f"   graphs: {stats.line()}")
     for name, v in med.items():
         print(f"{name:>9}: {v:8.2f} tok/s (median of {args.repeats})")
     decode = pair.tokenizer.decode

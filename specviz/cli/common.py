@@ -34,8 +34,9 @@ def _compile_choice(value: str) -> str:
 def add_compile_arg(p) -> None:
     p.add_argument("--compile", default=os.environ.get("SPECVIZ_COMPILE", "auto"), type=_compile_choice,
                    help="fast path: auto (default, what the app uses) = static KV cache + compact forward where "
-                        "its pass measured faster than eager on this machine (compiled on CUDA where bench-hf "
-                        "--compile on measured it faster); static = that path, always; on = compiled; "
+                        "its pass measured faster than eager on this machine (on CUDA: CUDA graphs per shape "
+                        "bucket, captured at warm-up, where a replayed pass measured faster); static = that "
+                        "path, eager, always; on = compiled on a CPU, CUDA graphs on CUDA; "
                         "off = stock transformers")
 
 

@@ -11,7 +11,8 @@ from specviz import charts
 from specviz.cli.common import DEFAULT_PROMPTS, add_compile_arg, add_pair_args
 from specviz.cli.sweep_vllm import run_sweep_vllm
 from specviz.engine.request import Knobs
-from specviz.fastpath import cache_factory, resolve
+from specviz.fastpath import GRAPH_MODES, cache_factory, resolve
+from specviz.fastpath.buckets import for_roofline
 from specviz.fastpath.layout import forget
 from specviz.hardware.costmodel import best_depths, crossover_from_rows
 from specviz.hardware.device import cached_peaks, calibrate, device_name, find_knee, measure_latency, paired_roofline
@@ -88,7 +89,8 @@ def run_roofline(args) -> int:
     cap = args.max_tokens or (512 if loaded.device.type == "cuda" else 128)
     ns = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, 512} & set(range(1, cap + 1)) | {cap})
     peaks = calibrate(loaded.device, loaded.dtype)
-    new_cache, fast = cache_factory(loaded.model, resolve(args.compile, loaded.device))   # --compile: which path
+    choice = resolve(args.compile, loaded.device)                                   # --compile: which path
+    new_cache, fast = cache_factory(loaded.model, choice, _roofline_buckets(choice, ns, args.context))
     secs = measure_latency(loaded.model, ns, args.context, loaded.device, loaded.dtype, args.repeats, new_cache)
     spec = spec_from_config(loaded.config_dict, args.target, 2.0 if loaded.device.type == "cuda" else 4.0)
     result = {"target": args.target, "device": peaks.device, "device_name": device_name(loaded.device),
@@ -107,9 +109,18 @@ def run_roofline(args) -> int:
                                 pass_cost(spec, 1, 1, args.context).bytes, args.repeats, new_cache)
         result["pass_vs_roofline_pairs"] = pairs
         result["pass_vs_roofline_1_token"] = sorted(pairs)[len(pairs) // 2]
+    graphed = _graphed(fast, ns, args.context)
+    if graphed is not None:
+        stats = fast.graph_stats()
+        result.update(graphs=stats.as_dict(), in_graph=graphed,
+                      graph_max_tokens=max((n for n, g in zip(ns, graphed) if g), default=0))
     print(f"path: {fast.shown}" + (f" ({fast.note})" if fast.note else ""))
-    for n, t in zip(ns, secs):
-        print(f"{n:5d} tokens/pass: {1000 * t:8.2f} ms  ({n / t:8.1f} tokens/s)")
+    for i, (n, t) in enumerate(zip(ns, secs)):
+        beyond = graphed is not None and not graphed[i]
+        print(f"{n:5d} tokens/pass: {1000 * t:8.2f} ms  ({n / t:8.1f} tokens/s)"
+              + ("  eager: beyond the graph path's largest bucket" if beyond else ""))
+    if graphed is not None:
+        print(f"graphs: {fast.graph_stats().line()}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "roofline.json").write_text(json.dumps(result, indent=1))
@@ -123,8 +134,31 @@ def run_roofline(args) -> int:
         print("plotly is not installed: wrote JSON only", file=sys.stderr)
     print(json.dumps({k: result.get(k) for k in ("measured_knee", "predicted_knee", "mbu_at_1_token",
                                                   "pass_vs_roofline_1_token", "pass_vs_roofline_1_token_unpaired",
-                                                  "path", "layout")}))
+                                                  "path", "layout", "graph_max_tokens")}))
     return 0
+
+
+ROOFLINE_GRAPH_TOKENS = 1024     # the widest pass the roofline captures; wider ones run eagerly, labelled
+
+
+def _roofline_buckets(choice, ns: list[int], context: int):
+    """On the graph path: one row, every measured width up to ROOFLINE_GRAPH_TOKENS (SPECVIZ_GRAPH_BUCKETS
+    overrides); None elsewhere."""
+    if choice.mode not in GRAPH_MODES:
+        return None
+    # on first use: torch is slow to import
+    from specviz.fastpath.graphs import env_buckets
+
+    return env_buckets() or for_roofline(ns, context, ROOFLINE_GRAPH_TOKENS)
+
+
+def _graphed(fast, ns: list[int], context: int) -> list[bool] | None:
+    """Per width, whether its timed pass replayed a captured shape (the second pass of the width on a
+    cache of `context` tokens); None off the graph path."""
+    if not fast.runners:
+        return None
+    target = fast.runners[0]
+    return [target.pick(1, n, context + n) is not None for n in ns]
 
 
 def run_sweep(args) -> int:
@@ -139,16 +173,19 @@ def run_sweep(args) -> int:
     prompt = encode_prompt(pair.tokenizer, args.prompt)
     list(pair.engine().generate([prompt], Knobs(depth=max(depths), batch_size=1), 4))   # warm-up
     rows, total, done = [], len(batches) * len(depths), 0
+    target = pair.fast.runners[0] if pair.fast.runners else None     # the graph path's target runner
     for b in batches:
         for k in depths:
             eng = pair.engine()
+            before = target.stats() if target else None
             t0 = time.perf_counter()
             list(eng.generate([prompt] * b, Knobs(depth=k, batch_size=b), args.max_new_tokens))
             wall = time.perf_counter() - t0
             t = eng.totals
             rows.append({"batch_size": b, "depth": k, "tokens_per_s": t.tokens / wall,
                          "decode_tokens_per_s": t.tokens_per_s, "acceptance_rate": t.acceptance_rate,
-                         "flops_ratio": t.flops_ratio, "tokens": t.tokens})
+                         "flops_ratio": t.flops_ratio, "tokens": t.tokens,
+                         **(_padding(before, target.stats()) if target else {})})
             done += 1
             bar = "#" * (30 * done // total)
             print(f"\r[{bar:<30}] {done}/{total} B={b} k={k}: {t.tokens / wall:7.1f} tok/s", end="",
@@ -163,9 +200,13 @@ def run_sweep(args) -> int:
     best = best_depths(rows)
     cross = crossover_from_rows(rows)
     print(f"path: {pair.fast.shown}" + (f" ({pair.fast.note})" if pair.fast.note else ""))
+    stats = pair.fast.graph_stats()
+    if stats is not None:
+        print(f"graphs: {stats.line()}")
+    graphs = stats.as_dict() if stats is not None else None
     (out / "sweep.json").write_text(json.dumps({"target": args.target, "draft": args.draft, "path": pair.fast.label,
                                                 "layout": pair.fast.layout or "stock (transformers)",
-                                                "rows": rows,
+                                                "graphs": graphs, "rows": rows,
                                                 "best_depth": best, "crossover_batch": cross}, indent=1))
     charts.sweep_figure(rows, batches, depths).write_html(out / "sweep.html", include_plotlyjs=True)
     charts.crossover_figure(rows, "Measured throughput vs batch size").write_html(
@@ -174,5 +215,15 @@ def run_sweep(args) -> int:
     print(f"speculation stops paying from batch size {cross}" if cross else
           "speculation pays at every batch size measured")
     print(json.dumps({"best_depth": best, "crossover_batch": cross, "path": pair.fast.label,
-                      "layout": pair.fast.layout or "stock (transformers)"}))
+                      "layout": pair.fast.layout or "stock (transformers)", "graphs": graphs}))
     return 0
+
+
+def _padding(before, after) -> dict:
+    """The target's verify passes of one cell on the graph path: block tokens each was given (rows × (k + 1))
+    and tokens each computed in its bucket, averaged over the cell's replays."""
+    n = after.replays - before.replays
+    if n <= 0:
+        return {"block_tokens_per_pass": None, "padded_tokens_per_pass": None}
+    return {"block_tokens_per_pass": (after.block_tokens - before.block_tokens) / n,
+            "padded_tokens_per_pass": (after.padded_tokens - before.padded_tokens) / n}

@@ -108,7 +108,8 @@ def load_pair(target_ref: str, draft_ref: str, device: str | None = None,
         except ValueError as exc:
             raise ModelError(exc.args[0] if len(exc.args) == 1 else str(exc)) from exc      # keeps a Said
         label = f"{target_ref} without layers {a}-{b}"
-        dcache, _ = cache_factory(view, fast)
+        dcache, dfast = cache_factory(view, fast)
+        fast = fast.joined(dfast)           # the draft's graphs are counted with the target's
         return Pair(target, None, draft_ref,
                     lambda: ModelDrafter(view, tspec, target.device, target.dtype, width, layer_map, kept, label,
                                          dcache),
@@ -117,7 +118,8 @@ def load_pair(target_ref: str, draft_ref: str, device: str | None = None,
     check_same_vocabulary(target, draft)
     dspec = _spec(draft, dref.ref)
     vocab = min(width, _logit_width(draft))   # Qwen2.5 sizes pad embeddings differently
-    dcache, _ = cache_factory(draft.model, fast)
+    dcache, dfast = cache_factory(draft.model, fast)
+    fast = fast.joined(dfast)
     return Pair(target, draft, draft_ref,
                 lambda: ModelDrafter(draft.model, dspec, target.device, target.dtype, vocab, label=dref.ref,
                                      cache_factory=dcache),
