@@ -265,7 +265,8 @@ class SpeculativeEngine:
                     draft_bytes=prop.cost.bytes, target_flops=verify_cost.flops, target_bytes=verify_cost.bytes,
                     users=len(owners), shared_emitted=sum(len(rs.emitted) for rs in row_steps),
                     path=self.fast_label, slots_drafted=proposed, slots_verified=verified,
-                    budget=None if selection is None else selection.budget)
+                    budget=None if selection is None else selection.budget, real_tokens=B + verified,
+                    padded_tokens=self.target_kv.padded_tokens(B, K + 1, B + verified))
 
     def _event(self, req: Request, plan: StepPlan, prop: Proposal, row_steps: list[RowStep], plain: list[float],
                prefill_s: dict, changes: dict, retired: dict, shared: dict) -> tuple[Request, StepEvent]:

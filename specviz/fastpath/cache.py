@@ -44,6 +44,10 @@ PACK_HOLES = 0.25
 class StaticCache(SlotValidity):
     """Preallocated KV buffers + validity bookkeeping for one compact model over a batch of rows."""
 
+    def padded_tokens(self, rows: int, width: int, real: int) -> int:
+        """The compact forward computes only the real tokens (holes skipped)."""
+        return real
+
     def __init__(self, compact: CompactLlama, batch: int, slots: int = 0):
         self.m = compact
         self.device, self.dtype = compact.device, compact.dtype

@@ -36,6 +36,10 @@ class GraphCache(StaticCache):
         self.last_padded = 0
         super().__init__(runner.compact, batch, slots)
 
+    def padded_tokens(self, rows: int, width: int, real: int) -> int:
+        """A replayed pass computes its bucket's whole shape."""
+        return self.last_padded or rows * width
+
     # --- the pass -------------------------------------------------------------------------------
     def forward(self, model, tokens: torch.Tensor, tok_valid: torch.Tensor, logits_to_keep: int = 0):
         with self.runner.lock:
