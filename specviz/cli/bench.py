@@ -130,7 +130,7 @@ def run(args) -> int:
     prompts = [prompt] * B
     last_totals = {}
     dial = Dial.of(pair)
-    # a synthetic draft's reference, per engine kind, before anything is timed (one row each: own coins)
+    # a synthetic draft's reference, before anything is timed; each row draws its coins by its row id
     refs = dial.reference(pair.engine(), prompts, B, N)
     if dial.on:
         print(f"specviz: {dial.as_dict()['note']}")
