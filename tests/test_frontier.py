@@ -21,14 +21,18 @@ def _row(arm, depth, users, tps, noise=0.01, verified=0.0, drafted=0.0, acc=1.0)
 def test_level_inside_the_band_ahead_and_behind_outside_it():
     rows = [_row("none", 0, 1, 50), _row("fixed", 4, 1, 100), _row(C.AV, 4, 1, 97, verified=3),
             _row("none", 0, 16, 200), _row("fixed", 4, 16, 150), _row(C.AV, 4, 16, 230, verified=9),
-            _row("none", 0, 64, 300, noise=0.2), _row("fixed", 4, 64, 200), _row(C.AV, 4, 64, 250)]
+            _row("none", 0, 64, 300, noise=0.2), _row("fixed", 4, 64, 200), _row(C.AV, 4, 64, 250, verified=2)]
     lines = {x["users"]: x for x in V.class_lines(rows)}
     assert lines[1]["verdict"] == "level" and lines[1]["best_arm"] == "fixed:4"
     assert lines[16]["verdict"] == "ahead" and lines[16]["best_arm"] == "none"
-    # 250 vs 300 is 0.83×, inside the 20 % spread the no-speculation cell measured
-    assert lines[64]["verdict"] == "level" and lines[64]["band"] == pytest.approx(0.2)
+    # 250 vs 300 is 0.83×, inside the 20 % spread the no-speculation cell measured: a band too wide to call it
+    assert lines[64]["verdict"] == "unclear" and lines[64]["band"] == pytest.approx(0.2)
     values, key, keys, _ = V.frontier_conclusions(rows, True)
-    assert key == "conclusion_frontier" and values["ahead"] == "16"
+    assert key == "conclusion_frontier_unclear" and values["unclear"] == "64" and values["band"] == pytest.approx(0.2)
+    assert keys[2] == "row_unclear"
+    # the summary "on the frontier at every class size" only where every band is within ±10 %, and it says so
+    values, key, _, _ = V.frontier_conclusions(rows[:6], True)
+    assert key == "conclusion_frontier" and values["ahead"] == "16" and values["band"] == pytest.approx(0.05)
     assert V.frontier_conclusions(rows[:3], True)[1] == "conclusion_frontier_level"
     assert keys[-2:] == ["conclusion_cliff", "conclusion_identical"]
 
@@ -90,20 +94,23 @@ def test_every_conclusion_fills_in_both_languages():
     drafting = [dict(r, drafted_per_step=8.0) if r["arm"] == C.AV else r for r in rows]
     level = [_row("none", 0, 4, 100), _row(C.AV, 8, 4, 100), _row("none", 0, 8, 100),
              _row(C.AV, 8, 8, 100, verified=1, drafted=9)]
+    unclear = [_row("none", 0, 1, 100, noise=0.3), _row(C.AV, 8, 1, 90, verified=2, noise=0.3),
+               _row("none", 0, 2, 100, noise=0.3), _row("fixed", 4, 2, 110, verified=3), _row(C.AV, 8, 2, 100, noise=0.3)]
     # drafted nothing where a fixed depth was best: level, ahead, behind
     undrafted = [r for n, av in ((2, 99), (3, 130), (5, 50))
                  for r in (_row("none", 0, n, 50), _row("fixed", 4, n, 100, verified=3), _row(C.AV, 8, n, av))]
     from specviz.ui.lesson import _named
     seen = set()
     for lang in ("en", "fa"):
-        for case in (rows, same, drafting, level, undrafted):
+        for case in (rows, same, drafting, level, undrafted, unclear):
             _, _, keys, vals = V.frontier_conclusions(case, True)
             for k, v in zip(keys, vals):
                 text = lessons.text(lang, f"chapter.frontier.{k}", **_named(lang, v))
                 assert "{" not in text and "fixed:" not in text, text
                 seen.add(k)
     assert {"conclusion_behind_few", "conclusion_behind_same"} <= seen
-    assert {f"row_{v}{d}" for v in ("level", "ahead", "behind") for d in ("", "_undrafted")} | {"row_same"} <= seen
+    assert {f"row_{v}{d}" for v in ("level", "ahead", "behind", "unclear") for d in ("", "_undrafted")} | \
+        {"row_same", "conclusion_frontier_unclear"} <= seen
     assert C.arm_name("en", "fixed:4") == "fixed k = 4" and "تطبیقی" in C.arm_name("fa", C.AV + ":8")
 
 
