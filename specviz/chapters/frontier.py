@@ -34,7 +34,7 @@ from specviz import lessons
 from specviz.chapters.base import Chapter, Context, VllmPanel
 from specviz.chapters.common import finished, settings_of, snapshot
 from specviz.chapters.frontier_cells import (AV, WARM_TOKENS, Cell, arm_code, arm_name, arms, class_references,
-                                             measure, stepped_cell, tokens_per_user, warm_budget)
+                                             measure, stepped_cell, stepped_round, tokens_per_user, warm_budget)
 from specviz.chapters.frontier_verdict import frontier_conclusions
 from specviz.chapters.plotting import PLAIN, POLICY_COLOURS, labels_for, styled
 from specviz.engine.profiling import pair_profiles
@@ -47,15 +47,23 @@ FRONTIER_DIR = ASSETS / "frontier"      # `frontier --engine vllm` recordings (r
 # the offline SmolLM2-135M; 16 users already reach the cliff there. One fixed depth, the deepest (the one
 # that bends back furthest, and adaptive verification's k): a second depth takes the chapter past a minute
 # on a slower 2-core CPU. A small class gets more tokens per user (class_tokens in all, at least max_new
-# each), so that a one-user cell's own runs agree within the ±10 % the verdict needs.
-CHAPTER_SIZE = dict(users=(1, 4, 16), depths=(8,), max_new=10, repeats=2, class_tokens=40)
+# each), and a cell runs classes until its users emitted cell_tokens, the arms taking turns class by class,
+# so that the two arms a verdict compares met the machine's drift alike and a one-user cell's own runs
+# agree within the ±10 % the verdict needs.
+CHAPTER_SIZE = dict(users=(1, 4, 16), depths=(8,), max_new=10, repeats=2, class_tokens=40, cell_tokens=120)
+
+
+def classes_of(users: int, per_user: int, cell_tokens: int) -> int:
+    """Classes one cell runs: enough for `cell_tokens` tokens, at least one."""
+    return max(1, -(-cell_tokens // max(1, users * per_user)))
 
 
 # --- the experiment ----------------------------------------------------------------------------------
 @inference_steps
 def run_frontier(pair, prompts: list[list[int]], users=CHAPTER_SIZE["users"], depths=CHAPTER_SIZE["depths"],
                  max_new: int = CHAPTER_SIZE["max_new"], repeats: int = CHAPTER_SIZE["repeats"],
-                 class_tokens: int = CHAPTER_SIZE["class_tokens"], acceptance: float | None = None) -> Iterator[dict]:
+                 class_tokens: int = CHAPTER_SIZE["class_tokens"], acceptance: float | None = None,
+                 cell_tokens: int = CHAPTER_SIZE["cell_tokens"]) -> Iterator[dict]:
     """The frontier on the loaded pair (with `acceptance`, on its target with the synthetic draft): a
     warm-up, the cost profile adaptive verification starts from, then every cell (one yield each, never
     inside a timed cell)."""
@@ -63,28 +71,31 @@ def run_frontier(pair, prompts: list[list[int]], users=CHAPTER_SIZE["users"], de
     if acceptance is not None:
         pair = pair.with_synthetic(acceptance)
     per_user = {n: tokens_per_user(n, max_new, class_tokens) for n in users}
+    classes = {n: classes_of(n, per_user[n], cell_tokens) for n in users}
     settings = settings_of(pair, users=users, depths=sorted(set(depths)), repeats=repeats, prompts=len(prompts),
-                           tokens_per_user={str(n): t for n, t in per_user.items()}, acceptance=acceptance)
+                           tokens_per_user={str(n): t for n, t in per_user.items()},
+                           classes={str(n): c for n, c in classes.items()}, acceptance=acceptance)
     extra = {"identical": True, "reference_s": 0.0}
     yield snapshot("frontier", pair, settings, 0.0, [], **extra)
     refs = {}
     if pair.synthetic is not None:            # each class's reference first: decoded at depth 0, untimed
         for n in users:
-            refs[n], secs = class_references(pair, prompts, n, per_user[n])
+            refs[n], secs = class_references(pair, prompts, n, per_user[n], classes[n])
             extra["reference_s"] += secs
     stepped_cell(pair, prompts, "fixed", max(depths), 2, 4, references=refs.get(min(users)))   # warm-up
     budget = warm_budget(pair, prompts, max(depths), pair_profiles(pair, quick=True))
     total, count = len(users) * len(arms(depths)) * repeats, [0]
 
-    def cell(arm, d, n):
-        if arm == "warm-up":
-            return stepped_cell(pair, prompts, "fixed", d, n, WARM_TOKENS, references=refs.get(n))
-        return stepped_cell(pair, prompts, arm, d, n, per_user[n], budget if arm == AV else None, refs.get(n))
+    def cell(arm, d, n):            # only the untimed warm-up at each class size runs a cell whole
+        return stepped_cell(pair, prompts, "fixed", d, n, WARM_TOKENS, references=refs.get(n))
+
+    def round_of(order, n, r):
+        return stepped_round(pair, prompts, order, n, per_user[n], classes[n], r, budget, refs.get(n))
 
     def heard(c, rows):
         count[0] += 1
     # each cell is measured alone; the snapshots are built between class sizes, outside any timing
-    for same, rows in _cells(cell, users, depths, repeats, heard):
+    for same, rows in _cells(cell, round_of, users, depths, repeats, heard):
         if same is None:
             values, key, keys, vals = frontier_conclusions(rows, extra["identical"])
             yield finished(snapshot("frontier", pair, settings, 1.0, rows, **extra), values, key, keys, vals)
@@ -93,12 +104,12 @@ def run_frontier(pair, prompts: list[list[int]], users=CHAPTER_SIZE["users"], de
         yield snapshot("frontier", pair, settings, count[0] / total, rows, **extra)
 
 
-def _cells(cell: Cell, users, depths, repeats: int, heard) -> Iterator[tuple[bool | None, list[dict]]]:
+def _cells(cell: Cell, round_of, users, depths, repeats: int, heard) -> Iterator[tuple[bool | None, list[dict]]]:
     """`measure`, one class size at a time so the page can draw between them: yields (identical so far,
     rows) after each class size, then (None, every row)."""
     rows: list[dict] = []
     for n in users:
-        part, same = measure(cell, [n], depths, repeats, on_cell=heard)
+        part, same = measure(cell, [n], depths, repeats, on_cell=heard, round_of=round_of)
         rows += part
         yield same, list(rows)
     yield None, rows

@@ -70,14 +70,19 @@ def warm_budget(pair, prompts: list[list[int]], depth: int, profile) -> Budget:
     return budget
 
 
-def class_references(pair, prompts: list[list[int]], users: int, max_new: int) -> tuple[dict, float]:
-    """A synthetic draft's references for a class of `users`: the class decoded at depth 0 in one batch
-    (EOS ignored, as the cells do), prompt → the target's own continuation; and the seconds it took."""
+def class_references(pair, prompts: list[list[int]], users: int, max_new: int,
+                     classes: int = 1) -> tuple[dict, float]:
+    """A synthetic draft's references for `classes` classes of `users` (class j starts `users × j` places
+    along the prompts, as the cells do): each decoded at depth 0 in one batch (EOS ignored, as the cells
+    do), prompt → the target's own continuation; and the seconds it took."""
     t0 = time.perf_counter()
-    cell = stepped_cell(pair, prompts, "none", 0, users, max_new)
     refs: dict[tuple[int, ...], tuple[int, ...]] = {}
-    for i, out in enumerate(cell["outputs"]):
-        refs.setdefault(tuple(prompts[i % len(prompts)]), tuple(out))
+    for j in range(classes):
+        mine = [prompts[(users * j + i) % len(prompts)] for i in range(users)]
+        if all(tuple(p) in refs for p in mine):
+            continue
+        for p, out in zip(mine, stepped_cell(pair, mine, "none", 0, users, max_new)["outputs"]):
+            refs.setdefault(tuple(p), tuple(out))
     return refs, time.perf_counter() - t0
 
 
@@ -98,12 +103,12 @@ def cell_result(arm: str, depth: int, users: int, outs: list[list[int]], totals:
 
 
 def stepped_cell(pair, prompts: list[list[int]], arm: str, depth: int, users: int, max_new: int,
-                 budget: Budget | None = None, references: dict | None = None) -> dict:
+                 budget: Budget | None = None, references: dict | None = None, seed: int = 0) -> dict:
     """One class stepped in this thread: `users` one-row requests in one shared batch, to the end.
     `budget`: the adaptive-verification arm's (see warm_budget); other arms never read it. `references`:
-    a synthetic draft's (user i is request seed i, so every arm draws the same coins)."""
+    a synthetic draft's (user i is request seed `seed` + i, so every arm draws the same coins)."""
     eng = pair.engine(budget=budget, eos_ids=[])     # EOS ignored: every arm emits max_new tokens per user
-    reqs = [Request([prompts[i % len(prompts)]], Knobs(depth, 1, policy_for(arm, depth)), max_new, seed=i,
+    reqs = [Request([prompts[i % len(prompts)]], Knobs(depth, 1, policy_for(arm, depth)), max_new, seed=seed + i,
                     references=references) for i in range(users)]
     for r in reqs:
         eng.add(r)
@@ -197,3 +202,33 @@ def _whole_cells(cell: Cell) -> Round:
             out[i] = cell(*order[i], n)
         return [out[i] for i in range(len(order))]
     return run
+
+
+def stepped_round(pair, prompts: list[list[int]], order: list[tuple[str, int]], users: int, max_new: int,
+                  classes: int, r: int, budget: Budget | None = None, references: dict | None = None) -> list[dict]:
+    """Round r stepped in this thread, the arms taking turns class by class (each class's order a row of
+    a Williams design), as `python -m specviz frontier` does through the scheduler: the machine's drift
+    over seconds then meets every arm alike. Class j starts `users × j` places along the prompt list.
+    Returns one cell per arm, in `order`, its classes summed (`class_walls` holds each class's seconds)."""
+    parts: list[list[dict]] = [[] for _ in order]
+    for j in range(classes):
+        mine = [prompts[(users * j + i) % len(prompts)] for i in range(users)]
+        for idx in williams_row(len(order), r * classes + j):
+            arm, depth = order[idx]
+            parts[idx].append(stepped_cell(pair, mine, arm, depth, users, max_new, budget if arm == AV else None,
+                                           references, seed=users * j))
+    return [_summed(cells) for cells in parts]
+
+
+def _summed(cells: list[dict]) -> dict:
+    """One arm's classes of a round as one cell: tokens over the summed seconds."""
+    first = cells[0]
+    wall, tokens, steps = (sum(c[k] for c in cells) for k in ("wall_s", "tokens", "steps"))
+    per_user = [c["per_user_tokens_per_s"] for c in cells]
+    return {**first, "wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall if wall > 0 else 0.0,
+            "per_user_tokens_per_s": statistics.median(per_user), "steps": steps,
+            "drafted_per_step": sum(c["drafted_per_step"] * c["steps"] for c in cells) / max(steps, 1),
+            "verified_per_step": sum(c["verified_per_step"] * c["steps"] for c in cells) / max(steps, 1),
+            "accepted_length": sum(c["accepted_length"] * c["steps"] for c in cells) / max(steps, 1),
+            "outputs": [o for c in cells for o in c["outputs"]], "class_walls": [c["wall_s"] for c in cells],
+            "classes": len(cells)}
