@@ -463,6 +463,6 @@ def _run(ctx: Context):
     return run_frontier(ctx.pair, list(ctx.grounded) or ctx.pool)
 
 
-CHAPTER = Chapter("frontier", run=_run, figure=figure_frontier, button_id="run-frontier",
+CHAPTER = Chapter("frontier", run=_run, figure=figure_frontier, button_id="run-frontier", dial=True,
                   vllm=VllmPanel(result=vllm_frontier, figure=figure_frontier, notes=vllm_notes,
                                  recording=recorded_frontier))
