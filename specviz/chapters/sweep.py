@@ -14,8 +14,8 @@ from plotly.subplots import make_subplots
 from specviz import lessons
 from specviz.chapters import vllm_panels
 from specviz.chapters.base import Chapter, Result, VllmPanel
-from specviz.chapters.common import TimedRun, finished, settings_of, snapshot, timed_run, warm_up
-from specviz.chapters.dial import References, acceptance_of, dial_keys, dial_title, dialled
+from specviz.chapters.common import TimedRun, finished, settings_of, snapshot, timed_run
+from specviz.chapters.dial import References, acceptance_of, dial_keys, dial_title, dialled, warm_up
 from specviz.chapters.plotting import PLAIN, POLICY_COLOURS, aligned, is_rtl, labels_for, said_label, styled
 from specviz.engine.torchmode import inference_steps
 from specviz.hardware.costmodel import best_depths, crossover_from_rows
@@ -92,7 +92,7 @@ def run_sweep(pair, prompt_ids: list[int], batches: Iterable[int] = (1, 2, 4, 8,
     extra = {"batches": batches, "depths": depths, "best_depth": [], "crossover_batch": None, "published": pub,
              **dial_keys(pair, refs)}
     yield snapshot("sweep", pair, settings, 0.0, [], **extra)
-    warm_up(pair, [prompt_ids], max(depths))
+    warm_up(pair, refs, [prompt_ids], max(depths))
     rows: list[dict] = []
     total = len(batches) * len(depths)
     synthetic = acceptance_of(pair) is not None
