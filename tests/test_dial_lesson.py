@@ -191,12 +191,16 @@ def test_parse_acceptance(value, want):
 
 
 def test_a_bad_dial_is_one_sentence_in_each_language():
-    assert lesson.dial_value(False, "junk") is None                 # unticked: the pair's own draft
+    assert lesson.dial_value(False, 0.35) is None                   # unticked: the pair's own draft
     assert lesson.dial_value(True, 0.35) == 0.35
-    for lang, word in (("en", "acceptance must be a number from 0 to 1"), ("fa", "acceptance باید عددی")):
-        with pytest.raises(Exception) as err:
-            lesson.dial_value(True, "2", lang)
-        assert word in str(err.value) and "\n" not in str(err.value)
+    for on in (True, False):                                        # an API caller's bad A, ticked or not
+        for lang, word in (("en", "acceptance must be a number from 0 to 1"), ("fa", "acceptance باید عددی")):
+            with pytest.raises(Exception) as err:
+                lesson.dial_value(on, "2", lang)
+            assert word in str(err.value) and "\n" not in str(err.value)
+    for on in ("abc", None, 1, [1]):
+        with pytest.raises(Exception, match="'synthetic' must be true or false"):
+            lesson.dial_value(on, 0.5)
 
 
 def test_a_result_that_did_not_run_the_synthetic_draft_is_refused():

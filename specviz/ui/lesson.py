@@ -19,6 +19,7 @@ import gradio as gr
 
 from specviz import lessons
 from specviz.chapters import BY_KEY, CHAPTERS, KEYS, Chapter, Context, frontier, vllm_panels
+from specviz.limits import brief
 from specviz.pairs.pipeline import encode_prompt
 from specviz.serve import runner
 from specviz.serve.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, EXAMPLES, ROW_POOL
@@ -99,13 +100,14 @@ def parse_acceptance(value) -> float | None:
 
 
 def dial_value(on, value, lang: str = lessons.DEFAULT_LANG) -> float | None:
-    """The A an experiment runs with: None while the synthetic draft is unticked; a bad A is refused."""
-    if not on:
-        return None
+    """The A an experiment runs with: None while the synthetic draft is unticked. A switch that is not
+    true or false, or a bad A (ticked or not: the API's caller sent it), is refused in one sentence."""
+    if not isinstance(on, bool):
+        raise error(lang, "errors.bad_input", name="synthetic", kind=lessons.Key("errors.kind_bool"), value=brief(on))
     a = parse_acceptance(value)
     if a is None:
         raise error(lang, "errors.bad_acceptance", value=lessons.quoted(str(value)[:40]))
-    return a
+    return a if on else None
 
 
 def dial_md(lang: str, result: dict) -> list[str]:
