@@ -13,7 +13,6 @@ from typing import Iterable, Iterator
 
 import plotly.graph_objects as go
 import torch
-
 from plotly.subplots import make_subplots
 
 from specviz import lessons
@@ -27,7 +26,7 @@ from specviz.hardware.device import timed_once
 
 BD_MATCH = 0.25          # breadth and depth "cost about the same" when within 25 % of each other
 # Under the dial, the depth arm's answer: long enough for a few passes of 16 tokens that its end does not
-# cut, short enough that the generation runs (one per n, plus the reference) stay a few seconds.
+# cut, and short, since each n in DIAL_NS decodes it once more (after one reference).
 DIAL_MAX_NEW = 32
 DIAL_NS = (1, 2, 4, 8, 16)   # n − 1 drafts per pass: 16 is the deepest the engine drafts
 # rows decoded together for the depth arm's tokens per pass: each row draws its own coins, so eight rows
