@@ -203,13 +203,29 @@ def test_a_bad_dial_is_one_sentence_in_each_language():
             lesson.dial_value(on, 0.5)
 
 
+def _ran(draft: str, **extra) -> dict:
+    return {"settings": {"draft": draft}, **extra}
+
+
 def test_a_result_that_did_not_run_the_synthetic_draft_is_refused():
-    lesson.check_dial({"synthetic": None}, None, "en")                      # no dial: anything goes
-    lesson.check_dial({"synthetic": 0.7, "reference_s": 0.0}, 0.7, "en")
-    for result in ({"synthetic": None, "reference_s": None}, {"synthetic": 0.5, "reference_s": 1.0},
-                   {"synthetic": 0.7}, {}):
+    lesson.check_dial(_ran("ngram"), None, "en")                            # no dial: anything goes
+    lesson.check_dial(_ran("synthetic:0.7", reference_s=0.0), 0.7, "en")
+    for result in (_ran("ngram", reference_s=1.0), _ran("synthetic:0.5", reference_s=1.0), _ran("synthetic:0.7"),
+                   _ran("synthetic:x", reference_s=1.0), {}):
         with pytest.raises(Exception, match="ran without the synthetic draft"):
             lesson.check_dial(result, 0.7, "en")
+
+
+def test_the_frontier_runs_under_the_dial(make_pair, prompts):
+    """The lead's frontier reads ctx.acceptance: its first snapshot passes the page's check and its
+    conclusion gets the synthetic note."""
+    from specviz.chapters import frontier
+
+    ctx = Context(pair=make_pair("ngram"), prompt=prompts[0], pool=prompts, grounded=tuple(prompts[:2]),
+                  acceptance=0.6)
+    first = next(iter(BY_KEY["frontier"].run(ctx)))
+    lesson.check_dial(first, 0.6, "en")
+    assert frontier.CHAPTER.dial and lesson.ran_with(first) == 0.6
 
 
 def test_the_experiment_gets_the_dial_in_its_context(make_pair, monkeypatch):

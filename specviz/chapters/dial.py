@@ -4,12 +4,14 @@
 
 A synthetic run needs its reference first: the target's own greedy continuation of each row, decoded
 by the same engine at depth 0 on the same batch, untimed. `References` does that batch by batch and
-keeps the bill. Every dial chapter's result carries `dial_keys(...)` (the Lesson tab refuses a result
-that ran without the draft it asked for, and writes the synthetic note from these):
+keeps the bill. Every dial chapter's result carries `dial_keys(...)`:
 
-    synthetic     A, or None when the pair's own draft ran
+    synthetic     A, or None when the pair's own draft ran (the figures' "synthetic draft (A = …)")
     reference_s   seconds the references took (paid before the timed runs, left out of every figure)
     realigned     rows whose output left their reference at a near-tie (they decoded on without drafts)
+
+The Lesson tab reads what ran from the settings' `draft` (`synthetic:A`, as settings_of writes it) and
+needs `reference_s` beside it: a result under the dial without them is refused; `realigned` is optional.
 """
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ CSV. Experiments are timed, so they never run beside another timed experiment or
 
 A chapter with `Chapter.dial` also shows the acceptance dial: a "synthetic draft" checkbox (off: the
 pair's own draft) that unlocks a slider A from 0 to 1; on, the experiment runs with
-`Context(acceptance=A)` (specviz.chapters.dial) and its result must say it ran `synthetic` at that A.
+`Context(acceptance=A)` (specviz.chapters.dial), and its result must have run `synthetic:A` (the draft in
+its settings) and say what the reference cost (`reference_s`).
 """
 from __future__ import annotations
 
@@ -110,9 +111,20 @@ def dial_value(on, value, lang: str = lessons.DEFAULT_LANG) -> float | None:
     return a if on else None
 
 
+def ran_with(result: dict) -> float | None:
+    """The A of the synthetic draft a result ran on (its settings' draft, `synthetic:A`), else None."""
+    draft = str((result.get("settings") or {}).get("draft", ""))
+    if not draft.startswith("synthetic:"):
+        return None
+    try:
+        return float(draft.split(":", 1)[1])
+    except ValueError:
+        return None
+
+
 def dial_md(lang: str, result: dict) -> list[str]:
     """How the synthetic draft works and what its reference cost, under a dial chapter's conclusion."""
-    a = result.get("synthetic")
+    a = ran_with(result)
     if a is None:
         return []
     parts = [t(lang, "app.dial_note", acceptance=a, reference_s=result.get("reference_s") or 0.0)]
@@ -122,10 +134,11 @@ def dial_md(lang: str, result: dict) -> list[str]:
 
 
 def check_dial(result: dict, acceptance: float | None, lang: str) -> None:
-    """A result shown under the dial must have run the synthetic draft at that A, and priced its reference."""
+    """A result shown under the dial must have run the synthetic draft at that A (its settings' draft), and
+    priced its reference (`reference_s`)."""
     if acceptance is None:
         return
-    ran = result.get("synthetic")
+    ran = ran_with(result)
     if ran is None or not math.isclose(ran, acceptance) or result.get("reference_s") is None:
         raise error(lang, "errors.dial_not_run")
 

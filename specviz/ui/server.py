@@ -29,7 +29,7 @@ from specviz.pairs.models import ModelError
 from specviz.serve import runner
 from specviz.serve.catalog import PairCache, PairChoice, TokenizerCache, available_choices, hub_is_offline, pair_options
 from specviz.serve.live import LiveRuns
-from specviz.serve.scheduler import DeviceGate
+from specviz.serve.gate import DeviceGate
 from specviz.serve.vllm_router import VllmRouter, vllm_choices
 from specviz.ui import lesson, playground, whatif
 from specviz.ui.errors import as_human_errors, error, guard_blocks
