@@ -165,6 +165,10 @@ TAB_IDS = ("lesson", "playground", "whatif")
 LINK_JS = """(tab, chapter, pair, prompt, batch, depth, policy, lang) => {
   const q = new URLSearchParams({tab: tab || 'lesson', chapter: chapter || '', pair: pair || '',
     prompt: prompt || '', batch: String(batch), depth: String(depth), policy: policy || '', lang: lang || 'en'});
+  // the shown chapter's acceptance dial, when its synthetic draft is ticked
+  const dial = document.querySelector('#dial-on-' + chapter + ' input');
+  const dialled = document.querySelector('#dial-' + chapter + ' input[type=number]');
+  if ((tab || 'lesson') === 'lesson' && dial && dial.checked && dialled) { q.set('acceptance', dialled.value); }
   const url = window.location.origin + window.location.pathname + '?' + q.toString();
   if (navigator.clipboard) { navigator.clipboard.writeText(url).catch(() => {}); }
   const copied = __COPIED__;
@@ -190,7 +194,7 @@ def link_js() -> str:
 def build_blocks(app: SpecVizApp) -> gr.Blocks:
     """The page: header with the language switch and "copy link", then the Lesson (first), Playground and
     What-if tabs. URL parameters restore a state (deep links): tab, chapter, pair, prompt, batch, depth,
-    policy, lang."""
+    policy, lang, acceptance (the lesson's dial: ticks the synthetic draft at A)."""
     app.tr = tr = Translations()
     # uploads and download copies in gradio's cache older than an hour go every half hour (a class's
     # server runs for days; a student downloads a file right after a Run)
@@ -209,7 +213,7 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
         with gr.Tabs(selected="lesson", elem_id="tabs") as tabs:
             with gr.Tab(lessons.text("en", "app.tab_lesson"), id="lesson", elem_id="lesson") as t_lesson:
                 tr.add(t_lesson, label="app.tab_lesson")
-                _, chapter, _ = lesson.build(app)
+                taught, chapter, _ = lesson.build(app)
             with gr.Tab(lessons.text("en", "app.tab_playground"), id="playground", elem_id="playground") as t_play:
                 tr.add(t_play, label="app.tab_playground")
                 page = playground.build(app)
@@ -224,7 +228,10 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
         def on_load(request: gr.Request):
             chosen = pick_lang(request)
             tr.remember(_session(request), chosen)
-            return [*restore(app, request, chosen), *tr.updates(chosen)]
+            updates = tr.updates(chosen)
+            # the lesson's dials are translated components too: `acceptance` merges into their updates
+            lesson.restore_dials(taught, _query(request), chosen, tr.components, updates)
+            return [*restore(app, request, chosen), *updates]
         blocks.load(on_load, None, deep + tr.components, api_name=False, queue=False).then(
             None, [lang], None, js=switch_js())
 
@@ -244,9 +251,14 @@ def _session(request) -> str:
     return getattr(request, "session_hash", None) or "default"
 
 
+def _query(request) -> dict:
+    return dict(getattr(request, "query_params", None) or {})
+
+
 def restore(app: SpecVizApp, request, lang: str) -> list:
-    """Component updates from the URL's deep-link parameters (anything absent or invalid is left alone)."""
-    q = dict(getattr(request, "query_params", None) or {})
+    """Component updates from the URL's deep-link parameters (anything absent or invalid is left alone;
+    `acceptance` is the lesson's: ui.lesson.restore_dials)."""
+    q = _query(request)
     labels = [c.label for c in app.choices]
 
     def num(name, lo, hi):
