@@ -33,6 +33,7 @@ from plotly.subplots import make_subplots
 from specviz import lessons
 from specviz.chapters.base import Chapter, Context, VllmPanel
 from specviz.chapters.common import finished, settings_of, snapshot
+from specviz.chapters.dial import dial_title
 from specviz.chapters.frontier_cells import (AV, WARM_TOKENS, Cell, arm_code, arm_name, arms, class_references,
                                              measure, stepped_cell, stepped_round, tokens_per_user, warm_budget)
 from specviz.chapters.frontier_verdict import frontier_conclusions
@@ -75,7 +76,7 @@ def run_frontier(pair, prompts: list[list[int]], users=CHAPTER_SIZE["users"], de
     settings = settings_of(pair, users=users, depths=sorted(set(depths)), repeats=repeats, prompts=len(prompts),
                            tokens_per_user={str(n): t for n, t in per_user.items()},
                            classes={str(n): c for n, c in classes.items()}, acceptance=acceptance)
-    extra = {"identical": True, "reference_s": 0.0}
+    extra = {"identical": True, "synthetic": pair.synthetic, "reference_s": 0.0, "realigned": 0}
     yield snapshot("frontier", pair, settings, 0.0, [], **extra)
     refs = {}
     if pair.synthetic is not None:            # each class's reference first: decoded at depth 0, untimed
@@ -94,6 +95,7 @@ def run_frontier(pair, prompts: list[list[int]], users=CHAPTER_SIZE["users"], de
 
     def heard(c, rows):
         count[0] += 1
+        extra["realigned"] += c.get("realigned", 0)
     # each cell is measured alone; the snapshots are built between class sizes, outside any timing
     for same, rows in _cells(cell, round_of, users, depths, repeats, heard):
         if same is None:
@@ -156,6 +158,9 @@ def figure_frontier(result: dict, labels: dict | None = None, dark: bool = False
     fig.update_xaxes(title_text=L["axis_users"], type="log", tickvals=sizes, ticktext=[str(n) for n in sizes],
                      row=1, col=2)
     fig.update_yaxes(title_text=L["axis_accepted"], row=1, col=2)
+    title = dial_title(L, result)
+    if title is not None:                    # a synthetic curve says so wherever it is drawn
+        fig.update_layout(title=dict(text=title, x=0.5, font=dict(size=13)))
     # room above the plots for the panel titles' two lines (make_subplots puts them over the top edge)
     return styled(fig, dark, height=460, margin=dict(l=56, r=20, t=64, b=80))
 

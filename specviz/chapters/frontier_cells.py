@@ -125,8 +125,9 @@ def stepped_cell(pair, prompts: list[list[int]], arm: str, depth: int, users: in
         if not out and not eng.requests:
             break
     wall = time.perf_counter() - t0
-    return cell_result(arm, depth, users, [r.outputs().get(0, []) for r in reqs], [r.totals for r in reqs],
-                       [ends.get(r.id, wall) for r in reqs], wall, steps, drafted, verified)
+    return {**cell_result(arm, depth, users, [r.outputs().get(0, []) for r in reqs], [r.totals for r in reqs],
+                          [ends.get(r.id, wall) for r in reqs], wall, steps, drafted, verified),
+            "realigned": int(getattr(eng.drafter, "realigned", 0))}
 
 
 def median_row(cells: list[dict]) -> dict:
@@ -231,4 +232,4 @@ def _summed(cells: list[dict]) -> dict:
             "verified_per_step": sum(c["verified_per_step"] * c["steps"] for c in cells) / max(steps, 1),
             "accepted_length": sum(c["accepted_length"] * c["steps"] for c in cells) / max(steps, 1),
             "outputs": [o for c in cells for o in c["outputs"]], "class_walls": [c["wall_s"] for c in cells],
-            "classes": len(cells)}
+            "classes": len(cells), "realigned": sum(c.get("realigned", 0) for c in cells)}
