@@ -96,19 +96,19 @@ def test_with_nobody_waiting_the_step_is_planned_for_the_batchs_last_row():
     pass) the row ahead verifies too, past it never (not even one cheap-looking token of a wide pass). Rows level with each other move the end only together: the
     chance that all keep a draft is the product, so many level rows verify little."""
     prop = _proposal([[0.9] * 3, [0.9] * 3])
-    past_knee = {2: 1.0, 5: 1.3, 8: 1.6}          # every token 10 % of the plain pass
+    past_knee = {2: 1.0, 5: 1.6, 8: 2.2}          # every token 20 % of the plain pass
     steeper = {2: 1.0, 5: 1.9, 8: 2.8}            # … 30 %
     sel = Budget(verify_seed=steeper).select(prop, [True, True], [False, False], 0.0, 2, [10, 20])
     assert sel.lengths == [0, 3]
     sel = Budget(verify_seed=past_knee).select(prop, [True, True], [False, False], 0.0, 2, [10, 20])
-    assert sel.lengths == [0, 3]                  # a token more a row costs 20 % more: not free, not counted
+    assert sel.lengths == [0, 3]                  # a token more a row costs 40 % more: past the knee
     nearly_flat = {2: 1.0, 5: 1.03, 8: 1.06}      # … 2 %, below the knee (≤ FREE_SHARE): every row counts
     sel = Budget(verify_seed=nearly_flat).select(prop, [True, True], [False, False], 0.0, 2, [10, 20])
     assert sel.lengths == [3, 3]
     sel = Budget(verify_seed=past_knee).select(prop, [True, True], [False, False], 0.0, 2, [10, 20], waiting=True)
     assert sel.lengths == [3, 3]
     sel = Budget(verify_seed=past_knee).select(prop, [True, True], [False, False], 0.0, 2, [20, 20])
-    assert sel.lengths == [3, 3]                  # two level rows, each 0.9 sure: 0.81 a place together
+    assert sel.lengths == [2, 2]                  # two level rows, each 0.9 sure: 0.81 a place together, 0.53 at the third
     flat = {2: 1.0, 8: 1.0}
     sel = Budget(verify_seed=flat).select(prop, [True, True], [False, False], 0.0, 2, [10, 20])
     assert sel.lengths == [3, 3]

@@ -44,7 +44,7 @@ def runs(make_pair, prompts, one_model_thread):
 
 # the frontier chapter at test size: two class sizes, one fixed depth (with no speculation and adaptive
 # verification, three arms), one round, a few tokens a user
-FRONTIER_SHORT = dict(users=(1, 2), depths=(2,), max_new=4, repeats=1, class_tokens=8)
+FRONTIER_SHORT = dict(users=(1, 2), depths=(2,), max_new=4, repeats=1, class_tokens=8, cell_tokens=16)
 
 
 def test_every_chapter_with_an_experiment_runs_here(runs):
@@ -357,8 +357,8 @@ def test_frontier_runs_every_arm_at_every_class_size_with_the_same_tokens(runs):
                      for n in FRONTIER_SHORT["users"]}
     assert last["identical"] is True              # every arm gave every user the same tokens
     for r in last["table"]:
-        assert r["tokens"] == r["users"] * frontier.tokens_per_user(r["users"], FRONTIER_SHORT["max_new"],
-                                                                    FRONTIER_SHORT["class_tokens"]), r
+        assert r["classes"] == 2 and r["tokens"] == 2 * r["users"] * frontier.tokens_per_user(
+            r["users"], FRONTIER_SHORT["max_new"], FRONTIER_SHORT["class_tokens"]), r      # two classes a cell
     assert [d["progress"] for d in runs["frontier"]] == [0.0, 0.5, 1.0, 1.0]
 
 
