@@ -376,3 +376,23 @@ def test_a_conclusion_about_a_class_of_one_never_reads_1_users():
         assert key in ("conclusion_frontier", "conclusion_behind_few")
         line = lessons.text("en", f"chapter.frontier.{key}", **vals[keys.index(key)])
         assert "{" not in line and " 1 users" not in line, line
+
+
+def test_the_verdict_reads_the_class_ratios_within_their_own_spread():
+    """Where both arms ran the same classes in the same rounds, the verdict is the median of those class
+    ratios and the band their own spread (the widest class left out from five on): two cells whose medians
+    differ by 6 % on a drifting machine, class by class level within ±3 %, are level; a class ratio spread
+    of ±20 % is too close to call."""
+    def row(arm, depth, walls):
+        tps = 10 * len(walls[0]) / sum(walls[0])
+        return dict(_row(arm, depth, 1, tps, noise=0.02, verified=3.0), class_walls=walls, runs=[tps])
+    best = row("fixed", 8, [[1.0, 1.0, 1.0]] * 2)
+    av = row(C.AV, 8, [[1.02, 0.98, 1.06], [0.97, 1.03, 1.0]])
+    line = V.class_lines([row("none", 0, [[2.0] * 3] * 2), best, av])[0]
+    assert line["verdict"] == "level" and line["band"] == pytest.approx(0.05)
+    assert line["ratio"] == pytest.approx(1.0, abs=0.01)
+    wide = row(C.AV, 8, [[0.8, 1.25, 1.0], [0.7, 1.3, 1.0]])
+    line = V.class_lines([row("none", 0, [[2.0] * 3] * 2), best, wide])[0]
+    assert line["verdict"] == "unclear" and line["band"] > 0.1
+    ahead = row(C.AV, 8, [[0.8, 0.82, 0.81], [0.79, 0.8, 0.83]])
+    assert V.class_lines([row("none", 0, [[2.0] * 3] * 2), best, ahead])[0]["verdict"] == "ahead"

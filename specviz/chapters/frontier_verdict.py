@@ -23,6 +23,26 @@ def band(*rows: dict) -> float:
     return max([NOISE_FLOOR] + [r["noise"] for r in rows if r.get("noise") is not None])
 
 
+def class_ratios(a: dict, b: dict) -> list[float]:
+    """a's speed ÷ b's for every class the two rows ran in the same round (the same tokens, seconds apart),
+    or [] without class timings."""
+    wa, wb = a.get("class_walls"), b.get("class_walls")
+    if not (wa and wb and [len(x) for x in wa] == [len(x) for x in wb]):
+        return []
+    return [y / x for ra, rb in zip(wa, wb) for x, y in zip(ra, rb) if x > 0]
+
+
+def paired_band(ratios: list[float]) -> float:
+    """The spread of a comparison's own class ratios: half their range around the median, the highest and
+    lowest left out where there are five or more (one preempted class should not set the band), at least
+    NOISE_FLOOR."""
+    xs = sorted(ratios)
+    if len(xs) >= 5:
+        xs = xs[1:-1]
+    mid = statistics.median(xs)
+    return max(NOISE_FLOOR, (xs[-1] - xs[0]) / 2 / mid if mid else NOISE_FLOOR)
+
+
 def paired(a: dict, b: dict) -> float | None:
     """a's speed ÷ b's, paired: the median over a's and b's runs of the same class of the same round
     where both rows hold each class's seconds (`class_walls`; the classes are the same tokens on every
@@ -60,7 +80,12 @@ def class_lines(rows: list[dict]) -> list[dict]:
         av = next((r for r in mine if r["arm"] == AV), None)
         if av is None or not best["tokens_per_s"]:
             continue
-        ratio, width = av["tokens_per_s"] / best["tokens_per_s"], band(av, best)
+        # where both ran the same classes in the same rounds, the verdict reads those class ratios (paired:
+        # each pair met the machine's drift alike) within their own spread; else the medians and the cells'
+        ratios = class_ratios(av, best)
+        by_medians = av["tokens_per_s"] / best["tokens_per_s"]
+        ratio, width = (statistics.median(ratios), paired_band(ratios)) if len(ratios) >= 2 else \
+            (by_medians, band(av, best))
         drafted = av.get("drafted_most", av["drafted_per_step"])
         # drafting nothing, adaptive verification did no speculation's work to the token: where that was the
         # best arm, any gap is two timings of the same work, never "ahead" or "behind" (the chapter once
@@ -68,6 +93,7 @@ def class_lines(rows: list[dict]) -> list[dict]:
         same = not drafted and best["arm"] == "none"
         out.append({"users": n, "best_arm": arm_code(best), "best_tokens_per_s": best["tokens_per_s"],
                     "av_tokens_per_s": av["tokens_per_s"], "ratio": ratio, "band": width,
+                    "by_medians": by_medians,
                     "paired": paired(av, best), "same_work": same,
                     "verdict": "level" if same else verdict(ratio, width), "verified": av["verified_per_step"],
                     "drafted": drafted, "best_verified": best["verified_per_step"]})

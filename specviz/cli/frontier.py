@@ -201,7 +201,7 @@ def _give_back(engines) -> None:
 def _comparison(line: dict) -> dict:
     """One class size's verdict for the JSON: adaptive verification against the best other arm, by the
     medians and paired (chapters.frontier.class_lines)."""
-    keys = ("users", "best_arm", "ratio", "paired", "band", "verdict", "same_work")
+    keys = ("users", "best_arm", "ratio", "by_medians", "paired", "band", "verdict", "same_work")
     return {k: line[k] for k in keys}
 
 
@@ -255,7 +255,7 @@ def run(args) -> int:
     if not args.json:
         for x in result["comparisons"]:
             paired = f", {x['paired']:.3f}× paired by class" if x["paired"] else ""
-            print(f"{x['users']} users: adaptive verification {x['ratio']:.3f}× {x['best_arm']} (the best other arm) "
+            print(f"{x['users']} users: adaptive verification {x['by_medians']:.3f}× {x['best_arm']} (the best other arm) "
                   f"by medians{paired}; band ±{x['band']:.0%}: {x['verdict']}"
                   f"{' (it drafted nothing: the same work)' if x['same_work'] else ''}", file=sys.stderr)
     if args.out:
