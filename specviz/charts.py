@@ -34,7 +34,14 @@ LIVE_LABELS = dict(throughput_title="Tokens per second", seconds="seconds", toke
                    your_rows="your rows", all_rows="all rows", whole_batch="whole shared batch (all users)",
                    hardware_title="Hardware: busy ≠ used", mbu="MBU (est. bytes ÷ time ÷ peak)",
                    mfu="MFU (est. FLOPs ÷ time ÷ peak)", accept_title="Accepted drafts per row-step",
-                   accepted_tokens="accepted tokens", row_steps="row-steps")
+                   accepted_tokens="accepted tokens", row_steps="row-steps",
+                   knee_title="Where each step sits on this machine's pass-time curve",
+                   tokens_per_pass="tokens per pass", ms_per_pass="ms per pass",
+                   curve_measured="pass time, measured here ({context} tokens of context)",
+                   curve_recorded="pass time, recorded on {device} ({name})",
+                   curve_pending="pass time: being measured…", knee_line="measured knee ≈ {knee:.0f} tokens",
+                   recent_steps="recent steps", padded="padded width {n}",
+                   this_step="this step: {n} tokens per pass", step_parts="{rows} rows + {drafts} verified drafts")
 
 
 def _live_labels(labels: dict | None) -> dict:
@@ -100,6 +107,46 @@ def acceptance_histogram(counts: list[int], labels: dict | None = None) -> go.Fi
     fig = go.Figure(go.Bar(x=list(range(len(counts))), y=counts, marker_color=ACCEPT))
     fig.update_layout(title=lab["accept_title"], xaxis_title=lab["accepted_tokens"],
                       yaxis_title=lab["row_steps"], **LAYOUT)
+    return fig
+
+
+@dataclass(frozen=True)
+class PassPoint:
+    """One step on the pass-time chart: the tokens its verify pass carried, the width it was padded to
+    (rows × (longest draft + 1)), and the pass's measured seconds."""
+
+    real: int
+    padded: int
+    seconds: float
+
+
+def knee_live_figure(curve: tuple[list[int], list[float]] | None, curve_name: str, knee: float | None,
+                     steps: list[PassPoint], step_label: str, labels: dict | None = None) -> go.Figure:
+    """The knee chapter's curve (pass time against tokens per pass, log x) with the current step as a big
+    dot at its real tokens per pass, its padded width beside it where that differs, and a faint trail of
+    the steps before it."""
+    lab = _live_labels(labels)
+    fig = go.Figure()
+    if curve is not None:
+        fig.add_trace(go.Scatter(x=curve[0], y=[1000 * t for t in curve[1]], mode="lines+markers", name=curve_name,
+                                 line=dict(color=PLAIN, width=2), marker=dict(size=5)))
+    if knee is not None and 0 < knee < float("inf"):
+        _vline(fig, knee, _fill(lab["knee_line"], knee=knee), REJECT, "dot")
+    if len(steps) > 1:
+        fig.add_trace(go.Scatter(x=[p.real for p in steps[:-1]], y=[1000 * p.seconds for p in steps[:-1]],
+                                 mode="markers", name=lab["recent_steps"], opacity=0.35,
+                                 marker=dict(size=7, color=BONUS)))
+    if steps:
+        now = steps[-1]
+        if now.padded != now.real:
+            fig.add_trace(go.Scatter(x=[now.padded], y=[1000 * now.seconds], mode="markers",
+                                     name=_fill(lab["padded"], n=now.padded),
+                                     marker=dict(size=13, symbol="circle-open", color=BONUS, line=dict(width=2))))
+        fig.add_trace(go.Scatter(x=[now.real], y=[1000 * now.seconds], mode="markers+text", name=step_label,
+                                 text=[step_label], textposition="top center", meta="this-step",
+                                 marker=dict(size=16, color=ACCEPT, line=dict(color="white", width=1))))
+    fig.update_layout(title=lab["knee_title"], xaxis_type="log", xaxis_title=lab["tokens_per_pass"],
+                      yaxis_title=lab["ms_per_pass"], **LAYOUT)
     return fig
 
 
