@@ -8,6 +8,7 @@ a speculative step of k drafts costs t(k + 1), a plain one t(1). Plain data, no 
 from __future__ import annotations
 
 import bisect
+import statistics
 from dataclasses import dataclass
 
 from specviz.hardware.device import device_name, find_knee, measure_latency
@@ -53,8 +54,9 @@ class PassCurve:
         return find_knee(list(self.tokens), list(self.seconds))
 
     def as_dict(self) -> dict:
+        # "forward_path", not "path": a JSON object with a "path" key reads as a file to gradio's client
         return {"tokens_per_pass": list(self.tokens), "seconds": list(self.seconds), "device": self.device,
-                "path": self.path, "context": self.context, "recorded": self.recorded, "knee": self.knee}
+                "forward_path": self.path, "context": self.context, "recorded": self.recorded, "knee": self.knee}
 
 
 def curve_from_profile(prof) -> PassCurve:
@@ -67,9 +69,13 @@ CURVE_SIZES = (1, 2, 4, 8, 16, 32, 64)     # the knee chapter's sizes up to 64; 
 
 
 def measure_curve(model, device, dtype, new_cache=None, context: int = 64, sizes: tuple[int, ...] = CURVE_SIZES,
-                  path: str = "", repeats: int = 3) -> PassCurve:
-    """Time one target pass at each size on this machine (median of `repeats`, one cache a size, as
-    adaptive verification's start-up profile does: about a second for a 135M model on two cores). The
-    caller holds the device to itself meanwhile. `new_cache`: the forward path the engine runs."""
-    secs = measure_latency(model, list(sizes), context, device, dtype, repeats, new_cache, one_cache=True)
+                  path: str = "", rounds: int = 3) -> PassCurve:
+    """Time one target pass at each size on this machine: `rounds` sweeps over every size, each pass
+    after a warm-up pass of its shape, and each size's median over the sweeps, so a burst of other load
+    on the machine lands on one sample of every size rather than on every sample of one (about a second
+    and a half for a 135M model on two cores). The caller holds the device to itself meanwhile.
+    `new_cache`: the forward path the engine runs."""
+    sweeps = [measure_latency(model, list(sizes), context, device, dtype, 1, new_cache, one_cache=True)
+              for _ in range(rounds)]
+    secs = [statistics.median(s[i] for s in sweeps) for i in range(len(sizes))]
     return PassCurve(tuple(sizes), tuple(secs), device_name(device), path, context)

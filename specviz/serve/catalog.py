@@ -262,13 +262,16 @@ class PairCache:
             freeze_long_lived()                 # the pair stays for good: out of the collector's sight
         threading.Thread(target=work, name=f"specviz-warmup-{key[1]}", daemon=True).start()
 
-    def preload(self, choice: PairChoice) -> threading.Thread:
-        """Load the default pair in the background so the first Run starts fast."""
+    def preload(self, choice: PairChoice, curve: bool = False) -> threading.Thread:
+        """Load the default pair in the background so the first Run starts fast (`curve`: then measure
+        its pass-time curve, before any Run's page competes for the cores)."""
         def work():
             try:
                 self.get(choice)
             except ModelError:
-                pass      # reported when the user presses Run
+                return    # reported when the user presses Run
+            if curve:
+                self.pass_curve(choice)
         t = threading.Thread(target=work, name="specviz-preload", daemon=True)
         t.start()
         return t

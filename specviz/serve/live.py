@@ -187,9 +187,10 @@ class LiveRun:
                 name = lessons.chart_fill(labels[key], dict(context=curve.context, device=curve.device,
                                                            name=curve.recorded))
                 knee = curve.knee
+            rtl = lessons.direction(self.lang) == "rtl"
             fig = charts.knee_live_figure(None if curve is None else (list(curve.tokens), list(curve.seconds)),
-                                          name, knee, steps, self._step_label(labels, knee), labels)
-        if lessons.direction(self.lang) == "rtl":
+                                          name, knee, steps, self._step_label(labels, knee), labels, rtl)
+        if rtl:
             fig.update_layout(title_x=0.98, title_xanchor="right", title_font_size=14)
         return fig
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
@@ -37,17 +36,17 @@ from specviz.hardware.device import Peaks, Sample, Sampler, cached_peaks, device
 from specviz.hardware.passcurve import PassCurve
 from specviz.hardware.roofline import ModelSpec
 from specviz.hardware.threads import own_thread_iter
-from specviz.lessons import Said
-from specviz.limits import LimitError, Limits
+from specviz.limits import Limits
 from specviz.serve.catalog import PairCache, PairChoice
 from specviz.serve.control import ControlFile, Dial, LocalControl
+from specviz.serve.own_engine import OwnEngines, gated, reference_prompts, with_gate
 from specviz.serve.scheduler import BatchInfo, DeviceGate, Scheduler
 from specviz.serve.workload import shared_scheduler
 
 FLUSH_S = 0.05            # a packet at most every 50 ms: tiny models on a big GPU step far faster
 ZERO_GPU_MAX_S = 120      # ZeroGPU reservation ceiling we ask for (longer requests queue behind others)
 KNEE_GPU_S = 60           # loading a pair + 10 points × 4 passes each fits easily
-OWN_ENGINES = 4           # synthetic Runs at once, each on an engine (and KV caches) of its own
+OWN_ENGINES = 4           # synthetic Runs at once, each on an engine (and KV caches) of its own; others wait
 
 
 @dataclass(frozen=True)
@@ -127,7 +126,7 @@ def run_packets(req: RunRequest, pair, knobs: Knobs, control: "ControlFile | Non
     if synthetic and req.reference:
         yield Packet([], RunTotals(), worker_pid=os.getpid(), referencing=True)
         distinct = reference_prompts(prompts, knobs.max_batch)
-        refs, reference_s = reference_run(_Gated(engine, gate, knobs), distinct, len(distinct), req.max_new)
+        refs, reference_s = reference_run(with_gate(engine, gate, knobs.stop), distinct, len(distinct), req.max_new)
     steps = engine.generate(prompts, knobs, req.max_new, req.temperature, seed=req.seed, references=refs)
     for ev in gated(steps, gate):
         pending.append(ev)
@@ -142,42 +141,6 @@ def run_packets(req: RunRequest, pair, knobs: Knobs, control: "ControlFile | Non
             last_flush = now
             yield packet()
     yield packet(final=True)
-
-
-def reference_prompts(prompts: list[list[int]], max_batch: int) -> list[list[int]]:
-    """Every distinct prompt a Run's rows may take, the batch-size slider's maximum included (row i takes
-    prompt i mod len(prompts)): moving the slider mid-run then opens rows whose reference is there."""
-    seen = dict.fromkeys(tuple(prompts[i % len(prompts)]) for i in range(min(max_batch, len(prompts))))
-    return [list(p) for p in seen]
-
-
-def gated(steps: Iterator[StepEvent], gate: DeviceGate | None, stop=None) -> Iterator[StepEvent]:
-    """Each step of `steps` run while holding `gate` (as a scheduler step holds it); ends early once
-    `stop` (an Event) is set."""
-    while stop is None or not stop.is_set():
-        with gate.step() if gate is not None else nullcontext():
-            try:
-                ev = next(steps)
-            except StopIteration:
-                return
-        yield ev
-    steps.close()
-
-
-class _Gated:
-    """An engine whose `generate` steps hold the gate and stop with the Run (what `reference_run` drives)."""
-
-    def __init__(self, engine, gate: DeviceGate | None, knobs: Knobs):
-        self.engine, self.gate, self.knobs = engine, gate, knobs
-
-    def generate(self, *args, **kwargs) -> Iterator[StepEvent]:
-        return gated(self.engine.generate(*args, **kwargs), self.gate, self.knobs.stop)
-
-    def outputs(self) -> dict[int, list[int]]:
-        return self.engine.outputs()
-
-    def prompt_of(self, row: int) -> list[int]:
-        return self.engine.prompt_of(row)
 
 
 @dataclass
@@ -247,7 +210,7 @@ class LocalRunner:
     def __init__(self, pairs: PairCache, limits: Limits, gate: DeviceGate):
         self.pairs, self.gate, self.limits = pairs, gate, limits
         self.schedulers = Schedulers(pairs, limits, gate)
-        self._own = threading.BoundedSemaphore(OWN_ENGINES)
+        self._own = OwnEngines(OWN_ENGINES, limits.max_queue)
 
     def control(self, knobs: Knobs, policy: PolicyChoice, acceptance: float | None = None) -> LocalControl:
         return LocalControl(knobs, self.limits, None if acceptance is None else Dial(acceptance))
@@ -275,12 +238,16 @@ class LocalRunner:
 
     def _own_engine(self, req: RunRequest, choice, control: LocalControl) -> Iterator[Packet]:
         """A synthetic Run: its reference first, then its steps, on an engine of its own in a thread of
-        its own; at most OWN_ENGINES at once (beyond that, a sentence)."""
+        its own; at most OWN_ENGINES at once, the others wait in turn (their place shown)."""
         pair = self.pairs.get(choice)
-        if not self._own.acquire(blocking=False):
-            raise LimitError(Said("errors.synthetic_busy", count=OWN_ENGINES))
+        for pos in self._own.wait(control.knobs.stop):
+            yield Packet([], RunTotals(), worker_pid=os.getpid(), position=pos)
         try:
-            yield from own_thread_iter(lambda: run_packets(req, pair, control.knobs, gate=self.gate, dial=control.dial))
+            if not control.knobs.stop.is_set():
+                yield from own_thread_iter(lambda: run_packets(req, pair, control.knobs, gate=self.gate,
+                                                               dial=control.dial))
+                return
+            yield Packet([], RunTotals(), final=True, stopped=True, outputs={}, worker_pid=os.getpid())
         finally:
             self._own.release()
 

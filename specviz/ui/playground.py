@@ -162,7 +162,8 @@ class Playground:
             with as_sentences(lang):
                 for packet in app.runner.packets(req, choice, live.control):
                     if packet.position:
-                        yield pack(status=t(lang, "playground.status_queue", pos=packet.position))
+                        key = "playground.status_queue" if live.acceptance is None else "playground.status_queue_own"
+                        yield pack(status=t(lang, key, pos=packet.position, limit=runner.OWN_ENGINES))
                         continue
                     streamer.note = self._dial_note(lang, live, packet)
                     if packet.referencing:          # a synthetic Run's reference: decoded first, not timed
@@ -315,21 +316,22 @@ class Playground:
 
     def on_pair(self, pair_label, request: gr.Request = None):
         """The depth slider for the pair just picked: a vLLM server's own k, locked (a server has one); free
-        for our engine and for launched vLLM servers (moving it switches server). The dial's slider shows
-        while a synthetic-draft pair is picked."""
+        for our engine and for launched vLLM servers (moving it switches server)."""
         lang = self.lang(_session(request))
         mode = getattr(self.app.runner, "depth_mode", None)
         try:
-            choice = self.app.choice(pair_label, lang, dial=True)
-            kind, k = mode(choice) if mode else ("ours", None)
-        except Exception:                    # a typed pair not loadable yet: the Run will say why
-            choice, kind, k = None, "ours", None
-        dial = gr.update(visible=choice is not None and is_dial(choice))
+            kind, k = mode(self.app.choice(pair_label, lang)) if mode else ("ours", None)
+        except Exception:                    # a typed pair not loadable yet, a dial pair: the Run will say
+            kind, k = "ours", None
         if kind == "fixed" and k is not None:
-            return gr.update(value=k, interactive=False, info=t(lang, "playground.depth_vllm_fixed", k=k)), dial
+            return gr.update(value=k, interactive=False, info=t(lang, "playground.depth_vllm_fixed", k=k))
         if kind == "follows":
-            return gr.update(interactive=True, info=t(lang, "playground.depth_vllm_follows")), dial
-        return gr.update(interactive=True, info=None), dial
+            return gr.update(interactive=True, info=t(lang, "playground.depth_vllm_follows"))
+        return gr.update(interactive=True, info=None)
+
+    def on_pair_dial(self, pair_label):
+        """The dial's slider shows while a synthetic-draft pair is picked."""
+        return gr.update(visible=any(c.label == pair_label for c in getattr(self.app, "dials", [])))
 
     def on_arm(self, press=None, request: gr.Request = None):
         self.app.runs.arm(_session(request), press)

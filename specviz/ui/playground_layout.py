@@ -98,11 +98,11 @@ def build(app) -> "Playground":
                 chart_t = tr.add(gr.Plot(blank_figure(), label="Throughput", elem_id="chart-throughput"),
                                  label="playground.chart.plot_throughput")
                 chart_h = tr.add(gr.Plot(blank_figure(), label="Hardware", elem_id="chart-hardware"), label="playground.chart.plot_hardware")
-            with gr.Row():
-                chart_a = tr.add(gr.Plot(blank_figure(), label="Acceptance", elem_id="chart-accept"),
-                                 label="playground.chart.plot_acceptance")
-                chart_k = tr.add(gr.Plot(blank_figure(), label="Pass time", elem_id="chart-knee-live"),
-                                 label="playground.chart.plot_knee")
+            chart_a = tr.add(gr.Plot(blank_figure(), label="Acceptance", elem_id="chart-accept"),
+                             label="playground.chart.plot_acceptance")
+            # the article's central picture, drawn from the class's own steps: full width
+            chart_k = tr.add(gr.Plot(blank_figure(), label="Pass time", elem_id="chart-knee-live"),
+                             label="playground.chart.plot_knee")
             with gr.Row():
                 # a DownloadButton's label is its text; its value is the file (set when a Run ends)
                 csv = tr.add(gr.DownloadButton(value=None, elem_id="csv-playground", size="sm"),
@@ -133,7 +133,8 @@ def build(app) -> "Playground":
     knob = dict(outputs=None, api_name=False, queue=False, show_progress="hidden")
     depth.change(page.on_depth, [depth], **knob)
     # a vLLM server has one k: picking such a pair shows it on the slider (specviz.serve.vllm_router.depth_mode)
-    pair.change(page.on_pair, [pair], [depth, acceptance], api_name=False, queue=False, show_progress="hidden")
+    pair.change(page.on_pair, [pair], [depth], api_name=False, queue=False, show_progress="hidden")
+    pair.change(page.on_pair_dial, [pair], [acceptance], api_name=False, queue=False, show_progress="hidden")
     acceptance.change(page.on_acceptance, [acceptance], **knob)
     batch.change(page.on_batch, [batch], **knob)
     policy.change(page.on_policy_pick, [policy, threshold], [threshold], api_name=False, queue=False,

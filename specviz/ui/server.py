@@ -75,8 +75,8 @@ class SpecVizApp:
             self.runner = VllmRouter(self.runner, vllm)
         self.offline = hub_is_offline()
         self.startup_note = self.startup_md("en")
-        if preload:
-            self.pairs.preload(self.choices[0])
+        if preload:      # on a machine the app owns, the first pair's pass-time curve is measured then too
+            self.pairs.preload(self.choices[0], curve=not self.runner.zero_gpu)
         if calibrate_peaks:
             threading.Thread(target=self._calibrate, name="specviz-calibrate", daemon=True).start()
 
