@@ -5,6 +5,7 @@ goes from 1 to 16 mid-run (screenshots in English and Persian under /tmp)."""
 import pytest
 from apphelp import start_app, stop_app
 from test_app import _wait_status, browser_page, needs_chromium
+from test_zerogpu import zero_app  # noqa: F401 (a fixture)
 
 from specviz import lessons
 from specviz.serve.catalog import OFFLINE_MODEL, offline_model_installed
@@ -77,6 +78,22 @@ def test_a_synthetic_run_and_a_shared_one_at_once(app_url, tiny_paths, greedy):
         assert r["done"] and not r["error"]
         for ids, out in zip(r["prompt_ids"], r["outputs"]):
             assert out == greedy(ids, 48)
+
+
+def test_a_synthetic_run_on_zerogpu_decodes_its_reference_in_the_worker(zero_app, reference, tiny_paths):
+    """ZeroGPU (tests/fakespaces): each Run has a worker of its own anyway; the reference is decoded
+    there first and the output is still the target's own."""
+    import os
+
+    from specviz.ui.stream import OUTPUTS
+
+    app, _, _ = zero_app
+    outs = [dict(zip(OUTPUTS, o)) for o in
+            app.page.stream("the quick brown", _dial(tiny_paths["target"]), 2, 3, "fixed", 8, 0, 24, "s1", True, 0.8)]
+    result = outs[-1]["result"]
+    assert result["done"] and result["worker_pid"] != os.getpid()
+    assert result["synthetic"] == 0.8 and result["reference_s"] > 0 and result["unreferenced"] == 0
+    assert all(out == reference(0, 24) for out in result["outputs"])
 
 
 # --- in a browser: the dot crosses the knee ----------------------------------------------------------------
@@ -179,3 +196,35 @@ def test_own_engines_wait_in_turn_and_refuse_past_the_queue():
     own.release()
     own.release()
     assert list(own.wait(threading.Event())) == []
+
+
+def test_the_dial_moves_live_and_every_new_row_has_its_reference(make_pair, prompts, reference):
+    """run_packets on a synthetic pair: the reference covers every prompt the batch slider may open, so
+    rows opened mid-run draft at once (none unreferenced); moving the dial from 1 to 0 between two steps
+    turns every later draft down; the output stays the target's own throughout."""
+    from specviz.engine.policies import FIXED
+    from specviz.engine.request import Knobs
+    from specviz.serve.control import Dial
+    from specviz.serve.runner import RunRequest, run_packets
+
+    pair = make_pair("synthetic:1")
+    knobs, dial = Knobs(3, 1, max_batch=4), Dial(1.0)
+    req = RunRequest("t", "synthetic:1", tuple(map(tuple, prompts[:3])), 3, 1, FIXED, 0.0, 20, acceptance=1.0)
+    packets, events, rates = [], [], []
+    for p in run_packets(req, pair, knobs, dial=dial, flush_s=0.0):
+        packets.append(p)
+        events += p.events
+        rates += p.rates or []
+        if len(events) == 2:
+            knobs.set(batch_size=3)          # two more rows, prompts 2 and 3, mid-run
+            dial.set(0.0)
+    assert packets[0].referencing and packets[-1].final and packets[-1].reference_s > 0
+    assert packets[-1].unreferenced == 0 and packets[-1].realigned == 0
+    assert rates[:2] == [1.0, 1.0] and set(rates[2:]) == {0.0}
+    assert all(ev.accepted == ev.drafted for ev in events[:2]) and events[0].drafted
+    assert sum(ev.drafted for ev in events[2:]) > 0 and sum(ev.accepted for ev in events[2:]) == 0
+    outs = packets[-1].outputs
+    assert sorted(outs) == [0, 1, 2]
+    for row, out in outs.items():
+        assert out == reference(row, 20)
+

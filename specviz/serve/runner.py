@@ -134,12 +134,12 @@ def run_packets(req: RunRequest, pair, knobs: Knobs, control: "ControlFile | Non
             rates.append(engine.drafter.rate)
         if control is not None:
             control.apply(knobs)
-        if dial is not None and dial.rate() is not None and dial.rate() != engine.drafter.rate:
-            engine.drafter.rate = dial.rate()     # this thread owns the drafter: it changes between steps
         now = time.perf_counter()
         if now - last_flush >= flush_s:
             last_flush = now
             yield packet()
+        if dial is not None and dial.rate() is not None and dial.rate() != engine.drafter.rate:
+            engine.drafter.rate = dial.rate()     # this thread owns the drafter: it changes between steps
     yield packet(final=True)
 
 

@@ -20,9 +20,10 @@ from specviz import lessons
 from specviz.engine.policies import FIXED, POLICIES, PolicyError
 from specviz.engine.request import Knobs, RunTotals
 from specviz.limits import LimitError, check_prompt_text
+from specviz.pairs.models import parse_draft_ref
 from specviz.pairs.pipeline import encode_prompt
 from specviz.serve import runner
-from specviz.serve.catalog import is_dial, with_acceptance
+from specviz.serve.catalog import DIAL, is_dial, with_acceptance
 from specviz.serve.door import check_acceptance, check_run
 from specviz.serve.live import LiveRun
 from specviz.serve.prompts import ROW_POOL
@@ -56,7 +57,7 @@ class Playground:
         self.runs = RunStore()
         self._lock = threading.Lock()
         self._batch_text: dict[str, str] = {}     # session → last "batch now" line sent
-        self._pools: dict[tuple[str, str], list[list[int]]] = {}
+        self._pools: dict[str, list[list[int]]] = {}
         self.bands = counters.NoiseBands()        # every session's baselines: the verdict's measured band
 
     def lang(self, session: str) -> str:
@@ -73,7 +74,9 @@ class Playground:
         """The door: the Run's values, its pair (a dial pair with its A set) and its knobs."""
         app = self.app
         choice = app.choice(pair_label, lang, dial=True)
-        dial = check_acceptance(acceptance) if is_dial(choice) else None
+        dial = None
+        if is_dial(choice):          # an offered dial pair takes the slider's A; a typed synthetic:A pair its own
+            dial = check_acceptance(acceptance) if choice.draft == DIAL else parse_draft_ref(choice.draft).rate
         args = check_run(batch_size, k, temp, max_tokens, policy_name, thr, app.limits, synthetic=dial is not None)
         check_prompt_text(prompt_text, app.limits)
         knobs = Knobs(args.depth, args.batch, args.policy.build(), max_batch=app.limits.max_rows_per_user)
@@ -233,7 +236,7 @@ class Playground:
         return packet.totals
 
     def _pool(self, choice, pair) -> list[list[int]]:
-        key = (choice.target, choice.draft)
+        key = choice.target          # the prompts depend on the target's tokenizer alone (not on a dial's A)
         with self._lock:
             if key not in self._pools:
                 self._pools[key] = [encode_prompt(pair.tokenizer, p) for p in ROW_POOL]
