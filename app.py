@@ -21,7 +21,7 @@ def parse_args(argv=None):
     p.add_argument("--host", default=os.environ.get("SPECVIZ_HOST", "0.0.0.0" if on_space else "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(os.environ.get("SPECVIZ_PORT", "7860")))
     p.add_argument("--compile", default=os.environ.get("SPECVIZ_COMPILE", "auto"),
-                   help="fast path (static KV cache, compact forward; compiled on CUDA): auto | static | on | off. "
+                   help="fast path (static KV cache, compact forward; CUDA graphs on CUDA): auto | static | on | off. "
                         "Pairs are served eagerly while it warms up in the background; auto switches where "
                         "it measured faster here (default auto; off on ZeroGPU)")
     p.add_argument("--vllm-url", action="append", default=None,

@@ -82,13 +82,16 @@ def scheduler_run(a) -> int:
     from specviz.engine.request import Knobs, Request
     from specviz.hardware.threads import own_thread
     from specviz.pairs.pipeline import encode_prompt, load_pair
-    from specviz.serve.workload import shared_scheduler, users_at_once
+    from specviz.serve.workload import class_reference, shared_scheduler, users_at_once
 
     pair = own_thread(load_pair, a.target, a.draft, a.device, compile=a.compile)
     prompts = [encode_prompt(pair.tokenizer, POOL[i % len(POOL)]) for i in range(a.users)]
     sched = shared_scheduler(pair)
     try:
-        wall, runs = users_at_once(sched, [Request([p], Knobs(4, 1), a.max_new_tokens) for p in prompts])
+        # a synthetic draft's references first: one depth-0 class through the same scheduler, untimed
+        refs = class_reference(sched, prompts, a.max_new_tokens)[0] if pair.synthetic is not None else None
+        wall, runs = users_at_once(sched, [Request([p], Knobs(4, 1), a.max_new_tokens, seed=i, references=refs)
+                                           for i, p in enumerate(prompts)])
     finally:
         sched.close()
     errors = [str(r.error) for r in runs if r.error]

@@ -112,8 +112,8 @@ def acceptance_histogram(counts: list[int], labels: dict | None = None) -> go.Fi
 
 @dataclass(frozen=True)
 class PassPoint:
-    """One step on the pass-time chart: the tokens its verify pass carried, the width it was padded to
-    (rows × (longest draft + 1)), and the pass's measured seconds."""
+    """One step on the pass-time chart: the tokens its verify pass carried (rows + verified drafts), the
+    width the forward path computed (StepEvent.padded_tokens), and the pass's measured seconds."""
 
     real: int
     padded: int

@@ -8,8 +8,9 @@ from pathlib import Path
 # Never let a stray hub call hang a test: fail fast instead.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# apps under test serve the eager path unless a test asks for the fast one (tests/test_fastpath.py does):
-# a warm-up in the background would take CPU from the tests beside it
+# apps under test serve the eager path unless a test asks for the fast one (tests/test_fastpath.py does;
+# tests/test_served_auto.py serves the default auto): a warm-up in the background takes CPU from the tests
+# beside it
 os.environ.setdefault("SPECVIZ_COMPILE", "off")
 sys.path.insert(0, str(Path(__file__).parent))
 

@@ -56,7 +56,7 @@ def test_the_door_refuses_sampling_and_a_bad_dial_in_one_sentence(app_url, tiny_
         c.predict("the quick", _dial(tiny_paths["target"]), 1, 2, "fixed", 8, 0.7, 8, False, 0.8,
                   api_name="/generate")
     assert "\n" not in str(err.value).strip()
-    with pytest.raises(AppError, match="acceptance dial A must be a number from 0 to 1"):
+    with pytest.raises(AppError, match="acceptance must be a number from 0 to 1"):
         c.predict("the quick", _dial(tiny_paths["target"]), 1, 2, "fixed", 8, 0, 8, False, "lots",
                   api_name="/generate")
     # sampling on a real pair is still fine: the refusal is the synthetic draft's alone

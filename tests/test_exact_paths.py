@@ -114,7 +114,7 @@ def test_auto_path_serves_many_clients_at_once(fresh_cache, tiny_paths, monkeypa
     from specviz.serve import warmup
     from specviz.serve.catalog import PairCache, PairChoice
     from specviz.serve.runner import Schedulers
-    from specviz.serve.scheduler import DeviceGate
+    from specviz.serve.gate import DeviceGate
 
     if "rows" in layout.available(torch.float32):
         monkeypatch.setenv("SPECVIZ_LAYOUT", "rows")     # what the AMD EPYC measures fastest, forced

@@ -9,7 +9,7 @@ import string
 import pytest
 
 from specviz import lessons
-from specviz.chapters import BY_KEY, breadth_depth, common, knee, ledger, policies, race, sweep
+from specviz.chapters import BY_KEY, CHAPTERS, breadth_depth, common, frontier, knee, ledger, policies, race, sweep
 from specviz.engine.request import Knobs, Request
 from specviz.hardware.costmodel import crossover_from_rows
 from specviz.hardware.device import Peaks
@@ -27,7 +27,7 @@ def collect(gen) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def runs(make_pair, prompts):
+def runs(make_pair, prompts, one_model_thread):
     """Every chapter once, small sizes; chapter → every dict it yielded."""
     skip, ngram = make_pair("layerskip:1-2"), make_pair("ngram")
     return {
@@ -38,7 +38,18 @@ def runs(make_pair, prompts):
         "ledger": collect(ledger.run_ledger(skip, prompts[1], depth=3, max_new=16)),
         "sweep": collect(sweep.run_sweep(ngram, prompts[0], batches=(1, 2, 3), depths=(1, 2), max_new=6)),
         "policies": collect(policies.run_policies(skip, prompts[:2], batches=(1, 3), depth=2, max_new=6)),
+        "frontier": collect(frontier.run_frontier(ngram, prompts, **FRONTIER_SHORT)),
     }
+
+
+# the frontier chapter at test size: two class sizes, one fixed depth (with no speculation and adaptive
+# verification, three arms), one round, a few tokens a user
+FRONTIER_SHORT = dict(users=(1, 2), depths=(2,), max_new=4, repeats=1, class_tokens=8, cell_tokens=16)
+
+
+def test_every_chapter_with_an_experiment_runs_here(runs):
+    """The registry's chapters with an experiment are exactly those the tests below run."""
+    assert {c.key for c in CHAPTERS if c.run is not None} == {chapter_of(name) for name in runs}
 
 
 def chapter_of(name: str) -> str:
@@ -69,7 +80,10 @@ def _conclusion_keys(lang: str, chapter: str) -> list[str]:
 def test_values_fill_every_conclusion_template(runs, lang):
     for name, ds in runs.items():
         ch, last = chapter_of(name), ds[-1]
-        for key in _conclusion_keys(lang, ch):
+        # a chapter whose sentences each carry their own values (the frontier: one per class size) is
+        # checked by the loop below on what it said; tests/test_frontier.py fills each of its sentences
+        one_dict = last["conclusion_values"] == [last["values"]] * len(last["conclusions"])
+        for key in _conclusion_keys(lang, ch) if one_dict else ():
             tmpl = lessons.template(lang, f"chapter.{ch}.{key}")
             fields = {f for _, f, _, _ in string.Formatter().parse(tmpl) if f}
             assert fields <= set(last["values"]), (name, key, fields - set(last["values"]))
@@ -332,6 +346,20 @@ def test_race_rule():
     assert race.race_conclusion(1.3) == "conclusion_faster"
     assert race.race_conclusion(0.8) == "conclusion_slower"
     assert race.race_conclusion(1.0) == "conclusion_even"
+
+
+# --- the frontier ---------------------------------------------------------------------------------------
+
+def test_frontier_runs_every_arm_at_every_class_size_with_the_same_tokens(runs):
+    last = runs["frontier"][-1]
+    cells = {(r["arm"], r["depth"], r["users"]) for r in last["table"]}
+    assert cells == {(arm, d, n) for arm, d in frontier.arms(FRONTIER_SHORT["depths"])
+                     for n in FRONTIER_SHORT["users"]}
+    assert last["identical"] is True              # every arm gave every user the same tokens
+    for r in last["table"]:
+        assert r["classes"] == 2 and r["tokens"] == 2 * r["users"] * frontier.tokens_per_user(
+            r["users"], FRONTIER_SHORT["max_new"], FRONTIER_SHORT["class_tokens"]), r      # two classes a cell
+    assert [d["progress"] for d in runs["frontier"]] == [0.0, 0.5, 1.0, 1.0]
 
 
 # --- figures --------------------------------------------------------------------------------------------

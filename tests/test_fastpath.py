@@ -378,14 +378,10 @@ def test_compile_choices(tmp_path, monkeypatch):
     assert auto.mode == "static" and auto.auto
     import specviz.fastpath as fp
 
-    monkeypatch.setattr(fp, "_on_cpu", lambda device: False)     # on CUDA: compiled where it measured faster
-    assert resolve("auto").mode == "off" and "not measured" in resolve("auto").note
-    from specviz.fastpath import record_auto
-
-    record_auto(None, 10.0, 12.0)
-    assert resolve("auto").mode == "compiled"
-    record_auto(None, 10.0, 9.0)
-    assert resolve("auto").mode == "off"
+    monkeypatch.setattr(fp, "_on_cpu", lambda device: False)     # on CUDA: the graph path, auto where it measures faster
+    assert resolve("auto").mode == "graphs" and resolve("auto").auto      # timed at warm-up: tests/test_graph_path.py
+    assert resolve("on").mode == "graphs" and not resolve("on").auto
+    assert resolve("static").mode == "static" and resolve("off").mode == "off"
 
 
 def _cli(*args, cache):
@@ -460,7 +456,7 @@ def test_warm_up_swaps_a_running_request_onto_the_fast_path_losslessly(tiny_path
     from specviz.engine.request import Request
     from specviz.limits import Limits
     from specviz.serve.runner import Schedulers
-    from specviz.serve.scheduler import DeviceGate
+    from specviz.serve.gate import DeviceGate
 
     gate = DeviceGate()
     cache, choice = _pair_cache(tiny_paths, "static", exclusive=gate.exclusive)
@@ -518,7 +514,8 @@ def test_warm_up_stays_eager_when_the_fast_path_is_slower_or_differs(tiny_paths,
     cache3, _ = _pair_cache(tiny_paths, "off")
     cache3.get(choice)
     assert cache3.fast_status(choice) is None
-    assert warmup.target_mode("auto", "cpu") == "static" and warmup.target_mode("auto", "cuda") == "compiled"
+    assert warmup.target_mode("auto", "cpu") == "static" and warmup.target_mode("auto", "cuda") == "graphs"
+    assert warmup.target_mode("on", "cpu") == "compiled" and warmup.target_mode("on", "cuda") == "graphs"
 
 
 def test_weight_layouts_compute_the_same_and_are_shared():
@@ -770,7 +767,7 @@ def test_layout_plan_is_measured_once_kept_in_the_cache_and_reported(tmp_path, m
 
 @pytest.mark.parametrize("forced", ["stock", "colmajor", "onednn", "rows", "mixed", "C+stock", "C+colmajor"])
 def test_every_layout_gives_the_target_s_greedy_tokens(make_pair, prompts, reference, monkeypatch, forced):
-    from specviz.fastpath import layout, llama, rows
+    from specviz.fastpath import layout, passes, rows
 
     if forced in ("onednn", "rows") and forced not in layout.available(torch.float32):
         pytest.skip(f"no {forced} layout on this CPU")
@@ -778,7 +775,7 @@ def test_every_layout_gives_the_target_s_greedy_tokens(make_pair, prompts, refer
         if rows.library() is None or not rows.has_gemm():
             pytest.skip("no C layer with the library product on this CPU")
         name = forced[2:]
-        monkeypatch.setattr(llama, "plan_for", lambda ws, compiled=False: layout.Plan(
+        monkeypatch.setattr(passes, "plan_for", lambda ws, compiled=False: layout.Plan(
             {tuple(w.shape): (name,) * 3 for w in ws}, f"test {forced}", {}, {}, (True,) * 3))
         forced, want_c = "stock", True       # the env var below is then unused (plan_for is replaced)
     else:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from specviz.chapters.frontier import arm_name
+from specviz.chapters.frontier_cells import arm_name
 from specviz.cli import frontier_vllm
 from specviz.cli.frontier_vllm import cell_from_run, check_schedule, default_schedule, vllm_arms
 from specviz.engine.request import RunTotals

@@ -68,9 +68,26 @@ def test_calibration_turns_its_timings_into_the_right_rates(monkeypatch):
     assert peaks.device == "cpu" and peaks.dtype == str(torch.get_default_dtype()).replace("torch.", "")
 
 
-def test_calibration_measures_something():
-    peaks = hw.calibrate(size_mb=32, matmul_n=256, repeats=2)
-    assert peaks.bandwidth > 0 and peaks.flops > 0 and peaks.ridge > 0
+def test_calibration_times_each_operation_and_keeps_the_median(monkeypatch):
+    """The real timing path (`_timed`, `timed_once`) under a scripted clock: each operation runs once
+    untimed, then `repeats` times between two clock reads, and the median duration makes the rate. The
+    clock advances only while a timed operation runs, so each duration is the script's, whatever the
+    machine's speed (a real rate on a shared machine has no bound worth asserting)."""
+    import types
+
+    copy_s, matmul_s = [0.004, 0.001, 0.002], [0.5, 0.1, 0.3]           # medians 0.002 and 0.3
+    durations, now, reads = iter(copy_s + matmul_s), [100.0], []
+
+    def perf_counter():
+        reads.append(now[0])
+        if len(reads) % 2:                     # a duration starts: the operation takes the next one
+            now[0] += next(durations, 0.0)
+        return reads[-1]
+    monkeypatch.setattr(hw, "time", types.SimpleNamespace(perf_counter=perf_counter))
+    peaks = hw.calibrate(size_mb=4, matmul_n=32, repeats=3)
+    assert len(reads) == 2 * (len(copy_s) + len(matmul_s))          # no warm-up run was timed
+    assert peaks.bandwidth == pytest.approx(2 * 4 * 2**20 / 0.002)
+    assert peaks.flops == pytest.approx(2 * 32**3 / 0.3)
 
 
 def test_regimes():

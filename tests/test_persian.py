@@ -204,20 +204,21 @@ def test_frontier_policies_and_race_never_run_two_numbers_together(fa):
 def test_the_frontier_lists_class_sizes_with_the_persian_separator():
     """Through the chapter's own code: the class sizes behind (or ahead) are a list the page joins in the
     reader's language («کلاس‌های 1، 4 نفره»), and the English stays as it was ("1, 4")."""
-    from specviz.chapters import frontier as F
+    from specviz.chapters import frontier_cells as C
+    from specviz.chapters import frontier_verdict as V
     from specviz.ui.lesson import conclusion_md
 
     def row(arm, depth, users, tps, verified=0.0):
         return {"arm": arm, "depth": depth, "users": users, "tokens_per_s": tps, "per_user_tokens_per_s": tps / users,
                 "noise": 0.01, "verified_per_step": verified, "drafted_per_step": verified, "accepted_length": 1.0}
 
-    behind = [row("none", 0, 1, 50), row("fixed", 8, 1, 100, 6), row(F.AV, 8, 1, 70, 2),
-              row("none", 0, 4, 80), row("fixed", 8, 4, 120, 6), row(F.AV, 8, 4, 90, 2),
-              row("none", 0, 16, 200), row("fixed", 8, 16, 120, 6), row(F.AV, 8, 16, 199, 0.1)]
-    ahead = [row("none", 0, n, 100) for n in (1, 4, 16)] + [row(F.AV, 8, n, 130, 3) for n in (1, 4)] + [
-        row(F.AV, 8, 16, 101, 3)]
+    behind = [row("none", 0, 1, 50), row("fixed", 8, 1, 100, 6), row(C.AV, 8, 1, 70, 2),
+              row("none", 0, 4, 80), row("fixed", 8, 4, 120, 6), row(C.AV, 8, 4, 90, 2),
+              row("none", 0, 16, 200), row("fixed", 8, 16, 120, 6), row(C.AV, 8, 16, 199, 0.1)]
+    ahead = [row("none", 0, n, 100) for n in (1, 4, 16)] + [row(C.AV, 8, n, 130, 3) for n in (1, 4)] + [
+        row(C.AV, 8, 16, 101, 3)]
     for rows, key in ((behind, "conclusion_behind_few"), (ahead, "conclusion_frontier")):
-        values, main, keys, vals = F.frontier_conclusions(rows, True)
+        values, main, keys, vals = V.frontier_conclusions(rows, True)
         assert main == key and str(values["sizes"]) in ("1, 4", "1, 4, 16")
         result = {"chapter": "frontier", "conclusion": main, "conclusions": keys, "conclusion_values": vals,
                   "device": "cpu: test"}

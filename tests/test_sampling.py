@@ -43,11 +43,30 @@ def test_point_mass_draft_is_lossless():
     assert (acc > 0).float().mean().item() == pytest.approx(P[3].item(), abs=0.01)
 
 
-def test_a_broken_rule_would_fail():
-    """Sanity check of the test itself: always accepting the draft gives q, which the bound rejects."""
-    gen = torch.Generator().manual_seed(1)
-    draft = torch.multinomial(Q.expand(40000, 5), 1, replacement=True, generator=gen).view(-1)
-    assert _tv(draft) > 0.1
+def test_rejections_resample_the_residual_and_acceptance_is_geometric():
+    """Inside the rule: each draft is kept with probability Σ min(p, q) = 0.5, independently, so the
+    accepted length is geometric (capped at k); after a rejection the next token follows
+    norm(max(0, p − q)) = [0.8, 0.2, 0, 0, 0]; after k acceptances the bonus follows p."""
+    k, n = 3, 40000
+    gen = torch.Generator().manual_seed(2)
+    draft = torch.multinomial(Q.expand(n * k, 5), 1, replacement=True, generator=gen).view(n, k)
+    acc, nxt = speculative_accept(P.expand(n, k + 1, 5).clone(), Q.expand(n, k, 5).clone(), draft,
+                                  torch.full((n,), k), gen)
+    lengths = torch.bincount(acc, minlength=k + 1).float() / n
+    assert lengths.tolist() == pytest.approx([0.5, 0.25, 0.125, 0.125], abs=0.01)
+    residual = torch.bincount(nxt[acc < k], minlength=5).float() / int((acc < k).sum())
+    assert residual.tolist() == pytest.approx([0.8, 0.2, 0.0, 0.0, 0.0], abs=0.01)
+    assert _tv(nxt[acc == k]) < 0.02          # ~5,000 samples: noise ~0.01
+
+
+def test_the_checks_above_catch_a_broken_rule(monkeypatch):
+    """The bounds the tests above use reject the real rule with a fault put in: keeping every draft
+    (its uniform draws all 0) gives the draft's q for the first token, not p."""
+    from specviz.engine import sampling
+
+    monkeypatch.setattr(sampling, "uniform", lambda lengths, cols, gen, device: torch.zeros(lengths.shape[0], cols))
+    acc, first = _run(Q, 1)
+    assert _tv(first) > 0.1 and (acc > 0).float().mean().item() == 1.0
 
 
 def test_bonus_token_when_all_accepted_comes_from_p():

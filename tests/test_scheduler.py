@@ -8,7 +8,8 @@ import torch
 from specviz.engine.policies import make_policy, parse_table
 from specviz.engine.request import Knobs, Request
 from specviz.limits import Limits
-from specviz.serve.scheduler import Busy, DeviceGate, Scheduler
+from specviz.serve.gate import DeviceGate
+from specviz.serve.scheduler import Busy, Scheduler
 
 MAX_NEW = 24
 
@@ -357,4 +358,63 @@ def test_a_quiet_scheduler_ends_its_thread_and_the_next_request_keeps_its_engine
     _, [(_, again)] = run_concurrently(sched, [Request([prompts[1]], Knobs(depth=2, batch_size=1), MAX_NEW)])
     assert not again.error and again.outputs[0] == reference(1, MAX_NEW)
     assert sched._thread is not first and len(built) == 1 and sched.engine is built[0]
+    sched.close()
+
+
+def _kv_buffers(eng) -> list[torch.Tensor]:
+    """The KV tensors an engine holds: its target cache's and its draft model's (static path buffers,
+    or the stock path's per-layer keys and values)."""
+    out = []
+    for cache in (eng.target_kv, getattr(eng.drafter, "draft_kv", None)):
+        if cache is None:
+            continue
+        out += list(getattr(cache, "kbufs", [])) + list(getattr(cache, "vbufs", []))
+        if hasattr(cache, "_layers"):
+            out += [t for layer in cache._layers() for t in (layer.keys, layer.values)]
+    return out
+
+
+def _nbytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def test_an_idle_batch_gives_its_kv_caches_back(make_pair, prompts, reference, monkeypatch):
+    """Between batches the engine keeps its grown KV buffers (the next batch reuses them instead of
+    faulting fresh pages in); after IDLE_S of quiet it gives them back: the engine then holds only the
+    caches a new engine starts with, the buffers of the run are freed (nothing else keeps them alive),
+    and the next request is still the target's own."""
+    import gc
+    import weakref
+
+    import specviz.serve.scheduler as S
+
+    monkeypatch.setattr(S, "IDLE_S", 0.3)
+    pair = make_pair("draft", compile="static")       # both caches static: buffers outlive their rows
+    fresh = _nbytes(_kv_buffers(pair.engine()))
+    held: dict[str, object] = {}
+
+    def watch(eng):
+        step = eng.step
+
+        def watched(*args, **kwargs):
+            out = step(*args, **kwargs)
+            bufs = _kv_buffers(eng)
+            held["bytes"] = max(held.get("bytes", 0), _nbytes(bufs))
+            held["refs"] = [weakref.ref(b) for b in bufs]        # the last step's buffers
+            return out
+        eng.step = watched
+    sched = make_scheduler(pair, engine_hook=watch)
+    _, [(_, last)] = run_concurrently(sched, [Request([prompts[0]], Knobs(depth=3, batch_size=8), MAX_NEW)])
+    assert last.final and not last.error and len(last.outputs) == 8
+    assert held["bytes"] > 4 * fresh, (held["bytes"], fresh)        # 8 rows grew both caches
+    deadline = time.monotonic() + 30                                 # a hang guard, not a timing
+    while sched.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not sched.alive(), "the quiet scheduler kept its thread"
+    gc.collect()
+    after = _nbytes(_kv_buffers(sched.engine))
+    assert after == fresh, f"the idle engine holds {after} bytes of KV caches, a new one {fresh}"
+    assert all(ref() is None for ref in held["refs"]), "the run's KV buffers are still alive"
+    _, [(_, again)] = run_concurrently(sched, [Request([prompts[1]], Knobs(depth=2, batch_size=1), MAX_NEW)])
+    assert not again.error and again.outputs[0] == reference(1, MAX_NEW)
     sched.close()

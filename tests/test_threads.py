@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz.chapters import breadth_depth, knee, ledger, policies, race, sweep
+from specviz.chapters import CHAPTERS, breadth_depth, frontier, knee, ledger, policies, race, sweep
 from specviz.hardware.device import Peaks
 
 SRC = Path(__file__).resolve().parents[1] / "specviz"
@@ -84,8 +84,13 @@ def on_fresh_threads(gen) -> list[dict]:
     return out[:-1]
 
 
-@pytest.mark.parametrize("chapter", ["race", "knee", "breadth_depth", "ledger", "sweep", "policies"])
-def test_every_chapter_survives_thread_hops(make_pair, prompts, chapter):
+@pytest.mark.parametrize("chapter", [c.key for c in CHAPTERS if c.run is not None])
+def test_every_chapter_survives_thread_hops(make_pair, prompts, loaded, chapter, one_model_thread):
+    """Each chapter runs to done with every resumption on a new thread, and every forward of the target
+    ran with autograd off, on whichever thread resumed it (the weights ask for no grad, so a mode lost on
+    a hop breaks nothing at once: it is seen here, before a cache of tensors with history is copied)."""
+    import torch
+
     skip, ngram = make_pair("layerskip:1-2"), make_pair("ngram")
     peaks = Peaks("cpu", 3.0e10, 3.0e10, "float32")
     make = {"race": lambda: race.run_race(skip, prompts[1], depth=3, max_new=8),
@@ -93,9 +98,18 @@ def test_every_chapter_survives_thread_hops(make_pair, prompts, chapter):
             "breadth_depth": lambda: breadth_depth.run_breadth_depth(skip, context=16, ns=(1, 2, 4), repeats=1),
             "ledger": lambda: ledger.run_ledger(skip, prompts[1], depth=3, max_new=8),
             "sweep": lambda: sweep.run_sweep(ngram, prompts[0], batches=(1, 2), depths=(1,), max_new=4),
-            "policies": lambda: policies.run_policies(skip, prompts[:2], batches=(1, 2), depth=2, max_new=4)}[chapter]
-    got = on_fresh_threads(make())
+            "policies": lambda: policies.run_policies(skip, prompts[:2], batches=(1, 2), depth=2, max_new=4),
+            "frontier": lambda: frontier.run_frontier(ngram, prompts, users=(1, 2), depths=(2,), max_new=4,
+                                                      repeats=1, class_tokens=8)}[chapter]
+    grad_on: list[bool] = []
+    model = loaded["target"].model
+    hook = model.register_forward_pre_hook(lambda module, args: grad_on.append(torch.is_grad_enabled()))
+    try:
+        got = on_fresh_threads(make())
+    finally:
+        hook.remove()
     assert got and got[-1]["done"], chapter
+    assert grad_on and not any(grad_on), f"{chapter}: {sum(grad_on)} of {len(grad_on)} target passes ran with grad on"
 
 
 def test_loaded_weights_never_need_grad(loaded):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from apphelp import ROOT, client, start_app, stop_app, unexpected_tracebacks
+from test_vllm_unit import assert_rare_near_ties
 
 from specviz.vllm.client import VllmClient, VllmError
 from specviz.vllm.launcher import LaunchSpec, VllmServer, free_port, vllm_installed
@@ -162,10 +163,8 @@ def test_cross_engine_identical_rows(vllm_server):
     for side in ("specviz", "vllm"):
         assert set(res[side]) >= {"tokens_per_s", "tokens", "p50_s", "p95_s", "acceptance_rate"}
         assert len(res[side]["runs_tokens_per_s"]) == 2                  # --repeats 2, the median reported
-    # rows that differ must be near-ties in our own logits (float noise between two engines' kernels)
     assert res["identical_rows"] + len(res["differing"]) == 4
-    for d in res["differing"]:
-        assert d["top1_minus_top2"] < 0.05, d
+    assert_rare_near_ties(res["differing"], 4)
 
 
 @pytest.fixture(scope="module")

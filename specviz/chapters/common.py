@@ -63,13 +63,14 @@ def as_policy(policy: Policy | str | None) -> Policy | None:
 
 
 def timed_run(pair, prompts: list[list[int]], depth: int, batch: int, max_new: int,
-              policy: Policy | str | None = None, references: dict | None = None) -> TimedRun:
+              policy: Policy | str | None = None, engine=None, references: dict | None = None) -> TimedRun:
     """Generate greedily and time it; the events are only collected (nothing else runs in between).
-    `references`: a synthetic draft's (specviz.engine.synthetic.reference_run), decoded beforehand."""
-    eng = pair.engine()
+    `engine`: one of `pair`'s to run on (default a fresh one); `references`: a synthetic draft's (see
+    chapters.dial.reference), decoded by that engine before."""
+    eng = engine if engine is not None else pair.engine()
+    knobs = Knobs(depth=depth, batch_size=batch, policy=as_policy(policy))
     events, ends = [], []
     t0 = time.perf_counter()
-    knobs = Knobs(depth=depth, batch_size=batch, policy=as_policy(policy))
     for ev in eng.generate(prompts, knobs, max_new, references=references):
         events.append(ev)
         ends.append(time.perf_counter() - t0)

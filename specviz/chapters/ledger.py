@@ -14,15 +14,15 @@ from typing import Iterator
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from specviz import lessons
 
 from specviz.chapters import theory as th
 from specviz.chapters.base import Chapter, Result
-from specviz.chapters.common import TimedRun, draft_cost, finished, finite, settings_of, snapshot, timed_run, warm_up
+from specviz.chapters.common import TimedRun, draft_cost, finished, finite, settings_of, snapshot, timed_run
+from specviz.chapters.dial import References, dial_keys, dial_title
+from specviz.chapters.dial import warm_up as dial_warm_up
 from specviz.chapters.plotting import (DRAFT, KEPT, OTHER, OWN, PLAIN, PREFILL, REJECTED, VERIFY, labels_for,
                                        styled)
 from specviz.engine.request import StepEvent
-from specviz.engine.synthetic import reference_run
 from specviz.engine.torchmode import inference_steps
 from specviz.hardware.passcurve import PassCurve, measure_curve
 from specviz.hardware.roofline import expected_tokens_per_pass, walltime_improvement
@@ -122,29 +122,33 @@ def run_ledger(pair, prompt_ids: list[int], depth: int = 4, max_new: int = 48,
     curve the prediction used)."""
     if acceptance is not None:
         pair = pair.with_synthetic(acceptance)
+    refs = References()
     settings = settings_of(pair, depth=depth, max_new=max_new, prompt_tokens=len(prompt_ids),
-                           alpha_estimate="accepted ÷ drafted", acceptance=acceptance)
-    yield snapshot("ledger", pair, settings, 0.0, [], parts=[], times=[], positions=[], theory=[], curve=None)
-    warm_up(pair, [prompt_ids], depth)
-    refs, reference_s = reference_run(pair.engine(), [prompt_ids], 1, max_new) if acceptance is not None else ({}, 0.0)
+                           alpha_estimate="accepted ÷ drafted")
+    yield snapshot("ledger", pair, settings, 0.0, [], parts=[], times=[], positions=[], theory=[], curve=None,
+                   **dial_keys(pair, refs))
+    dial_warm_up(pair, refs, [prompt_ids], depth)
     curve = ledger_curve(pair, len(prompt_ids) + max_new // 2, depth)
-    spec = timed_run(pair, [prompt_ids], depth, 1, max_new, references=refs or None)
+    engine, references = refs.engine(pair, [prompt_ids], 1, max_new)      # a synthetic draft's reference first
+    spec = timed_run(pair, [prompt_ids], depth, 1, max_new, engine=engine, references=references)
     led = ledger_of(spec)
     parts, times, positions = led.parts(), _time_parts(spec), led.positions()
     extra = {"parts": parts, "times": times, "positions": positions, "theory": [],
              "spent_flops": led.spent, "plain_flops": led.plain, "flops_ratio": led.flops_ratio,
              "curve": curve.as_dict()}
-    yield snapshot("ledger", pair, settings, 0.5, _ledger_table(parts, times, positions, []), **extra)
+    yield snapshot("ledger", pair, settings, 0.5, _ledger_table(parts, times, positions, []), **extra,
+                   **dial_keys(pair, refs))
     plain = timed_run(pair, [prompt_ids], 0, 1, max_new)
     values, theory = ledger_values(spec, plain, led, depth)
-    dial = dial_values(spec, plain, curve, depth, acceptance, reference_s)
+    dial = dial_values(spec, plain, curve, depth, acceptance, refs.seconds)
     values.update(dial)
     theory.append({"quantity": "curve_speedup", "theory": dial["predicted_speedup"], "measured": dial["measured_speedup"]})
     agree, _ = ledger_agreement(values["theory_speedup"], values["measured_speedup"])
     extra["theory"] = theory
-    snap = snapshot("ledger", pair, settings, 1.0, _ledger_table(parts, times, positions, theory), **extra)
+    snap = snapshot("ledger", pair, settings, 1.0, _ledger_table(parts, times, positions, theory), **extra,
+                    **dial_keys(pair, refs))
     said = ["conclusion_waste", "conclusion_theory", agree, "conclusion_curve", f"reason_{dial['main']}"]
-    yield finished(snap, values, agree, (["conclusion_synthetic"] if acceptance is not None else []) + said)
+    yield finished(snap, values, agree, said)      # under the dial the page says what ran and its reference's cost
 
 
 def ledger_curve(pair, context: int, depth: int) -> PassCurve:
@@ -162,7 +166,7 @@ def dial_values(spec: TimedRun, plain: TimedRun, curve: PassCurve, depth: int, a
     rate = acceptance if acceptance is not None else finite(spec.totals.acceptance_rate)
     pred = th.predict(th.shapes_of(spec.events), rate, curve)
     g = th.gap(pred, spec.totals, plain.totals)
-    return {**th.gap_values(g, pred), "rate": rate, "k1": depth + 1, "synthetic": acceptance is not None,
+    return {**th.gap_values(g, pred), "rate": rate, "k1": depth + 1,
             "t1_ms": 1e3 * curve.at(1), "tk_ms": 1e3 * curve.at(depth + 1),
             "acceptance": acceptance if acceptance is not None else 0.0, "reference_s": reference_s,
             "curve_context": curve.context}
@@ -232,9 +236,7 @@ def figure_ledger(result: dict, labels: dict | None = None, dark: bool = False) 
     fig.update_xaxes(title_text=L["axis_share"], tickformat=".0%", range=[0, 1], row=1, col=1)
     fig.update_xaxes(title_text=L["axis_position"], dtick=1, row=1, col=2)
     fig.update_yaxes(title_text=L["axis_survival"], tickformat=".0%", range=[0, 1.05], row=1, col=2)
-    acceptance = (result.get("settings") or {}).get("acceptance")
-    title = None if acceptance is None else lessons.chart_fill(L["synthetic_title"], {"acceptance": acceptance})
-    return styled(fig, dark, title=title, height=560, barmode="group", legend=dict(orientation="h", y=-0.12, x=0))
+    return styled(fig, dark, title=dial_title(L, result), height=560, barmode="group", legend=dict(orientation="h", y=-0.12, x=0))
 
 
 def _stack(fig: go.Figure, parts: list[dict], order: list[tuple], row_name: str) -> None:

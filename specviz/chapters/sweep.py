@@ -1,5 +1,6 @@
 """Chapter: the batch × depth sweep. Speed-up of each depth over plain decoding at each batch size, the
-crossover batch, and published GPU measurements beside it (always labelled as published).
+crossover batch, and published GPU measurements beside it (always labelled as published). With the
+acceptance dial, the same grid on the synthetic draft: its references decoded first, batch by batch.
 
 Measured: about 35 s on the 2-core CPU with the offline SmolLM2-135M and the n-gram draft (B up to 32).
 """
@@ -13,7 +14,8 @@ from plotly.subplots import make_subplots
 from specviz import lessons
 from specviz.chapters import vllm_panels
 from specviz.chapters.base import Chapter, Result, VllmPanel
-from specviz.chapters.common import TimedRun, finished, settings_of, snapshot, timed_run, warm_up
+from specviz.chapters.common import TimedRun, finished, settings_of, snapshot, timed_run
+from specviz.chapters.dial import References, acceptance_of, dial_keys, dial_title, dialled, warm_up
 from specviz.chapters.plotting import PLAIN, POLICY_COLOURS, aligned, is_rtl, labels_for, said_label, styled
 from specviz.engine.torchmode import inference_steps
 from specviz.hardware.costmodel import best_depths, crossover_from_rows
@@ -79,21 +81,27 @@ def run_sweep(pair, prompt_ids: list[int], batches: Iterable[int] = (1, 2, 4, 8,
     """Every (batch B, depth k) cell: B rows of the prompt, greedy, end-to-end tokens/s, speed-up over
     k = 0 at the same B (k = 0 is always measured, first, so every cell's speed-up is known as soon as it
     finishes). One yield per cell. Extra keys: `batches`, `depths`, `best_depth` ([{batch_size, depth}],
-    sweep_best_depths), `crossover_batch` (sweep_crossover), `published` (see published_points)."""
+    sweep_best_depths), `crossover_batch` (sweep_crossover), `published` (see published_points), and the
+    dial's (chapters.dial): with a synthetic draft, each batch size's cells run on one engine that first
+    decoded that batch at depth 0, untimed, for their references."""
     batches = sorted({int(b) for b in batches})
     depths = sorted({0, *(int(k) for k in depths)})
     settings = settings_of(pair, batches=batches, depths=depths, max_new=max_new, prompt_tokens=len(prompt_ids))
     pub = published_points()
-    extra = {"batches": batches, "depths": depths, "best_depth": [], "crossover_batch": None, "published": pub}
+    refs = References()
+    extra = {"batches": batches, "depths": depths, "best_depth": [], "crossover_batch": None, "published": pub,
+             **dial_keys(pair, refs)}
     yield snapshot("sweep", pair, settings, 0.0, [], **extra)
-    warm_up(pair, [prompt_ids], max(depths))
+    warm_up(pair, refs, [prompt_ids], max(depths))
     rows: list[dict] = []
     total = len(batches) * len(depths)
+    synthetic = acceptance_of(pair) is not None
     for b in batches:
+        engine, ref = refs.engine(pair, [prompt_ids], b, max_new) if synthetic else (None, None)
         for k in depths:
-            run = timed_run(pair, [prompt_ids], k, b, max_new)
-            rows.append(sweep_row(run, b, k, rows))
-            extra["best_depth"] = _best(rows)
+            run = timed_run(pair, [prompt_ids], k, b, max_new, engine=engine, references=ref)
+            rows.append(sweep_row(run, b, k, rows, pair.draft_ref))
+            extra.update(best_depth=_best(rows), **dial_keys(pair, refs))
             yield snapshot("sweep", pair, settings, len(rows) / total, rows, **extra)
     cross = sweep_crossover(rows)
     extra.update(best_depth=_best(rows), crossover_batch=cross)
@@ -101,16 +109,38 @@ def run_sweep(pair, prompt_ids: list[int], batches: Iterable[int] = (1, 2, 4, 8,
     values = {"best_depths": Listed(f"B={b}: k={k}" for b, k in best.items()),
               "crossover": cross if cross is not None else "—", "max_batch": max(batches)}
     key = sweep_conclusion(cross)
-    yield finished(snapshot("sweep", pair, settings, 1.0, rows, **extra), values, key, ["conclusion_best", key])
+    keys, vals = ["conclusion_best", key], [values, values]
+    if synthetic:
+        keys, vals = ["dial_measured", *keys], [sweep_dial_values(rows, acceptance_of(pair)), *vals]
+    yield finished(snapshot("sweep", pair, settings, 1.0, rows, **extra), values, key, keys, vals)
 
 
-def sweep_row(run: TimedRun, batch: int, depth: int, rows: list[dict]) -> dict:
+def sweep_row(run: TimedRun, batch: int, depth: int, rows: list[dict], draft: str = "") -> dict:
     base = next((r["tokens_per_s"] for r in rows if r["batch_size"] == batch and r["depth"] == 0), None)
     tps = run.tokens_per_s
-    return {"batch_size": batch, "depth": depth, "tokens_per_s": tps,
+    return {"batch_size": batch, "depth": depth, "draft": draft, "tokens_per_s": tps,
             "speedup": 1.0 if depth == 0 else (tps / base if base else None),
             "acceptance_rate": run.totals.acceptance_rate, "flops_ratio": run.totals.flops_ratio,
-            "tokens": run.totals.tokens, "wall_s": run.wall_s}
+            "tokens": run.totals.tokens, "drafted": run.totals.drafted, "accepted": run.totals.accepted,
+            **first_drafts(run), "wall_s": run.wall_s}
+
+
+def first_drafts(run: TimedRun) -> dict:
+    """Each row's first draft of a step, and how many the target kept: the share a synthetic draft's dial
+    sets (a later draft counts only after every draft before it was kept)."""
+    firsts = [row.accepted > 0 for ev in run.events for row in ev.rows if row.drafted]
+    return {"first_drafted": len(firsts), "first_accepted": sum(firsts)}
+
+
+def sweep_dial_values(rows: list[dict], acceptance: float) -> dict:
+    """The dial's sentence: over every speculating cell, the share of first drafts the target accepted (the
+    dial's A, measured) and of all drafts, and the best cell of the grid."""
+    spec = [r for r in rows if r["depth"] > 0 and r.get("speedup") is not None]
+    drafted, firsts = sum(r["drafted"] for r in spec), sum(r["first_drafted"] for r in spec)
+    best = max(spec, key=lambda r: r["speedup"], default={"speedup": 1.0, "batch_size": "—", "depth": "—"})
+    return {"acceptance": acceptance, "measured": sum(r["accepted"] for r in spec) / drafted if drafted else 0.0,
+            "first": sum(r["first_accepted"] for r in spec) / firsts if firsts else 0.0,
+            "best_speedup": best["speedup"], "best_batch": best["batch_size"], "best_depth": best["depth"]}
 
 
 def _best(rows: list[dict]) -> list[dict]:
@@ -120,15 +150,17 @@ def _best(rows: list[dict]) -> list[dict]:
 def figure_sweep(result: dict, labels: dict | None = None, dark: bool = False) -> go.Figure:
     """Left: heatmap of measured speed-up over k = 0 by (batch B, depth k), cells appearing as they are
     measured, the best k per B starred. Right: published speed-up against batch size on GPUs, each series
-    named with its source and labelled "published measurement"; the vLLM blog's load points as a note."""
+    named with its source and labelled "published measurement"; the vLLM blog's load points as a note.
+    With the dial, the heatmap is named "synthetic draft (A = …)" in the title and the legend."""
     L = labels_for("sweep", labels)
+    title = dial_title(L, result)
     fig = make_subplots(rows=1, cols=2, column_widths=[0.5, 0.5], horizontal_spacing=0.12)
-    _heatmap(fig, result, L, colorbar_x=0.5)
+    _heatmap(fig, result, L, colorbar_x=0.5, name=title)
     _published(fig, result.get("published", []), L)
     fig.update_xaxes(title_text=L["axis_batch"], type="log", row=1, col=2)
     # the published panel's axis on the right, so the heatmap's colour bar sits between the panels
     fig.update_yaxes(title_text=L["cell"], side="right", row=1, col=2)
-    return styled(fig, dark, height=560, margin=dict(l=56, r=64, t=32, b=230),
+    return styled(fig, dark, title=title, height=560, margin=dict(l=56, r=64, t=72 if title else 32, b=230),
                   legend=dict(orientation="h", y=-0.24, x=0))
 
 
@@ -140,7 +172,7 @@ def figure_recorded_sweep(result: dict, labels: dict | None = None, dark: bool =
     return styled(fig, dark, height=360, margin=dict(l=56, r=64, t=32, b=48))
 
 
-def _heatmap(fig: go.Figure, result: dict, L: dict, colorbar_x: float) -> None:
+def _heatmap(fig: go.Figure, result: dict, L: dict, colorbar_x: float, name: str | None = None) -> None:
     batches, depths = result.get("batches", []), result.get("depths", [])
     cell = {(r["batch_size"], r["depth"]): r.get("speedup") for r in result.get("table", [])}
     best = {(b["batch_size"], b["depth"]) for b in result.get("best_depth", [])}
@@ -151,7 +183,8 @@ def _heatmap(fig: go.Figure, result: dict, L: dict, colorbar_x: float) -> None:
     fig.add_trace(go.Heatmap(z=z, x=[str(b) for b in batches], y=[str(k) for k in depths], text=text,
                              texttemplate="%{text}", colorscale="RdYlGn", zmid=1.0, showscale=True,
                              colorbar=dict(title=dict(text="×", side="top"), x=colorbar_x, len=0.9, thickness=12),
-                             hovertemplate="B=%{x}, k=%{y}: %{text}<extra></extra>"), row=1, col=1)
+                             hovertemplate="B=%{x}, k=%{y}: %{text}<extra></extra>",
+                             name=name, showlegend=name is not None), row=1, col=1)
     if best:
         fig.add_annotation(text="★ " + L["best"], x=0, y=1.0, xref="paper", yref="paper", yanchor="bottom",
                            xanchor="left", showarrow=False, font=dict(size=12))
@@ -197,5 +230,5 @@ def _published(fig: go.Figure, points: list[dict], L: dict) -> None:
 
 # beside the class's sweep: vLLM's own recorded grid as a speed-up heatmap
 VLLM = VllmPanel(result=lambda sweep, lang: vllm_panels.sweep_result(sweep), figure=figure_recorded_sweep)
-CHAPTER = Chapter("sweep", run=lambda ctx: run_sweep(ctx.pair, ctx.prompt), figure=figure_sweep,
-                  button_id="run-sweep", vllm=VLLM)
+CHAPTER = Chapter("sweep", run=lambda ctx: run_sweep(dialled(ctx), ctx.prompt), figure=figure_sweep,
+                  button_id="run-sweep", vllm=VLLM, dial=True)

@@ -7,7 +7,13 @@ differs:
   time (as an app without a shared scheduler serves a class: with 4, the fifth user waits).
 Reported per mode: total tokens/s (all users' tokens ÷ wall time from the first submit to the last
 finish), p50/p95 wait (submit → first tokens) and completion time, the largest shared batch; and the
-ratio shared ÷ separate. Greedy outputs are checked identical between the modes.
+ratio shared ÷ separate. Greedy outputs are checked identical between the modes; `outputs` holds the
+shared mode's (a row per user), `prompt_ids` the users' prompts.
+
+With `--draft synthetic:A` (specviz.cli.dial) the class's reference comes first: one untimed depth-0 class
+of the same users through a shared scheduler (`serve.workload.class_reference`), reported apart in
+`synthetic` (`reference_s`, and the drafters' `realigned` / `unreferenced` over both modes). Every user's
+request has its own seed (its index), so both modes draw the same coins.
 
 With `--url http://127.0.0.1:7860/` it instead loads a running app the way a class does: N Gradio API
 clients press Run at once (loopback only), and it reports how many finished or heard "busy", p50/p95
@@ -17,14 +23,17 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 import threading
 import time
 from urllib.parse import urlparse
 
 from specviz.cli.common import add_pair_args, add_policy_args, knobs_for, policy_args
+from specviz.cli.dial import Dial
 from specviz.engine.request import Request
 from specviz.lessons import Said
 from specviz.limits import LimitError, Limits, RunArgs
+from specviz.pairs.models import parse_draft_ref
 from specviz.serve.door import check_count, check_run
 
 POOL = ["Rewrite this sentence in the passive voice: the students measured the knee of the curve.",
@@ -58,30 +67,55 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
-def _shared(pair, prompts, user: RunArgs):
+def _shared(pair, prompts, user: RunArgs, refs=None, dial: Dial | None = None):
+    """Every user a one-row request to one shared scheduler; `refs`: a synthetic draft's reference (each
+    user's own seed, its index, keys its coins), whose drafters' counters go to `dial`."""
     # on first use: transformers is slow to import
     from specviz.serve.workload import shared_scheduler, users_at_once
 
-    sched = shared_scheduler(pair)
-    requests = [Request([p], knobs_for(user), user.max_new) for p in prompts]
+    engines = []
+    sched = shared_scheduler(pair, built=engines.append if dial is not None and dial.on else None)
+    requests = [Request([p], knobs_for(user), user.max_new, seed=i, references=refs) for i, p in enumerate(prompts)]
     wall, runs = users_at_once(sched, requests)
     sched.close()
+    for eng in engines:
+        dial.count(eng.drafter)
     return wall, [(r.first_s, r.done_s, r.outputs, r.totals.shared_batch_max) for r in runs]
 
 
-def _separate(pair, prompts, user: RunArgs, concurrency: int):
+def _separate(pair, prompts, user: RunArgs, concurrency: int, refs=None, dial: Dial | None = None):
     slots = threading.Semaphore(concurrency)
     res = [None] * len(prompts)
+    drafters = [None] * len(prompts)
 
     def one(i, t_submit):
         with slots:
             eng = pair.engine()
             first = None
-            for _ in eng.generate([prompts[i]], knobs_for(user), user.max_new):
+            for _ in eng.generate([prompts[i]], knobs_for(user), user.max_new, seed=i, references=refs):
                 if first is None:
                     first = time.perf_counter()
             res[i] = (first - t_submit, time.perf_counter() - t_submit, eng.outputs()[0], 1)
-    return _all_at_once(one, len(prompts)), res
+            drafters[i] = eng.drafter
+    wall = _all_at_once(one, len(prompts))
+    for d in drafters if dial is not None else ():
+        dial.count(d)
+    return wall, res
+
+
+def _class_reference(pair, prompts, user: RunArgs, dial: Dial) -> dict | None:
+    """A synthetic draft's reference: one depth-0 class of these users through a shared scheduler built as
+    the shared mode's (EOS as in the run), untimed."""
+    # on first use: transformers is slow to import
+    from specviz.serve.workload import shared_scheduler
+
+    if not dial.on:
+        return None
+    sched = shared_scheduler(pair)
+    try:
+        return dial.class_reference(sched, prompts, user.max_new)
+    finally:
+        sched.close()
 
 
 def _all_at_once(user, n: int) -> float:
@@ -152,6 +186,8 @@ def _checked(args) -> tuple[RunArgs, int, int, int]:
     engines at once, the rounds."""
     if args.url and urlparse(args.url).hostname not in ("127.0.0.1", "localhost", "::1"):
         raise LimitError(Said("errors.url_not_local"))
+    if args.url and parse_draft_ref(args.draft).kind == "synthetic":
+        raise LimitError(Said("errors.synthetic_url"))
     user = check_run(1, args.depth, 0.0, args.max_new_tokens, **policy_args(args))
     # in this process every user is one row of the shared batch
     users = check_count(args.users, "errors.what_users", MAX_CLIENTS if args.url else Limits().max_shared_rows)
@@ -172,13 +208,17 @@ def run(args) -> int:
     # loaded in a thread that ends: the shared runs step in the scheduler's (hardware/threads.py)
     pair = own_thread(load_pair, args.target, args.draft, args.device)
     prompts = [encode_prompt(pair.tokenizer, POOL[i % len(POOL)]) for i in range(users)]
-    _separate(pair, prompts[:2], user, concurrency)          # warm-up
+    dial = Dial.of(pair)
+    refs = _class_reference(pair, prompts, user, dial)      # before anything is timed
+    if dial.on:
+        print(dial.as_dict()["note"], file=sys.stderr, flush=True)
+    _separate(pair, prompts[:2], user, concurrency, refs)    # warm-up
     freeze_long_lived()                                      # as the app, once its pair is warm
     rounds = {"shared": [], "separate": []}
     outputs = {}
     for _ in range(repeats):
-        for mode, fn in (("separate", lambda: _separate(pair, prompts, user, concurrency)),
-                         ("shared", lambda: _shared(pair, prompts, user))):
+        for mode, fn in (("separate", lambda: _separate(pair, prompts, user, concurrency, refs, dial)),
+                         ("shared", lambda: _shared(pair, prompts, user, refs, dial))):
             wall, res = fn()
             rounds[mode].append(_summary(wall, res))
             outputs[mode] = [r[2] for r in res]
@@ -188,5 +228,6 @@ def run(args) -> int:
                       "draft": args.draft, "max_new_tokens": user.max_new,
                       "shared": med["shared"], "separate": med["separate"],
                       "speedup": med["shared"]["tokens_per_s"] / med["separate"]["tokens_per_s"],
-                      "identical": outputs["shared"] == outputs["separate"]}), flush=True)
+                      "identical": outputs["shared"] == outputs["separate"], "synthetic": dial.as_dict(),
+                      "prompt_ids": prompts, "outputs": outputs["shared"]}), flush=True)
     return 0

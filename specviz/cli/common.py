@@ -17,10 +17,13 @@ DEFAULT_DRAFT = "layerskip:12-17"   # measured: agrees with the full 135M model 
 
 def add_pair_args(p) -> None:
     p.add_argument("--target", default=os.environ.get("SPECVIZ_TARGET", DEFAULT_TARGET),
-                   help="target model: hub id, local dir, .gguf file or smollm2-135m-offline")
+                   help="target model: hub id, local dir, .gguf file or smollm2-135m-offline; shape:NAME@DIR "
+                        "(a preset's shape, random weights, the tokenizer in DIR) with a synthetic draft only")
     p.add_argument("--draft", default=os.environ.get("SPECVIZ_DRAFT", DEFAULT_DRAFT),
-                   help=f"draft: a model reference, 'ngram', or 'layerskip:A-B' (default {DEFAULT_DRAFT}, "
-                        "a layer-skip view of the target; the app's default pair drafts with ngram)")
+                   help=f"draft: a model reference, 'ngram', 'layerskip:A-B', or 'synthetic:A' (the target's own "
+                        f"continuation, each drafted token right with probability A; greedy only; its reference run "
+                        f"comes first, timed apart) (default {DEFAULT_DRAFT}, a layer-skip view of the target; the "
+                        "app's default pair drafts with ngram)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
 
 
@@ -34,8 +37,9 @@ def _compile_choice(value: str) -> str:
 def add_compile_arg(p) -> None:
     p.add_argument("--compile", default=os.environ.get("SPECVIZ_COMPILE", "auto"), type=_compile_choice,
                    help="fast path: auto (default, what the app uses) = static KV cache + compact forward where "
-                        "its pass measured faster than eager on this machine (compiled on CUDA where bench-hf "
-                        "--compile on measured it faster); static = that path, always; on = compiled; "
+                        "its pass measured faster than eager on this machine (on CUDA: CUDA graphs per shape "
+                        "bucket, captured at warm-up, where a replayed pass measured faster); static = that "
+                        "path, eager, always; on = compiled on a CPU, CUDA graphs on CUDA; "
                         "off = stock transformers")
 
 

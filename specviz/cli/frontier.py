@@ -21,9 +21,11 @@ import json
 import sys
 from pathlib import Path
 
-from specviz.chapters.frontier import (AV, WARM_TOKENS, cell_result, class_lines, measure,
-                                      policy_for, warm_budget, williams_row)
+from specviz.chapters.frontier_cells import (AV, WARM_TOKENS, cell_result, measure, policy_for, warm_budget,
+                                             williams_row)
+from specviz.chapters.frontier_verdict import class_lines
 from specviz.cli.common import add_compile_arg, add_pair_args
+from specviz.cli.dial import Dial, synthetic_note
 from specviz.cli.frontier_common import prompt_texts, write_out
 from specviz.cli.frontier_vllm import add_vllm_args, run_vllm
 from specviz.engine.request import Knobs, Request
@@ -51,6 +53,9 @@ def add_parser(sub) -> None:
     p.add_argument("--prompts", default="pool", help="pool (the row pool) or grounded (input-grounded "
                                                      "examples, like the first Run's)")
     p.add_argument("--repeats", type=int, default=1, help="runs per cell, arms interleaved (1-9)")
+    p.add_argument("--cell-tokens", type=int, default=CELL_TOKENS,
+                   help=f"a cell runs classes until its users emitted this many tokens, at least {MIN_CLASSES} "
+                        f"classes (default {CELL_TOKENS}; 0: {MIN_CLASSES} classes, as short as the lesson's cells)")
     p.add_argument("--with-adaptive", action="store_true", help="also run the older `adaptive` policy")
     p.add_argument("--json", action="store_true", help="print only the final JSON line")
     p.add_argument("--out", default=None, help="folder for frontier.csv, frontier.json and frontier.html")
@@ -78,6 +83,8 @@ def check_args(args) -> tuple[list[int], list[int]]:
         raise LimitError(f"--max-new-tokens must be 1-512; got {args.max_new_tokens}")
     if not 1 <= args.repeats <= 9:
         raise LimitError(f"--repeats must be 1-9; got {args.repeats}")
+    if not 0 <= args.cell_tokens <= 100_000:
+        raise LimitError(f"--cell-tokens must be 0-100000; got {args.cell_tokens}")
     if args.prompts not in PROMPT_SETS:
         raise LimitError(f"--prompts must be pool or grounded; got '{args.prompts}'")
     return users, depths
@@ -98,7 +105,7 @@ def scheduled_cell(pair, prompts: list[list[int]], arm: str, depth: int, users: 
 
 
 def scheduled_round(pair, prompts: list[list[int]], order: list[tuple[str, int]], users: int, max_new: int,
-                    budget=None, classes: int = 1, r: int = 0) -> list[dict]:
+                    budget=None, classes: int = 1, r: int = 0, dial=None, refs: dict | None = None) -> list[dict]:
     """One round: every arm in `order` runs `classes` classes through one shared scheduler, as the app
     serves them (each `users` one-row requests submitted together, each read in its own thread, EOS
     ignored), the arms interleaved class by class. Class j starts `users × j` places further along the
@@ -110,7 +117,10 @@ def scheduled_round(pair, prompts: list[list[int]], order: list[tuple[str, int]]
     that near 10 %. Each class's arm
     order is a row of a Williams design (`williams_row`, row r × classes + j), so no arm always follows
     the same one. `budget`: the adaptive-verification arm's, kept across cells as the app's long-lived
-    engine keeps it (chapters.frontier.warm_budget); the other arms' rows never read it."""
+    engine keeps it (chapters.frontier.warm_budget); the other arms' rows never read it. `dial`
+    (cli.dial.Dial) with a synthetic draft: each class's reference is decoded first through this scheduler
+    at depth 0, untimed, and kept in `refs` (prompt → continuation) for later rounds; user i of class j
+    is request seed users × j + i, so every arm draws the same coins."""
     from specviz.serve.workload import shared_scheduler, users_at_once
 
     limits = Limits(max_rows_per_user=1, max_shared_rows=max(users, 1), max_queue=max(users, 1))
@@ -127,16 +137,23 @@ def scheduled_round(pair, prompts: list[list[int]], order: list[tuple[str, int]]
         users_at_once(sched, [Request([prompts[i % len(prompts)]], Knobs(top, 1), WARM_TOKENS)
                               for i in range(users)], together=True)
         for j in range(classes):
+            mine = [prompts[(users * j + i) % len(prompts)] for i in range(users)]
+            if dial is not None and dial.on and any(tuple(p) not in refs for p in mine):
+                refs.update(dial.class_reference(sched, mine, max_new))
             for idx in williams_row(len(order), r * classes + j):
                 arm, depth = order[idx]
                 eng = engines[-1]
                 eng.steps_run = eng.slots_drafted = eng.slots_verified = 0
                 knobs = lambda: Knobs(depth, 1, policy_for(arm, depth))      # noqa: E731 (a fresh policy each)
-                reqs = [Request([prompts[(users * j + i) % len(prompts)]], knobs(), max_new) for i in range(users)]
+                reqs = [Request([p], knobs(), max_new, seed=users * j + i, references=refs)
+                        for i, p in enumerate(mine)]
                 took, got = users_at_once(sched, reqs, together=True)
                 acc[idx].add(took, got, engines[-1])      # (an engine replaced mid-class is the one to read)
     finally:
         sched.close()
+        if dial is not None:
+            for eng in engines:
+                dial.count(eng.drafter)
         _give_back(engines)
     return [{**s.row(arm, depth, users), "classes": classes} for s, (arm, depth) in zip(acc, order)]
 
@@ -213,9 +230,14 @@ def run(args) -> int:
     def cell(arm, d, n):            # measure's warm-up at each size: every round already opens with one
         return {}
 
+    dial, refs = Dial.of(pair), {}      # references by class size (the same batch), kept across rounds
+    if dial.on:
+        print(synthetic_note(dial.rate), file=sys.stderr)
+
     def round_of(order, n, r):
         per = args.max_new_tokens
-        return scheduled_round(pair, prompts, order, n, per, budget, classes_for(n, per), r)
+        return scheduled_round(pair, prompts, order, n, per, budget, classes_for(n, per, args.cell_tokens), r,
+                               dial, refs.setdefault(n, {}))
 
     def show(c, _rows):
         if not args.json:
@@ -224,8 +246,10 @@ def run(args) -> int:
     result = {"rows": rows, "identical": identical, "device": device_name(t.device),
               "workload": {"target": args.target, "draft": args.draft, "prompts": args.prompts,
                            "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
-                           "classes": {str(n): classes_for(n, args.max_new_tokens) for n in users},
-                           "path": pair.fast.shown},
+                           "classes": {str(n): classes_for(n, args.max_new_tokens, args.cell_tokens)
+                                       for n in users},
+                           "path": pair.fast.shown, "cell_tokens": args.cell_tokens},
+              "synthetic": dial.as_dict(),
               "verify_profile_s": profile[0], "draft_profile_s": profile[1],
               "comparisons": [_comparison(x) for x in class_lines(rows)]}
     if not args.json:

@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from specviz.chapters.frontier import median_row
+from specviz.chapters.frontier_cells import median_row
 from specviz.cli.frontier_common import prompt_texts, write_out
 from specviz.cli.sweep_vllm import parse_schedule, schedule_text, vllm_version
 from specviz.limits import LimitError

@@ -1,4 +1,10 @@
-"""`python -m specviz calibrate | roofline | sweep`: measure this machine."""
+"""`python -m specviz calibrate | roofline | sweep`: measure this machine.
+
+The sweep times every (batch B, depth k) cell on a fresh engine, B rows of one prompt. With `--draft
+synthetic:A` each batch size's reference (the same B rows at depth 0, specviz.cli.dial) is decoded first,
+untimed, and reported apart in `synthetic`; every row keeps its own coins (seed 0, its row id), so every
+depth draws the same ones. sweep.json also holds each cell's generated rows (`outputs`) and the prompt's ids
+(`prompt_ids`)."""
 from __future__ import annotations
 
 import csv
@@ -9,16 +15,20 @@ from pathlib import Path
 
 from specviz import charts
 from specviz.cli.common import DEFAULT_PROMPTS, add_compile_arg, add_pair_args
+from specviz.cli.dial import Dial
 from specviz.cli.sweep_vllm import run_sweep_vllm
 from specviz.engine.request import Knobs
-from specviz.fastpath import cache_factory, resolve
+from specviz.fastpath import GRAPH_MODES, cache_factory, resolve
+from specviz.fastpath.buckets import for_roofline
 from specviz.fastpath.layout import forget
 from specviz.hardware.costmodel import best_depths, crossover_from_rows
 from specviz.hardware.device import cached_peaks, calibrate, device_name, find_knee, measure_latency, paired_roofline
 from specviz.hardware.profiles import spec_to_dict
 from specviz.hardware.roofline import pass_cost, predicted_knee, spec_from_config
+from specviz.lessons import Said
 from specviz.limits import LimitError
-from specviz.pairs.models import load_model, pick_device
+from specviz.pairs.models import load_model, parse_draft_ref, pick_device
+from specviz.vllm.client import VllmError
 
 
 def add_parsers(sub) -> None:
@@ -88,7 +98,8 @@ def run_roofline(args) -> int:
     cap = args.max_tokens or (512 if loaded.device.type == "cuda" else 128)
     ns = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, 512} & set(range(1, cap + 1)) | {cap})
     peaks = calibrate(loaded.device, loaded.dtype)
-    new_cache, fast = cache_factory(loaded.model, resolve(args.compile, loaded.device))   # --compile: which path
+    choice = resolve(args.compile, loaded.device)                                   # --compile: which path
+    new_cache, fast = cache_factory(loaded.model, choice, _roofline_buckets(choice, ns, args.context))
     secs = measure_latency(loaded.model, ns, args.context, loaded.device, loaded.dtype, args.repeats, new_cache)
     spec = spec_from_config(loaded.config_dict, args.target, 2.0 if loaded.device.type == "cuda" else 4.0)
     result = {"target": args.target, "device": peaks.device, "device_name": device_name(loaded.device),
@@ -107,9 +118,18 @@ def run_roofline(args) -> int:
                                 pass_cost(spec, 1, 1, args.context).bytes, args.repeats, new_cache)
         result["pass_vs_roofline_pairs"] = pairs
         result["pass_vs_roofline_1_token"] = sorted(pairs)[len(pairs) // 2]
+    graphed = _graphed(fast, ns, args.context)
+    if graphed is not None:
+        stats = fast.graph_stats()
+        result.update(graphs=stats.as_dict(), in_graph=graphed,
+                      graph_max_tokens=max((n for n, g in zip(ns, graphed) if g), default=0))
     print(f"path: {fast.shown}" + (f" ({fast.note})" if fast.note else ""))
-    for n, t in zip(ns, secs):
-        print(f"{n:5d} tokens/pass: {1000 * t:8.2f} ms  ({n / t:8.1f} tokens/s)")
+    for i, (n, t) in enumerate(zip(ns, secs)):
+        beyond = graphed is not None and not graphed[i]
+        print(f"{n:5d} tokens/pass: {1000 * t:8.2f} ms  ({n / t:8.1f} tokens/s)"
+              + ("  eager: beyond the graph path's largest bucket" if beyond else ""))
+    if graphed is not None:
+        print(f"graphs: {fast.graph_stats().line()}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "roofline.json").write_text(json.dumps(result, indent=1))
@@ -123,8 +143,31 @@ def run_roofline(args) -> int:
         print("plotly is not installed: wrote JSON only", file=sys.stderr)
     print(json.dumps({k: result.get(k) for k in ("measured_knee", "predicted_knee", "mbu_at_1_token",
                                                   "pass_vs_roofline_1_token", "pass_vs_roofline_1_token_unpaired",
-                                                  "path", "layout")}))
+                                                  "path", "layout", "graph_max_tokens")}))
     return 0
+
+
+ROOFLINE_GRAPH_TOKENS = 1024     # the widest pass the roofline captures; wider ones run eagerly, labelled
+
+
+def _roofline_buckets(choice, ns: list[int], context: int):
+    """On the graph path: one row, every measured width up to ROOFLINE_GRAPH_TOKENS (SPECVIZ_GRAPH_BUCKETS
+    overrides); None elsewhere."""
+    if choice.mode not in GRAPH_MODES:
+        return None
+    # on first use: torch is slow to import
+    from specviz.fastpath.graphs import env_buckets
+
+    return env_buckets() or for_roofline(ns, context, ROOFLINE_GRAPH_TOKENS)
+
+
+def _graphed(fast, ns: list[int], context: int) -> list[bool] | None:
+    """Per width, whether its timed pass replayed a captured shape (the second pass of the width on a
+    cache of `context` tokens); None off the graph path."""
+    if not fast.runners:
+        return None
+    target = fast.runners[0]
+    return [target.pick(1, n, context + n) is not None for n in ns]
 
 
 def run_sweep(args) -> int:
@@ -134,21 +177,34 @@ def run_sweep(args) -> int:
     batches = _ints(args.batch_sizes, "batch-sizes", 1, 64)
     depths = _ints(args.depths, "depths", 0, 16)
     if args.engine == "vllm":
+        if parse_draft_ref(args.draft).kind == "synthetic":
+            raise VllmError(Said("errors.vllm.no_synthetic", draft=args.draft))
         return run_sweep_vllm(args, batches, sorted(set(depths)))
     pair = load_pair(args.target, args.draft, args.device, compile=args.compile)
     prompt = encode_prompt(pair.tokenizer, args.prompt)
-    list(pair.engine().generate([prompt], Knobs(depth=max(depths), batch_size=1), 4))   # warm-up
-    rows, total, done = [], len(batches) * len(depths), 0
+    dial = Dial.of(pair)
+    # a synthetic draft's references come first: B rows at depth 0 per batch size, untimed
+    refs = {b: dial.reference(pair.engine(), [prompt], b, args.max_new_tokens) for b in batches}
+    if dial.on:
+        print(dial.as_dict()["note"], file=sys.stderr)
+    list(pair.engine().generate([prompt], Knobs(depth=max(depths), batch_size=1), 4,
+                                references=refs[batches[0]]))   # warm-up
+    rows, outputs, total, done = [], [], len(batches) * len(depths), 0
+    target = pair.fast.runners[0] if pair.fast.runners else None     # the graph path's target runner
     for b in batches:
         for k in depths:
             eng = pair.engine()
+            before = target.stats() if target else None
             t0 = time.perf_counter()
-            list(eng.generate([prompt] * b, Knobs(depth=k, batch_size=b), args.max_new_tokens))
+            list(eng.generate([prompt] * b, Knobs(depth=k, batch_size=b), args.max_new_tokens, references=refs[b]))
             wall = time.perf_counter() - t0
+            dial.count(eng.drafter)
             t = eng.totals
             rows.append({"batch_size": b, "depth": k, "tokens_per_s": t.tokens / wall,
                          "decode_tokens_per_s": t.tokens_per_s, "acceptance_rate": t.acceptance_rate,
-                         "flops_ratio": t.flops_ratio, "tokens": t.tokens})
+                         "flops_ratio": t.flops_ratio, "tokens": t.tokens,
+                         **(_padding(before, target.stats()) if target else {})})
+            outputs.append(list(eng.outputs().values()))
             done += 1
             bar = "#" * (30 * done // total)
             print(f"\r[{bar:<30}] {done}/{total} B={b} k={k}: {t.tokens / wall:7.1f} tok/s", end="",
@@ -163,16 +219,38 @@ def run_sweep(args) -> int:
     best = best_depths(rows)
     cross = crossover_from_rows(rows)
     print(f"path: {pair.fast.shown}" + (f" ({pair.fast.note})" if pair.fast.note else ""))
-    (out / "sweep.json").write_text(json.dumps({"target": args.target, "draft": args.draft, "path": pair.fast.label,
-                                                "layout": pair.fast.layout or "stock (transformers)",
-                                                "rows": rows,
-                                                "best_depth": best, "crossover_batch": cross}, indent=1))
+    stats = pair.fast.graph_stats()
+    if stats is not None:
+        print(f"graphs: {stats.line()}")
+    graphs = stats.as_dict() if stats is not None else None
+    doc = json.dumps({"target": args.target, "draft": args.draft, "path": pair.fast.label,
+                      "layout": pair.fast.layout or "stock (transformers)", "graphs": graphs, "rows": rows,
+                      "best_depth": best, "crossover_batch": cross, "synthetic": dial.as_dict(),
+                      "prompt_ids": prompt, "outputs": None}, indent=1)
+    # each cell's token rows on one line: indented, a 64-row cell would take thousands of lines
+    cells = ",\n  ".join(json.dumps({"batch_size": r["batch_size"], "depth": r["depth"], "rows": o})
+                          for r, o in zip(rows, outputs))
+    (out / "sweep.json").write_text(doc.replace('"outputs": null', f'"outputs": [\n  {cells}\n ]'))
     charts.sweep_figure(rows, batches, depths).write_html(out / "sweep.html", include_plotlyjs=True)
     charts.crossover_figure(rows, "Measured throughput vs batch size").write_html(
         out / "crossover.html", include_plotlyjs=True)
     print("batch → best depth: " + ", ".join(f"{b}→{k}" for b, k in best.items()))
     print(f"speculation stops paying from batch size {cross}" if cross else
           "speculation pays at every batch size measured")
+    if dial.on:
+        print(f"reference: {dial.reference_s:.2f} s at depth 0 (untimed, in no cell); {dial.realigned} rows "
+              f"re-aligned, {dial.unreferenced} without a reference")
     print(json.dumps({"best_depth": best, "crossover_batch": cross, "path": pair.fast.label,
-                      "layout": pair.fast.layout or "stock (transformers)"}))
+                      "layout": pair.fast.layout or "stock (transformers)", "graphs": graphs,
+                      "synthetic": dial.as_dict()}))
     return 0
+
+
+def _padding(before, after) -> dict:
+    """The target's verify passes of one cell on the graph path: block tokens each was given (rows × (k + 1))
+    and tokens each computed in its bucket, averaged over the cell's replays."""
+    n = after.replays - before.replays
+    if n <= 0:
+        return {"block_tokens_per_pass": None, "padded_tokens_per_pass": None}
+    return {"block_tokens_per_pass": (after.block_tokens - before.block_tokens) / n,
+            "padded_tokens_per_pass": (after.padded_tokens - before.padded_tokens) / n}

@@ -16,6 +16,7 @@ is still measured and a too-pessimistic start corrects itself.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 CONF_BINS = 10           # raw-confidence bins of the model draft's table
@@ -24,6 +25,8 @@ PRIOR_WEIGHT = 4.0       # pseudo-counts for the prior (the raw confidence, or K
 KEYED_PRIOR = 0.5        # a keyed draft's acceptance before anything was measured
 MAX_COUNT = 400.0        # counts decay past this, so the tables follow a changing workload
 FORGET = 0.995           # per step: a count's weight halves in ~140 steps
+EXPLORE = 1.0            # standard errors of optimism the budget plans with (see AcceptanceTable.optimistic)
+PULL_EVERY = 16          # steps between fresh copies of what the pair's other engines taught (Learnt)
 
 
 def running_product(cs: list[float]) -> list[float]:
@@ -63,6 +66,14 @@ class AcceptanceTable:
             prior = self._pooled(prior)[p]
         n, f = self.reached.get((key, p), 0.0), self._fade
         return (self.kept.get((key, p), 0.0) * f + PRIOR_WEIGHT * prior) / (n * f + PRIOR_WEIGHT)
+
+    def optimistic(self, key: int, pos: int, prior: float) -> float:
+        """The rate plus one standard error of the counts behind it (the prior's included): where little
+        was measured the budget leans towards verifying, and what it verifies is then measured, so a
+        pessimistic start cannot starve the table of the evidence that would correct it."""
+        r = self.rate(key, pos, prior)
+        n = self.count(key, pos) + PRIOR_WEIGHT
+        return min(1.0, r + EXPLORE * math.sqrt(max(r * (1.0 - r), 0.0) / n))
 
     def count(self, key: int, pos: int) -> float:
         """Slots of this key and position reached, faded as `forget` left them."""
@@ -126,17 +137,31 @@ class Hindsight:
 
 
 class Survival:
-    """Both acceptance tables and the survival they give each drafted slot of a step. `keys` remembers,
-    per row of the last step, the table key of each position, for `observe`."""
+    """Both acceptance tables and the (optimistic) survival they give each drafted slot of a step. `keys`
+    remembers, per row of the last step, the confidence bin of each position, for `observe`. With
+    `learnt` (the pair's shared tables) it starts from what the pair's earlier steps taught, adds its own
+    verdicts there, and takes a fresh copy every PULL_EVERY steps."""
 
-    def __init__(self) -> None:
+    def __init__(self, learnt=None) -> None:
+        self.learnt = learnt
         self.confident = AcceptanceTable()             # model drafts, by confidence bin
         self.keyed = AcceptanceTable(pooled=True)      # keyed drafts (n-gram, synthetic), by key
         self.keys: list[list[int]] = []
+        self._rate = "rate"
+        self._since_pull = PULL_EVERY
+        self.pull()
 
-    def of_step(self, prop, chosen: list[bool]) -> dict[int, list[float]]:
-        """Per chosen row, its survival at each drafted position. A keyed row's survival depends only on
-        its key and depth, so it is computed once per (key, depth) a step."""
+    def pull(self) -> None:
+        """Take a fresh copy of the pair's tables (they hold this budget's own verdicts too)."""
+        if self.learnt is not None and self._since_pull >= PULL_EVERY:
+            self.confident, self.keyed = self.learnt.copy()
+            self._since_pull = 0
+
+    def of_step(self, prop, chosen: list[bool], optimistic: bool = False) -> dict[int, list[float]]:
+        """Per chosen row, its survival at each drafted position (`optimistic`: from each rate plus its
+        uncertainty, `AcceptanceTable.optimistic`). A keyed row's survival depends only on its key and
+        depth, so it is computed once per (key, depth) a step."""
+        self._rate = "optimistic" if optimistic else "rate"
         lengths = prop.lengths.tolist()
         self.keys = [[] for _ in lengths]
         conf = prop.conf.tolist() if prop.conf is not None and prop.keys is None and any(lengths) else None
@@ -152,13 +177,14 @@ class Survival:
             key = int(prop.keys[i])
             got = memo.get((key, k))
             if got is None:
-                got = memo[(key, k)] = (running_product([self.keyed.rate(key, j, KEYED_PRIOR) for j in range(k)]),
-                                        [key] * k)
+                rate = getattr(self.keyed, self._rate)
+                got = memo[(key, k)] = (running_product([rate(key, j, KEYED_PRIOR) for j in range(k)]), [key] * k)
             return list(got[0]), list(got[1])
         if conf is not None:
             raw = conf[i][:k]
             keys = [conf_bin(c) for c in raw]
-            return running_product([self.confident.rate(b, j, c) for j, (b, c) in enumerate(zip(keys, raw))]), keys
+            rate = getattr(self.confident, self._rate)
+            return running_product([rate(b, j, c) for j, (b, c) in enumerate(zip(keys, raw))]), keys
         return running_product([KEYED_PRIOR] * k), [0] * k
 
     def best_keyed(self, depth: int) -> list[float]:
@@ -166,20 +192,24 @@ class Survival:
         keys = {k for k, _ in self.keyed.reached} | {1, 2, 3}
         best = [0.0] * depth
         for key in keys:
-            for j, s in enumerate(running_product([self.keyed.rate(key, j, KEYED_PRIOR) for j in range(depth)])):
+            for j, s in enumerate(running_product([self.keyed.optimistic(key, j, KEYED_PRIOR) for j in range(depth)])):
                 best[j] = max(best[j], s)
         return best
 
     def observe(self, prop, verified: list[int], accepted: list[int], chosen: list[bool],
                 after: Hindsight | None) -> None:
-        """Acceptance per position from the step's verdicts, one update per (key, position)."""
-        table = self.keyed if prop.keys is not None else self.confident
+        """Acceptance per position from the step's verdicts, one update per (key, position). A keyed draft's
+        key is its proposal's, so rows of any policy teach; a model draft's bins come from this budget's
+        own selection (`chosen` rows)."""
+        keyed = prop.keys is not None
+        table = self.keyed if keyed else self.confident
         drafts = after.drafts.tolist() if after is not None else None
         seen: dict[tuple[int, int], list[int]] = {}     # (key, position) → [reached, kept] this step
         for i, (k, a) in enumerate(zip(verified, accepted)):
             if not chosen[i]:
                 continue
-            keys = self.keys[i] if i < len(self.keys) else []
+            keys = [int(prop.keys[i])] * (after.proposed[i] if after is not None else k) if keyed else \
+                (self.keys[i] if i < len(self.keys) else [])
             for j in range(min(k, a + 1, len(keys))):   # slot j was reached iff the ones before were kept
                 _tally(seen, keys[j], j, j < a)
             if after is not None and a == k and k < min(after.proposed[i], len(keys)) \
@@ -187,6 +217,10 @@ class Survival:
                 _tally(seen, keys[k], k, int(drafts[i][k]) == after.next_tokens[i])
         for (key, j), (n, kept) in seen.items():
             table.observe_many(key, j, n, kept)
+        if self.learnt is not None and seen:
+            self.learnt.add(keyed, seen)
+        self._since_pull += 1
+        self.pull()
 
     def forget(self) -> None:
         self.confident.forget(FORGET)

@@ -40,10 +40,11 @@ from specviz.engine.draftdepth import DraftDepth
 
 BASE_EVERY = 64          # steps before the pass with no drafts (tokens = rows) is measured again …
 BASE_MARGIN = 1.15       # … when B* promised less than this × the rate of verifying nothing
-# Below the knee (a token more in every row costs at most this share more) every row's drafts count (the
-# slot plan); past it the last row's plan. Set from paired frontier runs at 4 users (docs/BENCHMARKS.md):
-# a wider share called passes free that cost 10–26 % more, and verified drafts that ended nothing.
-FREE_SHARE = 0.05
+# Below the knee (a token more in every row costs at most this share more: the knee chapter's flat part)
+# every row's drafts count (the slot plan); past it, the last row's plan. The last row's plan looks one
+# step ahead: a small class whose pass is still nearly flat verified a fifth of what a fixed depth did
+# there and fell behind it, where rows that ran ahead would have left cheaper passes to the rest.
+FREE_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -96,14 +97,16 @@ class Budget:
     """The batch-wide verification budget (see the module docstring)."""
 
     def __init__(self, verify_seed: dict[int, float] | None = None, padded: bool = False,
-                 draft_seed: dict[int, float] | None = None):
+                 draft_seed: dict[int, float] | None = None, learnt=None):
+        """`learnt`: the pair's shared acceptance tables (`specviz.engine.learnt.Learnt`) to start from
+        and teach; None keeps every table this budget's own."""
         # seconds by tokens per verify pass: real tokens where the forward skips holes (the fast path),
         # rows × (longest row + 1) where it multiplies the padding too (the stock modules)
         self.verify = RowCosts(verify_seed)
         self.padded = padded
         self.overhead = CostTable()        # seconds outside the forwards, by rows, in steps that verified drafts
         self.overhead_plain = CostTable()  # … and in steps that verified none (no acceptance, no holes)
-        self.survival = Survival()
+        self.survival = Survival(learnt)
         self.drafting = DraftDepth(self.verify, self.overhead, draft_seed)
         self.cutoff = 0.0                  # survival of the last slot chosen in the previous step
         self._base_age: dict[int, int] = {}   # rows → steps since a pass of exactly `rows` tokens was timed
@@ -161,7 +164,7 @@ class Budget:
             if p < 1e-6:
                 break                 # as in `_class_plan`: deeper levels move the end no further
             progress += p
-            if progress / max(cheapest + verify.at(rows + sum(need)), 1e-9) > base:
+            if progress / max(cheapest + verify.explore(rows + sum(need)), 1e-9) > base:
                 return True
         return False
 
@@ -188,7 +191,14 @@ class Budget:
             lengths[i] = 0
         if prop.keys is None:      # the mean survival by position prices a model draft's depth only
             self.drafting.learn(survivals)
-        plan, best = self._plan(prop, survivals, sampled, lengths, fixed_tokens, rows, fixed_s, remaining, waiting)
+        gaps = None if waiting or remaining is None else class_gaps(remaining, survivals)
+        if gaps is not None and self._below_knee(fixed_tokens, rows):
+            gaps = None               # below the knee a row running ahead costs the class nothing
+        if gaps is None:
+            # one row's slots at a time: where little was measured, lean towards verifying (a class plan
+            # multiplies many rows' survivals, where optimism would compound, so it keeps the plain rates)
+            survivals = self.survival.of_step(prop, chosen, optimistic=True)
+        plan, best = self._plan(prop, survivals, gaps, sampled, lengths, fixed_tokens, rows, fixed_s)
         cutoff = self.cutoff
         for i, n in plan.items():
             lengths[i] += n
@@ -199,16 +209,14 @@ class Budget:
         self.survival.forget()
         return Selection(lengths, sum(int(x) for x in prop.lengths.tolist()), sum(lengths), best)
 
-    def _plan(self, prop, survivals, sampled, lengths, fixed_tokens: int, rows: int, fixed_s: float,
-              remaining, waiting: bool) -> tuple[dict[int, int], int]:
-        """Drafts to verify per row, and B*, before the sampled rows' cut-off."""
+    def _plan(self, prop, survivals, gaps, sampled, lengths, fixed_tokens: int, rows: int,
+              fixed_s: float) -> tuple[dict[int, int], int]:
+        """Drafts to verify per row, and B*, before the sampled rows' cut-off: the slot plan, or with
+        `gaps` (nobody waiting, past the knee) the last row's."""
         # verifying nothing also skips the bookkeeping drafts bring (acceptance, holes, compaction): priced
         # apart, or a near-even choice tips towards verifying
         plain_s = fixed_s + self.overhead_plain.at(rows) if self.overhead_plain and fixed_tokens == rows else None
         costs = (fixed_s + self.overhead.at(rows), plain_s)
-        gaps = None if waiting or remaining is None else class_gaps(remaining, survivals)
-        if gaps is not None and self._below_knee(fixed_tokens, rows):
-            gaps = None               # below the knee a row running ahead costs the class nothing
         if gaps is None:
             plan, margin = self._slot_plan(survivals, lengths, fixed_tokens, rows, costs)
         else:
@@ -251,7 +259,7 @@ class Budget:
         def seconds(need: dict[int, int]) -> float:
             deepest = max([longest, *need.values()])
             tokens = rows * (deepest + 1) if self.padded else fixed_tokens + sum(need.values())
-            return verify.at(tokens)
+            return verify.explore(tokens)
         base_s = costs[0] if costs[1] is None else costs[1]
         base = 1.0 / max(base_s + seconds({}), 1e-9)
         best_level, best_rate, progress = 0, base, 1.0
@@ -303,7 +311,7 @@ class Budget:
             taken[i] += 1
             longest = max(longest, taken[i])
             tokens = rows * (longest + 1) if self.padded else fixed_tokens + b
-            rate = total / max(fixed_s + verify.at(tokens), 1e-9)
+            rate = total / max(fixed_s + verify.explore(tokens), 1e-9)
             if rate > best_rate:
                 best, best_rate = b, rate
         return best, best_rate / base_rate if base_rate > 0 else float("inf")
@@ -313,9 +321,12 @@ class Budget:
               verify_s: float, overhead_s: float) -> None:
         """After the verify pass of a step with rows under this budget: `full` is what was drafted,
         `prop` what was verified."""
-        if not any(ctx.budgeted):
-            return
         verified = prop.lengths.tolist()
+        if not any(ctx.budgeted):
+            # rows of other policies teach a keyed draft's acceptance too (its key is the proposal's)
+            if prop.keys is not None and any(verified):
+                self.survival.observe(prop, verified, accepted, [True] * ctx.rows, None)
+            return
         tokens = ctx.rows * (prop.tokens.shape[1] + 1) if self.padded else ctx.rows + sum(verified)
         after = Hindsight(full.tokens, full.lengths.tolist(), next_tokens, [not s for s in ctx.sampled])
         self.observe(prop, verified, accepted, ctx.budgeted, ctx.rows, tokens, verify_s, overhead_s, after)

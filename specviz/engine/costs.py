@@ -33,6 +33,11 @@ def monotone(xs: list[int], ys: list[float]) -> list[float]:
 # stopped verifying them, so nothing measured those sizes again.
 RECENT = 5
 STALE = 50
+# Above the largest size a table has ever observed, planning pays only this share of the increment the
+# (scaled) profile predicts: an optimistic start, corrected by the step that verifies that size. A noisy
+# warm-up profile (a few samples on a busy machine) could otherwise price verifying out for good, and a
+# budget that never verifies never measures what verifying costs.
+EXPLORE_SHARE = 0.5
 
 
 @dataclass
@@ -48,6 +53,7 @@ class CostTable:
     _last: dict[int, int] = field(default_factory=dict, repr=False)             # size → observation number
     _count: int = 0
     _seed_xs: list[int] = field(default_factory=list, repr=False)    # the seed's sizes, sorted once
+    _largest: int = 0             # the largest size ever observed (0: none)
 
     def __post_init__(self) -> None:
         self._seed_xs = sorted(self.seed)
@@ -57,6 +63,7 @@ class CostTable:
         recent.append(seconds)
         del recent[:-RECENT]
         self.seen[size] = statistics.median(recent)
+        self._largest = max(self._largest, size)
         self._count += 1
         self._last[size] = self._count
         self._fit = None
@@ -88,6 +95,14 @@ class CostTable:
             return ys[-1] + slope * (size - xs[-1])
         w = (size - xs[i - 1]) / (xs[i] - xs[i - 1])
         return ys[i - 1] * (1 - w) + ys[i] * w
+
+    def explore(self, size: int) -> float:
+        """The price planning uses: `at`, except above the largest size ever observed, where only
+        EXPLORE_SHARE of the predicted increment over it counts (see EXPLORE_SHARE)."""
+        if not self._largest or size <= self._largest:
+            return self.at(size)
+        base = self.at(self._largest)
+        return base + EXPLORE_SHARE * max(0.0, self.at(size) - base)
 
     def _fitted(self) -> tuple[list[int], list[float]]:
         """Observed sizes win; the seed fills the sizes not seen yet, scaled by how far the observed

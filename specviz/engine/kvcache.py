@@ -44,6 +44,11 @@ class SlotValidity:
     n_valid: torch.Tensor
     device: torch.device
 
+    def padded_tokens(self, rows: int, width: int, real: int) -> int:
+        """Tokens the last pass computed: the stock modules compute the whole rows × width rectangle,
+        holes included (a path that skips them, or pads to a bucket, says otherwise)."""
+        return rows * width
+
     @property
     def batch(self) -> int:
         return self.valid.shape[0]

@@ -39,10 +39,11 @@ class SpeculativeEngine:
 
     def __init__(self, target, target_spec: ModelSpec, drafter: Drafter, eos_ids: list[int], vocab: int,
                  device, dtype, cache_factory=None, fast_label: str = "eager (transformers)",
-                 budget: Budget | None = None):
+                 budget: Budget | None = None, learnt=None):
         """`eos_ids`: tokens that end a row (empty: every row runs to its token limit, as benchmarks
         comparing engines token for token need). `budget`: adaptive verification's, when its tables
-        should outlive this engine (a benchmark's arm, a warmed-up lesson); else a fresh one."""
+        should outlive this engine (a benchmark's arm, a warmed-up lesson); else a fresh one, starting
+        from `learnt` (the pair's shared acceptance tables, `specviz.engine.learnt`)."""
         self.target, self.spec, self.drafter = target, target_spec, drafter
         # batch → KV cache; None = RaggedCache over the stock modules (the fast path's is a StaticCache)
         self.cache_factory = cache_factory
@@ -57,7 +58,7 @@ class SpeculativeEngine:
         self.admitting: set[int] = set()       # request ids whose rows were being prefilled
         self._readmit: list[Row] = []          # rows whose caches were dropped (after a fault)
         # adaptive verification's cost tables and calibration; the stock modules multiply padding too
-        self.budget = budget if budget is not None else Budget(padded=cache_factory is None)
+        self.budget = budget if budget is not None else Budget(padded=cache_factory is None, learnt=learnt)
         # every step's shared figures, summed (benchmarks read them after the run: `frontier`)
         self.steps_run = self.slots_drafted = self.slots_verified = 0
         # … and where their time went, seconds: prefill passes, draft passes, verify passes, the rest of
@@ -264,7 +265,8 @@ class SpeculativeEngine:
                     draft_bytes=prop.cost.bytes, target_flops=verify_cost.flops, target_bytes=verify_cost.bytes,
                     users=len(owners), shared_emitted=sum(len(rs.emitted) for rs in row_steps),
                     path=self.fast_label, slots_drafted=proposed, slots_verified=verified,
-                    budget=None if selection is None else selection.budget)
+                    budget=None if selection is None else selection.budget, real_tokens=B + verified,
+                    padded_tokens=self.target_kv.padded_tokens(B, K + 1, B + verified))
 
     def _event(self, req: Request, plan: StepPlan, prop: Proposal, row_steps: list[RowStep], plain: list[float],
                prefill_s: dict, changes: dict, retired: dict, shared: dict) -> tuple[Request, StepEvent]:

@@ -125,6 +125,8 @@ class StepEvent:
     slots_drafted: int = 0          # draft slots proposed this step, all rows of the batch together
     slots_verified: int = 0         # of which the verify pass checked (fewer under adaptive verification)
     budget: int | None = None       # adaptive verification's B* this step (None: no row under it)
+    real_tokens: int = 0            # tokens the verify pass carried: rows + verified drafts
+    padded_tokens: int = 0          # tokens it computed: the path's padded shape (≥ real_tokens)
 
     @property
     def emitted(self) -> int:

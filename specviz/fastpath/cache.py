@@ -1,21 +1,18 @@
 """`StaticCache`: the fast path's KV cache, with the same interface as `specviz.engine.kvcache.RaggedCache`
 (forward, select, merge, add_rows, invalidate, compact, length, batch, holes) so the engine and the
-drafters use either without knowing which.
+drafters use either without knowing which. The graph path's cache (`graphcache.GraphCache`) builds on it.
 
 What is static, and why:
 - KV buffers are preallocated per layer as [B_cap, n_kv, S_cap, head_dim] and grown in chunks of
   `CHUNK` slots; a pass writes its block in place (`index_copy_`) instead of concatenating.
-- Buffer rows are a power of two (B_cap). With CUDA graphs the batch is padded to B_cap and a short
-  block (decode, verify, draft: T ≤ `MAX_BUCKET`) to a power of two of tokens, so a handful of
-  captured graphs serve every (B, k); long blocks (prefill) run eagerly at their own width. Without
-  CUDA graphs (CPU) passes run unpadded over the first B rows and the L + T used slots: padding is
-  real arithmetic there.
-- Padding rows and padding queries are just more holes: the validity mask hides them. Every query
-  attends over all S_cap slots with an additive mask; a fully masked query (a padding row) sees a
-  finite minimum everywhere and gets a uniform softmax over finite values, never NaN (buffers start
-  as zeros and only ever receive finite keys/values).
+- Buffer rows are a power of two (B_cap), kept when rows leave: a pass reads only the first B rows and
+  L + T used slots, so fewer rows would save memory only, and a reallocation is paid again in page
+  faults by the next batch. Passes are unpadded here: padding is real arithmetic.
+- Padding queries and hole slots are hidden by the validity mask. Every query attends with an additive
+  mask; a fully masked query gets a uniform softmax over finite values, never NaN (buffers start as
+  zeros and only ever receive finite keys/values).
 - Logical bookkeeping (valid [B, L], n_valid [B], positions counting valid slots only) is the same as
-  RaggedCache's; slots L..L+T_pad of a padded block are scratch that the next pass overwrites.
+  RaggedCache's.
 """
 from __future__ import annotations
 
@@ -25,7 +22,9 @@ from specviz.engine.kvcache import SlotValidity
 from specviz.fastpath.llama import CompactLlama
 
 CHUNK = 256          # slots added when the buffers grow (fewer distinct shapes than growing by one)
-MAX_BUCKET = 16      # blocks up to this many tokens are padded to a power of two
+# blocks up to this many tokens take the compact model's `fast_hidden` (compiled layers with --compile on
+# a CPU); compiling for every prompt width would not pay, so wider blocks (prefills) run `hidden`
+COMPILED_MAX_T = 16
 
 
 def bucket(n: int) -> int:
@@ -44,6 +43,10 @@ PACK_HOLES = 0.25
 
 class StaticCache(SlotValidity):
     """Preallocated KV buffers + validity bookkeeping for one compact model over a batch of rows."""
+
+    def padded_tokens(self, rows: int, width: int, real: int) -> int:
+        """The compact forward computes only the real tokens (holes skipped)."""
+        return real
 
     def __init__(self, compact: CompactLlama, batch: int, slots: int = 0):
         self.m = compact
@@ -72,20 +75,13 @@ class StaticCache(SlotValidity):
                 new[:keep_rows, :, :keep_slots] = prev[:keep_rows, :, :keep_slots]
 
     def _buffer(self, shape) -> torch.Tensor:
-        buf = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        if self.m.graphs:     # CUDA graphs write the buffers in place: their address must not change
-            torch._dynamo.mark_static_address(buf)
-        return buf
+        return torch.zeros(shape, dtype=self.dtype, device=self.device)
 
     def _fit(self, rows: int, slots: int) -> None:
-        """Make the buffers hold `rows` rows (bucketed) and at least `slots` slots. With CUDA graphs the
-        rows shrink too (a pass runs over every buffer row there); elsewhere a pass reads only the first
-        B rows, so fewer rows would save nothing but memory, and each reallocation is paid again in page
-        faults by the next batch (the engine gives the memory back once the class is quiet)."""
+        """Make the buffers hold at least `rows` rows (bucketed) and `slots` slots; they never shrink (the
+        engine gives the memory back once the class is quiet)."""
         cap_r, cap_s = self.capacity
-        want_r = bucket(max(rows, 1))
-        if not self.m.graphs:
-            want_r = max(want_r, cap_r)
+        want_r = max(bucket(max(rows, 1)), cap_r)
         want_s = cap_s if slots <= cap_s else _round_up(slots, CHUNK)
         if (want_r, want_s) != (cap_r, cap_s):
             self._alloc(want_r, want_s, min(cap_r, want_r, self.batch), min(cap_s, self.length))
@@ -98,34 +94,21 @@ class StaticCache(SlotValidity):
         tokens, tok_valid: [B, T]. Returns logits [B, T', V] for the last T' = logits_to_keep (all if 0)."""
         B, T = tokens.shape
         L = self.length
-        # CUDA graphs replay fixed shapes, so there the block is padded to the buckets; elsewhere padding
-        # is only extra arithmetic (a 2-core CPU is near compute-bound at B×T ≥ 16: padding k+1 = 5 to
-        # 8 cost 24 % at B = 16), and inductor's automatic dynamic shapes serve every (B, T) anyway
-        pad = self.m.graphs
-        Tp = bucket(T) if pad and T <= MAX_BUCKET else T
-        self._fit(B, L + Tp)
-        R, S = self.capacity
-        if not pad:     # attend over the used slots only (a prefill over 256 slots did 6× the attention)
-            R, S = B, L + Tp
+        self._fit(B, L + T)
+        R, S = B, L + T          # the used slots only: attention over the whole buffer would be wasted work
         pos = self.n_valid[:, None] + torch.cumsum(tok_valid.long(), dim=1) - tok_valid.long()   # [B, T]
         all_valid = torch.cat([self.valid, tok_valid], dim=1)                                   # [B, L+T]
-        tok_p, pos_p = _pad2(tokens, R, Tp), _pad2(pos, R, Tp)
-        slots = torch.arange(L, L + Tp, device=self.device)                                     # [Tp]
-        bias = self._bias(all_valid, slots, R, S)                                               # [R, 1, Tp, S]
+        slots = torch.arange(L, L + T, device=self.device)                                      # [T]
+        bias = self._bias(all_valid, slots, R, S)                                               # [B, 1, T, S]
         keep = T if logits_to_keep in (0, None) else min(logits_to_keep, T)
-        sel = self._packable(tok_valid, self.m.c_layers) if not pad and self.m.fast_hidden == self.m.hidden else None
+        sel = self._packable(tok_valid, self.m.c_layers) if self.m.fast_hidden == self.m.hidden else None
         if sel is not None:          # holes are a large share of the block: compute its real tokens only
             h = self.m.hidden_packed(tokens, pos, bias, slots, *self._views(R, S), sel)
             logits = self._unpack_logits(h, sel, B, T, keep)
         else:
-            # short blocks take the fast (maybe compiled) forward; compiling every prompt width would not pay
-            if T <= MAX_BUCKET:
-                if self.m.graphs:    # a new step for CUDA-graph trees: the previous outputs are consumed
-                    torch.compiler.cudagraph_mark_step_begin()
-                h = self.m.fast_hidden(tok_p, pos_p, bias, slots, *self._views(R, S))
-            else:
-                h = self.m.hidden(tok_p, pos_p, bias, slots, *self._views(R, S))
-            logits = self.m.logits(h[:B, T - keep:T])
+            run = self.m.fast_hidden if T <= COMPILED_MAX_T else self.m.hidden
+            h = run(tokens, pos, bias, slots, *self._views(R, S))
+            logits = self.m.logits(h[:, T - keep:T])
         self.valid = all_valid
         self.n_valid = self.n_valid + tok_valid.long().sum(dim=1)
         return logits
@@ -163,12 +146,12 @@ class StaticCache(SlotValidity):
         return [b[:rows, :, :slots] for b in self.kbufs], [b[:rows, :, :slots] for b in self.vbufs]
 
     def _bias(self, all_valid: torch.Tensor, slots: torch.Tensor, R: int, S: int) -> torch.Tensor:
-        """Additive mask [R, 1, Tp, S]: query at slot s sees valid slots ≤ s; padding sees nothing."""
+        """Additive mask [R, 1, T, S]: query at slot s sees valid slots ≤ s; padding sees nothing."""
         B, LT = all_valid.shape
         vis = torch.zeros(R, S, dtype=torch.bool, device=self.device)
         vis[:B, :LT] = all_valid
-        causal = torch.arange(S, device=self.device)[None, :] <= slots[:, None]                # [Tp, S]
-        allowed = vis[:, None, None, :] & causal[None, None]                                   # [R, 1, Tp, S]
+        causal = torch.arange(S, device=self.device)[None, :] <= slots[:, None]                # [T, S]
+        allowed = vis[:, None, None, :] & causal[None, None]                                   # [R, 1, T, S]
         bias = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
         return bias.masked_fill_(~allowed, torch.finfo(self.dtype).min)
 
@@ -202,7 +185,6 @@ class StaticCache(SlotValidity):
                 buf[dst, :, :L] = buf[src, :, :L]
         self.valid = self.valid[keep]
         self.n_valid = self.n_valid[keep]
-        self._fit(self.batch, L)       # with CUDA graphs, a smaller batch bucket: cheaper passes
         self._trim_left()
 
     def _trim_left(self) -> None:
@@ -224,10 +206,9 @@ class StaticCache(SlotValidity):
 
     def emptied(self, batch: int) -> bool:
         """Serve as the empty cache of `batch` new rows (a new batch's prefill) on the buffers we hold,
-        zeroed as fresh ones: True if they hold that many rows (never with CUDA graphs, whose buffer
-        addresses are captured). Fresh buffers would be faulted in page by page (a 16-row batch's
-        ~50k faults cost 0.7 s on a 2-core VM, more than its prefill's arithmetic)."""
-        if self.batch or self.m.graphs or bucket(max(batch, 1)) > self.capacity[0]:
+        zeroed as fresh ones: True if they hold that many rows. Fresh buffers would be faulted in page by
+        page, which on a small CPU costs more than the prefill's arithmetic."""
+        if self.batch or bucket(max(batch, 1)) > self.capacity[0]:
             return False
         for buf in self.kbufs + self.vbufs:
             buf[:batch].zero_()
@@ -245,7 +226,7 @@ class StaticCache(SlotValidity):
             return
         L = max(L1, L2)
         cap_r, cap_s = self.capacity
-        if B1 + B2 <= cap_r and L <= cap_s and not self.m.graphs:
+        if B1 + B2 <= cap_r and L <= cap_s:
             self._merge_in_place(other, L)
         else:
             mine = (self.kbufs, self.vbufs)
@@ -267,16 +248,6 @@ class StaticCache(SlotValidity):
                 buf[:B1, :, :L - L1].zero_()
             buf[B1:B1 + B2, :, L - L2:L] = b[:B2, :, :L2]
             buf[B1:B1 + B2, :, :L - L2].zero_()
-
-
-def _pad2(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    """Zero-pad a [B, T] tensor to [rows, cols] (bottom and right)."""
-    B, T = t.shape
-    if (B, T) == (rows, cols):
-        return t
-    out = torch.zeros(rows, cols, dtype=t.dtype, device=t.device)
-    out[:B, :T] = t
-    return out
 
 
 def _left_pad(valid: torch.Tensor, length: int) -> torch.Tensor:

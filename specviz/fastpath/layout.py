@@ -10,10 +10,9 @@ round differently, ~1e-6, and the warm-up compares whole greedy generations befo
 - "onednn":   oneDNN's linear with the weight reordered for it once (where the op exists and agrees)
 - "rows":     our own kernel (`specviz.fastpath.rows`): blocks of 16 output columns read once front to
               back with up to six rows' sums in registers (where a C compiler built it and it agrees)
-Measured, one row through 120 layer-shaped matrices (425 MB): on the 2-core development CPU stock
-17–22 GB/s, colmajor 22–27, oneDNN 50–56; on an Intel Xeon with AVX-512 stock 15.3, colmajor 16.3,
-oneDNN 14.5 (five rows: 15.6 / 18.0 / 22.0); on an AMD EPYC (2 cores, 2 threads) one row stock 6.7–9,
-rows 17; five rows stock 5.5, rows 13–14. No one layout wins everywhere, or at every row count.
+The CPUs we measured disagree by up to 3× on which of these streams a few rows fastest, and one CPU's
+winner at one row is not its winner at five (docs/BENCHMARKS.md keeps the figures): no layout wins
+everywhere, so none is assumed.
 
 So `plan_for` times the candidates on this model's own matrix shapes at three row classes — one row
 (decode), a verify's rows (k + 1 = 5) and a shared batch (16 × (k + 1) = 80) — interleaved, best of
@@ -43,7 +42,7 @@ import torch.nn.functional as F
 
 from specviz.fastpath import rows
 from specviz.hardware.device import is_busy, load_now, machine_key, read_table, remeasure_reason, write_table
-from specviz.lessons import Listed, Said
+from specviz.lessons import Key, Listed, Said
 from specviz.machine import cache_root, cpu_model
 
 log = logging.getLogger("specviz.fastpath")
@@ -56,7 +55,7 @@ FEW_ROWS = 16          # the upper bound of the middle class (rows × tokens of 
 MIN_GAIN = 0.10        # a copy in another layout must be this much faster than what is already kept
 # what a whole C layer (rows.c) can multiply by: our kernel, or the BLAS product F.linear runs, on the
 # model's own matrix or its column-major copy. Whether C layers pay is timed on whole passes
-# (specviz.fastpath.passes), not credited here: on a Xeon a fixed credit once chose our slower product
+# (specviz.fastpath.passes), not credited here: where our product is the slower one, a credit would lose
 C_LAYOUTS = ("rows", "stock", "colmajor")
 MAX_COPIES = 2         # copies besides the model's own matrix, per matrix
 PROBE_BYTES = 128 * 2**20   # matrices of one shape timed per round: more than a CPU's last-level cache
@@ -88,11 +87,6 @@ def _onednn_copy(t: torch.Tensor) -> torch.Tensor:
 
 
 _MAKERS = {"stock": lambda t: t, "colmajor": _colmajor_copy, "onednn": _onednn_copy, "rows": rows.pack}
-
-
-def onednn(w: torch.Tensor) -> torch.Tensor:
-    """The matrix reordered once for oneDNN's linear (an opaque tensor only `linear` below can use)."""
-    return _shared(w, "onednn", _onednn_copy)
 
 
 def stored(w: torch.Tensor, layout: str) -> torch.Tensor:
@@ -243,6 +237,8 @@ class Plan:
 
     def summary(self) -> str:
         """A short line for logs, counters and benchmarks: "weights onednn (1 row), stock (2+ rows)"."""
+        if not self.choice:          # on CUDA: every matrix as the model holds it
+            return Said("playground.fast.weights", layouts=Key("playground.fast.in_place"))
         parts = []
         for name, shares in zip(CLASS_NAMES, self.by_class()):
             text = " + ".join(k if len(shares) == 1 else f"{k} {round(100 * v)} %" for k, v in shares.items())

@@ -70,6 +70,12 @@ def _matrices(block) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Te
             stacked((m.gate_proj.weight, m.up_proj.weight)), m.down_proj.weight)
 
 
+def weights_of(model) -> list[torch.Tensor]:
+    """The matrices a pass multiplies by, the LM head first (what `layout.plan_for` times)."""
+    head = model.get_output_embeddings().weight
+    return [head] + [w for block in model.model.layers for w in _matrices(block)]
+
+
 def _qkv_bias(a) -> torch.Tensor | None:
     parts = [_bias(lin) for lin in (a.q_proj, a.k_proj, a.v_proj)]
     if all(p is None for p in parts):
@@ -106,8 +112,8 @@ class CompactLlama:
     Shared by every cache (and engine) that uses the model; holds no per-run state."""
 
     def __init__(self, model, compiled: bool = False, plan: Plan | None = None):
-        """`plan`: the layouts to use as given (the whole-pass timing builds its candidates this way);
-        None: measured here (per-shape products, then whole passes: `specviz.fastpath.passes`)."""
+        """`plan`: the weights' layouts (`passes.compact_for` chooses one by timing whole passes); None:
+        the fastest per matrix shape as measured here (`layout.plan_for`; on CUDA the weights in place)."""
         check_supported(model)
         cfg, inner = model.config, model.model
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -121,14 +127,7 @@ class CompactLlama:
         self.inv_freq = inner.rotary_emb.inv_freq                  # [head_dim / 2]
         self.rope_scale = float(inner.rotary_emb.attention_scaling)
         self.device, self.dtype = self.embed.device, self.embed.dtype
-        if plan is None:
-            weights = [head] + [w for ms in mats for w in ms]
-            plan = plan_for(weights, compiled)
-            if plan.times and not compiled:          # measured per shape: now time whole passes
-                from specviz.fastpath.passes import choose_pass
-
-                plan = choose_pass(model, plan, weights)
-        self.plan: Plan = plan
+        self.plan: Plan = plan if plan is not None else plan_for(weights_of(model), compiled)
         self._w = self.plan.store                                  # the weights' layout, see above
         self.head = self._w(head)
         self.layers = [self._layer(block, ms) for block, ms in zip(inner.layers, mats)]
@@ -136,10 +135,9 @@ class CompactLlama:
         self._c_layers = tuple(rows.layers(self.layers, self.dims, functools.partial(_for_class, c))
                                if self.plan.c_layers[c] else None
                                for c in range(len(CLASS_NAMES)))     # per row class, immutable once built
-        # what a short block (decode, verify, draft) runs: `hidden` itself, or a compiled twin set by
-        # specviz.fastpath.cache_factory; long blocks (prefill) always run `hidden` eagerly
+        # what a short block (decode, verify, draft) runs: `hidden` itself, or compiled layers set by
+        # specviz.fastpath.compile_compact; long blocks (prefill) always run `hidden` eagerly
         self.fast_hidden = self.hidden
-        self.graphs = False             # True when fast_hidden replays CUDA graphs
 
     def _layer(self, block, mats) -> LayerWeights:
         wqkv, wo, w_gu, w_down = (self._w(m) for m in mats)
@@ -180,9 +178,9 @@ class CompactLlama:
     def hidden_packed(self, tokens, pos, bias, slots, kbufs, vbufs, sel) -> torch.Tensor:
         """`hidden` for a block with holes (rows that drafted fewer tokens than the longest), computing only
         its N real tokens: `sel` [N] indexes them in the flattened [B·T] block. Every matrix multiplies
-        N rows instead of B·T (at a shared batch's 16 × 5 tokens, where a pass is compute-bound, the holes
-        were real time); only attention sees the padded [B, T] shape, and a hole writes zeros to its
-        cache slot, which stays invalid. Returns the final-normed hidden states [N, d]."""
+        N rows instead of B·T (where a pass is compute-bound, holes cost as much as tokens); only
+        attention sees the padded [B, T] shape, and a hole writes zeros to its cache slot, which stays
+        invalid. Returns the final-normed hidden states [N, d]."""
         B, T = tokens.shape
         x = F.embedding(tokens.reshape(-1)[sel], self.embed)                # [N, d]
         cos, sin = self.rope(pos.reshape(1, -1)[:, sel])                      # [1, N, 1, hd]

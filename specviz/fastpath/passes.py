@@ -1,11 +1,11 @@
 """Which pass the fast path runs on this CPU: chosen by timing whole passes, not by crediting a layout.
 
 `layout.plan_for` times each matrix shape's products alone (stock, column-major, oneDNN, our kernel).
-A pass is more than its products: our C layer (rows.c) runs a whole decoder layer as one call, which
-saved the ~25 small torch calls a layer makes (29 % of a one-token pass on the AMD EPYC), but on an
-Intel Xeon our product was slower than MKL's and a fixed credit for it gave a pass slower than eager.
-So the candidates here are whole passes, timed on this model at each row class (1 row; a verify's
-5; a shared batch's 16 × 5), interleaved, medians:
+A pass is more than its products: our C layer (rows.c) runs a whole decoder layer as one call and saves
+the ~25 small torch calls a layer makes, but where our product is slower than the BLAS library's, a
+fixed credit for the C layer would choose a pass slower than eager. So the candidates here are whole
+passes, timed on this model at each row class (1 row; a verify's 5; a shared batch's 16 × 5),
+interleaved, medians:
 - "C layers": every layer one C call, each matrix with the fastest product the C layer can call
   (our kernel, or the BLAS product F.linear runs, on the model's matrix or its column-major copy);
 - "torch layers": the compact torch layer, each matrix in its fastest layout of all (oneDNN included);
@@ -13,6 +13,7 @@ So the candidates here are whole passes, timed on this model at each row class (
 Each row class takes the fastest fast candidate; `Plan.passes` keeps the figures (and whether eager
 was faster, which `--compile auto` reads). The decision is cached beside the layout timings
 (`layouts.json`) with the machine's load; one taken on a busy machine or a stale one is timed again.
+`compact_for` is where a model's compact forward is built with that choice.
 
 Exactness: through the BLAS product a row's sums may depend on how many rows share the call, so
 verify's logits may differ from decode's in the last bits there (our own kernel keeps them equal);
@@ -30,7 +31,9 @@ from dataclasses import replace
 import torch
 
 from specviz.fastpath import layout, rows
-from specviz.fastpath.layout import C_LAYOUTS, CLASS_NAMES, PROBE_ROWS, Plan, choose
+from specviz.fastpath.cache import StaticCache
+from specviz.fastpath.layout import C_LAYOUTS, CLASS_NAMES, PROBE_ROWS, Plan, _cache_key, choose, plan_for
+from specviz.fastpath.llama import CompactLlama, check_supported, weights_of
 from specviz.hardware.device import is_busy, load_now, read_table, remeasure_reason, write_table
 from specviz.machine import cache_root
 
@@ -40,6 +43,17 @@ C, TORCH, EAGER = "C layers", "torch layers", "eager"
 ROUNDS = 5                 # timed rounds per candidate and class (after one warm-up round)
 BUDGET_S = 20.0            # stop after this long once 3 rounds are in (a busy machine is slow)
 CONTEXT = (48, 48, 8)      # cached tokens before the timed pass, per class (the batch class: short prefill)
+
+
+def compact_for(model, compiled: bool = False) -> CompactLlama:
+    """The compact forward of `model` in the layouts whose whole passes measured fastest here (on CUDA, or
+    compiled, the per-shape plan as it is). Raises llama.Unsupported for other architectures."""
+    check_supported(model)
+    weights = weights_of(model)
+    plan = plan_for(weights, compiled)
+    if plan.times and not compiled:          # measured per shape: now time whole passes
+        plan = choose_pass(model, plan, weights)
+    return CompactLlama(model, compiled, plan)
 
 
 def candidates(base: Plan, head_shape: tuple[int, int]) -> dict[str, Plan]:
@@ -103,8 +117,6 @@ def eager_faster(plan: Plan) -> tuple[float, float] | None:
 
 # --- timing -------------------------------------------------------------------------------------------
 def _measure(model, cands: dict[str, Plan]) -> dict:
-    from specviz.fastpath.llama import CompactLlama
-
     load = load_now()
     compacts = {name: CompactLlama(model, plan=plan) for name, plan in cands.items()}
     runs = {name: [_runner(model, comp, c) for c in range(len(PROBE_ROWS))] for name, comp in compacts.items()}
@@ -133,8 +145,6 @@ def _measure(model, cands: dict[str, Plan]) -> dict:
 
 def _runner(model, compact, c: int):
     """A pass of class `c`'s shape through the engine's cache (StaticCache), after a short prefill."""
-    from specviz.fastpath.cache import StaticCache
-
     (B, T), ctx = PROBE_ROWS[c], CONTEXT[c]
     vocab = compact.embed.shape[0]
     g = torch.Generator().manual_seed(c)
@@ -173,8 +183,6 @@ def _merge(cands: dict[str, Plan], winners: list[str], record: dict, source: str
 def _signature(model, base: Plan, cands: dict[str, Plan]) -> tuple[str, str]:
     """The cache key for this model's passes here, and a digest of the candidates (new per-shape timings
     can change the candidates: their passes are then timed again)."""
-    from specviz.fastpath.layout import _cache_key
-
     shapes = ",".join(f"{a}x{b}:{base.nbytes.get((a, b), 0)}" for a, b in sorted(base.choice))
     sig = f"{_cache_key(torch.float32)} | passes | {len(model.model.layers)} layers | {shapes}"
     digest = hashlib.sha256(repr(sorted((n, sorted(p.choice.items()), p.c_layers) for n, p in cands.items()))

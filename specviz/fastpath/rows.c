@@ -40,11 +40,7 @@ KERNEL(1) KERNEL(2) KERNEL(3) KERNEL(4) KERNEL(5) KERNEL(6)
 /* Both kernels' first group of rows prefetches PREFETCH_K steps (PREFETCH_K × 64 bytes) ahead of its loads.
  * Why 96 steps (6 KB): one core keeps a stream at memory speed only with ~100 ns of lines in flight, and
  * the hardware prefetcher alone, or 16 steps (1 KB), is a third of that. Packed blocks lie end to end, so
- * a prefetch past a block's end fetches the next block's start. AMD EPYC (Zen 5), weights from memory,
- * GB/s (3 Dec, fifth session): the 512-bit kernel against 16 steps, 1 thread 31-33 → 35 at one row,
- * 26-29 → 35 at 5 rows, 21-22 → 31-32 at 9; 2 threads level at 1-5 rows (~45, the machine's rate),
- * 38-40 → 44-46 at 9. The 256-bit kernel (built -mno-avx512f) against no distance prefetch: 1 thread
- * 18-22 → 33-35 at 3 rows, 13-17 → 31-33 at 5, level at one; 2 threads 29-32 → 42-46 at 5. */
+ * a prefetch past a block's end fetches the next block's start. */
 #define PREFETCH_K 96
 
 /* A kernel: MR rows (its name says how many) times one block, or two; the last argument is where to
@@ -53,8 +49,8 @@ typedef void (*kernel_fn)(const float *restrict, long, const float *restrict, lo
                           const float *);
 
 #if defined(__AVX512F__) && defined(SPECVIZ_WIDE)
-/* AVX-512 variant (built where the CPU has AVX-512 unless SPECVIZ_KERNEL_WIDE=0, see rows.py; measured
- * 1.15-1.81x the 256-bit kernel at 5-16 rows on the AVX-512 EPYC, level at one row). A block's 16 columns are one 64-byte load and one register
+/* AVX-512 variant (built where the CPU has AVX-512 unless SPECVIZ_KERNEL_WIDE=0, see rows.py; faster than
+ * the 256-bit kernel from a few rows on, level at one row). A block's 16 columns are one 64-byte load and one register
  * per row, so eight rows' sums fit (8 of the 32 registers) and the weights are read once per eight
  * rows; a software prefetch runs PREFETCH_K steps (PREFETCH_K × 64 bytes) ahead of the loads. Each
  * output is still one running sum over k in order: the same bits as the 256-bit kernel above. */
@@ -85,10 +81,9 @@ WKERNEL(9) WKERNEL(10)
 
 /* Two neighbouring blocks (32 columns) for up to eight rows: 16 sums in registers and two weight loads
  * per 16 multiply-adds, where the one-block kernel needs a load (and a broadcast) per multiply-add. Used
- * from PAIR_ROWS rows on, where the product is bound by arithmetic, not by memory. Measured on the
- * AVX-512 EPYC, 1 thread, weights from memory: with the next-span prefetch below, 1.06-1.55x the
- * one-block kernel at 12-64 rows; at 2-8 rows (memory-bound) two streams read 0-20 % slower than one,
- * so those stay on one block. Each output is still one running sum over k in order: the same bits. */
+ * from PAIR_ROWS rows on, where the product is bound by arithmetic, not by memory; at 2-8 rows
+ * (memory-bound) two streams read slower than one, so those stay on one block. Each output is still one
+ * running sum over k in order: the same bits. */
 #define PSTEP(i) if (MR > i) { float s = x[i * ldx + k]; a##i += s * w0; c##i += s * w1; }
 #define PSAVE(i) if (MR > i) { store16(y + i * ldy, a##i); store16(y + i * ldy + 16, c##i); }
 #define PKERNEL(MR_)                                                                                  \
@@ -111,12 +106,10 @@ PKERNEL(1) PKERNEL(2) PKERNEL(3) PKERNEL(4) PKERNEL(5) PKERNEL(6) PKERNEL(7) PKE
 static const kernel_fn WIDE[11] = {0, wide1, wide2, wide3, wide4, wide5, wide6, wide7, wide8, wide9, wide10};
 static const kernel_fn PAIR[9] = {0, pair1, pair2, pair3, pair4, pair5, pair6, pair7, pair8};
 #define GROUP 8          /* rows whose sums one kernel call keeps in registers */
-/* 9 or 10 rows (a verify of 8 or 9 drafts at one row) run as one group of that many: as 8 + 1 or 8 + 2,
- * the second group read the block again from L2 for its one or two rows, and 9 rows cost what 16 did
- * (3072x576, 1 thread: 8 rows 314 µs, 9 rows 369). One group of 9-10 sums (10 of the 32 registers),
- * paired against 8 + 1 / 8 + 2, every model shape, weights from memory: 9 rows 0.76-0.91x the time,
- * 10 rows 0.78-0.98x (1 and 2 threads); 11 as one group measured 0.90-1.12x (load-bound: a broadcast per
- * row per k), so 11 stays 8 + 3. AVX-512 EPYC, 3 Dec. */
+/* 9 or 10 rows (a verify of 8 or 9 drafts at one row) run as one group of that many (10 of the 32
+ * registers): split 8 + 1 or 8 + 2, the second group reads the block again for its one or two rows, and
+ * 9 rows cost about what 16 do. One group of 11 is load-bound (a broadcast per row per k) and no faster,
+ * so 11 stays 8 + 3. */
 #define WIDE_ROWS 10
 #define PAIR_ROWS 12     /* from here on two blocks at a time (at 9-11 rows, measured no faster) */
 
@@ -145,8 +138,7 @@ static const kernel_fn NARROW[7] = {0, rows1, rows2, rows3, rows4, rows5, rows6}
 
 /* One block times all M rows, six at a time. The first group streams the block from memory, prefetching
  * PREFETCH_K steps ahead; the second works from cache and fetches the `next`
- * block meanwhile (NULL: none). Measured with this build on the AVX-512 EPYC (-mno-avx512f), 1 thread,
- * weights from memory: 1.4-1.7x the same kernel without that prefetch at 8-16 rows, 1.1-1.2x at 39-64. */
+ * block meanwhile (NULL: none), so the next span's first group does not wait on memory. */
 static void span(const float *x, long M, long K, const float *w, long nb, float *y, long ldy,
                  const float *next) {
     (void)nb;
@@ -183,9 +175,9 @@ void specviz_rows(const float *x, long M, long K, const float *wp, long N, float
 }
 
 /* --- one whole decoder layer for a block of M = B × T rows -------------------------------------------
- * Why: with the weights read at memory speed, a one-token pass spent ~30 % of its time in the ~25 small
- * torch calls a layer makes besides its four products (norms, rotary, cache writes, attention, SiLU, the
- * residual adds): microseconds each, on vectors of a few hundred floats. Here a layer is one call.
+ * Why: with the weights read at memory speed, the ~25 small torch calls a layer makes besides its four
+ * products (norms, rotary, cache writes, attention, SiLU, the residual adds), microseconds each on
+ * vectors of a few hundred floats, are a large share of a one-token pass. Here a layer is one call.
  * Same arithmetic as specviz/fastpath/llama.py::decoder_layer (sums may round differently, ~1e-6), and
  * every row is computed on its own: its bits do not depend on the other rows. */
 typedef struct {
@@ -197,7 +189,7 @@ typedef struct {
 } specviz_weights;
 
 /* How a matrix is stored, and so whose product multiplies by it. Our kernel is not the fastest on every
- * CPU (an Intel Xeon's MKL streamed one row at 30 GB/s where ours reached 21), so a C layer may hand a
+ * CPU (some BLAS libraries stream one row faster than ours), so a C layer may hand a
  * matrix to the BLAS torch itself links — the same product F.linear runs — instead of forcing ours. */
 enum { KIND_PACKED = 0,      /* [N / 16][K][16] blocks: specviz_rows */
        KIND_STOCK = 1,       /* the model's own [N, K] row-major matrix: sgemm, W transposed */
@@ -243,8 +235,8 @@ const char *specviz_isa(void) {
 #endif
 }
 
-/* e^x in a form the compiler vectorises (glibc's expf is a call per value: SiLU and the softmax spent
- * ~15 % of a 52-token pass in it). Range reduction x = n·ln2 + r, then Cephes' degree-6 polynomial for
+/* e^x in a form the compiler vectorises (glibc's expf is a call per value, and SiLU and the softmax need
+ * one per element). Range reduction x = n·ln2 + r, then Cephes' degree-6 polynomial for
  * e^r, then 2^n through the exponent bits; within ~2 ulp of expf. Every multiply-add is an explicit fmaf,
  * so a value gets the same bits in the vector loop and in its scalar tail. */
 static inline float fast_exp(float x) {

@@ -2,8 +2,7 @@
 
 Why it exists: decode multiplies 1 to ~16 rows (one per sequence, k + 1 when verifying) by every weight
 matrix, so a pass should take the time to read the weights once. The library kernels are tuned for
-large products; on some CPUs they read a few rows' weights at a fraction of the memory's rate (AMD EPYC,
-2 cores: 5 rows at ~5 GB/s through MKL or oneDNN, where the memory gives ~17). `rows.c` stores each
+large products; on some CPUs they read a few rows' weights at a fraction of the memory's rate. `rows.c` stores each
 matrix as blocks of 16 output columns, K × 16 consecutive floats each, reads every block once from
 front to back and keeps up to six rows' sums in registers. Whether it beats the libraries on a given CPU
 is measured, like every layout (`specviz.fastpath.layout`); it is one more candidate, not a rule.
@@ -21,14 +20,13 @@ the layout is not offered and the log says why. SPECVIZ_KERNEL=off turns it off.
 On a CPU with AVX-512 the 512-bit variant is built (rows.c, SPECVIZ_WIDE: one 64-byte load per block
 and step, eight rows' sums in registers, a software prefetch ahead of the stream); SPECVIZ_KERNEL_WIDE=0
 builds the 256-bit kernel instead, =1 asks for the wide one. Both give the same bits
-(tests/test_fastpath.py checks it where the CPU has AVX-512). Measured on the AVX-512 AMD EPYC
-(`kernels --json`): level at one row, 1.15–1.61× at 5 rows, 1.44–1.81× at 16. From 12 rows on (a shared
-batch's verify, a prefill) the product is bound by arithmetic, not memory: the 512-bit variant then
-multiplies two blocks at a time (16 sums in registers for two weight loads), and both variants fetch
-the next block while the later row groups work from cache: 1.06–1.55× at 12–64 rows, same bits
-(docs/BENCHMARKS.md, 3 December). Not measured on an AVX-512 Xeon yet; there, as everywhere, the layout
-plan times our product against MKL's and oneDNN's and keeps ours only where it is faster, and the plan's
-cache key names the variant (`isa()`) and the source (`source_tag()`).
+(tests/test_fastpath.py checks it where the CPU has AVX-512). The wide variant is level with the 256-bit
+one at one row and faster from a few rows on (`kernels` shows both on the CPU at hand). From 12 rows on
+(a shared batch's verify, a prefill) the product is bound by arithmetic, not memory: the 512-bit variant
+then multiplies two blocks at a time (16 sums in registers for two weight loads), and both variants
+fetch the next block while the later row groups work from cache. On every CPU the layout plan times our
+product against MKL's and oneDNN's and keeps ours only where it is faster, and the plan's cache key
+names the variant (`isa()`) and the source (`source_tag()`).
 """
 from __future__ import annotations
 

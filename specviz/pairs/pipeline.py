@@ -4,10 +4,11 @@ start here, so a pair is built the same way everywhere."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from specviz.engine.drafters import Drafter, ModelDrafter, NgramDrafter, make_layerskip_model
+from specviz.engine.learnt import Learnt
 from specviz.engine.loop import SpeculativeEngine
 from specviz.engine.synthetic import SyntheticDrafter
 from specviz.fastpath import FastPath, cache_factory, resolve
@@ -32,6 +33,8 @@ class Pair:
     vocab: int
     fast: FastPath = FastPath()               # which forward path the passes run (specviz.fastpath)
     target_cache: Callable | None = None      # batch → fast-path KV cache for the target (None: eager)
+    # what this pair's steps taught about its drafts' acceptance, shared by its engines (thread-safe)
+    learnt: Learnt = field(default_factory=Learnt, compare=False)
 
     def engine(self, budget=None, eos_ids: list[int] | None = None) -> SpeculativeEngine:
         """A fresh engine with its own caches and drafter (the weights are shared, read-only). `budget`:
@@ -40,7 +43,7 @@ class Pair:
         t = self.target
         eos = t.eos_ids if eos_ids is None else eos_ids
         return SpeculativeEngine(t.model, self.target_spec, self.make_drafter(), eos, self.vocab,
-                                 t.device, t.dtype, self.target_cache, self.fast.shown, budget)
+                                 t.device, t.dtype, self.target_cache, self.fast.shown, budget, self.learnt)
 
     @property
     def label(self) -> str:
@@ -52,7 +55,7 @@ class Pair:
         ref = f"synthetic:{float(rate):g}"
         dref = parse_draft_ref(ref)
         width = self.vocab
-        return replace(self, draft=None, draft_ref=ref, draft_spec=None,
+        return replace(self, draft=None, draft_ref=ref, draft_spec=None, learnt=Learnt(),
                        make_drafter=lambda: SyntheticDrafter(dref.rate, width, self.target.device))
 
     @property
@@ -105,7 +108,8 @@ def load_pair(target_ref: str, draft_ref: str, device: str | None = None,
         except ValueError as exc:
             raise ModelError(exc.args[0] if len(exc.args) == 1 else str(exc)) from exc      # keeps a Said
         label = f"{target_ref} without layers {a}-{b}"
-        dcache, _ = cache_factory(view, fast)
+        dcache, dfast = cache_factory(view, fast)
+        fast = fast.joined(dfast)           # the draft's graphs are counted with the target's
         return Pair(target, None, draft_ref,
                     lambda: ModelDrafter(view, tspec, target.device, target.dtype, width, layer_map, kept, label,
                                          dcache),
@@ -114,7 +118,8 @@ def load_pair(target_ref: str, draft_ref: str, device: str | None = None,
     check_same_vocabulary(target, draft)
     dspec = _spec(draft, dref.ref)
     vocab = min(width, _logit_width(draft))   # Qwen2.5 sizes pad embeddings differently
-    dcache, _ = cache_factory(draft.model, fast)
+    dcache, dfast = cache_factory(draft.model, fast)
+    fast = fast.joined(dfast)
     return Pair(target, draft, draft_ref,
                 lambda: ModelDrafter(draft.model, dspec, target.device, target.dtype, vocab, label=dref.ref,
                                      cache_factory=dcache),

@@ -8,11 +8,12 @@ objects only assert their own invariants, and callers use the values the door re
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from specviz.engine.policies import PolicyChoice
-from specviz.lessons import Key, Said
-from specviz.limits import LimitError, Limits, RunArgs, between, check_request, whole
+from specviz.lessons import Key, Said, quoted
+from specviz.limits import LimitError, Limits, RunArgs, check_request, whole
 
 
 def check_run(batch, depth, temperature, max_new, policy=None, threshold=None, limits: Limits = Limits(),
@@ -28,8 +29,15 @@ def check_run(batch, depth, temperature, max_new, policy=None, threshold=None, l
 
 
 def check_acceptance(value) -> float:
-    """The acceptance dial A: the chance that a synthetic draft's token is the target's own, 0 to 1."""
-    return between(value, Key("errors.what_acceptance"), 0.0, 1.0)
+    """The acceptance dial A: the chance that a synthetic draft's token is the target's own, a number from
+    0 to 1 (kept to the hundredth, as the lesson's dial keeps it); true/false and anything else refused."""
+    try:
+        a = None if isinstance(value, bool) else float(str(value).strip())
+    except (TypeError, ValueError):
+        a = None
+    if a is None or not math.isfinite(a) or not 0.0 <= a <= 1.0:
+        raise LimitError(Said("errors.bad_acceptance", value=quoted(str(value)[:40])))
+    return round(a, 2)
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,9 @@ class LiveRun:
         self.regime = m.regime
         self.path = ev.path or self.path
         self.last_pass = (ev.tokens_per_pass, ev.batch_size, ev.context)
-        self.passes.append(charts.PassPoint(ev.batch_size + ev.slots_verified, ev.tokens_per_pass, ev.verify_s))
+        # the event names the tokens the pass carried and the shape the path computed (its padding)
+        self.passes.append(charts.PassPoint(ev.real_tokens or ev.batch_size + ev.slots_verified,
+                                            ev.padded_tokens or ev.tokens_per_pass, ev.verify_s))
         self.last_rows = (ev.batch_size, ev.slots_verified)
         self.mbu.add(now, None if m.mbu is None else 100 * m.mbu)
         self.mfu.add(now, None if m.mfu is None else 100 * m.mfu)

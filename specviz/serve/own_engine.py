@@ -10,7 +10,7 @@ from typing import Iterator
 from specviz.engine.request import StepEvent
 from specviz.lessons import Said
 from specviz.limits import LimitError
-from specviz.serve.scheduler import DeviceGate
+from specviz.serve.gate import DeviceGate
 
 
 def reference_prompts(prompts: list[list[int]], max_batch: int) -> list[list[int]]:

@@ -39,8 +39,9 @@ from specviz.hardware.threads import own_thread_iter
 from specviz.limits import Limits
 from specviz.serve.catalog import PairCache, PairChoice
 from specviz.serve.control import ControlFile, Dial, LocalControl
+from specviz.serve.gate import DeviceGate
 from specviz.serve.own_engine import OwnEngines, gated, reference_prompts, with_gate
-from specviz.serve.scheduler import BatchInfo, DeviceGate, Scheduler
+from specviz.serve.scheduler import BatchInfo, Scheduler
 from specviz.serve.workload import shared_scheduler
 
 FLUSH_S = 0.05            # a packet at most every 50 ms: tiny models on a big GPU step far faster

@@ -16,13 +16,9 @@ one putting the most tokens into the pass), with a sentence naming the knob to l
 dropped and the other rows are prefilled again from their tokens, so they go on. Any other exception
 ends the running requests with a sentence (the traceback goes to the log) and the engine is rebuilt.
 
-`DeviceGate` keeps timing honest: the scheduler holds it for one step at a time, and an experiment that
-times the hardware (the knee, a sweep) takes it exclusively, queued first come, first served, so its
-figures are never measured while anything else runs.
-
-Why one file of ~460 lines: it is one concern — the thread that owns a pair's engine, and the few
-objects other threads use to talk to it (gate, ticket, updates) — and it reads top to bottom in the order
-a request lives: the gate, the ticket, then the scheduler's admit → step → finish loop.
+Timing stays honest through the device's gate (`specviz.serve.gate`): the scheduler holds it for one
+step at a time. This file reads top to bottom in the order a request lives: the ticket, then the
+scheduler's admit → step → finish loop.
 """
 from __future__ import annotations
 
@@ -31,7 +27,6 @@ import logging
 import queue
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -42,11 +37,11 @@ from specviz.engine.request import Request, RunTotals, StepEvent
 from specviz.hardware.roofline import ModelSpec
 from specviz.lessons import Key, Said
 from specviz.limits import LimitError, Limits
+from specviz.serve.gate import POLL_S, DeviceGate
 from specviz.serve.heap import trim_heap
 
 log = logging.getLogger("specviz.serve.scheduler")
 
-POLL_S = 0.5          # how often a waiting consumer wakes to show it is still there
 ABANDON_S = 30.0      # a ticket nobody has read for this long is cancelled (its tab is gone)
 IDLE_S = 5.0          # a scheduler thread with nothing to do for this long (caches given back) ends
 
@@ -58,90 +53,6 @@ def unexpected(kind) -> Said:
 
 class Busy(LimitError):
     """The shared batch and its waiting queue are full."""
-
-
-# --- honest timing: who may use the device now ----------------------------------------------------------
-class GateTicket:
-    """A place in the queue for exclusive use of the device. `acquire(timeout)` until it returns True,
-    showing `position()` meanwhile; `release()` when done (also when giving up)."""
-
-    def __init__(self, gate: "DeviceGate"):
-        self.gate, self.held = gate, False
-
-    def position(self) -> int:
-        return self.gate._position(self)
-
-    def acquire(self, timeout: float = POLL_S) -> bool:
-        return self.gate._acquire(self, timeout)
-
-    def release(self) -> None:
-        self.gate._release(self)
-
-
-class DeviceGate:
-    """One per device. Scheduler steps take it briefly (`step()`); exclusive users queue for it and,
-    once they hold it, nothing else runs on the device until they release it. Steps wait while any
-    exclusive user is queued, so a measurement is never starved by a busy class."""
-
-    def __init__(self):
-        self._cond = threading.Condition()
-        self._busy = False
-        self._queue: list[GateTicket] = []
-
-    @contextmanager
-    def step(self):
-        with self._cond:
-            self._cond.wait_for(lambda: not self._busy and not self._queue)
-            self._busy = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._busy = False
-                self._cond.notify_all()
-
-    def enqueue(self) -> GateTicket:
-        t = GateTicket(self)
-        with self._cond:
-            self._queue.append(t)
-        return t
-
-    @contextmanager
-    def exclusive(self):
-        """Hold the device (blocking) — for code that has no one to show a queue position to."""
-        t = self.enqueue()
-        try:
-            while not t.acquire(POLL_S):
-                pass
-            yield
-        finally:
-            t.release()
-
-    def waiting(self) -> int:
-        with self._cond:
-            return sum(1 for t in self._queue if not t.held)
-
-    def _position(self, t: GateTicket) -> int:
-        """1 = next to run once the current holder is done; 0 = holding (or not queued)."""
-        with self._cond:
-            if t not in self._queue or t.held:
-                return 0
-            return sum(1 for other in self._queue[: self._queue.index(t)] if not other.held) + 1
-
-    def _acquire(self, t: GateTicket, timeout: float) -> bool:
-        with self._cond:
-            ok = self._cond.wait_for(lambda: not self._busy and self._queue and self._queue[0] is t, timeout)
-            if ok:
-                self._busy, t.held = True, True
-            return bool(ok)
-
-    def _release(self, t: GateTicket) -> None:
-        with self._cond:
-            if t.held:
-                self._busy, t.held = False, False
-            if t in self._queue:
-                self._queue.remove(t)
-            self._cond.notify_all()
 
 
 # --- what a consumer receives -------------------------------------------------------------------------

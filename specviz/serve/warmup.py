@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specviz.engine.request import Knobs
 from specviz.pairs.pipeline import Pair, encode_prompt, load_pair
@@ -40,16 +40,15 @@ class WarmResult:
 
 def target_mode(choice: str, device_type: str) -> str | None:
     """The fast-path mode the app warms for a --compile choice (None: the fast path is off).
-    auto: on a CPU the compact forward uncompiled — compiling it measured no faster there (30.7 vs
-    30.8 ms a pass on the 2-core machine) and costs a minute of both cores; on CUDA, compiled with
-    CUDA graphs, where eager decode is bound by kernel launches."""
+    auto: on a CPU the compact forward uncompiled — compiling it measured no faster there and costs a
+    minute of both cores; on CUDA the graph path, where eager decode is bound by kernel launches."""
     if choice == "off":
         return None
     if choice == "static":
         return "static"
-    if choice == "on":
-        return "compiled"
-    return "static" if device_type == "cpu" else "compiled"
+    if device_type != "cpu":
+        return "graphs"
+    return "compiled" if choice == "on" else "static"
 
 
 def warm(eager: Pair, choice: str, exclusive=nullcontext, prompt_ids: list[int] | None = None) -> WarmResult:
@@ -60,7 +59,9 @@ def warm(eager: Pair, choice: str, exclusive=nullcontext, prompt_ids: list[int] 
     t0 = time.perf_counter()
     with exclusive():     # on a machine seen for the first time this times the weight layouts (fastpath.layout)
         fast = load_pair(eager.target.ref, eager.draft_ref, eager.target.device, target=eager.target,
-                         draft=eager.draft, compile="on" if mode == "compiled" else mode)
+                         draft=eager.draft, compile="on" if mode in ("compiled", "graphs") else mode)
+    # what the eager pair's steps taught about acceptance holds on any path
+    fast = replace(fast, learnt=eager.learnt)
     if not fast.fast.on:
         return WarmResult(None, mode, time.perf_counter() - t0, None, None, fast.fast.note)
     ids = (prompt_ids or encode_prompt(eager.tokenizer, DEFAULT_PROMPT))[-PROMPT_TOKENS:]

@@ -2,7 +2,7 @@
 
 The app's runner (`specviz.serve.runner.Schedulers`) and the CLI's class benchmarks (`bench-classroom`,
 `bench-vllm`, `frontier`) build their shared scheduler here, so a benchmark measures the engine the class
-uses, configured the same way.
+uses, configured the same way. `class_reference` is a synthetic draft's reference for a class.
 """
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import threading
 import time
 from dataclasses import dataclass
 
-from specviz.engine.request import Request, RunTotals
+from specviz.engine.request import Knobs, Request, RunTotals
 from specviz.limits import Limits
-from specviz.serve.scheduler import DeviceGate, Scheduler
+from specviz.serve.gate import DeviceGate
+from specviz.serve.scheduler import Scheduler
 
 
 def shared_scheduler(pair, limits: Limits = Limits(), gate: DeviceGate | None = None, ignore_eos: bool = False,
@@ -71,3 +72,26 @@ def users_at_once(sched: Scheduler, requests: list[Request], together: bool = Fa
     for t in threads:
         t.join()
     return time.perf_counter() - t0, res
+
+
+def class_reference(sched: Scheduler, prompts: list[list[int]],
+                    max_new: int) -> tuple[dict[tuple[int, ...], tuple[int, ...]], float]:
+    """A synthetic draft's reference for a class (`specviz.engine.synthetic`): one class at depth 0 through
+    `sched`, a one-row request per prompt (one per user), handed over in one call as a timed class is.
+
+    Pass the scheduler the run uses, or one built the same way: its engines decide where a row ends, so the
+    reference stops at EOS exactly where the run's rows do (`shared_scheduler(ignore_eos=...)`), and it is
+    decoded by the same forward path. Returns (prompt → the target's own continuation, seconds the class
+    took): the seconds are the dial's price, reported apart and kept out of every timed figure. Then give
+    each user's request `references=` this dict and its own `seed` (the user's index), so every arm draws
+    the same coins. A class larger than the scheduler's batch waits in its queue (`Busy` past it); a request
+    the scheduler failed raises RuntimeError with its sentence."""
+    requests = [Request([p], Knobs(0, 1), max_new, seed=i) for i, p in enumerate(prompts)]
+    secs, runs = users_at_once(sched, requests, together=True)
+    errors = [r.error for r in runs if r.error]
+    if errors:
+        raise RuntimeError(f"the shared scheduler failed a reference request: {errors[0]}")
+    refs: dict[tuple[int, ...], tuple[int, ...]] = {}
+    for p, r in zip(prompts, runs):
+        refs.setdefault(tuple(p), tuple(r.outputs))
+    return refs, secs

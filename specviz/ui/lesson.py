@@ -5,13 +5,22 @@ Each chapter: text for students (specviz/lessons/*.toml), one button that runs i
 selected pair (its module in specviz/chapters/) with the device to itself (queued with a visible position), a chart
 that fills in as points arrive, a conclusion written from the measured numbers, and the chart's data as
 CSV. Experiments are timed, so they never run beside another timed experiment or the shared batch.
+
+A chapter with `Chapter.dial` also shows the acceptance dial: a "synthetic draft" checkbox (off: the
+pair's own draft) that unlocks a slider A from 0 to 1; on, the experiment runs with
+`Context(acceptance=A)` (specviz.chapters.dial), and its result must have run `synthetic:A` (the draft in
+its settings) and say what the reference cost (`reference_s`).
 """
 from __future__ import annotations
+
+import contextlib
+import math
 
 import gradio as gr
 
 from specviz import lessons
 from specviz.chapters import BY_KEY, CHAPTERS, KEYS, Chapter, Context, frontier, vllm_panels
+from specviz.limits import brief
 from specviz.pairs.pipeline import encode_prompt
 from specviz.serve import runner
 from specviz.serve.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, EXAMPLES, ROW_POOL
@@ -65,6 +74,7 @@ def conclusion_md(lang: str, result: dict) -> str:
     keys = result.get("conclusions") or ([result["conclusion"]] if result.get("conclusion") else [])
     values = result.get("conclusion_values") or [result.get("values", {})] * len(keys)
     parts = [t(lang, f"chapter.{chapter}.{k}", **_named(lang, v)) for k, v in zip(keys, values)]
+    parts += dial_md(lang, result)
     if chapter == "sweep":          # the same curve on real GPUs, from published measurements (right panel)
         parts.append(lessons.text(lang, "chapter.sweep.published_intro"))
     device = str(result.get("device", "?"))
@@ -75,51 +85,115 @@ def conclusion_md(lang: str, result: dict) -> str:
     return "\n\n".join(parts)
 
 
+DIAL_DEFAULT = 0.7        # where the slider waits until the synthetic draft is ticked
+DIAL_STEP = 0.05
+
+
+def parse_acceptance(value) -> float | None:
+    """The dial's A from a slider, the API or a deep link: a number from 0 to 1 (to the hundredth), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        a = float(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    return round(a, 2) if math.isfinite(a) and 0.0 <= a <= 1.0 else None
+
+
+def dial_value(on, value, lang: str = lessons.DEFAULT_LANG) -> float | None:
+    """The A an experiment runs with: None while the synthetic draft is unticked. A switch that is not
+    true or false, or a bad A (ticked or not: the API's caller sent it), is refused in one sentence."""
+    if not isinstance(on, bool):
+        raise error(lang, "errors.bad_input", name="synthetic", kind=lessons.Key("errors.kind_bool"), value=brief(on))
+    a = parse_acceptance(value)
+    if a is None:
+        raise error(lang, "errors.bad_acceptance", value=lessons.quoted(str(value)[:40]))
+    return a if on else None
+
+
+def ran_with(result: dict) -> float | None:
+    """The A of the synthetic draft a result ran on (its settings' draft, `synthetic:A`), else None."""
+    draft = str((result.get("settings") or {}).get("draft", ""))
+    if not draft.startswith("synthetic:"):
+        return None
+    try:
+        return float(draft.split(":", 1)[1])
+    except ValueError:
+        return None
+
+
+def dial_md(lang: str, result: dict) -> list[str]:
+    """How the synthetic draft works and what its reference cost, under a dial chapter's conclusion."""
+    a = ran_with(result)
+    if a is None:
+        return []
+    parts = [t(lang, "app.dial_note", acceptance=a, reference_s=result.get("reference_s") or 0.0)]
+    if result.get("realigned"):
+        parts.append(t(lang, "app.dial_realigned", rows=result["realigned"]))
+    return parts
+
+
+def check_dial(result: dict, acceptance: float | None, lang: str) -> None:
+    """A result shown under the dial must have run the synthetic draft at that A (its settings' draft), and
+    priced its reference (`reference_s`)."""
+    if acceptance is None:
+        return
+    ran = ran_with(result)
+    if ran is None or not math.isclose(ran, acceptance) or result.get("reference_s") is None:
+        raise error(lang, "errors.dial_not_run")
+
+
 class Lesson:
     """The tab's handlers. Experiment results are per session (one dict of the latest per chapter)."""
 
     def __init__(self, app):
         self.app = app
         self._files = TempFiles()
+        self.dials: dict[str, tuple] = {}      # chapter → (checkbox, slider, line), for deep links
 
     def lang(self, session: str) -> str:
         return self.app.tr.lang_of(session)
 
-    def run(self, chapter: str, pair_label, request: gr.Request = None):
-        """Stream one chapter's experiment: queue position, then the chart as it fills, then the conclusion."""
+    def run(self, chapter: str, pair_label, request: gr.Request = None, synthetic=False, acceptance=DIAL_DEFAULT):
+        """Stream one chapter's experiment: queue position, then the chart as it fills, then the conclusion.
+        `synthetic`, `acceptance`: the dial (chapters with `dial`)."""
         session = getattr(request, "session_hash", None) or "default"
         lang = self.lang(session)
         with as_sentences(lang):
-            yield from self._run(chapter, pair_label, lang)
+            yield from self._run(chapter, pair_label, lang, dial_value(synthetic, acceptance, lang))
 
-    def _run(self, chapter: str, pair_label, lang: str):
+    def _run(self, chapter: str, pair_label, lang: str, acceptance: float | None = None):
         app = self.app
         choice = app.choice(pair_label, lang)
         if app.runner.zero_gpu:
             raise error(lang, "errors.lesson_zerogpu")
         pair = app.load(choice, lang)
-        make = self._experiment(chapter, pair, lang)
+        make = self._experiment(chapter, pair, lang, acceptance)
         figure = BY_KEY[chapter].figure
         labels = chart_labels(lang, chapter)
         running = lessons.text(lang, f"chapter.{chapter}.running")
         yield running, gr.skip(), gr.skip(), gr.skip()
         result = fig = None
-        for upd in runner.exclusively(app.gate, make):
-            if isinstance(upd, runner.Waiting):
-                yield t(lang, "app.queue_position", pos=upd.position), gr.skip(), gr.skip(), gr.skip()
-                continue
-            result = upd
-            fig = figure(result, labels, dark=False)
-            if not result["done"]:
-                yield f"{running} ({result['progress']:.0%})", fig, gr.skip(), gr.skip()
+        # closed on a refusal too: the gate goes back and the experiment's thread ends
+        with contextlib.closing(runner.exclusively(app.gate, make)) as updates:
+            for upd in updates:
+                if isinstance(upd, runner.Waiting):
+                    yield t(lang, "app.queue_position", pos=upd.position), gr.skip(), gr.skip(), gr.skip()
+                    continue
+                result = upd
+                check_dial(result, acceptance, lang)
+                fig = figure(result, labels, dark=False)
+                if not result["done"]:
+                    yield f"{running} ({result['progress']:.0%})", fig, gr.skip(), gr.skip()
         if result is None:
             raise error(lang, "errors.experiment_no_result")
         path = self._files.path(f"specviz-{chapter}", "csv")
         write_csv(path, result["table"] or [{"chart": chapter}])
         yield conclusion_md(lang, result), fig, gr.update(value=path), result
 
-    def _experiment(self, chapter: str, pair, lang: str = lessons.DEFAULT_LANG):
-        """The chapter's experiment, ready to start, on the pair with the lesson's default prompt and pool."""
+    def _experiment(self, chapter: str, pair, lang: str = lessons.DEFAULT_LANG, acceptance: float | None = None):
+        """The chapter's experiment, ready to start, on the pair with the lesson's default prompt and pool
+        (and the dial's A, None for the pair's own draft)."""
         found = BY_KEY.get(chapter) if isinstance(chapter, str) else None
         if found is None or not found.has_experiment:
             raise error(lang, "errors.unknown_chapter", chapter=lessons.quoted(str(chapter)[:40]))
@@ -128,7 +202,7 @@ class Lesson:
         # the input-grounded examples (the answer copies the input): the frontier's class, as in the first Run
         grounded = tuple(encode_prompt(pair.tokenizer, p) for p in EXAMPLES[:GROUNDED])
         ctx = Context(pair=pair, prompt=prompt, pool=pool, peaks=self.app.peaks, depth=DEFAULT_DEPTH,
-                      grounded=grounded)
+                      grounded=grounded, acceptance=acceptance)
         return lambda: found.run(ctx)
 
 
@@ -193,12 +267,52 @@ def _vllm_panel(tr, chap: Chapter, sw) -> None:
 
 def _experiment_panel(lesson: Lesson, tr, chap: Chapter, pair) -> None:
     ch = chap.key
+    dial = _dial(lesson, tr, ch) if chap.dial else None
     button = tr.add(gr.Button(variant="primary", elem_id=chap.button_id), value=f"chapter.{ch}.button")
     note = tr.direction(gr.Markdown("", label="Conclusion", elem_id=f"conclusion-{ch}",
                                      elem_classes=["sv-conclusion"]))
     plot = gr.Plot(label="Chart", elem_id=f"plot-{ch}", show_label=False)
     csv = tr.add(gr.DownloadButton(value=None, size="sm", elem_id=f"csv-{ch}"), label="app.download_csv")
     data = gr.JSON(label="Measurements", visible=False)
-    def run(pair_label, request: gr.Request):
-        yield from lesson.run(ch, pair_label, request)
-    button.click(run, [pair], [note, plot, csv, data], api_name=f"lesson_{ch}", concurrency_limit=4)
+    outputs = [note, plot, csv, data]
+    if dial is None:
+        def run(pair_label, request: gr.Request):
+            yield from lesson.run(ch, pair_label, request)
+        button.click(run, [pair], outputs, api_name=f"lesson_{ch}", concurrency_limit=4)
+        return
+
+    def run_dial(pair_label, synthetic: bool, acceptance: float, request: gr.Request):
+        yield from lesson.run(ch, pair_label, request, synthetic, acceptance)
+    button.click(run_dial, [pair, dial[0], dial[1]], outputs, api_name=f"lesson_{ch}", concurrency_limit=4)
+
+
+def _dial(lesson: Lesson, tr, ch: str) -> tuple:
+    """The acceptance dial of one chapter: the checkbox (off: the pair's own draft), the slider it unlocks,
+    and a line for a deep link's refusal. Kept on `lesson.dials` for deep links (ui.server.restore)."""
+    with gr.Row(elem_classes=["sv-dial"]):
+        on = tr.add(gr.Checkbox(False, elem_id=f"dial-on-{ch}", scale=1), label="app.dial_checkbox",
+                    info="app.dial_checkbox_info")
+        a = tr.add(gr.Slider(0.0, 1.0, value=DIAL_DEFAULT, step=DIAL_STEP, interactive=False, scale=1,
+                             elem_id=f"dial-{ch}"), label="app.dial_slider")
+    said = tr.direction(gr.Markdown("", elem_id=f"dial-said-{ch}", elem_classes=["sv-dial-said"]))
+    on.change(lambda v: gr.update(interactive=bool(v)), [on], [a], api_name=False, queue=False,
+              show_progress="hidden")
+    lesson.dials[ch] = (on, a, said)
+    return on, a, said
+
+
+def restore_dials(lesson: Lesson, query: dict, lang: str, components: list, updates: list) -> None:
+    """Deep link `acceptance=A` (ui.server's on_load): every dial ticked at A, merged into the language
+    switch's `updates` of the same `components` (the dials follow the language too). A bad value leaves
+    them unticked and says why, in one sentence, under each dial."""
+    raw = query.get("acceptance")
+    if raw is None or raw == "":
+        return
+    a = parse_acceptance(raw)
+    said = "" if a is not None else lessons.say(lang, lessons.Said("errors.bad_acceptance",
+                                                                    value=lessons.quoted(str(raw)[:40])))
+    for on, slider, line in lesson.dials.values():
+        if a is not None:
+            updates[components.index(on)].update(value=True)
+            updates[components.index(slider)].update(value=a, interactive=True)
+        updates[components.index(line)].update(value=said)

@@ -30,7 +30,7 @@ from specviz.serve import runner
 from specviz.serve.catalog import (PairCache, PairChoice, TokenizerCache, available_choices, dial_choices,
                                    hub_is_offline, pair_options)
 from specviz.serve.live import LiveRuns
-from specviz.serve.scheduler import DeviceGate
+from specviz.serve.gate import DeviceGate
 from specviz.serve.vllm_router import VllmRouter, vllm_choices
 from specviz.ui import lesson, playground_layout, whatif
 from specviz.ui.errors import as_human_errors, error, guard_blocks
@@ -167,8 +167,14 @@ def zero_gpu_spaces():
 TAB_IDS = ("lesson", "playground", "whatif")
 LINK_JS = """(tab, chapter, pair, prompt, batch, depth, policy, lang, acceptance) => {
   const q = new URLSearchParams({tab: tab || 'lesson', chapter: chapter || '', pair: pair || '',
-    prompt: prompt || '', batch: String(batch), depth: String(depth), policy: policy || '', lang: lang || 'en',
-    acceptance: String(acceptance)});
+    prompt: prompt || '', batch: String(batch), depth: String(depth), policy: policy || '', lang: lang || 'en'});
+  // the shown chapter's acceptance dial, when its synthetic draft is ticked
+  const dial = document.querySelector('#dial-on-' + chapter + ' input');
+  const dialled = document.querySelector('#dial-' + chapter + ' input[type=number]');
+  if ((tab || 'lesson') === 'lesson' && dial && dial.checked && dialled) { q.set('acceptance', dialled.value); }
+  // the Playground's dial, while a synthetic-draft pair is picked (its slider shows then)
+  const pg = document.querySelector('#acceptance');
+  if (tab === 'playground' && pg && pg.offsetParent !== null) { q.set('acceptance', String(acceptance)); }
   const url = window.location.origin + window.location.pathname + '?' + q.toString();
   if (navigator.clipboard) { navigator.clipboard.writeText(url).catch(() => {}); }
   const copied = __COPIED__;
@@ -194,7 +200,7 @@ def link_js() -> str:
 def build_blocks(app: SpecVizApp) -> gr.Blocks:
     """The page: header with the language switch and "copy link", then the Lesson (first), Playground and
     What-if tabs. URL parameters restore a state (deep links): tab, chapter, pair, prompt, batch, depth,
-    policy, acceptance (the dial's A), lang."""
+    policy, lang, acceptance (the dial's A: the lesson's dials ticked at A, the Playground's slider)."""
     app.tr = tr = Translations()
     # uploads and download copies in gradio's cache older than an hour go every half hour (a class's
     # server runs for days; a student downloads a file right after a Run)
@@ -213,7 +219,7 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
         with gr.Tabs(selected="lesson", elem_id="tabs") as tabs:
             with gr.Tab(lessons.text("en", "app.tab_lesson"), id="lesson", elem_id="lesson") as t_lesson:
                 tr.add(t_lesson, label="app.tab_lesson")
-                _, chapter, _ = lesson.build(app)
+                taught, chapter, _ = lesson.build(app)
             with gr.Tab(lessons.text("en", "app.tab_playground"), id="playground", elem_id="playground") as t_play:
                 tr.add(t_play, label="app.tab_playground")
                 page = playground_layout.build(app)
@@ -228,7 +234,10 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
         def on_load(request: gr.Request):
             chosen = pick_lang(request)
             tr.remember(_session(request), chosen)
-            return [*restore(app, request, chosen), *tr.updates(chosen)]
+            updates = tr.updates(chosen)
+            # the lesson's dials are translated components too: `acceptance` merges into their updates
+            lesson.restore_dials(taught, _query(request), chosen, tr.components, updates)
+            return [*restore(app, request, chosen), *updates]
         blocks.load(on_load, None, deep + tr.components, api_name=False, queue=False).then(
             None, [lang], None, js=switch_js())
 
@@ -249,9 +258,14 @@ def _session(request) -> str:
     return getattr(request, "session_hash", None) or "default"
 
 
+def _query(request) -> dict:
+    return dict(getattr(request, "query_params", None) or {})
+
+
 def restore(app: SpecVizApp, request, lang: str) -> list:
-    """Component updates from the URL's deep-link parameters (anything absent or invalid is left alone)."""
-    q = dict(getattr(request, "query_params", None) or {})
+    """Component updates from the URL's deep-link parameters (anything absent or invalid is left alone;
+    `acceptance` also ticks the lesson's dials: ui.lesson.restore_dials)."""
+    q = _query(request)
     labels = [c.label for c in app.choices + getattr(app, "dials", [])]
 
     def num(name, lo, hi, kind=int):

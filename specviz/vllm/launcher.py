@@ -78,6 +78,8 @@ def speculative_config(draft: str, depth: int, schedule=()) -> dict | None:
                "prompt_lookup_max": NGRAM_MAX, "prompt_lookup_min": NGRAM_MIN}
     elif draft.startswith("layerskip"):
         raise VllmError(Said("errors.vllm.no_layerskip", draft=draft))
+    elif draft.startswith("synthetic"):
+        raise VllmError(Said("errors.vllm.no_synthetic", draft=draft))
     else:
         cfg = {"method": "draft_model", "model": model_dir(draft), "num_speculative_tokens": depth}
     if schedule:

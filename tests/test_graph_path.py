@@ -1,0 +1,370 @@
+"""The graph path's machinery on a CPU (specviz.fastpath.graphs, graphcache, buckets): the same buckets,
+padding, KV arena, static buffers and lock that CUDA graphs replay on a GPU, with the captured body simply
+run ("bucketed static shapes", never called CUDA graphs). What a CPU can prove: the bucket choice, greedy
+exactness of padded passes against the target's own generate(), that nothing is reallocated or captured
+after warm-up, that threads take turns through the lock, and that the counters count."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from specviz.engine.request import Knobs, Request
+from specviz.fastpath import FastPath, cache_factory, resolve
+from specviz.fastpath.buckets import Buckets, Shape, for_roofline, parse
+from specviz.fastpath.graphcache import GraphCache
+
+pytestmark = pytest.mark.usefixtures("one_model_thread")
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_NEW = 24
+SMALL = "rows=1,2,4,8;tokens=1,2,3,4,5,6,8,10;slots=64,128;wide=16"
+
+
+@pytest.fixture
+def bucketed(make_pair, monkeypatch):
+    """`make_pair(draft)` on the CPU's graph path: small buckets, the stock layout (no timing)."""
+    monkeypatch.setenv("SPECVIZ_BUCKETS_ON_CPU", "1")
+    monkeypatch.setenv("SPECVIZ_GRAPH_BUCKETS", SMALL)
+    monkeypatch.setenv("SPECVIZ_LAYOUT", "stock")
+    return lambda draft: make_pair(draft, "on")
+
+
+def _target_runner(pair):
+    return pair.fast.runners[0]
+
+
+# --- buckets -------------------------------------------------------------------------------------------
+def test_a_pass_takes_the_smallest_bucket_that_holds_it():
+    b = Buckets()
+    assert b.pick(1, 1, 0) == Shape(1, 1, 256)
+    assert b.pick(3, 5, 100) == Shape(4, 5, 256)
+    # the issue's arithmetic: k + 1 = 9 at 64 rows computes 640 tokens, not 1,024 (a bucket of 16)
+    sh = b.pick(64, 9, 300)
+    assert sh == Shape(64, 10, 512) and sh.rows * sh.tokens == 640
+    assert b.pick(1, 16, 240) == Shape(1, 16, 256) and b.pick(1, 16, 241) == Shape(1, 16, 512)
+    assert b.pick(1, 20, 0) == Shape(1, 32, 256)            # wide blocks at one row only
+    assert b.pick(2, 20, 0) is None and b.pick(65, 1, 0) is None and b.pick(1, 1, 2048) is None
+    shapes = b.shapes()
+    assert len(shapes) == len(set(shapes)) == 7 * 10 * 4 + sum(1 for t in b.wide for s in b.slots if t <= s)
+    size = [r * t * s for r, t, s in shapes]
+    assert size == sorted(size, reverse=True)               # the largest first: it sizes the shared pool
+    grid = set(shapes)
+    for rows in (1, 2, 3, 5, 17, 40, 64):
+        for tokens in (1, 2, 7, 9, 11, 13, 16, 17):
+            for length in (0, 100, 250, 600, 2040):
+                got = b.pick(rows, tokens, length)
+                fits = [s for s in grid if s.rows >= rows and s.tokens >= tokens and s.slots >= length + s.tokens]
+                if not fits:
+                    assert got is None, (rows, tokens, length)
+                    continue
+                # fewest rows, then fewest tokens, then fewest slots
+                best = min(fits, key=lambda f: (f.rows, f.tokens, f.slots))
+                assert got == best, (rows, tokens, length, got, best)
+
+
+def test_buckets_parse_shrink_and_say_what_is_wrong():
+    assert parse("rows=2,1;tokens=3,1;slots=64") == Buckets(rows=(1, 2), tokens=(1, 3), slots=(64,))
+    assert parse("") == Buckets()
+    for bad, why in (("cols=1", "unknown part"), ("rows=a", "whole numbers"), ("rows=0", "at least 1"),
+                     ("slots=", "at least 1")):
+        with pytest.raises(ValueError, match=why):
+            parse(bad)
+    b = Buckets(rows=(1, 2, 4), slots=(64, 128))
+    assert b.within(4 * 128 * 10, 10) == b
+    assert b.within(2 * 128 * 10, 10).rows == (1, 2)
+    assert b.within(64 * 10, 10) == Buckets(rows=(1,), slots=(64,))
+    roof = for_roofline([1, 2, 4, 8, 1024, 2048], 256, 1024)
+    assert roof.rows == (1,) and roof.tokens == (1, 2, 4, 8, 1024) and roof.wide == ()
+    assert roof.pick(1, 1024, 256 + 1024) == Shape(1, 1024, 4096) and roof.pick(1, 2048, 256) is None
+
+
+# --- exactness: padded passes give the target's own greedy tokens -------------------------------------
+# (draft, batch, depth, new tokens): every draft kind, rows and depths that pad (3 → 4 rows, k + 1 = 7 → 8,
+# 9 → 10), a batch over the largest rows bucket (its passes run eagerly), and a run that outgrows the arena
+CASES = [
+    ("ngram", 1, 0, MAX_NEW),
+    ("ngram", 3, 4, MAX_NEW),
+    ("draft", 3, 2, MAX_NEW),
+    ("draft", 6, 6, MAX_NEW),
+    ("layerskip:1-2", 5, 9, MAX_NEW),
+    ("target", 2, 7, MAX_NEW),
+    ("ngram", 9, 3, MAX_NEW),
+    ("layerskip:1-2", 2, 4, 120),
+]
+
+
+@pytest.mark.parametrize("draft,batch,depth,max_new", CASES)
+def test_padded_passes_are_greedy_exact(bucketed, prompts, reference, draft, batch, depth, max_new):
+    pair = bucketed(draft)
+    runner = _target_runner(pair)
+    before = runner.stats()
+    eng = pair.engine()
+    events = list(eng.generate(prompts, Knobs(depth=depth, batch_size=batch), max_new))
+    outs = eng.outputs()
+    assert len(outs) == batch
+    for row, out in outs.items():
+        assert out == reference(row, max_new), f"row {row} differs from target.generate ({draft}, k={depth})"
+    after = runner.stats()
+    assert after.captures == before.captures and after.captures_after_warmup == 0
+    if batch <= 8:
+        assert after.replays - before.replays >= len(events) // 2
+        assert after.padded_tokens - before.padded_tokens >= after.block_tokens - before.block_tokens > 0
+    else:                                    # more rows than any bucket: those steps ran outside the buckets
+        wide = sum(ev.batch_size > 8 for ev in events)
+        assert wide and after.eager_passes - before.eager_passes >= wide
+    if max_new > 100:                        # past the largest slots bucket the cache left the arena
+        assert after.spills > before.spills and after.eager_passes > before.eager_passes
+
+
+def test_padded_passes_through_our_c_layers_are_greedy_exact(make_pair, monkeypatch, prompts, reference):
+    """The rehearsal's body as the CPU serves it where our kernel wins: whole layers in C, padded."""
+    from specviz.fastpath import layout
+
+    if "rows" not in layout.available(torch.float32):
+        pytest.skip("no C kernel on this machine")
+    monkeypatch.setenv("SPECVIZ_BUCKETS_ON_CPU", "1")
+    monkeypatch.setenv("SPECVIZ_GRAPH_BUCKETS", "rows=1,2,4;tokens=1,2,3,4,6;slots=64,128;wide=")
+    monkeypatch.setenv("SPECVIZ_LAYOUT", "rows")
+    pair = make_pair("layerskip:1-2", "on")
+    assert "layers in C" in pair.fast.layout
+    before = _target_runner(pair).stats()
+    eng = pair.engine()
+    list(eng.generate(prompts, Knobs(depth=4, batch_size=3), MAX_NEW))
+    for row, out in eng.outputs().items():
+        assert out == reference(row, MAX_NEW), f"row {row}"
+    assert _target_runner(pair).stats().replays > before.replays
+
+
+def test_rows_joining_and_leaving_reuse_the_arena_and_nothing_is_reallocated(bucketed, prompts, reference):
+    """Rows join mid-run (a merge into the arena) and finish at different steps (rows move within it):
+    the arena and the static buffers keep their addresses, nothing is captured after warm-up, every pass
+    that replays runs on the arena itself, and the output stays exact."""
+    pair = bucketed("ngram")
+    runner = _target_runner(pair)
+    tensors = runner.keys + runner.values + [runner.tok, runner.pos, runner.vis, runner.slots, runner.out]
+    addresses = [t.data_ptr() for t in tensors]
+    before = runner.stats()
+    eng = pair.engine()
+    knobs = Knobs(depth=3, batch_size=1)
+    on_arena = []
+    gen = eng.generate(prompts, knobs, MAX_NEW)
+    for i, ev in enumerate(gen):
+        if i == 1:
+            knobs.set(batch_size=3)
+        if i == 3:
+            knobs.set(batch_size=6)
+        kv = eng.target_kv
+        on_arena.append(kv.attached and kv.kbufs[0].data_ptr() == runner.keys[0].data_ptr())
+    assert any(on_arena)
+    assert [t.data_ptr() for t in tensors] == addresses
+    after = runner.stats()
+    assert after.captures == before.captures and after.captures_after_warmup == after.compiles_after_warmup == 0
+    assert after.replays > before.replays
+    for row, out in eng.outputs().items():
+        assert out == reference(row, MAX_NEW), f"row {row}"
+
+
+# --- the thread rule -------------------------------------------------------------------------------------
+def test_two_threads_take_turns_through_the_lock(bucketed, prompts, reference):
+    """Two engines of one pair stepped from two threads at once (a lesson's engine beside the class's):
+    the replays never overlap, each engine's rows leave the arena for the other's and come back (spills),
+    and both stay exact."""
+    pair = bucketed("layerskip:1-2")
+    runner = _target_runner(pair)
+    runner.max_inside = 0
+    spills = runner.stats().spills
+    turn = threading.Barrier(2, timeout=120)
+    results, errors = {}, []
+
+    def run(name: str, batch: int, depth: int) -> None:
+        try:
+            eng = pair.engine()
+            for _ in eng.generate(prompts, Knobs(depth=depth, batch_size=batch), MAX_NEW):
+                if not turn.broken:
+                    try:
+                        turn.wait()              # both engines step in every round
+                    except threading.BrokenBarrierError:
+                        pass
+            results[name] = eng.outputs()
+        except Exception as exc:                 # reported below, in the test's thread
+            errors.append(exc)
+        finally:
+            turn.abort()                         # the other thread goes on alone
+    threads = [threading.Thread(target=run, args=("a", 3, 4)), threading.Thread(target=run, args=("b", 2, 1))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not any(t.is_alive() for t in threads) and not errors, errors
+    assert runner.max_inside == 1
+    assert runner.stats().spills > spills
+    for name in ("a", "b"):
+        for row, out in results[name].items():
+            assert out == reference(row, MAX_NEW), f"engine {name}, row {row}"
+
+
+def test_the_class_runs_on_the_graph_path_from_the_scheduler_s_threads(bucketed, prompts, greedy, monkeypatch):
+    """The shared scheduler steps the graph path from its own thread; when it has been idle its thread
+    ends and a new one serves the next class (graphs captured on the test's thread replay there); a
+    lesson's engine runs beside it meanwhile. Every request is done and greedy-exact."""
+    from specviz.serve import scheduler as sched_mod
+    from specviz.serve.workload import shared_scheduler, users_at_once
+
+    monkeypatch.setattr(sched_mod, "IDLE_S", 0.2)
+    pair = bucketed("ngram")
+    sched = shared_scheduler(pair)
+    served = []
+    try:
+        for wave in range(2):
+            if served:                        # the idle scheduler's thread ends before the next class
+                served[-1].join(30)
+                assert not served[-1].is_alive()
+            reqs = [Request([prompts[(i + wave) % 4]], Knobs(depth=1 + i % 4, batch_size=1 + i % 2), MAX_NEW)
+                    for i in range(4)]
+            lesson = threading.Thread(target=lambda: list(pair.engine().generate(
+                prompts[:2], Knobs(depth=2, batch_size=2), 8)))
+            lesson.start()
+            _, runs = users_at_once(sched, reqs)
+            served.append(sched._thread)
+            lesson.join(120)
+            for req, run in zip(reqs, runs):
+                assert run.error is None, run.error
+                assert run.outputs == greedy(req.prompt_of(0), MAX_NEW)
+        assert served[0] is not served[1]
+    finally:
+        sched.close()
+    assert _target_runner(pair).stats().captures_after_warmup == 0
+
+
+# --- counts and labels --------------------------------------------------------------------------------
+def test_counts_and_labels_say_what_ran(bucketed, prompts, monkeypatch):
+    pair = bucketed("layerskip:1-2")
+    shapes = len(parse(SMALL).shapes())
+    assert pair.fast.mode == "buckets" and pair.fast.graphs == 2 * shapes      # the target's and the draft's
+    assert pair.fast.shown.startswith(f"bucketed static shapes (CPU, no CUDA graphs), {2 * shapes} shapes; weights ")
+    assert "CUDA graphs," not in pair.fast.shown
+    stats = pair.fast.graph_stats()
+    assert stats.kind == "cpu" and stats.graphs == stats.captures == 2 * shapes and stats.compiles == 0
+    calls = []
+    real = GraphCache.forward
+
+    def counted(self, *a, **kw):
+        calls.append(1)
+        return real(self, *a, **kw)
+    monkeypatch.setattr(GraphCache, "forward", counted)
+    eng = pair.engine()
+    events = list(eng.generate(prompts[:2], Knobs(depth=3, batch_size=2), 12))
+    after = pair.fast.graph_stats()
+    assert (after.replays - stats.replays) + (after.eager_passes - stats.eager_passes) == len(calls) > 0
+    assert all(ev.path == pair.fast.shown for ev in events)
+    assert after.captures_after_warmup == after.compiles_after_warmup == 0
+    line = after.line()
+    assert f"{2 * shapes} bucketed shapes on a CPU (no CUDA graphs)" in line and "0 and 0 after warm-up" in line
+
+
+def test_a_pass_reports_the_tokens_its_bucket_computed(bucketed, prompts):
+    """`last_padded`: what the engine's step event can report beside tokens_per_pass."""
+    pair = bucketed("ngram")
+    cache = pair.target_cache(0)
+    assert cache.emptied(3) and cache.attached
+    tokens = torch.tensor([p[:4] + [5] for p in prompts[:3]])
+    ones = torch.ones_like(tokens, dtype=torch.bool)
+    with torch.inference_mode():
+        cache.forward(None, tokens, ones, 1)              # 3 rows × 5 tokens in the (4, 5, 64) bucket
+        assert cache.last_padded == 4 * 5
+        cache.forward(None, tokens[:, :1], ones[:, :1])   # (4, 1, 64)
+        assert cache.last_padded == 4
+        wide = torch.tensor([prompts[1] * 3])[:, :40]     # one row of 40 tokens: no bucket, run as it is
+        solo = pair.target_cache(1)
+        solo.forward(None, wide[:, :2], torch.ones(1, 2, dtype=torch.bool))
+        solo.forward(None, wide, torch.ones_like(wide, dtype=torch.bool))
+        assert solo.last_padded == 40
+
+
+def test_a_failed_warm_up_leaves_the_pair_eager_with_a_sentence(loaded, monkeypatch):
+    from specviz.fastpath import graphs
+
+    def refuse(self):
+        raise RuntimeError("operation not permitted when stream is capturing")
+    monkeypatch.setattr(graphs.GraphRunner, "_capture_all", refuse)
+    monkeypatch.setenv("SPECVIZ_GRAPH_BUCKETS", "rows=1;tokens=1;slots=32;wide=")
+    factory, fast = cache_factory(loaded["draft"].model, FastPath("buckets"))
+    assert factory is None and fast.mode == "off"
+    assert fast.note.startswith("the graph path could not warm up (RuntimeError: operation not permitted")
+
+
+def test_auto_takes_the_graph_path_only_where_it_measured_faster(loaded, monkeypatch):
+    import specviz.fastpath as fp
+
+    monkeypatch.setenv("SPECVIZ_GRAPH_BUCKETS", "rows=1,2;tokens=1,2;slots=64")
+    monkeypatch.setenv("SPECVIZ_LAYOUT", "stock")
+    assert resolve("auto", "cpu").mode == "static"              # a CPU's auto is unchanged
+    assert resolve("on", "cuda").mode == "graphs" and resolve("static", "cuda").mode == "static"
+    monkeypatch.setattr(fp, "_on_cpu", lambda device: False)
+    auto = resolve("auto")
+    assert auto.mode == "graphs" and auto.auto
+    model = loaded["draft"].model
+    monkeypatch.setattr(fp, "one_token_ms", lambda m, new_cache: (1.0, 2.0))
+    factory, fast = cache_factory(model, auto)
+    assert factory is not None and fast.mode == "buckets" and "measured faster" in fast.note and fast.graphs == 6
+    monkeypatch.setattr(fp, "one_token_ms", lambda m, new_cache: (3.0, 2.0))
+    factory, fast = cache_factory(model, auto)
+    assert factory is None and fast.mode == "off" and "3.00 vs 2.00 ms" in fast.note
+    monkeypatch.undo()
+    ours, eager = fp.one_token_ms(model, factory or cache_factory(model, FastPath("buckets"))[0])
+    assert ours > 0 and eager > 0
+
+
+def test_a_compiled_forward_compiles_at_warm_up_only(loaded, prompts, reference, monkeypatch):
+    """SPECVIZ_GRAPH_FORWARD=compiled: the decoder layer is compiled while the shapes are captured, and
+    never afterwards. Dynamo's "aot_eager" backend stands in for inductor, whose C++ builds take minutes
+    on a busy CPU: what is tested is when compilations happen and that they are counted."""
+    from dataclasses import replace
+
+    from specviz.fastpath import graphs
+    from specviz.fastpath.graphs import runner_for
+    from specviz.fastpath.passes import compact_for
+    from specviz.pairs.pipeline import load_pair
+
+    monkeypatch.setattr(graphs, "COMPILE_BACKEND", "aot_eager")
+    monkeypatch.setenv("SPECVIZ_LAYOUT", "stock")
+    target = loaded["target"]
+    small = Buckets(rows=(2,), tokens=(3,), slots=(64,), wide=())
+    runner = runner_for(target.model, lambda: compact_for(target.model), small, "compiled")
+    st = runner.stats()
+    assert st.forward == "compiled" and st.compiles >= 1 and st.graphs == len(small.shapes())
+    pair = load_pair(target.ref, "ngram", target=target, compile="off")
+    pair = replace(pair, target_cache=runner.new_cache, fast=FastPath("buckets", graphs=runner.graphs,
+                                                                      runners=(runner,)))
+    eng = pair.engine()
+    list(eng.generate(prompts[:2], Knobs(depth=2, batch_size=2), 12))
+    for row, out in eng.outputs().items():
+        assert out == reference(row, 12)
+    after = runner.stats()
+    assert after.compiles == st.compiles and after.compiles_after_warmup == 0 and after.replays > st.replays
+
+
+# --- the roofline says where the graph path ends --------------------------------------------------------
+def test_roofline_measures_the_graph_path_and_says_where_it_ends(tiny_paths, tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "SPECVIZ_CACHE": str(tmp_path / "c"),
+           "SPECVIZ_BUCKETS_ON_CPU": "1", "SPECVIZ_GRAPH_BUCKETS": "rows=1;tokens=1,2,4;slots=32,64;wide=",
+           "SPECVIZ_LAYOUT": "stock"}
+    r = subprocess.run([sys.executable, "-m", "specviz", "roofline", "--target", tiny_paths["target"],
+                        "--compile", "on", "--max-tokens", "8", "--context", "16", "--repeats", "1",
+                        "--out", str(tmp_path / "r")], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    res = json.loads((tmp_path / "r" / "roofline.json").read_text())
+    assert res["tokens_per_pass"] == [1, 2, 4, 8] and res["in_graph"] == [True, True, True, False]
+    assert res["graph_max_tokens"] == 4 and res["path"] == "bucketed static shapes (CPU, no CUDA graphs)"
+    assert res["graphs"]["captures_after_warmup"] == 0 and res["graphs"]["replays"] > 0
+    lines = r.stdout.splitlines()
+    assert "beyond the graph path's largest bucket" in next(x for x in lines if x.strip().startswith("8 tokens"))
+    assert not any("beyond" in x for x in lines if x.strip().startswith(("1 ", "2 ", "4 ")))
+    assert any(x.startswith("graphs: ") and "no CUDA graphs" in x for x in lines)

@@ -1,0 +1,231 @@
+"""The graph path on a CUDA device: what the CPU rehearsal (tests/test_graph_path.py) cannot prove.
+
+Skipped without CUDA. On a GPU box without pytest, run it as a script (about a minute on an H200):
+
+    python tests/test_graph_path_cuda.py
+
+GRAPH_CHECK_DEVICE=cpu runs the same checks on the CPU rehearsal (no timing), to check the checks.
+
+It checks, in fp32 with TF32 off (so greedy exactness is a meaningful test): that a pair built with
+`--compile on` captures real CUDA graphs at warm-up and nothing afterwards; that padded, replayed passes
+give the target's own greedy tokens (n-gram and layer-skip drafts, padded rows and depths); that two
+threads and the shared scheduler's thread (recreated after idling, the failure of inductor's cudagraph
+trees) replay the same graphs, taking turns; that the arena keeps its addresses; and that the compiled
+forward compiles at warm-up only. Then, in bf16 on the 1.7B shape, it prints (never asserts) a one-token
+pass on the graph path against the stock modules, and the counters.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+MAX_NEW = 24
+SMALL = "rows=1,2,4,8;tokens=1,2,3,4,5,6,8,10;slots=64,128;wide=16"
+DEVICE = os.environ.get("GRAPH_CHECK_DEVICE", "cuda")
+CUDA = DEVICE == "cuda"
+MODE = "graphs" if CUDA else "buckets"
+if not CUDA:
+    os.environ["SPECVIZ_BUCKETS_ON_CPU"] = "1"
+
+
+class Ctx:
+    """A tiny pair on the GPU in fp32, its prompts and the target's own greedy outputs."""
+
+    def __init__(self):
+        from tiny import build_pair
+
+        from specviz.pairs.models import load_model
+        from specviz.pairs.pipeline import encode_prompt
+
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        self.paths = build_pair(Path(tempfile.mkdtemp(prefix="graph-cuda-")))
+        loaded = load_model(self.paths["target"], DEVICE)
+        loaded.model.float()
+        self.target = replace(loaded, dtype=torch.float32)
+        self.prompts = [encode_prompt(self.target.tokenizer, t, raw=True) for t in
+                        ("the quick brown", "a small draft model guesses and the", "memory",
+                         "speculative decoding spends")]
+        self._refs: dict = {}
+
+    def pair(self, draft: str, compile: str = "on"):
+        from specviz.pairs.pipeline import load_pair
+
+        os.environ["SPECVIZ_GRAPH_BUCKETS"] = SMALL
+        return load_pair(self.paths["target"], draft, DEVICE, target=self.target, compile=compile)
+
+    def reference(self, prompt: list[int], max_new: int = MAX_NEW) -> list[int]:
+        key = (tuple(prompt), max_new)
+        if key not in self._refs:
+            out = self.target.model.generate(torch.tensor([prompt], device=DEVICE), do_sample=False,
+                                             max_new_tokens=max_new, pad_token_id=0, temperature=None,
+                                             top_p=None, top_k=None)
+            self._refs[key] = out[0, len(prompt):].tolist()
+        return self._refs[key]
+
+    def exact(self, eng, max_new: int = MAX_NEW) -> None:
+        for row, out in eng.outputs().items():
+            assert out == self.reference(self.prompts[row % 4], max_new), f"row {row} differs from generate()"
+
+
+def check_captures_and_exactness(ctx: Ctx) -> None:
+    from specviz.engine.request import Knobs
+
+    for draft, batch, depth in (("ngram", 1, 0), ("ngram", 3, 4), ("layerskip:1-2", 5, 9), ("ngram", 9, 3),
+                                ("layerskip:1-2", 2, 7)):
+        pair = ctx.pair(draft)
+        runner = pair.fast.runners[0]
+        assert pair.fast.mode == MODE and runner.backend.kind == DEVICE, pair.fast
+        arena = [t.data_ptr() for t in runner.keys + [runner.tok, runner.out]]
+        before = runner.stats()
+        eng = pair.engine()
+        events = list(eng.generate(ctx.prompts, Knobs(depth=depth, batch_size=batch), MAX_NEW))
+        ctx.exact(eng)
+        after = runner.stats()
+        assert after.captures == before.captures == after.graphs and after.captures_after_warmup == 0
+        assert after.replays > before.replays or batch > 8
+        assert [t.data_ptr() for t in runner.keys + [runner.tok, runner.out]] == arena
+        assert all(ev.path == pair.fast.shown and ("CUDA graphs," in ev.path) == CUDA for ev in events)
+        print(f"  exact: {draft} B={batch} k={depth}; {after.line()}")
+
+
+def check_threads_and_scheduler(ctx: Ctx) -> None:
+    from specviz.engine.request import Knobs, Request
+    from specviz.serve import scheduler as sched_mod
+    from specviz.serve.workload import shared_scheduler, users_at_once
+
+    pair = ctx.pair("layerskip:1-2")
+    runner = pair.fast.runners[0]
+    runner.max_inside = 0
+    results, errors = {}, []
+
+    def run(name: str, batch: int, depth: int) -> None:
+        try:
+            eng = pair.engine()
+            list(eng.generate(ctx.prompts, Knobs(depth=depth, batch_size=batch), MAX_NEW))
+            results[name] = eng
+        except Exception as exc:
+            errors.append(exc)
+    threads = [threading.Thread(target=run, args=(n, b, k)) for n, b, k in (("a", 3, 4), ("b", 2, 1))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors
+    for eng in results.values():
+        ctx.exact(eng)
+    assert runner.max_inside == 1
+    sched_mod.IDLE_S = 0.2                     # the scheduler's thread ends between the two classes
+    sched = shared_scheduler(ctx.pair("ngram"))
+    try:
+        served = []
+        for wave in range(2):
+            if served:
+                served[-1].join(30)
+            reqs = [Request([ctx.prompts[(i + wave) % 4]], Knobs(depth=1 + i % 4, batch_size=1), MAX_NEW)
+                    for i in range(8)]
+            _, runs = users_at_once(sched, reqs)
+            served.append(sched._thread)
+            for req, r in zip(reqs, runs):
+                assert r.error is None, r.error
+                assert r.outputs == ctx.reference(req.prompt_of(0)), "a scheduled request differs"
+        assert served[0] is not served[1]
+    finally:
+        sched.close()
+    print(f"  threads: two engines and two scheduler threads exact; max replays at once {runner.max_inside}")
+
+
+def check_compiled_forward(ctx: Ctx) -> None:
+    from specviz.engine.request import Knobs
+    from specviz.fastpath import FastPath
+    from specviz.fastpath.buckets import Buckets
+    from specviz.fastpath.graphs import runner_for
+    from specviz.fastpath.passes import compact_for
+
+    model = ctx.target.model
+    t0 = time.perf_counter()
+    runner = runner_for(model, lambda: compact_for(model), Buckets(rows=(1, 2), tokens=(1, 3), slots=(64,), wide=()),
+                        "compiled")
+    st = runner.stats()
+    assert st.compiles >= 1 and st.kind == DEVICE
+    pair = replace(ctx.pair("ngram", "off"), target_cache=runner.new_cache,
+                   fast=FastPath(MODE, graphs=runner.graphs, runners=(runner,)))
+    eng = pair.engine()
+    list(eng.generate(ctx.prompts[:2], Knobs(depth=2, batch_size=2), 12))
+    ctx.exact(eng, 12)
+    after = runner.stats()
+    assert after.compiles == st.compiles and after.compiles_after_warmup == 0 and after.replays > st.replays
+    print(f"  compiled forward: {st.compiles} compilations at warm-up, none after ({time.perf_counter() - t0:.1f} s)")
+
+
+def report_timing() -> None:
+    """Printed, not asserted: a one-token pass (context 256) replayed vs the stock modules, 1.7B shape."""
+    from specviz.fastpath import FastPath, cache_factory, one_token_ms
+    from specviz.fastpath.buckets import Buckets
+    from specviz.hardware.roofline import pass_cost, spec_from_config
+    from specviz.pairs.models import load_model
+
+    os.environ.pop("SPECVIZ_GRAPH_BUCKETS", None)
+    big = load_model("shape:SmolLM2-1.7B", "cuda")
+    small = Buckets(rows=(1, 4, 16, 64), tokens=(1, 5, 9, 16), slots=(512,), wide=(64, 256))
+    factory, fast = cache_factory(big.model, FastPath("graphs"), small)
+    assert factory is not None, fast.note
+    graph_ms, eager_ms = one_token_ms(big.model, factory, context=256)
+    spec = spec_from_config(big.config_dict, "shape:SmolLM2-1.7B", 2.0)
+    nbytes = pass_cost(spec, 1, 1, 256).bytes
+    print(f"  1.7B shape, one token at context 256: graph {graph_ms:.2f} ms, eager {eager_ms:.2f} ms; "
+          f"{nbytes / 1e9:.2f} GB a pass = {nbytes / graph_ms / 1e6:.0f} GB/s on the graph path")
+    print(f"  {fast.graph_stats().line()}")
+
+
+CHECKS = (check_captures_and_exactness, check_threads_and_scheduler, check_compiled_forward)
+
+
+# --- pytest ------------------------------------------------------------------------------------------------
+try:
+    import pytest
+except ImportError:            # the bare GPU box: run as a script
+    pytest = None
+
+if pytest is not None:
+    pytestmark = pytest.mark.skipif(not (CUDA and torch.cuda.is_available()), reason="no CUDA device here")
+
+    @pytest.fixture(scope="module")
+    def ctx():
+        return Ctx()
+
+    @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+    def test_on_cuda(ctx, check):
+        check(ctx)
+
+
+if __name__ == "__main__":
+    if CUDA and not torch.cuda.is_available():
+        sys.exit("no CUDA device here (GRAPH_CHECK_DEVICE=cpu runs the checks on the CPU rehearsal)")
+    start, failed = time.perf_counter(), 0
+    context = Ctx()
+    for check in CHECKS + ((lambda _: report_timing(),) if CUDA else ()):
+        name = getattr(check, "__name__", "report_timing")
+        t0 = time.perf_counter()
+        try:
+            check(context)
+            print(f"ok   {name} ({time.perf_counter() - t0:.1f} s)", flush=True)
+        except Exception as exc:                      # report and go on to the next check
+            failed += 1
+            import traceback
+
+            traceback.print_exc()
+            print(f"FAIL {name}: {type(exc).__name__}: {exc}", flush=True)
+    print(f"{failed} failed, {time.perf_counter() - start:.0f} s")
+    sys.exit(1 if failed else 0)
