@@ -173,15 +173,18 @@ class LiveRun:
 
     def current_curve(self) -> PassCurve | None:
         """The pass-time curve: the one measured here once it is (a recorded one, or none, until then)."""
+        with self.lock:
+            return self._refresh_curve()
+
+    def _refresh_curve(self) -> PassCurve | None:
         if (self.curve is None or self.curve.recorded) and self.curve_of is not None:
             self.curve = self.curve_of() or self.curve
         return self.curve
 
     def knee_figure(self):
         """The pass-time chart: the curve, its knee and where the latest step sits (the timer's 4th chart)."""
-        self.current_curve()
         with self.lock:
-            labels, curve = live_labels(self.lang), self.curve
+            labels, curve = live_labels(self.lang), self._refresh_curve()
             steps = list(self.passes)
             name, knee = labels["curve_pending"], None
             if curve is not None:
