@@ -34,7 +34,14 @@ LIVE_LABELS = dict(throughput_title="Tokens per second", seconds="seconds", toke
                    your_rows="your rows", all_rows="all rows", whole_batch="whole shared batch (all users)",
                    hardware_title="Hardware: busy ≠ used", mbu="MBU (est. bytes ÷ time ÷ peak)",
                    mfu="MFU (est. FLOPs ÷ time ÷ peak)", accept_title="Accepted drafts per row-step",
-                   accepted_tokens="accepted tokens", row_steps="row-steps")
+                   accepted_tokens="accepted tokens", row_steps="row-steps",
+                   knee_title="Where each step sits on this machine's pass-time curve",
+                   tokens_per_pass="tokens per pass", ms_per_pass="ms per pass",
+                   curve_measured="pass time, measured here ({context} tokens of context)",
+                   curve_recorded="pass time, recorded on {device} ({name})",
+                   curve_pending="pass time: being measured…", knee_line="measured knee ≈ {knee} tokens",
+                   recent_steps="recent steps", padded="padded width {n}",
+                   this_step="this step: {n} tokens per pass", step_parts="{rows} rows + {drafts} verified drafts")
 
 
 def _live_labels(labels: dict | None) -> dict:
@@ -100,6 +107,52 @@ def acceptance_histogram(counts: list[int], labels: dict | None = None) -> go.Fi
     fig = go.Figure(go.Bar(x=list(range(len(counts))), y=counts, marker_color=ACCEPT))
     fig.update_layout(title=lab["accept_title"], xaxis_title=lab["accepted_tokens"],
                       yaxis_title=lab["row_steps"], **LAYOUT)
+    return fig
+
+
+@dataclass(frozen=True)
+class PassPoint:
+    """One step on the pass-time chart: the tokens its verify pass carried (rows + verified drafts), the
+    width the forward path computed (StepEvent.padded_tokens), and the pass's measured seconds."""
+
+    real: int
+    padded: int
+    seconds: float
+
+
+def knee_live_figure(curve: tuple[list[int], list[float]] | None, curve_name: str, knee: float | None,
+                     steps: list[PassPoint], step_label: str, labels: dict | None = None,
+                     rtl: bool = False) -> go.Figure:
+    """The knee chapter's curve (pass time against tokens per pass, log-log: the flat part and the slope
+    both readable, a slow outlier squashes nothing) with the current step as a big dot at its real tokens
+    per pass, its padded width beside it where that differs, a faint trail of the steps before it, and
+    `step_label` written in the plot's top corner (right-hand in a right-to-left page)."""
+    lab = _live_labels(labels)
+    fig = go.Figure()
+    if curve is not None:
+        fig.add_trace(go.Scatter(x=curve[0], y=[1000 * t for t in curve[1]], mode="lines+markers", name=curve_name,
+                                 line=dict(color=PLAIN, width=2), marker=dict(size=5)))
+    if knee is not None and 0 < knee < float("inf"):
+        _vline(fig, knee, _fill(lab["knee_line"], knee=round(knee)), REJECT, "dot")
+    if len(steps) > 1:
+        fig.add_trace(go.Scatter(x=[p.real for p in steps[:-1]], y=[1000 * p.seconds for p in steps[:-1]],
+                                 mode="markers", name=lab["recent_steps"], opacity=0.35,
+                                 marker=dict(size=7, color=BONUS)))
+    if steps:
+        now = steps[-1]
+        if now.padded != now.real:
+            fig.add_trace(go.Scatter(x=[now.padded], y=[1000 * now.seconds], mode="markers",
+                                     name=_fill(lab["padded"], n=now.padded),
+                                     marker=dict(size=13, symbol="circle-open", color=BONUS, line=dict(width=2))))
+        fig.add_trace(go.Scatter(x=[now.real], y=[1000 * now.seconds], mode="markers", meta="this-step",
+                                 name=_fill(lab["this_step"], n=now.real),
+                                 marker=dict(size=16, color=ACCEPT, line=dict(color="white", width=1))))
+        fig.add_annotation(text=step_label, xref="paper", yref="paper", x=0.99 if rtl else 0.01, y=0.99,
+                           xanchor="right" if rtl else "left", yanchor="top", showarrow=False,
+                           font=dict(size=13, color=ACCEPT))
+    fig.update_layout(title=lab["knee_title"], xaxis_type="log", yaxis_type="log",
+                      xaxis_title=lab["tokens_per_pass"], yaxis_title=lab["ms_per_pass"],
+                      **{**LAYOUT, "height": 400})
     return fig
 
 

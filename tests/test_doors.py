@@ -81,6 +81,7 @@ ACCEPTED = {
     ("/generate", "thr"): _any,                  # the threshold is ignored by the fixed policy used here
     ("/generate", "same_prompt"): _any,          # a checkbox: any value reads as checked or not
     ("/generate", "temp"): lambda v: v is True,  # JSON true is the number 1, a valid temperature
+    ("/generate", "acceptance"): _any,           # the dial is read only for a synthetic-draft pair, not this one
     ("/stop", "press"): _any,                    # the button's value is not read
     ("/on_target", "current"): _any,             # the draft box's old value: replaced from the new target
     # the What-if (and its CSV: positional names): true is 1, a valid context / overhead; a preset GPU
@@ -100,7 +101,7 @@ def endpoints(c) -> dict[str, list[dict]]:
 
 def valid_args(c, label, name, params) -> list:
     """Arguments that work for this endpoint (quick ones: 8 new tokens, a short prompt)."""
-    known = {"/generate": ["the quick brown", label, 1, 2, "fixed", 8, 0, 8, True],
+    known = {"/generate": ["the quick brown", label, 1, 2, "fixed", 8, 0, 8, True, 0.7],
              "/replay": [None, None]}
     if name in known:
         return known[name]

@@ -1,5 +1,8 @@
 """Chapter: the FLOPs ledger. Where a speculative run's FLOPs and seconds went, acceptance by draft
-position, and Leviathan et al.'s theory from the measured α and c.
+position, Leviathan et al.'s theory from the measured α and c, and the prediction priced on this
+machine's pass-time curve beside the measurement, with the measured reason they sit apart
+(`specviz.chapters.theory`). With the acceptance dial it runs the synthetic draft `synthetic:A` on the
+pair's target: A is then known, the draft free, and its reference is decoded before anything is timed.
 
 Measured: about 1.5 s on the 2-core CPU with the offline SmolLM2-135M and the n-gram draft.
 """
@@ -11,11 +14,17 @@ from typing import Iterator
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+
+from specviz.chapters import theory as th
 from specviz.chapters.base import Chapter, Result
-from specviz.chapters.common import TimedRun, draft_cost, finished, finite, settings_of, snapshot, timed_run, warm_up
-from specviz.chapters.plotting import DRAFT, KEPT, OTHER, OWN, PLAIN, PREFILL, REJECTED, VERIFY, labels_for, styled
+from specviz.chapters.common import TimedRun, draft_cost, finished, finite, settings_of, snapshot, timed_run
+from specviz.chapters.dial import References, dial_keys, dial_title
+from specviz.chapters.dial import warm_up as dial_warm_up
+from specviz.chapters.plotting import (DRAFT, KEPT, OTHER, OWN, PLAIN, PREFILL, REJECTED, VERIFY, labels_for,
+                                       styled)
 from specviz.engine.request import StepEvent
 from specviz.engine.torchmode import inference_steps
+from specviz.hardware.passcurve import PassCurve, measure_curve
 from specviz.hardware.roofline import expected_tokens_per_pass, walltime_improvement
 
 LEDGER_AGREE = 0.15      # theory and measured speed-up within 15 % "agree"
@@ -95,10 +104,13 @@ def ledger_of(run: TimedRun) -> FlopsLedger:
 
 
 @inference_steps
-def run_ledger(pair, prompt_ids: list[int], depth: int = 4, max_new: int = 48) -> Iterator[Result]:
+def run_ledger(pair, prompt_ids: list[int], depth: int = 4, max_new: int = 48,
+               acceptance: float | None = None) -> Iterator[Result]:
     """One speculative run (k = depth) with its FLOPs ledger, wall-time parts and acceptance by draft
     position; a plain run (k = 0) of the same prompt for the measured speed-up; Leviathan's theory from
-    the measured α and c beside it.
+    the measured α and c beside it, and the prediction from this machine's pass-time curve (measured
+    first) with the factors that separate it from the measurement. `acceptance`: the dial's A (the
+    pair's target with the synthetic draft; its reference decoded first, its cost reported).
 
     α is the simple ratio accepted ÷ drafted (vLLM's draft acceptance rate, RunTotals.acceptance_rate),
     not the α that would make the i.i.d. model reproduce the measured tokens per pass: fitted that way
@@ -106,23 +118,58 @@ def run_ledger(pair, prompt_ids: list[int], depth: int = 4, max_new: int = 48) -
     Measured speed-up is decode throughput (prefill excluded, as in the theory).
 
     Extra keys: `parts` (FLOPs parts), `times` (wall-time parts), `positions`, `theory` (rows of
-    quantity / theory / measured), `spent_flops`, `plain_flops`, `flops_ratio`."""
+    quantity / theory / measured), `spent_flops`, `plain_flops`, `flops_ratio`, `curve` (the pass-time
+    curve the prediction used)."""
+    if acceptance is not None:
+        pair = pair.with_synthetic(acceptance)
+    refs = References()
     settings = settings_of(pair, depth=depth, max_new=max_new, prompt_tokens=len(prompt_ids),
-                         alpha_estimate="accepted ÷ drafted")
-    yield snapshot("ledger", pair, settings, 0.0, [], parts=[], times=[], positions=[], theory=[])
-    warm_up(pair, [prompt_ids], depth)
-    spec = timed_run(pair, [prompt_ids], depth, 1, max_new)
+                           alpha_estimate="accepted ÷ drafted")
+    yield snapshot("ledger", pair, settings, 0.0, [], parts=[], times=[], positions=[], theory=[], curve=None,
+                   **dial_keys(pair, refs))
+    dial_warm_up(pair, refs, [prompt_ids], depth)
+    curve = ledger_curve(pair, len(prompt_ids) + max_new // 2, depth)
+    engine, references = refs.engine(pair, [prompt_ids], 1, max_new)      # a synthetic draft's reference first
+    spec = timed_run(pair, [prompt_ids], depth, 1, max_new, engine=engine, references=references)
     led = ledger_of(spec)
     parts, times, positions = led.parts(), _time_parts(spec), led.positions()
     extra = {"parts": parts, "times": times, "positions": positions, "theory": [],
-             "spent_flops": led.spent, "plain_flops": led.plain, "flops_ratio": led.flops_ratio}
-    yield snapshot("ledger", pair, settings, 0.5, _ledger_table(parts, times, positions, []), **extra)
+             "spent_flops": led.spent, "plain_flops": led.plain, "flops_ratio": led.flops_ratio,
+             "curve": curve.as_dict()}
+    yield snapshot("ledger", pair, settings, 0.5, _ledger_table(parts, times, positions, []), **extra,
+                   **dial_keys(pair, refs))
     plain = timed_run(pair, [prompt_ids], 0, 1, max_new)
     values, theory = ledger_values(spec, plain, led, depth)
+    dial = dial_values(spec, plain, curve, depth, acceptance, refs.seconds)
+    values.update(dial)
+    theory.append({"quantity": "curve_speedup", "theory": dial["predicted_speedup"], "measured": dial["measured_speedup"]})
     agree, _ = ledger_agreement(values["theory_speedup"], values["measured_speedup"])
     extra["theory"] = theory
-    snap = snapshot("ledger", pair, settings, 1.0, _ledger_table(parts, times, positions, theory), **extra)
-    yield finished(snap, values, agree, ["conclusion_waste", "conclusion_theory", agree])
+    snap = snapshot("ledger", pair, settings, 1.0, _ledger_table(parts, times, positions, theory), **extra,
+                    **dial_keys(pair, refs))
+    said = ["conclusion_waste", "conclusion_theory", agree, "conclusion_curve", f"reason_{dial['main']}"]
+    yield finished(snap, values, agree, said)      # under the dial the page says what ran and its reference's cost
+
+
+def ledger_curve(pair, context: int, depth: int) -> PassCurve:
+    """This machine's pass time at the sizes the theory prices (1 and k + 1 among them), on the forward
+    path the runs take, measured before them."""
+    t = pair.target
+    sizes = tuple(sorted({1, 2, 4, 8, 16, depth + 1}))
+    return measure_curve(t.model, t.device, t.dtype, pair.target_cache, context, sizes, pair.fast.shown)
+
+
+def dial_values(spec: TimedRun, plain: TimedRun, curve: PassCurve, depth: int, acceptance: float | None,
+                reference_s: float) -> dict:
+    """The prediction from the pass-time curve at A (the dial) or the measured α, against the measured
+    speed-up, and the measured factors between them (`specviz.chapters.theory`)."""
+    rate = acceptance if acceptance is not None else finite(spec.totals.acceptance_rate)
+    pred = th.predict(th.shapes_of(spec.events), rate, curve)
+    g = th.gap(pred, spec.totals, plain.totals)
+    return {**th.gap_values(g, pred), "rate": rate, "k1": depth + 1,
+            "t1_ms": 1e3 * curve.at(1), "tk_ms": 1e3 * curve.at(depth + 1),
+            "acceptance": acceptance if acceptance is not None else 0.0, "reference_s": reference_s,
+            "curve_context": curve.context}
 
 
 def _time_parts(run: TimedRun) -> list[dict]:
@@ -178,7 +225,8 @@ def figure_ledger(result: dict, labels: dict | None = None, dark: bool = False) 
                          marker_color=KEPT, showlegend=False, customdata=[[p["accepted"], p["drafted"]] for p in pos],
                          hovertemplate="%{y:.0%} (%{customdata[0]} / %{customdata[1]})<extra></extra>"), row=1, col=2)
     theory = {r["quantity"]: r for r in result.get("theory", [])}
-    names = [("tokens_per_pass", L["row_tokens_per_pass"]), ("speedup", L["row_speedup"])]
+    names = [("tokens_per_pass", L["row_tokens_per_pass"]), ("speedup", L["row_speedup"]),
+             ("curve_speedup", L["row_curve_speedup"])]
     if theory:
         for col, name, colour in (("theory", L["theory"], PLAIN), ("measured", L["measured"], VERIFY)):
             ys = [theory[q][col] if q in theory else None for q, _ in names]
@@ -188,7 +236,7 @@ def figure_ledger(result: dict, labels: dict | None = None, dark: bool = False) 
     fig.update_xaxes(title_text=L["axis_share"], tickformat=".0%", range=[0, 1], row=1, col=1)
     fig.update_xaxes(title_text=L["axis_position"], dtick=1, row=1, col=2)
     fig.update_yaxes(title_text=L["axis_survival"], tickformat=".0%", range=[0, 1.05], row=1, col=2)
-    return styled(fig, dark, height=560, barmode="group", legend=dict(orientation="h", y=-0.12, x=0))
+    return styled(fig, dark, title=dial_title(L, result), height=560, barmode="group", legend=dict(orientation="h", y=-0.12, x=0))
 
 
 def _stack(fig: go.Figure, parts: list[dict], order: list[tuple], row_name: str) -> None:
@@ -207,5 +255,5 @@ def _stack(fig: go.Figure, parts: list[dict], order: list[tuple], row_name: str)
         base += share
 
 
-CHAPTER = Chapter("ledger", run=lambda ctx: run_ledger(ctx.pair, ctx.prompt), figure=figure_ledger,
-                  button_id="run-ledger")
+CHAPTER = Chapter("ledger", run=lambda ctx: run_ledger(ctx.pair, ctx.prompt, acceptance=ctx.acceptance),
+                  figure=figure_ledger, button_id="run-ledger", dial=True)

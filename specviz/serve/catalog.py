@@ -1,4 +1,10 @@
-"""Which draft/target pairs the app offers, and loading them once (shared by every session)."""
+"""Which draft/target pairs the app offers, and loading them once (shared by every session).
+
+Besides the real pairs, the Playground offers the acceptance dial on each local target (`dial_choices`):
+the synthetic draft `synthetic:A`, with A set per Run. Such a pair is the target's loaded pair with its
+drafter swapped (`Pair.with_synthetic`): no weights, warm-up or cache of its own. Each loaded target also
+gets its pass-time curve measured once (`pass_curve`), with the device to itself, for the Playground's
+live knee chart and its theory view; until then a profile recorded on this kind of machine stands in."""
 from __future__ import annotations
 
 import importlib.util
@@ -6,12 +12,16 @@ import logging
 import os
 import threading
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
+
 from specviz.fastpath import check_compile
+from specviz.hardware.device import device_name
+from specviz.hardware.passcurve import PassCurve, curve_from_profile, measure_curve
+from specviz.hardware.profiles import load_profiles
 from specviz.lessons import Key, Said, direction, isolate_ltr, isolate_rtl, say
-from specviz.pairs.models import HUB_PRESETS, OFFLINE_ALIAS, ModelError, load_tokenizer
+from specviz.pairs.models import HUB_PRESETS, OFFLINE_ALIAS, ModelError, load_tokenizer, parse_draft_ref
 from specviz.pairs.pipeline import Pair, load_pair
 from specviz.serve.heap import freeze_long_lived
 from specviz.serve.warmup import WarmResult, warm
@@ -49,10 +59,32 @@ OFFLINE_CHOICES = [
 ]
 
 
+DIAL = "synthetic"          # a dial choice's draft until the Run sets A: `with_acceptance` makes it synthetic:A
+
+
+def dial_choices(choices: list[PairChoice]) -> list[PairChoice]:
+    """The acceptance dial on the local targets the app serves (the first pair's, and the bundled
+    offline model's): one choice each, whose A the Playground's dial sets per Run."""
+    targets = [c.target for c in choices[:1] if c.engine == "specviz"]
+    targets += [OFFLINE_ALIAS] if offline_model_installed() and OFFLINE_ALIAS not in targets else []
+    return [PairChoice(Said("pairs.synthetic_label", model=OFFLINE_MODEL if t == OFFLINE_ALIAS else t), t, DIAL,
+                       Said("pairs.synthetic_note")) for t in targets]
+
+
+def is_dial(choice: PairChoice) -> bool:
+    return choice.draft == DIAL or choice.draft.startswith(DIAL + ":")
+
+
+def with_acceptance(choice: PairChoice, acceptance: float) -> PairChoice:
+    """A dial choice with its A set (checked at the door): the pair the Run loads."""
+    return replace(choice, draft=f"{DIAL}:{float(acceptance):g}")
+
+
 def known_label(label: str):
     """The Said of a pair label the app offers (a recording names its pair by the English label), so a
     page can show it in its reader's language; any other label as it is (names and paths)."""
     labels = [c.label for c in (OFFLINE_NGRAM, HUB_NGRAM, *OFFLINE_CHOICES)]
+    labels += [Said("pairs.synthetic_label", model=OFFLINE_MODEL)]
     labels += [Said("pairs.hub_label", preset=p, state=Key(s)) for p in HUB_PRESETS
                for s in ("pairs.cached", "pairs.downloads")]
     return next((said for said in labels if str(said) == label), label)
@@ -124,15 +156,33 @@ class PairCache:
         self._pairs: dict[tuple[str, str], Pair] = {}
         self._fast: dict[tuple[str, str], FastStatus] = {}
         self._listeners: list[Callable[[tuple[str, str], Pair], None]] = []
+        self._curves: dict[str, PassCurve] = {}       # target → its pass-time curve, measured here
+        self._curve_wanted: set[str] = set()           # targets whose curve was asked for (measured or measuring)
 
     def loaded(self, choice: PairChoice) -> bool:
+        if is_dial(choice):
+            return self._base_key(choice.target) is not None
         return (choice.target, choice.draft) in self._pairs
 
     def loaded_keys(self) -> list[tuple[str, str]]:
         with self._lock:
             return list(self._pairs)
 
+    def _base_key(self, target: str) -> tuple[str, str] | None:
+        """A loaded pair of this target (the first loaded): what a dial choice swaps the drafter of."""
+        with self._lock:
+            return next((k for k in self._pairs if k[0] == target), None)
+
+    def _dial(self, choice: PairChoice) -> Pair:
+        """The target's loaded pair (loading it with the free n-gram draft if none is) with the synthetic
+        draft at the choice's A; `synthetic` with no A set is refused (ModelError)."""
+        rate = parse_draft_ref(choice.draft).rate
+        key = self._base_key(choice.target) or (choice.target, "ngram")
+        return self.get(PairChoice(str(choice.label), *key)).with_synthetic(rate)
+
     def get(self, choice: PairChoice) -> Pair:
+        if is_dial(choice):
+            return self._dial(choice)
         key = (choice.target, choice.draft)
         with self._lock:
             if key in self._pairs:
@@ -152,7 +202,38 @@ class PairCache:
 
     def fast_status(self, choice: PairChoice) -> FastStatus | None:
         """None when the pair is not loaded or the fast path is off."""
-        return self._fast.get((choice.target, choice.draft))
+        key = self._base_key(choice.target) if is_dial(choice) else (choice.target, choice.draft)
+        return self._fast.get(key) if key is not None else None
+
+    # --- the pass-time curve ---------------------------------------------------------------------------
+    def pass_curve(self, choice: PairChoice, measure: bool = True) -> PassCurve | None:
+        """The choice's target's pass-time curve: measured on this machine (with `measure`, the first
+        call of a loaded target starts it in the background, with the device to itself), else a profile
+        recorded on the same kind of machine for the same target and path while none is, else None."""
+        key = self._base_key(choice.target)
+        if key is None:
+            return None
+        with self._lock:
+            curve, pair = self._curves.get(choice.target), self._pairs[key]
+            start = measure and choice.target not in self._curve_wanted
+            if start:
+                self._curve_wanted.add(choice.target)
+        if start:
+            self._measure_curve(choice.target, pair)
+        return curve or recorded_curve(pair)
+
+    def _measure_curve(self, target: str, pair: Pair) -> None:
+        def work():
+            t = pair.target
+            try:
+                with self.exclusive():       # timed: nothing else may run meanwhile
+                    curve = measure_curve(t.model, t.device, t.dtype, pair.target_cache, path=pair.fast.shown)
+            except Exception:                # the chart keeps the recorded curve or none; the log has why
+                log.exception("measuring the pass-time curve failed")
+                return
+            with self._lock:
+                self._curves[target] = curve
+        threading.Thread(target=work, name="specviz-pass-curve", daemon=True).start()
 
     def _warm_in_background(self, key: tuple[str, str], eager: Pair) -> None:
         if self.compile == "off":
@@ -172,22 +253,37 @@ class PairCache:
                 return
             with self._lock:
                 self._pairs[key] = res.pair
+                remeasure = key[0] in self._curve_wanted       # the passes run another path now
             for listener in list(self._listeners):
                 listener(key, res.pair)
+            if remeasure:
+                self._measure_curve(key[0], res.pair)
             self._fast[key] = FastStatus("ready", res.note, res)
             freeze_long_lived()                 # the pair stays for good: out of the collector's sight
         threading.Thread(target=work, name=f"specviz-warmup-{key[1]}", daemon=True).start()
 
-    def preload(self, choice: PairChoice) -> threading.Thread:
-        """Load the default pair in the background so the first Run starts fast."""
+    def preload(self, choice: PairChoice, curve: bool = False) -> threading.Thread:
+        """Load the default pair in the background so the first Run starts fast (`curve`: then measure
+        its pass-time curve, before any Run's page competes for the cores)."""
         def work():
             try:
                 self.get(choice)
             except ModelError:
-                pass      # reported when the user presses Run
+                return    # reported when the user presses Run
+            if curve:
+                self.pass_curve(choice)
         t = threading.Thread(target=work, name="specviz-preload", daemon=True)
         t.start()
         return t
+
+
+def recorded_curve(pair: Pair) -> PassCurve | None:
+    """A profile recorded (assets/profiles/) for this target on a machine named like this one, on the
+    same forward path when one was recorded on it."""
+    here = device_name(pair.target.device)
+    found = [p for p in load_profiles() if p.target == pair.target.ref and p.device == here]
+    best = next((p for p in found if p.path == pair.fast.shown), found[0] if found else None)
+    return curve_from_profile(best) if best is not None else None
 
 
 @dataclass

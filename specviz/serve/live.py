@@ -8,11 +8,15 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 from specviz import charts, lessons
 from specviz.engine.request import StepEvent
 from specviz.hardware.device import Peaks, Sample, Sampler, step_metrics
+from specviz.hardware.passcurve import PassCurve
 from specviz.hardware.roofline import ModelSpec, predicted_knee
+
+TRAIL = 24               # steps the pass-time chart keeps as a faint trail behind the current one
 
 
 @dataclass
@@ -39,15 +43,25 @@ class LiveRun:
     shared: bool = False                   # the run shares its batch with other users: chart the whole batch too
     shared_tps: charts.Series = field(default_factory=charts.Series)
     lang: str = lessons.DEFAULT_LANG       # the reader's language, for the charts' words
+    curve: PassCurve | None = None         # this machine's pass-time curve (the knee chart), if known yet
+    curve_of: Callable[[], PassCurve | None] | None = None   # asks again until a curve measured here arrives
+    passes: deque = field(default_factory=lambda: deque(maxlen=TRAIL))   # charts.PassPoint of recent steps
+    last_rows: tuple[int, int] = (0, 0)    # (rows, verified drafts) of the latest step's pass
+    acceptance: float | None = None        # a synthetic Run's dial A (latest)
+    rates: list = field(default_factory=list)   # the dial's A at each recorded step (synthetic Runs)
     lock: threading.Lock = field(default_factory=threading.Lock)   # record() and figures() race
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
 
-    def record(self, ev: StepEvent) -> None:
-        """Fold one step into the chart series (called by the generating thread)."""
+    def record(self, ev: StepEvent, rate: float | None = None) -> None:
+        """Fold one step into the chart series (called by the generating thread); `rate`: the dial's A
+        at this step (a synthetic Run)."""
         with self.lock:
             self._record(ev)
+            if rate is not None:
+                self.acceptance = rate
+                self.rates.append(rate)
 
     def _record(self, ev: StepEvent) -> None:
         now = self.elapsed()
@@ -70,6 +84,10 @@ class LiveRun:
         self.regime = m.regime
         self.path = ev.path or self.path
         self.last_pass = (ev.tokens_per_pass, ev.batch_size, ev.context)
+        # the event names the tokens the pass carried and the shape the path computed (its padding)
+        self.passes.append(charts.PassPoint(ev.real_tokens or ev.batch_size + ev.slots_verified,
+                                            ev.padded_tokens or ev.tokens_per_pass, ev.verify_s))
+        self.last_rows = (ev.batch_size, ev.slots_verified)
         self.mbu.add(now, None if m.mbu is None else 100 * m.mbu)
         self.mfu.add(now, None if m.mfu is None else 100 * m.mfu)
 
@@ -153,10 +171,54 @@ class LiveRun:
         return figs
 
 
+    def current_curve(self) -> PassCurve | None:
+        """The pass-time curve: the one measured here once it is (a recorded one, or none, until then)."""
+        with self.lock:
+            return self._refresh_curve()
+
+    def _refresh_curve(self) -> PassCurve | None:
+        if (self.curve is None or self.curve.recorded) and self.curve_of is not None:
+            self.curve = self.curve_of() or self.curve
+        return self.curve
+
+    def knee_figure(self):
+        """The pass-time chart: the curve, its knee and where the latest step sits (the timer's 4th chart)."""
+        with self.lock:
+            labels, curve = live_labels(self.lang), self._refresh_curve()
+            steps = list(self.passes)
+            name, knee = labels["curve_pending"], None
+            if curve is not None:
+                key = "curve_recorded" if curve.recorded else "curve_measured"
+                name = lessons.chart_fill(labels[key], dict(context=curve.context, device=curve.device,
+                                                           name=curve.recorded))
+                knee = curve.knee
+            rtl = lessons.direction(self.lang) == "rtl"
+            fig = charts.knee_live_figure(None if curve is None else (list(curve.tokens), list(curve.seconds)),
+                                          name, knee, steps, self._step_label(labels, knee), labels, rtl)
+        if rtl:
+            fig.update_layout(title_x=0.98, title_xanchor="right", title_font_size=14)
+        return fig
+
+    def _step_label(self, labels: dict, knee: float | None) -> str:
+        """ "this step: 48 tokens per pass (16 rows + 32 verified drafts) · past the knee · compute-bound"."""
+        if not self.passes:
+            return ""
+        n, (rows, drafts) = self.passes[-1].real, self.last_rows
+        parts = [lessons.chart_fill(labels["this_step"], dict(n=n)),
+                 lessons.chart_fill(labels["step_parts"], dict(rows=rows, drafts=drafts))]
+        if knee is not None and 0 < knee < float("inf"):
+            parts.append(labels["below_knee" if n < knee else "past_knee"])
+        if self.regime:
+            name = f"playground.regime_name.{self.regime}"
+            has = lessons.template("en", name) != name
+            parts.append(lessons.isolate_rtl(lessons.text(self.lang, name)) if has else self.regime)
+        return " · ".join(parts)
+
+
 def live_labels(lang: str) -> dict:
     """The live charts' words in `lang` ([playground.chart]); a Persian label is right-to-left as a whole,
     since plotly lays its text out left-to-right."""
-    keys = [*charts.LIVE_LABELS, "util_nvml", "util_psutil", "util_none"]
+    keys = [*charts.LIVE_LABELS, "util_nvml", "util_psutil", "util_none", "below_knee", "past_knee"]
     return {k: lessons.isolate_rtl(lessons.text(lang, f"playground.chart.{k}")) for k in keys}
 
 

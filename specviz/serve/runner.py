@@ -7,6 +7,10 @@ peaks. Two runners produce them:
   class shares one engine per pair: each Run is a request submitted to that pair's `Scheduler`
   (continuous batching; `specviz.serve.scheduler`). The sliders set the request's `Knobs` directly. Timed
   experiments (the knee) take the device exclusively through the app's `DeviceGate`.
+  A synthetic Run (the acceptance dial) is the exception: its reference, the target's own greedy
+  continuation of every prompt it may use, must be decoded before its first step, so it runs on an
+  engine of its own (`run_packets`, in a thread of its own), each step taking the `DeviceGate` as a
+  scheduler step does, so no two passes ever run at once and its timings stay honest.
 - `ZeroGpuRunner`: on a Hugging Face ZeroGPU Space the GPU exists only inside a forked worker that the
   `spaces` package starts for each `@spaces.GPU` call, so no process can own a long-lived shared engine:
   each Run builds its own engine in its worker (nothing shared between concurrent Runs) and batches are
@@ -27,19 +31,23 @@ import torch
 
 from specviz.engine.policies import PolicyChoice
 from specviz.engine.request import Knobs, Request, RunTotals, StepEvent
+from specviz.engine.synthetic import reference_run
 from specviz.hardware.device import Peaks, Sample, Sampler, cached_peaks, device_name, free_memory, knee_steps
+from specviz.hardware.passcurve import PassCurve
 from specviz.hardware.roofline import ModelSpec
 from specviz.hardware.threads import own_thread_iter
 from specviz.limits import Limits
 from specviz.serve.catalog import PairCache, PairChoice
-from specviz.serve.control import ControlFile, LocalControl
+from specviz.serve.control import ControlFile, Dial, LocalControl
 from specviz.serve.gate import DeviceGate
+from specviz.serve.own_engine import OwnEngines, gated, reference_prompts, with_gate
 from specviz.serve.scheduler import BatchInfo, Scheduler
 from specviz.serve.workload import shared_scheduler
 
 FLUSH_S = 0.05            # a packet at most every 50 ms: tiny models on a big GPU step far faster
 ZERO_GPU_MAX_S = 120      # ZeroGPU reservation ceiling we ask for (longer requests queue behind others)
 KNEE_GPU_S = 60           # loading a pair + 10 points × 4 passes each fits easily
+OWN_ENGINES = 4           # synthetic Runs at once, each on an engine (and KV caches) of its own; others wait
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,8 @@ class RunRequest:
     max_new: int
     control: str | None = None      # path of the control file (ZeroGPU only)
     seed: int = 0
+    acceptance: float | None = None  # the dial's A: a synthetic Run, on an engine of its own
+    reference: bool = True           # a synthetic Run decodes its reference first (its baseline needs none)
 
 
 @dataclass
@@ -72,38 +82,65 @@ class Packet:
     worker_pid: int = 0
     position: int | None = None                           # waiting for room in the shared batch
     error: str | None = None                              # the run ended early, for this reason
+    # a synthetic Run: the dial's A at each of `events`, its reference's seconds (None while it is decoded,
+    # or for a Run that needs none) and the drafter's counters (rows that left their reference, rows with none)
+    rates: list[float] | None = None
+    reference_s: float | None = None
+    referencing: bool = False                             # the reference is being decoded (nothing timed yet)
+    realigned: int = 0
+    unreferenced: int = 0
 
 
 def run_packets(req: RunRequest, pair, knobs: Knobs, control: "ControlFile | None" = None,
                 sampler: Sampler | None = None, peaks: Peaks | None = None,
-                flush_s: float = FLUSH_S) -> Iterator[Packet]:
-    """Run the engine and group its step events into packets (the body of both runners)."""
+                flush_s: float = FLUSH_S, gate: DeviceGate | None = None, dial=None) -> Iterator[Packet]:
+    """Run the engine and group its step events into packets (the body of both runners, and of a
+    synthetic Run). `gate`: each step (the reference's too) holds it, as a scheduler step does. `dial`:
+    a synthetic Run's live A (`.rate()`), handed to its drafter between two steps."""
     engine = pair.engine()
     pending: list[StepEvent] = []
+    rates: list[float] = []
+    synthetic = pair.synthetic is not None
     last_flush, last_sample = time.perf_counter(), 0.0
     first = True
+    reference_s = None
 
     def packet(final: bool = False) -> Packet:
         nonlocal last_sample, first
         samples = [] if sampler is None else [s for s in sampler.recent(5.0) if s.t > last_sample]
         if samples:
             last_sample = samples[-1].t
+        drafter = engine.drafter
         p = Packet(list(pending), engine.totals.copy(), samples,
                    None if sampler is None else sampler.source, peaks if first else None,
                    pair.target_spec if first else None, final, knobs.stop.is_set(),
-                   engine.outputs() if final else None, os.getpid())
+                   engine.outputs() if final else None, os.getpid(),
+                   rates=list(rates) if synthetic else None, reference_s=reference_s,
+                   realigned=getattr(drafter, "realigned", 0), unreferenced=getattr(drafter, "unreferenced", 0))
         first = False
         pending.clear()
+        rates.clear()
         return p
 
-    for ev in engine.generate([list(p) for p in req.prompts], knobs, req.max_new, req.temperature, seed=req.seed):
+    prompts = [list(p) for p in req.prompts]
+    refs = None
+    if synthetic and req.reference:
+        yield Packet([], RunTotals(), worker_pid=os.getpid(), referencing=True)
+        distinct = reference_prompts(prompts, knobs.max_batch)
+        refs, reference_s = reference_run(with_gate(engine, gate, knobs.stop), distinct, len(distinct), req.max_new)
+    steps = engine.generate(prompts, knobs, req.max_new, req.temperature, seed=req.seed, references=refs)
+    for ev in gated(steps, gate):
         pending.append(ev)
+        if synthetic:
+            rates.append(engine.drafter.rate)
         if control is not None:
             control.apply(knobs)
         now = time.perf_counter()
         if now - last_flush >= flush_s:
             last_flush = now
             yield packet()
+        if dial is not None and dial.rate() is not None and dial.rate() != engine.drafter.rate:
+            engine.drafter.rate = dial.rate()     # this thread owns the drafter: it changes between steps
     yield packet(final=True)
 
 
@@ -174,21 +211,46 @@ class LocalRunner:
     def __init__(self, pairs: PairCache, limits: Limits, gate: DeviceGate):
         self.pairs, self.gate, self.limits = pairs, gate, limits
         self.schedulers = Schedulers(pairs, limits, gate)
+        self._own = OwnEngines(OWN_ENGINES, limits.max_queue)
 
-    def control(self, knobs: Knobs, policy: PolicyChoice) -> LocalControl:
-        return LocalControl(knobs, self.limits)
+    def control(self, knobs: Knobs, policy: PolicyChoice, acceptance: float | None = None) -> LocalControl:
+        return LocalControl(knobs, self.limits, None if acceptance is None else Dial(acceptance))
 
     def batch_info(self, choice) -> BatchInfo | None:
         """What "batch now" shows for a pair (None: nothing shared yet)."""
         return self.schedulers.batch_info(choice)
 
+    def pass_curve(self, choice) -> PassCurve | None:
+        """The pair's target's pass-time curve (measured here once, in the background, on first ask)."""
+        return self.pairs.pass_curve(choice)
+
     def packets(self, req: RunRequest, choice, control: LocalControl) -> Iterator[Packet]:
+        if req.acceptance is not None:
+            return self._own_engine(req, choice, control)
+        return self._shared(req, choice, control)
+
+    def _shared(self, req: RunRequest, choice, control: LocalControl) -> Iterator[Packet]:
         request = Request([list(p) for p in req.prompts], control.knobs, req.max_new, req.temperature, req.seed)
         ticket = self.schedulers.get(choice).submit(request)
         control.ticket = ticket
         for upd in ticket.updates():
             yield Packet(upd.events, upd.totals or RunTotals(), final=upd.final, stopped=upd.stopped,
                          outputs=upd.outputs, worker_pid=os.getpid(), position=upd.position, error=upd.error)
+
+    def _own_engine(self, req: RunRequest, choice, control: LocalControl) -> Iterator[Packet]:
+        """A synthetic Run: its reference first, then its steps, on an engine of its own in a thread of
+        its own; at most OWN_ENGINES at once, the others wait in turn (their place shown)."""
+        pair = self.pairs.get(choice)
+        for pos in self._own.wait(control.knobs.stop):
+            yield Packet([], RunTotals(), worker_pid=os.getpid(), position=pos)
+        try:
+            if not control.knobs.stop.is_set():
+                yield from own_thread_iter(lambda: run_packets(req, pair, control.knobs, gate=self.gate,
+                                                               dial=control.dial))
+                return
+            yield Packet([], RunTotals(), final=True, stopped=True, outputs={}, worker_pid=os.getpid())
+        finally:
+            self._own.release()
 
     def knee(self, choice, context: int, peaks: Peaks | None) -> Iterator[KneeUpdate | Waiting]:
         """The knee, measured with the device to itself (see `exclusively`)."""
@@ -268,9 +330,10 @@ class ZeroGpuRunner:
             with wrap_errors():
                 st = state.ready()
                 knobs = Knobs(depth=req.depth, batch_size=req.batch, policy=req.policy.build())
-                control = ControlFile(req.control, policy=req.policy)
+                control = ControlFile(req.control, policy=req.policy, acceptance=req.acceptance)
                 choice = PairChoice(req.target, req.target, req.draft)
-                yield from run_packets(req, st.cache.get(choice), knobs, control, st.sampler, st.peaks)
+                yield from run_packets(req, st.cache.get(choice), knobs, control, st.sampler, st.peaks,
+                                       dial=control if req.acceptance is not None else None)
 
         def gpu_knee(target: str, draft: str, context: int):
             with wrap_errors():
@@ -281,11 +344,14 @@ class ZeroGpuRunner:
         self.gpu_run = spaces_module.GPU(duration=gpu_duration)(gpu_run)
         self.gpu_knee = spaces_module.GPU(duration=KNEE_GPU_S)(gpu_knee)
 
-    def control(self, knobs: Knobs, policy: PolicyChoice) -> ControlFile:
-        return ControlFile.create(knobs, policy, self.limits)
+    def control(self, knobs: Knobs, policy: PolicyChoice, acceptance: float | None = None) -> ControlFile:
+        return ControlFile.create(knobs, policy, self.limits, acceptance)
 
     def batch_info(self, choice) -> None:
         return None                 # each ZeroGPU Run has a worker of its own: no shared batch to show
+
+    def pass_curve(self, choice) -> None:
+        return None                 # the GPU exists only inside a worker: nothing measured it here
 
     def packets(self, req: RunRequest, choice, control: ControlFile) -> Iterator[Packet]:
         return self.gpu_run(replace(req, control=control.path))

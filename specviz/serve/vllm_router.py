@@ -55,8 +55,11 @@ class VllmRouter:
             return None
         return self.by_label.get(choice.label)
 
-    def control(self, knobs, policy):
-        return self.inner.control(knobs, policy)       # sliders reach a vLLM Run through its knobs too
+    def control(self, knobs, policy, acceptance=None):
+        return self.inner.control(knobs, policy, acceptance)   # sliders reach a vLLM Run through its knobs too
+
+    def pass_curve(self, choice):
+        return None if self.endpoint(choice) is not None else self.inner.pass_curve(choice)
 
     def batch_info(self, choice) -> BatchInfo | None:
         ep = self.endpoint(choice)

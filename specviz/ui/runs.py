@@ -122,7 +122,8 @@ class RunStore:
         device = live.peaks.device if live.peaks is not None else UNKNOWN_DEVICE
         rec = Recording(device=device, date=recordings.now_iso(), pair=choice.label, prompt=prompt_text,
                         settings={"batch": req.batch, "depth": req.depth, "policy": req.policy.name,
-                                  "threshold": req.policy.threshold, "temperature": req.temperature, "max_new": req.max_new},
+                                  "threshold": req.policy.threshold, "temperature": req.temperature, "max_new": req.max_new,
+                                  "acceptance": req.acceptance},      # a synthetic Run's dial A (None otherwise)
                         steps=parts["steps"], samples=parts["samples"], totals=parts["totals"],
                         outputs=parts["outputs"], prompt_ids=result["prompt_ids"], versions=recordings.versions())
         rec_path = self._path("specviz-run", "json")

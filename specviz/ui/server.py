@@ -27,11 +27,12 @@ from specviz.hardware.device import Peaks, Sampler, cached_peaks
 from specviz.limits import Limits, limits_from_env
 from specviz.pairs.models import ModelError
 from specviz.serve import runner
-from specviz.serve.catalog import PairCache, PairChoice, TokenizerCache, available_choices, hub_is_offline, pair_options
+from specviz.serve.catalog import (PairCache, PairChoice, TokenizerCache, available_choices, dial_choices,
+                                   hub_is_offline, pair_options)
 from specviz.serve.live import LiveRuns
 from specviz.serve.gate import DeviceGate
 from specviz.serve.vllm_router import VllmRouter, vllm_choices
-from specviz.ui import lesson, playground, whatif
+from specviz.ui import lesson, playground_layout, whatif
 from specviz.ui.errors import as_human_errors, error, guard_blocks
 from specviz.ui.i18n import Translations, pick_lang, switch_js
 
@@ -45,6 +46,7 @@ class SpecVizApp:
                  preload: bool = True, calibrate_peaks: bool = True, allow_custom: bool = False,
                  limits: Limits | None = None, vllm: list | None = None):
         self.choices = available_choices(target, draft)
+        self.dials = dial_choices(self.choices)      # the acceptance dial on the local targets (Playground only)
         self.allow_custom = allow_custom
         self.limits = limits or limits_from_env()
         self.runs = LiveRuns()
@@ -73,8 +75,8 @@ class SpecVizApp:
             self.runner = VllmRouter(self.runner, vllm)
         self.offline = hub_is_offline()
         self.startup_note = self.startup_md("en")
-        if preload:
-            self.pairs.preload(self.choices[0])
+        if preload:      # on a machine the app owns, the first pair's pass-time curve is measured then too
+            self.pairs.preload(self.choices[0], curve=not self.runner.zero_gpu)
         if calibrate_peaks:
             threading.Thread(target=self._calibrate, name="specviz-calibrate", daemon=True).start()
 
@@ -96,8 +98,9 @@ class SpecVizApp:
         """The offered pairs for a dropdown: (label in `lang`, English label as the value)."""
         return pair_options(self.choices, lang)
 
-    def choice(self, label: str, lang: str = lessons.DEFAULT_LANG) -> PairChoice:
-        for c in self.choices:
+    def choice(self, label: str, lang: str = lessons.DEFAULT_LANG, dial: bool = False) -> PairChoice:
+        """The offered pair with this label (`dial`: the Playground's synthetic-draft pairs too)."""
+        for c in self.choices + (self.dials if dial else []):
             if c.label == label:
                 return c
         if self.allow_custom:
@@ -162,13 +165,16 @@ def zero_gpu_spaces():
 
 
 TAB_IDS = ("lesson", "playground", "whatif")
-LINK_JS = """(tab, chapter, pair, prompt, batch, depth, policy, lang) => {
+LINK_JS = """(tab, chapter, pair, prompt, batch, depth, policy, lang, acceptance) => {
   const q = new URLSearchParams({tab: tab || 'lesson', chapter: chapter || '', pair: pair || '',
     prompt: prompt || '', batch: String(batch), depth: String(depth), policy: policy || '', lang: lang || 'en'});
   // the shown chapter's acceptance dial, when its synthetic draft is ticked
   const dial = document.querySelector('#dial-on-' + chapter + ' input');
   const dialled = document.querySelector('#dial-' + chapter + ' input[type=number]');
   if ((tab || 'lesson') === 'lesson' && dial && dial.checked && dialled) { q.set('acceptance', dialled.value); }
+  // the Playground's dial, while a synthetic-draft pair is picked (its slider shows then)
+  const pg = document.querySelector('#acceptance');
+  if (tab === 'playground' && pg && pg.offsetParent !== null) { q.set('acceptance', String(acceptance)); }
   const url = window.location.origin + window.location.pathname + '?' + q.toString();
   if (navigator.clipboard) { navigator.clipboard.writeText(url).catch(() => {}); }
   const copied = __COPIED__;
@@ -194,7 +200,7 @@ def link_js() -> str:
 def build_blocks(app: SpecVizApp) -> gr.Blocks:
     """The page: header with the language switch and "copy link", then the Lesson (first), Playground and
     What-if tabs. URL parameters restore a state (deep links): tab, chapter, pair, prompt, batch, depth,
-    policy, lang, acceptance (the lesson's dial: ticks the synthetic draft at A)."""
+    policy, lang, acceptance (the dial's A: the lesson's dials ticked at A, the Playground's slider)."""
     app.tr = tr = Translations()
     # uploads and download copies in gradio's cache older than an hour go every half hour (a class's
     # server runs for days; a student downloads a file right after a Run)
@@ -216,14 +222,14 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
                 taught, chapter, _ = lesson.build(app)
             with gr.Tab(lessons.text("en", "app.tab_playground"), id="playground", elem_id="playground") as t_play:
                 tr.add(t_play, label="app.tab_playground")
-                page = playground.build(app)
+                page = playground_layout.build(app)
             with gr.Tab("What if? (estimates + measured profiles)", id="whatif", elem_id="whatif") as t_what:
                 tr.add(t_what, label="app.tab_whatif")
                 whatif.build(app)
         for tab, tid in ((t_lesson, "lesson"), (t_play, "playground"), (t_what, "whatif")):
             tab.select(lambda tid=tid: tid, None, [tab_state], api_name=False, queue=False, show_progress="hidden")
         c = page.components
-        deep = [tabs, chapter, c["pair"], c["prompt"], c["batch"], c["depth"], c["policy"], lang]
+        deep = [tabs, chapter, c["pair"], c["prompt"], c["batch"], c["depth"], c["policy"], c["acceptance"], lang]
 
         def on_load(request: gr.Request):
             chosen = pick_lang(request)
@@ -241,7 +247,8 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
             return tr.updates(chosen)
         lang.change(on_lang, [lang], tr.components, api_name=False, queue=False, show_progress="hidden",
                     js=switch_js())
-        copy.click(None, [tab_state, chapter, c["pair"], c["prompt"], c["batch"], c["depth"], c["policy"], lang],
+        copy.click(None, [tab_state, chapter, c["pair"], c["prompt"], c["batch"], c["depth"], c["policy"], lang,
+                          c["acceptance"]],
                    [link], js=link_js(), api_name=False)
     # one error boundary for every handler and for gradio's own input check (specviz.ui.errors)
     return guard_blocks(blocks, lambda session: tr.lang_of(session or "default"))
@@ -257,14 +264,14 @@ def _query(request) -> dict:
 
 def restore(app: SpecVizApp, request, lang: str) -> list:
     """Component updates from the URL's deep-link parameters (anything absent or invalid is left alone;
-    `acceptance` is the lesson's: ui.lesson.restore_dials)."""
+    `acceptance` also ticks the lesson's dials: ui.lesson.restore_dials)."""
     q = _query(request)
-    labels = [c.label for c in app.choices]
+    labels = [c.label for c in app.choices + getattr(app, "dials", [])]
 
-    def num(name, lo, hi):
+    def num(name, lo, hi, kind=int):
         try:
-            v = int(float(q.get(name, "")))
-        except ValueError:
+            v = kind(float(q.get(name, "")))
+        except (ValueError, OverflowError):
             return gr.skip()
         return gr.update(value=v) if lo <= v <= hi else gr.skip()
     return [gr.update(selected=q["tab"]) if q.get("tab") in TAB_IDS else gr.skip(),
@@ -273,7 +280,7 @@ def restore(app: SpecVizApp, request, lang: str) -> list:
             gr.update(value=q["prompt"][: app.limits.max_prompt_chars]) if q.get("prompt") else gr.skip(),
             num("batch", 1, app.limits.max_rows_per_user), num("depth", 0, app.limits.max_depth),
             gr.update(value=q["policy"]) if q.get("policy") in POLICY_NAMES else gr.skip(),
-            gr.update(value=lang)]
+            num("acceptance", 0.0, 1.0, float), gr.update(value=lang)]
 
 
 FONTS = ASSETS / "fonts"

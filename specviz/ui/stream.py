@@ -34,6 +34,7 @@ class Streamer:
         self.batch, self.users = 1, 1
         self.steps: list[tuple[float, object]] = []       # (seconds since start, event): the recording
         self.t0 = time.perf_counter()
+        self.note = ""                                     # a line under the counters (a synthetic Run's)
 
     def fast_status(self):
         return None if self.choice is None else self.app.pairs.fast_status(self.choice)
@@ -57,7 +58,8 @@ class Streamer:
                 "samples": self.live.sample_dicts()}
 
     def outputs(self, totals, final: bool = False, result=None, status=None, plain=None, csv=None, save=None,
-                zero_gpu: bool | None = None, during_warmup: bool = False, band=None):
+                zero_gpu: bool | None = None, during_warmup: bool = False, band=None, extra: str = ""):
+        """The page's outputs now (`extra`: paragraphs after the counters, e.g. the theory view)."""
         lang = self.lang
         zero_gpu = self.app.runner.zero_gpu if zero_gpu is None else zero_gpu
         first = self.views.get(min(self.views)) if self.views else None
@@ -65,9 +67,11 @@ class Streamer:
         text = counters.counters_md(lang, totals, self.live.regime, self.live.latest_sample(),
                                     counters.pass_md(lang, self.live.last_pass, self.live.knee_estimate()),
                                     counters.path_md(lang, self.live.path, self.fast_status()))
-        text += "\n\n" + counters.sharing_md(lang, totals, zero_gpu)
+        text += "\n\n" + (self.note or counters.sharing_md(lang, totals, zero_gpu))
         if final:
             text += "\n\n" + counters.baseline_md(lang, totals, plain, during_warmup, band or counters.Band())
+        if extra:
+            text += "\n\n" + extra
         values = dict(tokens=tokens_html(first), rows=rows_html(self.views, self.state, lang=lang), counters=text,
                       chart_t=charts[0], chart_h=charts[1], chart_a=charts[2])
         for name, v in (("status", status), ("result", result), ("csv", csv), ("save", save)):

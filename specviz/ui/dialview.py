@@ -1,0 +1,51 @@
+"""What the Playground says about the acceptance dial and the theory, in the reader's language: a
+synthetic Run's line (A, its own engine, what its reference cost, re-alignments), and after any Run with
+a plain baseline, the prediction priced on this machine's pass-time curve beside the measurement, with
+the measured factor that separates them most (`specviz.chapters.theory`). Pure functions of numbers."""
+from __future__ import annotations
+
+from specviz.chapters import theory
+from specviz.hardware.passcurve import PassCurve
+from specviz.ui.i18n import t
+
+
+def synthetic_md(lang: str, acceptance: float, reference_s: float | None, referencing: bool = False,
+                 realigned: int = 0, unreferenced: int = 0) -> str:
+    """ "synthetic draft (A = 0.70): …; drafting is free · an engine of its own · the reference took 3.1 s"."""
+    parts = [t(lang, "playground.synthetic_line", acceptance=acceptance)]
+    if referencing:
+        parts.append(t(lang, "playground.reference_running"))
+    elif reference_s is not None:
+        parts.append(t(lang, "playground.reference_cost", seconds=reference_s))
+    if realigned:
+        parts.append(t(lang, "playground.realigned", n=realigned))
+    if unreferenced:
+        parts.append(t(lang, "playground.unreferenced", n=unreferenced))
+    return " · ".join(parts)
+
+
+def curve_md(lang: str, curve: PassCurve) -> str:
+    if curve.recorded:
+        return t(lang, "playground.curve_recorded", device=curve.device, name=curve.recorded)
+    return t(lang, "playground.curve_measured", context=curve.context)
+
+
+def theory_result(events, rates: list, rate: float | None, curve: PassCurve | None, spec, plain) -> dict | None:
+    """The prediction against the measurement for a finished Run (None where there is nothing to compare:
+    no drafts, no plain baseline, no curve). `rate`: the dial's A, or the measured acceptance."""
+    shapes = theory.shapes_of(events, rates or None)
+    if curve is None or plain is None or rate is None or not spec.drafted or not shapes:
+        return None
+    pred = theory.predict(shapes, rate, curve)
+    g = theory.gap(pred, spec, plain)
+    return {**theory.gap_values(g, pred), "rate": rate, "agree": g.agree}
+
+
+def theory_md(lang: str, result: dict | None, curve: PassCurve | None, synthetic: bool) -> str:
+    """Two sentences: the prediction and the measurement, then the largest factor between them."""
+    if result is None:
+        return ""
+    head = "playground.theory_synthetic" if synthetic else "playground.theory_real"
+    values = {k: v for k, v in result.items() if k not in ("main", "agree")}
+    text = f"{t(lang, head, **values)} ({curve_md(lang, curve)})"
+    return text + "\n\n" + t(lang, f"playground.theory_reason_{result['main']}", **values)

@@ -1,0 +1,93 @@
+"""The acceptance dial's theory (chapters/theory.py), the pass-time curve it prices passes with, and the
+ledger chapter run on the dial. Pure numbers except the last test (the tiny pair)."""
+import math
+import string
+
+import pytest
+
+from specviz import lessons
+from specviz.chapters import ledger, theory
+from specviz.engine.request import RunTotals
+from specviz.hardware.passcurve import PassCurve
+
+CURVE = PassCurve((1, 2, 4, 8, 16, 32, 64), (0.020, 0.019, 0.021, 0.024, 0.029, 0.042, 0.068), "cpu: 2 cores",
+                  "eager", 64)
+
+
+def test_the_curve_never_falls_and_extends_along_its_last_slope():
+    assert CURVE.seconds[:2] == (0.020, 0.020)               # a timing dip is not allowed to make a pass cheaper
+    assert CURVE.at(0.5) == CURVE.at(1) == 0.020
+    assert CURVE.at(3) == pytest.approx(0.0205)
+    assert CURVE.at(128) == pytest.approx(0.068 + 64 * (0.068 - 0.042) / 32)
+    assert 8 < CURVE.knee < 32
+    with pytest.raises(ValueError):
+        PassCurve((1,), (0.02,), "cpu", "eager", 64)
+
+
+def E(a: float, k: int) -> float:
+    return k + 1 if a == 1 else (1 - a ** (k + 1)) / (1 - a)
+
+
+@pytest.mark.parametrize("a, k", [(0.5, 2), (0.9, 4), (0.7, 8), (1.0, 4), (0.0, 3)])
+def test_batch_one_prediction_is_expected_tokens_times_t1_over_tk1(a, k):
+    shapes = [theory.StepShape(1, k + 1, (k,))] * 5
+    pred = theory.predict(shapes, a, CURVE)
+    assert pred.tokens_per_step == pytest.approx(E(a, k))
+    assert pred.speedup == pytest.approx(E(a, k) * CURVE.at(1) / CURVE.at(k + 1))
+
+
+def test_a_run_whose_batch_moved_is_predicted_step_by_step():
+    a = 0.8
+    shapes = [theory.StepShape(1, 3, (2,)), theory.StepShape(16, 48, (2,) * 16),
+              theory.StepShape(16, 48, (2,) * 16, rate=0.5)]
+    pred = theory.predict(shapes, a, CURVE)
+    e8, e5 = E(0.8, 2), E(0.5, 2)
+    plain = e8 * CURVE.at(1) + e8 * CURVE.at(16) + e5 * CURVE.at(16)
+    assert pred.speedup == pytest.approx(plain / (CURVE.at(3) + 2 * CURVE.at(48)))
+    assert pred.tokens_per_step == pytest.approx((e8 * 17 + e5 * 16) / 33)
+    assert pred.pass_ratio == pytest.approx((CURVE.at(3) + 2 * CURVE.at(48)) / (CURVE.at(1) + 2 * CURVE.at(16)))
+
+
+def _totals(tokens, steps, verify_s, draft_s, wall_s, row_steps=None) -> RunTotals:
+    return RunTotals(steps=steps, tokens=tokens, row_steps=row_steps or steps, verify_s=verify_s, draft_s=draft_s,
+                     wall_s=wall_s)
+
+
+def test_the_factors_multiply_the_prediction_into_the_measurement():
+    pred = theory.predict([theory.StepShape(1, 5, (4,))] * 20, 0.7, CURVE)
+    spec = _totals(tokens=52, steps=20, verify_s=20 * 0.026, draft_s=0.05, wall_s=0.70)
+    plain = _totals(tokens=52, steps=52, verify_s=52 * 0.021, draft_s=0.0, wall_s=1.30)
+    g = theory.gap(pred, spec, plain)
+    assert g.measured == pytest.approx(spec.tokens_per_s / plain.tokens_per_s)
+    assert g.predicted * math.prod(g.factors.values()) == pytest.approx(g.measured)
+    assert g.factors["rest"] == pytest.approx(1.0)           # batch 1, one token per plain step: nothing left over
+    assert g.factors["draft"] == pytest.approx(0.52 / 0.57)
+    assert g.factors["tokens"] == pytest.approx(2.6 / pred.tokens_per_step)
+    assert g.difference == pytest.approx(g.predicted / g.measured - 1)
+    assert g.main in theory.REASONS and g.agree == (abs(g.difference) <= theory.AGREE)
+
+
+def test_the_main_reason_is_the_factor_furthest_from_one():
+    g = theory.Gap(2.0, 1.0, {"tokens": 0.95, "passes": 1.02, "draft": 0.55, "overhead": 0.97, "rest": 1.0}, {})
+    assert g.main == "draft"
+    g = theory.Gap(2.0, 2.0, {"tokens": 1.0, "passes": 1.0, "draft": 1.0, "overhead": 1.0, "rest": 1.9}, {})
+    assert g.main == "rest" and g.agree
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_the_ledger_on_the_dial_is_synthetic_and_priced_on_a_measured_curve(make_pair, prompts, lang):
+    """The ledger with A set: the synthetic draft on the pair's target, its reference's cost said, the
+    prediction from a curve measured here, and every sentence filled in both languages."""
+    results = list(ledger.run_ledger(make_pair("ngram"), prompts[1], depth=3, max_new=12, acceptance=0.6))
+    last = results[-1]
+    v = last["values"]
+    assert last["settings"]["draft"] == "synthetic:0.6" and last["synthetic"] == 0.6 and last["reference_s"] > 0
+    assert f"reason_{v['main']}" in last["conclusions"] and "conclusion_curve" in last["conclusions"]
+    assert v["rate"] == 0.6 and v["reference_s"] == pytest.approx(last["reference_s"], abs=1e-3)
+    assert v["predicted_speedup"] > 0 and v["measured_speedup"] > 0
+    assert last["curve"]["recorded"] == "" and 4 in last["curve"]["tokens_per_pass"]
+    for key, vals in zip(last["conclusions"], last["conclusion_values"]):
+        tmpl = lessons.template(lang, f"chapter.ledger.{key}")
+        assert {f for _, f, _, _ in string.Formatter().parse(tmpl) if f} <= set(vals)
+        tmpl.format(**vals)
+    assert "synthetic" in ledger.figure_ledger(last).layout.title.text
