@@ -4,6 +4,7 @@ speculation.
 """
 from __future__ import annotations
 
+import math
 import statistics
 
 from specviz import lessons
@@ -33,14 +34,15 @@ def class_ratios(a: dict, b: dict) -> list[float]:
 
 
 def paired_band(ratios: list[float]) -> float:
-    """The spread of a comparison's own class ratios: half their range around the median, the highest and
-    lowest left out where there are five or more (one preempted class should not set the band), at least
-    NOISE_FLOOR."""
+    """How far the median of a comparison's own class ratios could be off: half the width of the
+    distribution-free ~90 % interval of that median (the order statistics 0.82 √n places either side of
+    it: from six ratios the four middle ones, so one preempted class never sets it; from sixty-four, a
+    band that shrinks as the classes add up), relative to the median, at least NOISE_FLOOR."""
     xs = sorted(ratios)
-    if len(xs) >= 5:
-        xs = xs[1:-1]
+    n, h = len(xs), math.ceil(0.82 * math.sqrt(len(xs)))
+    lo, hi = xs[max(0, n // 2 - h)], xs[min(n - 1, (n - 1) // 2 + h)]
     mid = statistics.median(xs)
-    return max(NOISE_FLOOR, (xs[-1] - xs[0]) / 2 / mid if mid else NOISE_FLOOR)
+    return max(NOISE_FLOOR, (hi - lo) / 2 / mid if mid else NOISE_FLOOR)
 
 
 def paired(a: dict, b: dict) -> float | None:
