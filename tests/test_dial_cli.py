@@ -12,7 +12,8 @@ from specviz.engine.request import Knobs, Request
 from specviz.hardware.presets import MODELS
 from specviz.hardware.roofline import ModelSpec
 from specviz.limits import Limits
-from specviz.serve.scheduler import DeviceGate, Scheduler
+from specviz.serve.gate import DeviceGate
+from specviz.serve.scheduler import Scheduler
 from specviz.serve.workload import class_reference, users_at_once
 
 

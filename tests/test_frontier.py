@@ -396,3 +396,13 @@ def test_the_verdict_reads_the_class_ratios_within_their_own_spread():
     assert line["verdict"] == "unclear" and line["band"] > 0.1
     ahead = row(C.AV, 8, [[0.8, 0.82, 0.81], [0.79, 0.8, 0.83]])
     assert V.class_lines([row("none", 0, [[2.0] * 3] * 2), best, ahead])[0]["verdict"] == "ahead"
+
+
+def test_the_band_of_six_class_ratios_is_set_by_the_four_middle_ones():
+    """One preempted class never sets the band: of six ratios the highest and lowest are left out; of sixty-
+    four the interval of the median narrows."""
+    six = [0.70, 0.98, 0.99, 1.01, 1.02, 1.40]
+    assert V.paired_band(six) == pytest.approx(max(V.NOISE_FLOOR, (1.02 - 0.98) / 2 / 1.0), abs=1e-3)
+    assert V.paired_band([1.0, 1.3]) == pytest.approx(0.15 / 1.15, abs=1e-3)
+    many = [1.0 + 0.01 * (i % 21 - 10) for i in range(64)]
+    assert V.paired_band(many) == V.NOISE_FLOOR < max(many) - min(many)

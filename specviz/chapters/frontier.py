@@ -10,7 +10,7 @@ arms, the medians and the conclusion rules (`frontier_cells`, `frontier_verdict`
 
 Adaptive verification starts from what the pair's earlier steps in this process taught about its drafts
 (`specviz.engine.learnt`: the class's Runs, earlier presses, this press's other arms), as the app's
-long-lived engine does.
+long-lived engine does; under the dial, what this press's synthetic pair taught.
 
 Honest comparison: every cell runs `repeats` times with the arms interleaved inside each round, in an
 order that changes so that no arm always follows the same one (`williams_row`), and a cell's noise is its
@@ -34,7 +34,7 @@ from specviz import lessons
 from specviz.chapters.base import Chapter, Context, VllmPanel
 from specviz.chapters.common import finished, settings_of, snapshot
 from specviz.chapters.dial import dial_title
-from specviz.chapters.frontier_cells import (AV, WARM_TOKENS, Cell, arm_code, arm_name, arms, class_references,
+from specviz.chapters.frontier_cells import (AV, WARM_TOKENS, Cell, arm_code, arm_name, arms, stepped_references,
                                              measure, stepped_cell, stepped_round, tokens_per_user, warm_budget)
 from specviz.chapters.frontier_verdict import frontier_conclusions
 from specviz.chapters.plotting import PLAIN, POLICY_COLOURS, labels_for, styled
@@ -81,9 +81,13 @@ def run_frontier(pair, prompts: list[list[int]], users=CHAPTER_SIZE["users"], de
     refs = {}
     if pair.synthetic is not None:            # each class's reference first: decoded at depth 0, untimed
         for n in users:
-            refs[n], secs = class_references(pair, prompts, n, per_user[n], classes[n])
+            refs[n], secs = stepped_references(pair, prompts, n, per_user[n], classes[n])
             extra["reference_s"] += secs
-    stepped_cell(pair, prompts, "fixed", max(depths), 2, 4, references=refs.get(min(users)))   # warm-up
+    warm_refs = None
+    if pair.synthetic is not None:
+        warm_refs, secs = stepped_references(pair, prompts, 2, 4)
+        extra["reference_s"] += secs
+    stepped_cell(pair, prompts, "fixed", max(depths), 2, 4, references=warm_refs)   # warm-up
     budget = warm_budget(pair, prompts, max(depths), pair_profiles(pair, quick=True))
     total, count = len(users) * len(arms(depths)) * repeats, [0]
 

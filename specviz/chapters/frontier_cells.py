@@ -26,10 +26,6 @@ def tokens_per_user(users: int, max_new: int, class_tokens: int = 0) -> int:
     """Tokens each user asks for in a class of `users`: max_new, or more where the class is small."""
     return max(max_new, -(-class_tokens // max(users, 1)))
 
-# (arm, depth, users) -> one measured cell (with "outputs"); arm "warm-up": an untimed short class
-Cell = Callable[[str, int, int], dict]
-# (arms in order, users, round) -> one cell per arm, in that order
-Round = Callable[[list[tuple[str, int]], int, int], list[dict]]
 
 
 def arms(depths, with_adaptive: bool = False) -> list[tuple[str, int]]:
@@ -65,12 +61,12 @@ def warm_budget(pair, prompts: list[list[int]], depth: int, profile) -> Budget:
     seen earlier requests. A fresh budget per 12-token cell would measure its first steps of learning."""
     verify, draft = profile or (None, None)
     budget = Budget(verify, padded=pair.target_cache is None, draft_seed=draft, learnt=pair.learnt)
-    refs = class_references(pair, prompts, 4, 16)[0] if pair.synthetic is not None else None
+    refs = stepped_references(pair, prompts, 4, 16)[0] if pair.synthetic is not None else None
     stepped_cell(pair, prompts, AV, depth, 4, 16, budget, refs)
     return budget
 
 
-def class_references(pair, prompts: list[list[int]], users: int, max_new: int,
+def stepped_references(pair, prompts: list[list[int]], users: int, max_new: int,
                      classes: int = 1) -> tuple[dict, float]:
     """A synthetic draft's references for `classes` classes of `users` (class j starts `users × j` places
     along the prompts, as the cells do): each decoded at depth 0 in one batch (EOS ignored, as the cells
@@ -94,7 +90,7 @@ def cell_result(arm: str, depth: int, users: int, outs: list[list[int]], totals:
     ver = sum(t.drafted for t in totals)
     per_user = [len(o) / e for o, e in zip(outs, ends) if e > 0]
     return {"arm": arm, "depth": depth, "users": users, "tokens": tokens, "wall_s": wall,
-            "tokens_per_s": tokens / wall if wall > 0 else 0.0,
+            "accepted_n": acc, "checked_n": ver, "tokens_per_s": tokens / wall if wall > 0 else 0.0,
             "per_user_tokens_per_s": statistics.median(per_user) if per_user else 0.0,
             "acceptance_rate": acc / ver if ver else None,
             "accepted_length": tokens / max(1, sum(t.row_steps for t in totals)),
@@ -224,9 +220,11 @@ def stepped_round(pair, prompts: list[list[int]], order: list[tuple[str, int]], 
 def _summed(cells: list[dict]) -> dict:
     """One arm's classes of a round as one cell: tokens over the summed seconds."""
     first = cells[0]
-    wall, tokens, steps = (sum(c[k] for c in cells) for k in ("wall_s", "tokens", "steps"))
+    wall, tokens, steps, acc, ver = (sum(c[k] for c in cells)
+                                     for k in ("wall_s", "tokens", "steps", "accepted_n", "checked_n"))
     per_user = [c["per_user_tokens_per_s"] for c in cells]
     return {**first, "wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall if wall > 0 else 0.0,
+            "accepted_n": acc, "checked_n": ver, "acceptance_rate": acc / ver if ver else None,
             "per_user_tokens_per_s": statistics.median(per_user), "steps": steps,
             "drafted_per_step": sum(c["drafted_per_step"] * c["steps"] for c in cells) / max(steps, 1),
             "verified_per_step": sum(c["verified_per_step"] * c["steps"] for c in cells) / max(steps, 1),

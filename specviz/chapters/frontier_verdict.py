@@ -39,7 +39,7 @@ def paired_band(ratios: list[float]) -> float:
     it: from six ratios the four middle ones, so one preempted class never sets it; from sixty-four, a
     band that shrinks as the classes add up), relative to the median, at least NOISE_FLOOR."""
     xs = sorted(ratios)
-    n, h = len(xs), math.ceil(0.82 * math.sqrt(len(xs)))
+    n, h = len(xs), max(1, math.floor(0.82 * math.sqrt(len(xs))))
     lo, hi = xs[max(0, n // 2 - h)], xs[min(n - 1, (n - 1) // 2 + h)]
     mid = statistics.median(xs)
     return max(NOISE_FLOOR, (hi - lo) / 2 / mid if mid else NOISE_FLOOR)
@@ -51,12 +51,10 @@ def paired(a: dict, b: dict) -> float | None:
     arm, so b's seconds ÷ a's is a's speed ÷ b's), else over their runs of the same round (None without
     matching runs). The arms take turns, so a pair shares the machine's drift that the two medians do
     not (two arms doing the same work read 0.89–1.03× as medians of 3 on a 2-core CPU). A round spans a
-    minute at 64 users; class j of every arm ran within seconds of the others. The verdict still uses
-    the medians and the band."""
-    wa, wb = a.get("class_walls"), b.get("class_walls")
-    if wa and wb and [len(x) for x in wa] == [len(x) for x in wb]:
-        pairs = [y / x for ra, rb in zip(wa, wb) for x, y in zip(ra, rb) if x > 0]
-        return statistics.median(pairs) if pairs else None
+    minute at 64 users; class j of every arm ran within seconds of the others."""
+    pairs = class_ratios(a, b)
+    if pairs:
+        return statistics.median(pairs)
     ra, rb = a.get("runs") or [], b.get("runs") or []
     if len(ra) != len(rb) or not ra or not all(rb):
         return None
@@ -115,8 +113,6 @@ def cliff(rows: list[dict]) -> dict | None:
     return worst
 
 
-# verified drafts per step within this share (or half a draft) of the best arm's: the same work
-SAME_WORK = 0.10
 
 
 def _why_behind(line: dict) -> str:

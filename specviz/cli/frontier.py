@@ -21,8 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from specviz.chapters.frontier_cells import (AV, WARM_TOKENS, cell_result, measure, policy_for, warm_budget,
-                                             williams_row)
+from specviz.chapters.frontier_cells import WARM_TOKENS, cell_result, measure, policy_for, warm_budget, williams_row
 from specviz.chapters.frontier_verdict import class_lines
 from specviz.cli.common import add_compile_arg, add_pair_args
 from specviz.cli.dial import Dial, synthetic_note
@@ -154,6 +153,8 @@ def scheduled_round(pair, prompts: list[list[int]], order: list[tuple[str, int]]
                 acc[idx].add(took, got, engines[-1])      # (an engine replaced mid-class is the one to read)
     finally:
         sched.close()
+        if sched.alive():         # the next round hands `budget` to another thread: never two at once
+            raise RuntimeError("the frontier's scheduler thread did not end within a minute of its last class")
         if dial is not None:
             for eng in engines:
                 dial.count(eng.drafter)
@@ -227,15 +228,15 @@ def run(args) -> int:
     # left in this one would slow every cell (hardware/threads.py)
     pair, prompts, profile, budget = own_thread(prepare)
     t = pair.target
-    scheduled_cell(pair, prompts, "fixed", max(depths), 2, 4)       # warm-up (allocator, kernels, threads)
+    dial, refs = Dial.of(pair), {}      # references by class size (the same batch), kept across rounds
+    if dial.on:
+        print(synthetic_note(dial.rate), file=sys.stderr)
+    # warm-up (allocator, kernels, threads), drafting as the cells will
+    scheduled_round(pair, prompts, [("fixed", max(depths))], 2, 4, None, 1, 0, dial, refs.setdefault(2, {}))
     freeze_long_lived()          # as the app does once its pair is warm: the collector skips the models
 
     def cell(arm, d, n):            # measure's warm-up at each size: every round already opens with one
         return {}
-
-    dial, refs = Dial.of(pair), {}      # references by class size (the same batch), kept across rounds
-    if dial.on:
-        print(synthetic_note(dial.rate), file=sys.stderr)
 
     def round_of(order, n, r):
         per = args.max_new_tokens

@@ -137,22 +137,21 @@ class Hindsight:
 
 
 class Survival:
-    """Both acceptance tables and the (optimistic) survival they give each drafted slot of a step. `keys`
-    remembers, per row of the last step, the confidence bin of each position, for `observe`. With
-    `learnt` (the pair's shared tables) it starts from what the pair's earlier steps taught, adds its own
-    verdicts there, and takes a fresh copy every PULL_EVERY steps."""
+    """Both acceptance tables and the survival they give each drafted slot of a step. `keys` remembers,
+    per row of the last step, the confidence bin of each position, for `observe`. With `learnt` (the
+    pair's shared tables) every step's verdicts are added there, and the tables this budget plans with
+    are a copy of them, taken when it first plans and again every PULL_EVERY steps (an engine that never
+    plans never copies)."""
 
     def __init__(self, learnt=None) -> None:
         self.learnt = learnt
         self.confident = AcceptanceTable()             # model drafts, by confidence bin
         self.keyed = AcceptanceTable(pooled=True)      # keyed drafts (n-gram, synthetic), by key
         self.keys: list[list[int]] = []
-        self._rate = "rate"
-        self._since_pull = PULL_EVERY
-        self.pull()
+        self._since_pull = PULL_EVERY                  # steps since the last copy (first plan: copy now)
 
-    def pull(self) -> None:
-        """Take a fresh copy of the pair's tables (they hold this budget's own verdicts too)."""
+    def _pull(self) -> None:
+        """A fresh copy of the pair's tables (they hold this budget's own verdicts too)."""
         if self.learnt is not None and self._since_pull >= PULL_EVERY:
             self.confident, self.keyed = self.learnt.copy()
             self._since_pull = 0
@@ -161,46 +160,42 @@ class Survival:
         """Per chosen row, its survival at each drafted position (`optimistic`: from each rate plus its
         uncertainty, `AcceptanceTable.optimistic`). A keyed row's survival depends only on its key and
         depth, so it is computed once per (key, depth) a step."""
-        self._rate = "optimistic" if optimistic else "rate"
+        self._pull()
+        keyed_rate = self.keyed.optimistic if optimistic else self.keyed.rate
+        confident_rate = self.confident.optimistic if optimistic else self.confident.rate
         lengths = prop.lengths.tolist()
         self.keys = [[] for _ in lengths]
         conf = prop.conf.tolist() if prop.conf is not None and prop.keys is None and any(lengths) else None
         memo: dict = {}
         out: dict[int, list[float]] = {}
         for i, k in enumerate(lengths):
-            if chosen[i]:
-                out[i], self.keys[i] = self._row(prop, i, k, memo, conf)
+            if not chosen[i]:
+                continue
+            if prop.keys is not None:
+                out[i], self.keys[i] = _keyed_row(int(prop.keys[i]), k, keyed_rate, memo)
+            elif conf is not None:
+                raw = conf[i][:k]
+                self.keys[i] = [conf_bin(c) for c in raw]
+                out[i] = running_product([confident_rate(b, j, c) for j, (b, c) in enumerate(zip(self.keys[i], raw))])
+            else:
+                out[i], self.keys[i] = running_product([KEYED_PRIOR] * k), [0] * k
         return out
 
-    def _row(self, prop, i: int, k: int, memo: dict, conf: list | None) -> tuple[list[float], list[int]]:
-        if prop.keys is not None:
-            key = int(prop.keys[i])
-            got = memo.get((key, k))
-            if got is None:
-                rate = getattr(self.keyed, self._rate)
-                got = memo[(key, k)] = (running_product([rate(key, j, KEYED_PRIOR) for j in range(k)]), [key] * k)
-            return list(got[0]), list(got[1])
-        if conf is not None:
-            raw = conf[i][:k]
-            keys = [conf_bin(c) for c in raw]
-            rate = getattr(self.confident, self._rate)
-            return running_product([rate(b, j, c) for j, (b, c) in enumerate(zip(keys, raw))]), keys
-        return running_product([KEYED_PRIOR] * k), [0] * k
-
-    def best_keyed(self, depth: int) -> list[float]:
-        """Per position 1..depth, the highest survival any key of a keyed draft has there."""
-        keys = {k for k, _ in self.keyed.reached} | {1, 2, 3}
+    def best_keyed(self, depth: int, keys) -> list[float]:
+        """Per position 1..depth, the highest survival any of these keys has there (plain rates: the
+        caller multiplies many rows' bounds, where optimism would compound)."""
+        self._pull()
         best = [0.0] * depth
         for key in keys:
-            for j, s in enumerate(running_product([self.keyed.optimistic(key, j, KEYED_PRIOR) for j in range(depth)])):
+            for j, s in enumerate(running_product([self.keyed.rate(key, j, KEYED_PRIOR) for j in range(depth)])):
                 best[j] = max(best[j], s)
         return best
 
     def observe(self, prop, verified: list[int], accepted: list[int], chosen: list[bool],
                 after: Hindsight | None) -> None:
-        """Acceptance per position from the step's verdicts, one update per (key, position). A keyed draft's
-        key is its proposal's, so rows of any policy teach; a model draft's bins come from this budget's
-        own selection (`chosen` rows)."""
+        """Acceptance per position from the step's `chosen` rows' verdicts, one update per (key, position).
+        A keyed draft's key is its proposal's (any row can teach); a model draft's bins come from this
+        budget's own selection."""
         keyed = prop.keys is not None
         table = self.keyed if keyed else self.confident
         drafts = after.drafts.tolist() if after is not None else None
@@ -220,11 +215,18 @@ class Survival:
         if self.learnt is not None and seen:
             self.learnt.add(keyed, seen)
         self._since_pull += 1
-        self.pull()
 
     def forget(self) -> None:
         self.confident.forget(FORGET)
         self.keyed.forget(FORGET)
+
+
+def _keyed_row(key: int, k: int, rate, memo: dict) -> tuple[list[float], list[int]]:
+    """A keyed row's survival by position: a function of its key and depth, once per step."""
+    got = memo.get((key, k))
+    if got is None:
+        got = memo[(key, k)] = (running_product([rate(key, j, KEYED_PRIOR) for j in range(k)]), [key] * k)
+    return list(got[0]), list(got[1])
 
 
 def _tally(seen: dict, key: int, pos: int, kept: bool) -> None:

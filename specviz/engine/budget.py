@@ -28,7 +28,9 @@ synthetic) are a fixed function of the context, so every row may use this step's
 How deep rows draft: a free draft drafts the full depth, except where no plan could verify any draft
 whatever it is (`could_verify`); a draft that costs a pass per position, as `DraftDepth` decides.
 
-Ownership: the engine owns one `Budget` and calls it from the thread that steps the batch.
+Ownership: one thread at a time: the engine's that steps the batch, or a benchmark arm's budget handed from
+one engine to the next (never two at once). What it shares with the pair's other engines it shares through
+`specviz.engine.learnt`, under a lock.
 """
 from __future__ import annotations
 
@@ -118,7 +120,7 @@ class Budget:
         if not any(ctx.budgeted):
             return DraftPlan(_clip(depths, ctx.room))
         if drafter.free:
-            if all(ctx.budgeted) and not self.could_verify(ctx.room, ctx.waiting, max(depths)):
+            if all(ctx.budgeted) and not self.could_verify(ctx.room, ctx.waiting, max(depths), drafter.keys):
                 depths = [0] * ctx.rows       # no plan could verify a draft: draft none
             return DraftPlan(_clip(depths, ctx.room))
         backlog = drafter.backlogs(ctx.seqs)
@@ -135,7 +137,7 @@ class Budget:
         floor = self.drafting.floor(self.cutoff)
         return DraftPlan(depths, [floor if b else None for b in ctx.budgeted], True)
 
-    def could_verify(self, remaining: list[int], waiting: bool, depth: int) -> bool:
+    def could_verify(self, remaining: list[int], waiting: bool, depth: int, keys=(1, 2, 3)) -> bool:
         """Before drafting a free draft, every row under this budget: could the last row's plan verify any
         level, whatever the drafts turn out to be? Each row's survival at a position is at most the best any
         key has there, so level l succeeds with probability at most the product of those bounds over the
@@ -148,9 +150,9 @@ class Budget:
         verify = self.verify.table(rows)
         ovh = [t.at(rows) for t in (self.overhead, self.overhead_plain) if t]
         plain_s = self.overhead_plain.at(rows) if self.overhead_plain else (ovh[0] if ovh else 0.0)
-        base = 1.0 / max(plain_s + verify.at(rows), 1e-9)
+        base = 1.0 / max(plain_s + verify.explore(rows), 1e-9)
         cheapest = min(ovh, default=0.0)
-        best = self.survival.best_keyed(depth)
+        best = self.survival.best_keyed(depth, keys)
         top = max(remaining)
         gaps = [top - r for r in remaining]
         progress = 1.0
@@ -185,27 +187,27 @@ class Budget:
         last row nearest per second (`_class_plan`). `sampled` rows with a model draft keep the slots above
         the previous step's cut-off (see Exactness). `fixed_s`: the draft seconds."""
         lengths = prop.lengths.tolist()
-        survivals = self.survival.of_step(prop, chosen)
+        plain = self.survival.of_step(prop, chosen)
         fixed_tokens = rows + sum(k for k, c in zip(lengths, chosen) if not c)
-        for i in survivals:
+        for i in plain:
             lengths[i] = 0
         if prop.keys is None:      # the mean survival by position prices a model draft's depth only
-            self.drafting.learn(survivals)
-        gaps = None if waiting or remaining is None else class_gaps(remaining, survivals)
+            self.drafting.learn(plain)
+        gaps = None if waiting or remaining is None else class_gaps(remaining, plain)
         if gaps is not None and self._below_knee(fixed_tokens, rows):
             gaps = None               # below the knee a row running ahead costs the class nothing
-        if gaps is None:
-            # one row's slots at a time: where little was measured, lean towards verifying (a class plan
-            # multiplies many rows' survivals, where optimism would compound, so it keeps the plain rates)
-            survivals = self.survival.of_step(prop, chosen, optimistic=True)
+        # one row's slots at a time: where little was measured, lean towards verifying (a class plan
+        # multiplies many rows' survivals, where optimism would compound, so it keeps the plain rates)
+        survivals = self.survival.of_step(prop, chosen, optimistic=True) if gaps is None else plain
         plan, best = self._plan(prop, survivals, gaps, sampled, lengths, fixed_tokens, rows, fixed_s)
         cutoff = self.cutoff
         for i, n in plan.items():
             lengths[i] += n
-        for i, surv in survivals.items():
+        # sampled model rows: the plain survivals against the previous step's cut-off (one scale in both plans)
+        for i, surv in plain.items():
             if sampled[i] and prop.keys is None:
                 lengths[i] = sum(1 for s in surv if s >= cutoff)
-        self._next_cutoff(survivals, plan, best)
+        self._next_cutoff(plain, plan, best)
         self.survival.forget()
         return Selection(lengths, sum(int(x) for x in prop.lengths.tolist()), sum(lengths), best)
 
@@ -304,7 +306,7 @@ class Budget:
         tokens = rows * (longest + 1) if self.padded else fixed_tokens
         verify = self.verify.table(rows)
         base_s = fixed_s if plain_s is None else plain_s
-        best, best_rate, total = 0, gain / max(base_s + verify.at(tokens), 1e-9), gain
+        best, best_rate, total = 0, gain / max(base_s + verify.explore(tokens), 1e-9), gain
         base_rate = best_rate
         for b, (s, _, i) in enumerate(slots, start=1):
             total += s
@@ -319,8 +321,8 @@ class Budget:
     # --- after verification ----------------------------------------------------------------------
     def learn(self, ctx: StepContext, full, prop, accepted: list[int], next_tokens: list[int],
               verify_s: float, overhead_s: float) -> None:
-        """After the verify pass of a step with rows under this budget: `full` is what was drafted,
-        `prop` what was verified."""
+        """After the verify pass: `full` is what was drafted, `prop` what was verified. A step with rows under
+        this budget teaches the costs and the acceptance; a step without, a keyed draft's acceptance only."""
         verified = prop.lengths.tolist()
         if not any(ctx.budgeted):
             # rows of other policies teach a keyed draft's acceptance too (its key is the proposal's)
@@ -329,7 +331,9 @@ class Budget:
             return
         tokens = ctx.rows * (prop.tokens.shape[1] + 1) if self.padded else ctx.rows + sum(verified)
         after = Hindsight(full.tokens, full.lengths.tolist(), next_tokens, [not s for s in ctx.sampled])
-        self.observe(prop, verified, accepted, ctx.budgeted, ctx.rows, tokens, verify_s, overhead_s, after)
+        # a keyed draft's rows of other policies teach too; a model draft's bins exist for budgeted rows only
+        teach = [True] * ctx.rows if prop.keys is not None else ctx.budgeted
+        self.observe(prop, verified, accepted, teach, ctx.rows, tokens, verify_s, overhead_s, after)
 
     def observe(self, prop, verified: list[int], accepted: list[int], chosen: list[bool], rows: int,
                 tokens: int, verify_s: float, overhead_s: float, after: Hindsight | None = None) -> None:

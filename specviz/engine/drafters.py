@@ -68,10 +68,12 @@ class Drafter(Protocol):
     - `backlogs(seqs)`: per row, the tokens it would feed a draft model before drafting (0 for a free draft).
 
     `free`: drafting runs no forward pass (n-gram, synthetic), so adaptive verification drafts the full
-    depth; otherwise it prices each position's pass (`specviz.engine.draftdepth`).
+    depth; otherwise it prices each position's pass (`specviz.engine.draftdepth`). `keys`: the keys a free
+    draft's proposals carry (`Proposal.keys`), whose acceptance adaptive verification learns.
     """
 
     free: bool
+    keys: tuple[int, ...]
     label: str
 
     def admit(self, seqs: list[list[int]], tags: list | None = None) -> tuple[float, PassCost]: ...
@@ -91,6 +93,7 @@ class Drafter(Protocol):
 
 class ModelDrafter:
     free = False
+    keys: tuple[int, ...] = ()          # its confidences say how sure it is: no keys
 
     def __init__(self, model, spec: ModelSpec, device, dtype, vocab: int,
                  layer_map: dict[int, int] | None = None, n_layers: int | None = None, label: str = "",
@@ -229,6 +232,7 @@ class NgramDrafter:
 
     def __init__(self, device, max_ngram: int = 3):
         self.device, self.max_ngram = device, max_ngram
+        self.keys = tuple(range(1, max_ngram + 1))     # a draft's key is the match length it came from
 
     def admit(self, seqs, tags=None):
         return 0.0, ZERO_COST

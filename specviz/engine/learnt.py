@@ -20,7 +20,6 @@ class Learnt:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._tables = {False: AcceptanceTable(), True: AcceptanceTable(pooled=True)}
-        self.steps = 0                 # steps added so far (a reader's cue that the copy it holds is old)
 
     def add(self, keyed: bool, seen: dict[tuple[int, int], list[int]]) -> None:
         """One step's tallies: (key, position) → [reached, kept]."""
@@ -29,7 +28,6 @@ class Learnt:
             table.forget(FORGET)
             for (key, j), (n, kept) in seen.items():
                 table.observe_many(key, j, n, kept)
-            self.steps += 1
 
     def copy(self) -> tuple[AcceptanceTable, AcceptanceTable]:
         """(confident, keyed): copies the caller owns."""

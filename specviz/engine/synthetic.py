@@ -27,7 +27,7 @@ from specviz.engine.drafters import Proposal
 from specviz.engine.request import Knobs, RowTag
 from specviz.hardware.roofline import ZERO_COST
 
-SYNTHETIC_KEY = 1        # the one key adaptive verification learns a synthetic draft's acceptance under
+SYNTHETIC_KEYS = 100     # a synthetic draft at A learns under key SYNTHETIC_KEYS + round(100 A): the dial may move
 _MASK = (1 << 64) - 1
 _WRONG = 0x5DEECE66D     # salts the coin that picks which wrong token a rejected position gets
 
@@ -48,10 +48,18 @@ class SyntheticDrafter:
 
     def __init__(self, rate: float, vocab: int, device):
         self.rate, self.vocab, self.device = float(rate), int(vocab), device
-        self.label = f"synthetic:{self.rate:g}"
         self.realigned = 0                 # rows whose output left their reference, over this drafter's life
         self.unreferenced = 0              # rows asked to draft without a reference (they draft nothing)
         self.reset()
+
+    @property
+    def label(self) -> str:
+        return f"synthetic:{self.rate:g}"
+
+    @property
+    def keys(self) -> tuple[int, ...]:
+        """One key per dial setting: what adaptive verification learnt at one A says nothing about another."""
+        return (SYNTHETIC_KEYS + round(100 * self.rate),)
 
     def reset(self) -> None:
         self.tags: list[RowTag | None] = []
@@ -82,10 +90,10 @@ class SyntheticDrafter:
         tokens = torch.tensor([d + [0] * (K - len(d)) for d in drafts], dtype=torch.long).reshape(len(seqs), K)
         lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)
         return Proposal(tokens.to(self.device), lengths.to(self.device), None, 0, time.perf_counter() - t0,
-                        keys=[SYNTHETIC_KEY] * len(seqs))
+                        keys=list(self.keys) * len(seqs))
 
     def _row(self, i: int, seq: list[int], k: int) -> list[int]:
-        tag = self.tags[i] if i < len(self.tags) else None
+        tag = self.tags[i]
         if k <= 0 or self._left[i]:
             return []
         if tag is None:
