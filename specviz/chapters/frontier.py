@@ -138,6 +138,7 @@ def figure_frontier(result: dict, labels: dict | None = None, dark: bool = False
     fixed depth that bends back turns down and left). Right: accepted length per arm against users."""
     L = labels_for("frontier", labels)
     lang = L.get("_lang", lessons.DEFAULT_LANG)
+    sep = lessons.template(lang, "app.list_separator")       # the reader's comma in the tooltip
     fig = make_subplots(rows=1, cols=2, column_widths=[0.6, 0.4], horizontal_spacing=0.16,
                         subplot_titles=(L["panel_frontier"], L["panel_accepted"]))
     fig.update_annotations(font_size=12)      # the panel titles: two short lines each, readable on a phone
@@ -151,8 +152,8 @@ def figure_frontier(result: dict, labels: dict | None = None, dark: bool = False
                                  mode="lines+markers+text" if bold else "lines+markers", name=name,
                                  legendgroup=code, line=line, text=tags,
                                  textposition="top center", textfont=dict(size=10),
-                                 hovertemplate=name + ": %{text}, %{y:.1f} " + L["axis_total"] + ", %{x:.1f} "
-                                 + L["axis_per_user"] + "<extra></extra>"), row=1, col=1)
+                                 hovertemplate=name + ": %{text}" + sep + "%{y:.1f} " + L["axis_total"] + sep
+                                 + "%{x:.1f} " + L["axis_per_user"] + "<extra></extra>"), row=1, col=1)
         fig.add_trace(go.Scatter(x=[p["users"] for p in pts], y=[p["accepted_length"] for p in pts],
                                  mode="lines+markers", name=name, legendgroup=code, showlegend=False, line=line,
                                  hovertemplate=name + ": %{y:.2f}<extra></extra>"), row=1, col=2)
