@@ -127,3 +127,26 @@ def test_a_row_without_a_reference_drafts_nothing_and_is_counted(make_pair, prom
 def test_the_drafter_is_free_and_keyed():
     d = SyntheticDrafter(0.5, 100, "cpu")
     assert d.free and d.backlogs([[1, 2], [3]]) == [0, 0]
+
+
+@pytest.mark.parametrize("policy", ["fixed", "adaptive-verification"])
+def test_eight_clients_at_once_through_the_shared_scheduler_are_exact(make_pair, prompts, reference, policy):
+    """Eight users, each a request submitted from its own thread at the same moment, share one batch: every
+    row equals the target's own greedy output, whatever shares its steps."""
+    from specviz.limits import Limits
+    from specviz.serve.workload import class_reference, shared_scheduler, users_at_once
+
+    pair = make_pair("synthetic:0.7", compile="static")
+    mine = [prompts[i % len(prompts)] for i in range(8)]
+    sched = shared_scheduler(pair, Limits(max_rows_per_user=1, max_shared_rows=8, max_queue=8))
+    try:
+        refs, _ = class_reference(sched, mine, MAX_NEW)
+        _, runs = users_at_once(sched, [Request([p], Knobs(6, 1, make_policy(policy)), MAX_NEW, seed=i,
+                                                references=refs) for i, p in enumerate(mine)])
+    finally:
+        sched.close()
+    assert all(r.error is None for r in runs)
+    assert max(r.totals.shared_batch_max for r in runs) > 1            # they did share steps
+    for i, r in enumerate(runs):
+        assert r.outputs == reference(i % len(prompts), MAX_NEW), i
+    assert sum(r.totals.accepted for r in runs) > 0
