@@ -16,10 +16,10 @@ from specviz.chapters.base import Context
 from specviz.engine.request import Knobs
 from specviz.ui import lesson
 
-DIAL_CHAPTERS = ("breadth_depth", "sweep", "frontier")
+DIAL_CHAPTERS = ("breadth_depth", "sweep", "frontier", "ledger")
 
 
-def test_the_dial_chapters_are_breadth_depth_sweep_and_frontier():
+def test_the_dial_chapters_are_breadth_depth_sweep_frontier_and_ledger():
     assert {k for k, c in BY_KEY.items() if c.dial} == set(DIAL_CHAPTERS)
 
 
