@@ -222,6 +222,41 @@ def test_ngram_rows_draft_nothing_where_no_plan_could_verify_a_draft(make_pair, 
     assert sum(ev.slots_drafted for ev in events) == 0
 
 
+def test_a_budget_shut_off_by_slow_readings_retries_and_waits_longer_each_time():
+    """A few slow readings above a size (a busy moment) once kept keyed drafts off for whole cells: with
+    nothing verified nothing above that size is measured again. After RETRY_FIRST plain steps the budget
+    forgets them and the (flat) profile prices verifying again; a retry that ends in another shut-off
+    doubles the wait; steps that verify bring it back."""
+    from specviz.engine.budget import RETRY_FIRST, RETRY_MAX, Retries
+    from specviz.engine.costs import RECENT
+    b = Budget(verify_seed={1: 0.010, 4: 0.010, 8: 0.0105, 16: 0.011, 64: 0.3})   # flat to 16 tokens
+    assert b.could_verify([20] * 4, False, 4)
+    plain = _proposal([[]] * 4)
+
+    def step(tokens: int, seconds: float) -> None:
+        b.observe(plain, [0] * 4, [0] * 4, [True] * 4, 4, tokens, seconds, 0.001)
+    for _ in range(RECENT):
+        step(8, 0.030)                 # verifying one draft a row read 3× the plain pass
+    step(4, 0.010)
+    assert not b.could_verify([20] * 4, False, 4)
+    for _ in range(RETRY_FIRST - 2):
+        step(4, 0.010)
+    assert not b.could_verify([20] * 4, False, 4), "forgot before RETRY_FIRST plain steps"
+    step(4, 0.010)
+    assert b.could_verify([20] * 4, False, 4), "still shut off after RETRY_FIRST plain steps"
+    r = Retries()
+    waits = []
+    for _ in range(6):
+        n = 1
+        while not r.step(4, False):
+            n += 1
+        waits.append(n)
+    assert waits == [min(RETRY_FIRST << i, RETRY_MAX) for i in range(6)]
+    for _ in range(RETRY_MAX):
+        assert not r.step(4, True)     # verifying: no retry, and the wait goes back to RETRY_FIRST
+    assert sum(1 for _ in iter(lambda: r.step(4, False), True)) + 1 == RETRY_FIRST
+
+
 class ProbingDepth(DraftDepth):
     """Every step is a probe (one position, past the survival stop) while `on`; then the whole depth."""
 

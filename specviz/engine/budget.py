@@ -47,6 +47,12 @@ BASE_MARGIN = 1.15       # … when B* promised less than this × the rate of ve
 # step ahead: a small class whose pass is still nearly flat verified a fifth of what a fixed depth did
 # there and fell behind it, where rows that ran ahead would have left cheaper passes to the rest.
 FREE_SHARE = 0.25
+# A budget that verifies nothing at a batch size measures nothing above it, so a few slow readings there
+# (a busy moment) kept drafting off for whole cells. After RETRY_FIRST such steps in a row it forgets what it
+# measured above that size (the warm-up profile and optimism price it again); a retry that ends in another
+# shut-off doubles the wait, up to RETRY_MAX, and as many steps that verify drafts bring it back.
+RETRY_FIRST = 16
+RETRY_MAX = 256
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,7 @@ class Budget:
         self.drafting = DraftDepth(self.verify, self.overhead, draft_seed)
         self.cutoff = 0.0                  # survival of the last slot chosen in the previous step
         self._base_age: dict[int, int] = {}   # rows → steps since a pass of exactly `rows` tokens was timed
+        self._retries = Retries()
 
     # --- before drafting ---------------------------------------------------------------------------
     def plan_drafts(self, ctx: StepContext, drafter) -> DraftPlan:
@@ -345,7 +352,30 @@ class Budget:
             if tokens == rows:
                 self._base_age[rows] = 0
         (self.overhead_plain if tokens == rows else self.overhead).observe(rows, overhead_s)
+        if tokens and self._retries.step(rows, tokens > rows):
+            self.verify.forget_above(rows, rows)
         self.drafting.observe(prop, rows, prop.seconds + verify_s + overhead_s)
+
+
+class Retries:
+    """Per batch size: the steps in a row that verified nothing (or drafts), and the wait before a retry."""
+
+    def __init__(self) -> None:
+        self.idle: dict[int, int] = {}
+        self.busy: dict[int, int] = {}
+        self.wait: dict[int, int] = {}
+
+    def step(self, rows: int, verified: bool) -> bool:
+        """Count one step at `rows`; True when the costs above `rows` should be forgotten now."""
+        wait = self.wait.get(rows, RETRY_FIRST)
+        mine, other = (self.busy, self.idle) if verified else (self.idle, self.busy)
+        other[rows] = 0
+        mine[rows] = mine.get(rows, 0) + 1
+        if mine[rows] < wait:
+            return False
+        mine[rows] = 0
+        self.wait[rows] = RETRY_FIRST if verified else min(2 * wait, RETRY_MAX)
+        return not verified
 
 
 def _probe_one(depths: list[int], budgeted: list[bool], backlog: list[int]) -> list[int]:

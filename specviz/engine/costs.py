@@ -79,6 +79,15 @@ class CostTable:
     def __bool__(self) -> bool:
         return bool(self.seed or self.seen)
 
+    def forget_above(self, size: int) -> None:
+        """Drop what was observed above `size`: those sizes are priced from the scaled seed again, and
+        above the largest size still observed with EXPLORE_SHARE's optimism (`Budget` retries)."""
+        for n in [n for n in self.seen if n > size]:
+            del self.seen[n], self._recent[n]
+            self._last.pop(n, None)
+        self._largest = max(self.seen, default=0)
+        self._fit = None
+
     def at(self, size: int) -> float:
         xs, ys = self._fitted()
         if not xs:
@@ -157,6 +166,12 @@ class RowCosts:
     def observe(self, rows: int, tokens: int, seconds: float) -> None:
         c = self.row_class(rows)
         self.tables.setdefault(c, CostTable(seed=dict(self.seed))).observe(tokens, seconds)
+
+    def forget_above(self, rows: int, tokens: int) -> None:
+        """`CostTable.forget_above` on the table of this row class (not one it borrows)."""
+        table = self.tables.get(self.row_class(rows))
+        if table is not None:
+            table.forget_above(tokens)
 
     def table(self, rows: int) -> CostTable:
         """The table a step of `rows` rows is priced from (looked up once per step, not once per slot)."""
