@@ -3,7 +3,7 @@ an engine of its own, output identical to the target's own, the door's refusals)
 the shared batch; and in a real browser, the live pass-time chart's dot crossing the knee when the batch
 goes from 1 to 16 mid-run (screenshots in English and Persian under /tmp)."""
 import pytest
-from apphelp import start_app, stop_app
+from apphelp import client, start_app, stop_app
 from test_app import _wait_status, browser_page, needs_chromium
 from test_zerogpu import zero_app  # noqa: F401 (a fixture)
 
@@ -19,18 +19,12 @@ def app_url(tiny_paths, tmp_path_factory):
     stop_app(proc)
 
 
-def _client(url):
-    from gradio_client import Client
-
-    return Client(url, verbose=False)
-
-
 def _dial(model: str) -> str:
     return lessons.text("en", "pairs.synthetic_label", model=model)
 
 
 def test_a_synthetic_run_is_the_targets_own_output_on_an_engine_of_its_own(app_url, tiny_paths, greedy):
-    c = _client(app_url)
+    c = client(app_url)
     final = c.predict("the quick brown", _dial(tiny_paths["target"]), 3, 4, "fixed", 8, 0, 40, False, 0.8,
                       api_name="/generate")[-1]
     assert final["done"] and not final["stopped"] and not final["error"]
@@ -51,7 +45,7 @@ def test_a_synthetic_run_is_the_targets_own_output_on_an_engine_of_its_own(app_u
 def test_the_door_refuses_sampling_and_a_bad_dial_in_one_sentence(app_url, tiny_paths):
     from gradio_client.exceptions import AppError
 
-    c = _client(app_url)
+    c = client(app_url)
     with pytest.raises(AppError, match="temperature 0 only") as err:
         c.predict("the quick", _dial(tiny_paths["target"]), 1, 2, "fixed", 8, 0.7, 8, False, 0.8,
                   api_name="/generate")
@@ -67,7 +61,7 @@ def test_the_door_refuses_sampling_and_a_bad_dial_in_one_sentence(app_url, tiny_
 
 def test_a_synthetic_run_and_a_shared_one_at_once(app_url, tiny_paths, greedy):
     """Two clients at once: one synthetic (its own engine), one on the shared batch; both exact."""
-    a, b = _client(app_url), _client(app_url)
+    a, b = client(app_url), client(app_url)
     ja = a.submit("a small draft model", _dial(tiny_paths["target"]), 2, 3, "fixed", 8, 0, 48, True, 0.5,
                   api_name="/generate")
     jb = b.submit("memory bound decode", f"layerskip:1-2 → {tiny_paths['target']}", 2, 3, "fixed", 8, 0, 48, True,
