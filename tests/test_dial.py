@@ -4,19 +4,11 @@ the shared batch; and in a real browser, the live pass-time chart's dot crossing
 goes from 1 to 16 mid-run (screenshots in English and Persian under /tmp)."""
 import pytest
 from apphelp import client, start_app, stop_app
-from test_app import _wait_status, browser_page, needs_chromium
+from test_app import _wait_status, app_url, browser_page, needs_chromium  # noqa: F401 (app_url: a fixture, one app per module)
 from test_zerogpu import zero_app  # noqa: F401 (a fixture)
 
 from specviz import lessons
 from specviz.serve.catalog import OFFLINE_MODEL, offline_model_installed
-
-
-@pytest.fixture(scope="module")
-def app_url(tiny_paths, tmp_path_factory):
-    log = tmp_path_factory.mktemp("dial") / "app.log"
-    proc, url = start_app(tiny_paths["target"], "layerskip:1-2", log)
-    yield url
-    stop_app(proc)
 
 
 def _dial(model: str) -> str:
