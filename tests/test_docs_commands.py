@@ -183,3 +183,18 @@ def test_the_guide_says_which_commands_take_compile():
     has = {c for c in subcommands() if re.search(r"(?<![\w-])--compile(?![\w-])", help_text(c))}
     assert said_with == has, (said_with, has)
     assert said_without == set(subcommands()) - has, (said_without, set(subcommands()) - has)
+
+
+def test_the_guides_settings_table_names_every_variable_the_code_reads():
+    """Each "SPECVIZ_…" string in specviz/ and app.py (what the code looks up) has a row in the guide's
+    settings table, and each row names a variable the code still reads."""
+    guide = (ROOT / "docs/GUIDE.md").read_text(encoding="utf-8")
+    table = guide.split("## Settings", 1)[1].split("\n## ", 1)[0]
+    rows = {v for line in table.splitlines() if line.startswith("| `")
+            for v in re.findall(r"`(SPECVIZ_[A-Z0-9_]+)`", line.split("|")[1])}
+    sources = [*(ROOT / "specviz").rglob("*.py"), ROOT / "app.py"]
+    read = {v for p in sources for v in re.findall(r"[\"'](SPECVIZ_[A-Z0-9_]+)[\"']", p.read_text(encoding="utf-8"))}
+    assert read, "no SPECVIZ_ variables found: the pattern above no longer matches the code"
+    assert not read - rows, f"missing from the guide's settings table: {sorted(read - rows)}"
+    tests_only = {v for v in rows - read if v.startswith("SPECVIZ_TEST_")}
+    assert not rows - read - tests_only, f"the guide lists variables the code no longer reads: {sorted(rows - read - tests_only)}"
