@@ -11,7 +11,8 @@ It checks, in fp32 with TF32 off (so greedy exactness is a meaningful test): tha
 give the target's own greedy tokens (n-gram and layer-skip drafts, padded rows and depths); that two
 threads and the shared scheduler's thread (recreated after idling, the failure of inductor's cudagraph
 trees) replay the same graphs, taking turns; that the arena keeps its addresses; and that the compiled
-forward compiles at warm-up only. Then, in bf16 on the 1.7B shape, it prints (never asserts) a one-token
+forward compiles at warm-up only; in bf16, that padding rows put no NaN in the arena (and which attention
+kernels ran). Then, in bf16 on the 1.7B shape, it prints (never asserts) a one-token
 pass on the graph path against the stock modules, and the counters.
 """
 from __future__ import annotations
@@ -169,6 +170,43 @@ def check_compiled_forward(ctx: Ctx) -> None:
     print(f"  compiled forward: {st.compiles} compilations at warm-up, none after ({time.perf_counter() - t0:.1f} s)")
 
 
+def check_bf16_padding_stays_finite(ctx: Ctx) -> None:
+    """In bf16, where the GPU's own attention kernel serves: 3 rows in a 4-row bucket (a padding row that
+    has no slot of its own to see but its own), twice on one pair so the second batch reuses the arena's
+    rows. No NaN may reach the arena or the logits."""
+    from specviz.engine.request import Knobs
+    from specviz.pairs.models import load_model
+    from specviz.pairs.pipeline import load_pair
+
+    half = load_model(ctx.paths["target"], DEVICE)
+    half = replace(half, model=half.model.to(torch.bfloat16), dtype=torch.bfloat16)
+    os.environ["SPECVIZ_GRAPH_BUCKETS"] = SMALL
+    pair = load_pair(ctx.paths["target"], "ngram", DEVICE, target=half, compile="on")
+    runner = pair.fast.runners[0]
+    for batch in (3, 2):
+        eng = pair.engine()
+        list(eng.generate(ctx.prompts, Knobs(depth=4, batch_size=batch), MAX_NEW))
+        assert all(len(out) == MAX_NEW for out in eng.outputs().values())
+        assert all(torch.isfinite(t).all() for t in runner.keys + runner.values), "NaN in the arena"
+    assert runner.stats().replays > 0
+    print(f"  bf16 padding: arena finite after batches of 3 and 2; attention: {_attention_kernels()}")
+
+
+def _attention_kernels() -> str:
+    """Which kernels SDPA runs here for a bf16 block with an additive mask (names from the profiler)."""
+    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity, profile
+
+    q = torch.randn(4, 8, 5, 64, device=DEVICE, dtype=torch.bfloat16)
+    kv = torch.randn(4, 8, 256, 64, device=DEVICE, dtype=torch.bfloat16)
+    mask = torch.zeros(4, 1, 5, 256, device=DEVICE, dtype=torch.bfloat16)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if CUDA else [])
+    with profile(activities=acts) as prof:
+        F.scaled_dot_product_attention(q, kv, kv, attn_mask=mask)
+    names = {e.name for e in prof.events() if any(w in e.name.lower() for w in ("attention", "fmha", "cudnn", "flash"))}
+    return ", ".join(sorted(names)[:4]) or "?"
+
+
 def report_timing() -> None:
     """Printed, not asserted: a one-token pass (context 256) replayed vs the stock modules, 1.7B shape."""
     from specviz.fastpath import FastPath, cache_factory, one_token_ms
@@ -189,7 +227,8 @@ def report_timing() -> None:
     print(f"  {fast.graph_stats().line()}")
 
 
-CHECKS = (check_captures_and_exactness, check_threads_and_scheduler, check_compiled_forward)
+CHECKS = (check_captures_and_exactness, check_threads_and_scheduler, check_bf16_padding_stays_finite,
+          check_compiled_forward)
 
 
 # --- pytest ------------------------------------------------------------------------------------------------

@@ -8,9 +8,10 @@ Design (why it looks like this):
   slot j iff j is valid for row b and j ≤ L + t (causal in slot order). Holes are invisible, so a
   row's logits equal those of its clean sequence. No slot of one row is ever visible to another row.
 - Explicit `position_ids` count only valid tokens, so RoPE positions match the clean sequence.
-- Masked positions use the dtype's finite minimum, not −inf: a query whose every key is masked (a
-  left-pad slot at prefill) then gets a uniform softmax instead of NaN, and no NaN enters the cache
-  (0 × NaN is NaN, which would poison every later step even behind a mask).
+- No query is ever fully masked: each sees its own slot too (`attention_bias`). A padding query (a
+  left-pad slot at prefill, a hole) has no valid slot to see, and a fused GPU kernel gives a query that
+  sees nothing NaN; NaN in the cache poisons its row even behind a mask (0 × NaN is NaN). A real query
+  already sees its own slot, and a padding query's output is never read, so no real output changes.
 - Holes grow L by up to k slots a step; `compact()` gathers each row's valid slots and re-pads on the
   left, so memory and attention cost stay bounded over long runs.
 - Rows leave (`select`) and join (`merge`) between steps; both are batch-dimension gathers/concats.
@@ -21,6 +22,18 @@ import time
 
 import torch
 from transformers import DynamicCache
+
+
+def attention_bias(vis: torch.Tensor, slots: torch.Tensor, dtype, seen: torch.Tensor | None = None) -> torch.Tensor:
+    """Additive mask [R, 1, T, S] for a block whose T queries sit at `slots` [T], over rows whose visible
+    slots are `vis` [R, S]: query t sees the visible slots up to its own, and its own slot always (never a
+    fully masked query, see above). `seen`: arange(S), when the caller keeps one (a captured graph)."""
+    seen = torch.arange(vis.shape[1], device=vis.device) if seen is None else seen
+    causal = seen[None, :] <= slots[:, None]                                          # [T, S]
+    own = seen[None, :] == slots[:, None]
+    allowed = (vis[:, None, :] & causal[None]) | own[None]                            # [R, T, S]
+    bias = torch.zeros(allowed.shape[0], 1, *allowed.shape[1:], dtype=dtype, device=vis.device)
+    return bias.masked_fill_(~allowed[:, None], torch.finfo(dtype).min)
 
 
 class RemappedCache(DynamicCache):
@@ -128,12 +141,7 @@ class RaggedCache(SlotValidity):
 
         Only built when some slot is a hole; without holes the model's own causal path (mask None)
         computes the same thing and lets SDPA use its faster causal kernels."""
-        B = all_valid.shape[0]
-        slot = torch.arange(L + T, device=self.device)
-        causal = slot[None, :] <= (L + torch.arange(T, device=self.device))[:, None]  # [T, L+T]
-        allowed = causal[None, :, :] & all_valid[:, None, :]                          # [B, T, L+T]
-        mask = torch.zeros(B, 1, T, L + T, dtype=self.dtype, device=self.device)
-        return mask.masked_fill_(~allowed[:, None], torch.finfo(self.dtype).min)
+        return attention_bias(all_valid, torch.arange(L, L + T, device=self.device), self.dtype)
 
     def _layers(self):
         # initialised layers hold [B, heads, L, dim] tensors (B may be 0 after every row left)

@@ -61,10 +61,13 @@ class Buckets:
         return max(self.tokens + self.wide)
 
     def shapes(self) -> list[Shape]:
-        """Every captured shape, largest first (it sizes the shared memory pool the others reuse)."""
+        """Every captured shape in capture order: the largest first (it sizes the shared memory pool the
+        others reuse), then the rest smallest first, so a warm-up cut short by `budget_s` leaves out the
+        large shapes a class rarely reaches, not the one-row decode shapes every step uses."""
         grid = [Shape(r, t, s) for r in self.rows for t in self.tokens for s in self.slots if t <= s]
         grid += [Shape(1, t, s) for t in self.wide for s in self.slots if t <= s]
-        return sorted(grid, key=lambda sh: (sh.rows * sh.tokens * sh.slots, sh), reverse=True)
+        grid.sort(key=lambda sh: (sh.rows * sh.tokens * sh.slots, sh))
+        return grid[-1:] + grid[:-1]
 
     def pick(self, rows: int, tokens: int, length: int) -> Shape | None:
         """The smallest bucket for a block of `tokens` per row over `rows` rows appended to a cache of

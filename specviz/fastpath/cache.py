@@ -9,8 +9,8 @@ What is static, and why:
   L + T used slots, so fewer rows would save memory only, and a reallocation is paid again in page
   faults by the next batch. Passes are unpadded here: padding is real arithmetic.
 - Padding queries and hole slots are hidden by the validity mask. Every query attends with an additive
-  mask; a fully masked query gets a uniform softmax over finite values, never NaN (buffers start as
-  zeros and only ever receive finite keys/values).
+  mask that lets it see its own slot at least (`kvcache.attention_bias`), so no attention kernel
+  returns NaN and buffers only ever receive finite keys/values.
 - Logical bookkeeping (valid [B, L], n_valid [B], positions counting valid slots only) is the same as
   RaggedCache's.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from specviz.engine.kvcache import SlotValidity
+from specviz.engine.kvcache import SlotValidity, attention_bias
 from specviz.fastpath.llama import CompactLlama
 
 CHUNK = 256          # slots added when the buffers grow (fewer distinct shapes than growing by one)
@@ -146,14 +146,11 @@ class StaticCache(SlotValidity):
         return [b[:rows, :, :slots] for b in self.kbufs], [b[:rows, :, :slots] for b in self.vbufs]
 
     def _bias(self, all_valid: torch.Tensor, slots: torch.Tensor, R: int, S: int) -> torch.Tensor:
-        """Additive mask [R, 1, T, S]: query at slot s sees valid slots ≤ s; padding sees nothing."""
+        """Additive mask [R, 1, T, S]: query at slot s sees valid slots ≤ s, and s itself."""
         B, LT = all_valid.shape
         vis = torch.zeros(R, S, dtype=torch.bool, device=self.device)
         vis[:B, :LT] = all_valid
-        causal = torch.arange(S, device=self.device)[None, :] <= slots[:, None]                # [T, S]
-        allowed = vis[:, None, None, :] & causal[None, None]                                   # [R, 1, T, S]
-        bias = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
-        return bias.masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        return attention_bias(vis, slots, self.dtype)
 
     # --- bookkeeping between passes (same contracts as RaggedCache) -----------------------------
     def compact(self, min_waste: float = 0.25, min_holes: int = 32) -> bool:

@@ -11,7 +11,9 @@ Here, as in vLLM's model runner:
   inputs (tokens, positions, visible slots, block slots) are allocated once, before capture; a pass
   copies its inputs into them, replays, and reads the output buffer before the next replay;
 - one lock per model (an RLock) serialises replays, the arena's contents and the static buffers, so the
-  scheduler's worker, a lesson's thread and the CLI may each run passes;
+  scheduler's worker, a lesson's thread and the CLI may each run passes. The lock orders the calls; the
+  GPU work keeps that order because every thread issues it on the default stream (a pass run inside
+  `torch.cuda.stream(s)` would need an event before the next replay);
 - warm-up runs each body on a side stream before its capture, the body has no host sync, and capture
   happens at load, with the device to itself (the app's warm-up holds the device gate).
 
@@ -40,6 +42,7 @@ from typing import Callable
 
 import torch
 
+from specviz.engine.kvcache import attention_bias
 from specviz.fastpath.buckets import Buckets, Shape, parse
 from specviz.fastpath.graphcache import GraphCache
 from specviz.fastpath.llama import CompactLlama, decoder_layer
@@ -206,13 +209,12 @@ class GraphRunner:
         tok, pos, vis, slots, out = self._views(sh)
         keys = [k[:sh.rows, :, :sh.slots] for k in self.keys]
         values = [v[:sh.rows, :, :sh.slots] for v in self.values]
-        seen, fwd, low = self.arange[:sh.slots], self._forward, torch.finfo(self.dtype).min
+        seen, fwd = self.arange[:sh.slots], self._forward
 
         def body() -> None:
-            # query t of a row sees the visible slots up to its own (slots[t]); padding rows see none
-            allowed = vis[:, None, None, :] & (seen[None, :] <= slots[:, None])[None, None]   # [R, 1, T, S]
-            bias = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device).masked_fill_(~allowed, low)
-            out.copy_(fwd(tok, pos, bias, slots, keys, values))
+            # query t of a row sees the visible slots up to its own (slots[t]) and its own; a padding row
+            # only its own, so no kernel returns NaN into the arena
+            out.copy_(fwd(tok, pos, attention_bias(vis, slots, self.dtype, seen), slots, keys, values))
         return body
 
     def _capture_all(self) -> float:
@@ -229,8 +231,9 @@ class GraphRunner:
                 self._counts["captures"] += 1
         self._warm = True
         secs = time.perf_counter() - t0
-        log.info("graph path (%s, %s forward): %d shapes captured in %.1f s (rows %s, tokens %s + one-row %s, "
-                 "slots %s); KV arena %.2f GiB", self.backend.kind, self.forward_kind, len(self._replays), secs,
+        log.info("graph path (%s, %s forward): %d shapes captured in %.1f s, %.0f ms a shape (rows %s, tokens %s "
+                 "+ one-row %s, slots %s); KV arena %.2f GiB", self.backend.kind, self.forward_kind,
+                 len(self._replays), secs, 1e3 * secs / max(1, len(self._replays)),
                  self.buckets.rows, self.buckets.tokens, self.buckets.wide, self.buckets.slots,
                  self.arena_bytes / 2**30)
         return secs
