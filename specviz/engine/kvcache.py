@@ -9,9 +9,9 @@ Design (why it looks like this):
   row's logits equal those of its clean sequence. No slot of one row is ever visible to another row.
 - Explicit `position_ids` count only valid tokens, so RoPE positions match the clean sequence.
 - No query is ever fully masked: each sees its own slot too (`attention_bias`). A padding query (a
-  left-pad slot at prefill, a hole) has no valid slot to see, and a fused GPU kernel gives a query that
-  sees nothing NaN; NaN in the cache poisons its row even behind a mask (0 × NaN is NaN). A real query
-  already sees its own slot, and a padding query's output is never read, so no real output changes.
+  left-pad slot at prefill, a hole) has no valid slot to see, and a fused GPU kernel returns NaN for a
+  query that sees nothing; NaN in the cache poisons its row even behind a mask (0 × NaN is NaN). A real
+  query already sees its own slot, and a padding query's output is never read, so no real output changes.
 - Holes grow L by up to k slots a step; `compact()` gathers each row's valid slots and re-pads on the
   left, so memory and attention cost stay bounded over long runs.
 - Rows leave (`select`) and join (`merge`) between steps; both are batch-dimension gathers/concats.
