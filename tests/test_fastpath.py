@@ -592,6 +592,24 @@ def test_fused_norm_and_stacked_matrices_give_the_same_bits():
             assert torch.equal(layout.linear(x, layout.stored(st, name)), sep), name
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_norm_is_transformers_own(dtype):
+    """In bf16 / fp16 our RMSNorm gives transformers' LlamaRMSNorm bit for bit: normalised in fp32, cast
+    back, then scaled (scaling in fp32 before the cast would round once instead of twice, and differ)."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    from specviz.fastpath.llama import rms_norm
+
+    g = torch.Generator().manual_seed(3)
+    ref = LlamaRMSNorm(576, eps=1e-5).to(dtype)
+    with torch.no_grad():
+        ref.weight.copy_(torch.randn(576, generator=g) * 0.3 + 1)
+    for shape in ((1, 1, 576), (4, 9, 576)):
+        x = (torch.randn(*shape, generator=g) * 3).to(dtype)
+        with torch.no_grad():
+            assert torch.equal(rms_norm(x, ref.weight, 1e-5), ref(x))
+
+
 def _t(*rows):
     """times[class][layout] from rows of (stock, colmajor, onednn) seconds."""
     return [dict(zip(("stock", "colmajor", "onednn"), r)) for r in rows]
