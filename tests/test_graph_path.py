@@ -353,6 +353,85 @@ def test_a_compiled_forward_compiles_at_warm_up_only(loaded, prompts, reference,
 
 
 # --- the roofline says where the graph path ends --------------------------------------------------------
+@pytest.mark.parametrize("faster", ["compiled", "eager", "neither: compiling fails"])
+def test_auto_keeps_the_forward_whose_replay_timed_faster(loaded, prompts, reference, monkeypatch, faster):
+    """SPECVIZ_GRAPH_FORWARD=auto (the default): where the backend probes (CUDA), the one-token shape is
+    captured with both forwards and the faster replay's forward serves every shape; where compiling fails
+    the eager one does, with a sentence. The timer is a stand-in (which forward a replay ran decides its
+    milliseconds): what is tested is the choice, not a CPU's speed."""
+    from dataclasses import replace
+
+    from specviz.fastpath import graphs
+    from specviz.fastpath.passes import compact_for
+    from specviz.pairs.pipeline import load_pair
+
+    monkeypatch.setattr(graphs, "COMPILE_BACKEND", "eager")
+    monkeypatch.setattr(graphs.CpuRehearsal, "probes", True)
+    monkeypatch.setenv("SPECVIZ_LAYOUT", "stock")
+    ran = []                                             # which forward each pass ran
+    ms = {"eager": 1.0, "compiled": 2.0} if faster == "eager" else {"eager": 2.0, "compiled": 1.0}
+
+    def timed(self, replay, n):
+        ran.clear()
+        replay()
+        return ms[ran[-1]]
+    monkeypatch.setattr(graphs.CpuRehearsal, "time_ms", timed)
+    real_compiled = graphs.GraphRunner._compiled_forward
+
+    def compiled(self):
+        if faster.startswith("neither"):
+            raise RuntimeError("inductor could not lower this")
+        fwd = real_compiled(self)
+
+        def run(*a, **kw):
+            ran.append("compiled")
+            n = len(ran)
+            out = fwd(*a, **kw)
+            del ran[n:]                       # it calls the compact forward with the layer compiled
+            return out
+        return run
+    monkeypatch.setattr(graphs.GraphRunner, "_compiled_forward", compiled)
+    target = loaded["target"]
+    compact = compact_for(target.model)
+    eager = compact.hidden
+    compact.hidden = lambda *a, **kw: (ran.append("eager"), eager(*a, **kw))[1]
+    small = Buckets(rows=(2,), tokens=(1, 3), slots=(64,), wide=())
+    runner = graphs.GraphRunner(compact, small, "auto")
+    st = runner.stats()
+    want = "eager" if faster != "compiled" else "compiled"
+    assert st.forward == want and st.graphs == len(small.shapes()) and st.compiles_after_warmup == 0, st
+    if faster.startswith("neither"):
+        assert st.choice == "auto: the compiled forward failed (RuntimeError)" and st.compiles == 0
+    else:
+        assert st.choice == ("auto, one-token replay: eager 2.000 ms, compiled 1.000 ms" if want == "compiled"
+                             else "auto, one-token replay: eager 1.000 ms, compiled 2.000 ms")
+        assert f"{want} forward ({st.choice})" in st.line()
+    pair = load_pair(target.ref, "ngram", target=target, compile="off")
+    pair = replace(pair, target_cache=runner.new_cache, fast=FastPath("buckets", graphs=runner.graphs,
+                                                                      runners=(runner,)))
+    ran.clear()
+    before = runner.stats().replays
+    eng = pair.engine()
+    list(eng.generate(prompts[:2], Knobs(depth=2, batch_size=2), 12))
+    replays = runner.stats().replays - before            # each ran the kept forward (prefills run eagerly)
+    assert replays > 0 and ran.count("compiled") == (replays if want == "compiled" else 0)
+    for row, out in eng.outputs().items():
+        assert out == reference(row, 12)
+    assert runner.stats().compiles_after_warmup == 0
+
+
+def test_auto_on_a_cpu_rehearsal_times_nothing_and_keeps_eager(loaded, monkeypatch):
+    from specviz.fastpath import graphs
+    from specviz.fastpath.passes import compact_for
+
+    monkeypatch.setattr(graphs.GraphRunner, "_compiled_forward", lambda self: pytest.fail("compiled on a CPU"))
+    runner = graphs.GraphRunner(compact_for(loaded["draft"].model), Buckets(rows=(1,), tokens=(1,), slots=(32,),
+                                                                             wide=()), "auto")
+    assert runner.stats().forward == "eager" and runner.stats().choice == "" and runner.stats().compiles == 0
+    with pytest.raises(ValueError, match="SPECVIZ_GRAPH_FORWARD must be one of auto, eager, compiled"):
+        graphs.GraphRunner(runner.compact, runner.buckets, "fused")
+
+
 def test_roofline_measures_the_graph_path_and_says_where_it_ends(tiny_paths, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "SPECVIZ_CACHE": str(tmp_path / "c"),
            "SPECVIZ_BUCKETS_ON_CPU": "1", "SPECVIZ_GRAPH_BUCKETS": "rows=1;tokens=1,2,4;slots=32,64;wide=",

@@ -17,12 +17,13 @@ Here, as in vLLM's model runner:
 - warm-up runs each body on a side stream before its capture, the body has no host sync, and capture
   happens at load, with the device to itself (the app's warm-up holds the device gate).
 
-What the graphs run: the compact forward as it is (SPECVIZ_GRAPH_FORWARD=eager, the default), or with
-its decoder layer compiled by inductor at warm-up, dynamic shapes and none of inductor's own CUDA graphs
-(=compiled), then captured. Eager inside a graph already removes the launches, which were the measured
-cost; compiling adds fusion for a longer warm-up (a few compilations: sizes of 1 and equal sizes are
-specialised), and inductor may turn the in-place cache write into a copy of the cache view. The flag is
-there to measure both on a GPU before preferring either.
+What the graphs run (SPECVIZ_GRAPH_FORWARD): the compact forward as it is (=eager), or with its decoder
+layer compiled by inductor at warm-up, dynamic shapes and none of inductor's own CUDA graphs (=compiled),
+then captured. A graph removes the launches' host cost, but each kernel still takes a few µs on the
+device, and compiling fuses a layer's ~20 small kernels into a handful, for a longer warm-up (a few
+compilations: sizes of 1 and equal sizes are specialised). =auto, the default, captures the one-token
+decode shape both ways on a probe pool, times the replays in turns and keeps the faster (the eager
+forward where compiling fails); a CPU rehearsal times nothing and keeps eager.
 
 On a CPU the same machinery runs without CUDA (`CpuRehearsal`): "capturing" runs the body once on the
 static buffers and "replaying" runs it again, so tests exercise the buckets, the padding, the arena and
@@ -34,6 +35,7 @@ import functools
 import gc
 import logging
 import os
+import statistics
 import threading
 import time
 import weakref
@@ -52,7 +54,8 @@ log = logging.getLogger("specviz.fastpath")
 WARM_RUNS = 1             # runs of a body on the capture stream before its capture (cuBLAS, allocator, autotune)
 ARENA_SHARE = 0.5         # the KV arena may take this share of the device's free memory
 COMPILE_BACKEND = "inductor"   # what compiles the graphs' forward with SPECVIZ_GRAPH_FORWARD=compiled
-FORWARDS = ("eager", "compiled")
+FORWARDS = ("auto", "eager", "compiled")
+PROBE_ROUNDS, PROBE_REPLAYS = 3, 10    # auto: rounds of back-to-back replays a forward, taken in turns
 COUNTED = ("captures", "compiles", "captures_after_warmup", "compiles_after_warmup", "replays", "eager_passes",
            "block_tokens", "padded_tokens", "spills")
 
@@ -63,6 +66,7 @@ class GraphStats:
 
     kind: str = ""                   # "cuda" (CUDA graphs) or "cpu" (the rehearsal, no CUDA graphs)
     forward: str = "eager"           # what the graphs run: the compact forward, or it compiled
+    choice: str = ""                 # how auto chose it: both one-token replays, in ms
     graphs: int = 0                  # shapes captured
     captures: int = 0
     compiles: int = 0                # graphs the compiler built for the forward (a graph break makes two)
@@ -85,6 +89,8 @@ class GraphStats:
             a, b = getattr(self, f.name), getattr(other, f.name)
             if f.name in ("kind", "forward"):
                 out[f.name] = a or b
+            elif f.name == "choice":
+                out[f.name] = "; ".join(dict.fromkeys(x for x in (a, b) if x))
             elif f.name.startswith("max_"):
                 out[f.name] = max(a, b)
             else:
@@ -98,7 +104,8 @@ class GraphStats:
         """One line for the CLI: what ran, and that nothing was captured or compiled after warm-up."""
         what = "CUDA graphs" if self.kind == "cuda" else "bucketed shapes on a CPU (no CUDA graphs)"
         pad = f"{self.padded_tokens / self.block_tokens:.2f}×" if self.block_tokens else "-"
-        return (f"{self.graphs} {what}, {self.forward} forward, warm-up {self.warmup_s:.1f} s; "
+        forward = f"{self.forward} forward" + (f" ({self.choice})" if self.choice else "")
+        return (f"{self.graphs} {what}, {forward}, warm-up {self.warmup_s:.1f} s; "
                 f"{self.captures} captures and {self.compiles} compilations, {self.captures_after_warmup} and "
                 f"{self.compiles_after_warmup} after warm-up; {self.replays} replays, {self.eager_passes} passes "
                 f"outside the buckets; padding {pad} the tokens given ({self.padded_tokens} for "
@@ -109,6 +116,7 @@ class CudaCapture:
     """CUDA graphs sharing one memory pool: bodies warm up on a side stream, then are captured there."""
 
     kind = "cuda"
+    probes = True             # auto's forward is chosen by timing replays here
 
     def __init__(self, device):
         self.device = torch.device(device)
@@ -144,11 +152,26 @@ class CudaCapture:
         self._graphs.append(graph)
         return graph.replay
 
+    def fresh(self) -> "CudaCapture":
+        """A backend with a pool of its own: a probe's graphs, freed with it."""
+        return CudaCapture(self.device)
+
+    def time_ms(self, replay: Callable[[], None], n: int) -> float:
+        """Milliseconds a replay over `n` back to back, by the device's own clock (CUDA events)."""
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(n):
+            replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / n
+
 
 class CpuRehearsal:
     """The CPU stand-in for CudaCapture: the same static buffers and shapes, the body simply run."""
 
     kind = "cpu"
+    probes = False            # a CPU's timings say nothing of a GPU's: auto keeps the eager forward
 
     def begin(self) -> None:
         pass
@@ -156,6 +179,15 @@ class CpuRehearsal:
     def capture(self, body: Callable[[], None]) -> Callable[[], None]:
         body()
         return body
+
+    def fresh(self) -> "CpuRehearsal":
+        return CpuRehearsal()
+
+    def time_ms(self, replay: Callable[[], None], n: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            replay()
+        return 1e3 * (time.perf_counter() - t0) / n
 
 
 class GraphRunner:
@@ -177,10 +209,10 @@ class GraphRunner:
         self._counts = dict.fromkeys(COUNTED, 0)
         self._warm, self._inside, self.max_inside = False, 0, 0
         self._replays: dict[Shape, Callable[[], None]] = {}
-        self._forward = self._compiled_forward() if forward == "compiled" else compact.hidden
-        self.forward_kind = forward
         self._allocate()
-        self.warmup_s = self._capture_all()
+        t0 = time.perf_counter()
+        self.forward_kind, self._forward, self.choice = self._choose_forward(forward)
+        self.warmup_s = time.perf_counter() - t0 + self._capture_all()
 
     # --- buffers ------------------------------------------------------------------------------------
     def _allocate(self) -> None:
@@ -205,11 +237,11 @@ class GraphRunner:
                 self.slots[:T], self.out[:R * T].view(R, T, -1))
 
     # --- warm-up --------------------------------------------------------------------------------------
-    def _body(self, sh: Shape) -> Callable[[], None]:
+    def _body(self, sh: Shape, fwd: Callable | None = None) -> Callable[[], None]:
         tok, pos, vis, slots, out = self._views(sh)
         keys = [k[:sh.rows, :, :sh.slots] for k in self.keys]
         values = [v[:sh.rows, :, :sh.slots] for v in self.values]
-        seen, fwd = self.arange[:sh.slots], self._forward
+        seen, fwd = self.arange[:sh.slots], fwd or self._forward
 
         def body() -> None:
             # query t of a row sees the visible slots up to its own (slots[t]) and its own; a padding row
@@ -237,6 +269,33 @@ class GraphRunner:
                  self.buckets.rows, self.buckets.tokens, self.buckets.wide, self.buckets.slots,
                  self.arena_bytes / 2**30)
         return secs
+
+    def _choose_forward(self, forward: str) -> tuple[str, Callable, str]:
+        """(kind, forward, how auto chose it). auto: the one-token decode shape captured with each forward
+        on a probe pool of its own (freed after), replays timed in turns, the faster kept."""
+        if forward != "auto":
+            return forward, self._compiled_forward() if forward == "compiled" else self.compact.hidden, ""
+        if not self.backend.probes:
+            return "eager", self.compact.hidden, ""
+        sh, probe = self.buckets.pick(1, 1, 0), self.backend.fresh()
+        with self.lock, torch.inference_mode():
+            replays = {"eager": (self.compact.hidden, probe.capture(self._body(sh, self.compact.hidden)))}
+            try:
+                fwd = self._compiled_forward()
+                replays["compiled"] = (fwd, probe.capture(self._body(sh, fwd)))
+            except Exception as exc:                  # noqa: BLE001 — any failure to compile leaves eager
+                log.warning("graph path, auto: the compiled forward failed (%s: %s); keeping eager",
+                            type(exc).__name__, exc)
+                return "eager", self.compact.hidden, f"auto: the compiled forward failed ({type(exc).__name__})"
+            ms = {k: [] for k in replays}
+            for _ in range(PROBE_ROUNDS):
+                for k, (_, replay) in replays.items():
+                    ms[k].append(probe.time_ms(replay, PROBE_REPLAYS))
+        med = {k: statistics.median(v) for k, v in ms.items()}
+        best = min(med, key=med.get)
+        choice = "auto, one-token replay: " + ", ".join(f"{k} {v:.3f} ms" for k, v in med.items())
+        log.info("graph path: %s; keeping %s", choice, best)
+        return best, replays[best][0], choice
 
     def _compiled_forward(self):
         """The compact forward with each decoder layer compiled: one small graph serves every layer (the
@@ -296,7 +355,8 @@ class GraphRunner:
     def stats(self) -> GraphStats:
         with self.lock:
             c = dict(self._counts)
-        c.update(kind=self.backend.kind, forward=self.forward_kind, graphs=self.graphs, warmup_s=self.warmup_s,
+        c.update(kind=self.backend.kind, forward=self.forward_kind, choice=self.choice, graphs=self.graphs,
+                 warmup_s=self.warmup_s,
                  arena_bytes=self.arena_bytes, max_rows=self.buckets.max_rows,
                  max_tokens=max((sh.tokens for sh in self._replays if sh.rows == 1), default=0),
                  max_slots=self.buckets.max_slots)
@@ -341,7 +401,7 @@ _RUNNERS_LOCK = threading.Lock()
 def runner_for(model, make_compact: Callable[[], CompactLlama], buckets: Buckets | None = None,
                forward: str | None = None) -> GraphRunner:
     """The model's graph runner, captured on first use (under a lock: one capture at a time)."""
-    forward = forward or os.environ.get("SPECVIZ_GRAPH_FORWARD", "eager").strip().lower() or "eager"
+    forward = forward or os.environ.get("SPECVIZ_GRAPH_FORWARD", "auto").strip().lower() or "auto"
     with _RUNNERS_LOCK:
         mine = _RUNNERS.setdefault(model, {})
         device = next(model.parameters()).device
