@@ -93,6 +93,8 @@ def test_a_failing_hanging_or_late_step_is_reported_and_the_others_go_on(gc, tmp
     monkeypatch.setattr(gc, "MIN_STEP_S", 15)
     late = gc.run_one("d", None, 3, [py, "-c", "print(1)"], plan, NoSamples())
     assert late["status"] == "skipped" and "deadline" in late["error"]
+    blind = gc.run_one("f", "graph", 60, [py, "-c", "print(1)"], plan, NoSamples(), None, gc.NO_BASIS)
+    assert blind["status"] == "skipped" and blind["error"] == "skipped: " + gc.NO_BASIS
     fine = gc.run_one("e", "eager", 60, [py, "-c", "print('x'); print('{\"identical\": true, \"graphs\": 3}')"],
                       plan, NoSamples())
     assert fine["status"] == "passed" and fine["result"] == {"identical": True, "graphs": 3}
@@ -116,8 +118,9 @@ def test_goals_read_the_issue_targets_from_the_steps(gc):
     assert not any(g["goal"].startswith("graph path: auto's forward") for g in gc.goals(steps, 250))
     other = {"name": "roofline-1.7b-graph-other", "result": {"latency_s": [0.8e-3], "graphs": {"forward": "eager"}}}
     steps[0]["result"]["graphs"] = {"forward": "compiled"}
-    assert gc.step_env("roofline-1.7b-graph-other", steps) == {"SPECVIZ_GRAPH_FORWARD": "eager"}
-    assert gc.step_env("sweep", steps) == {}
+    assert gc.step_env("roofline-1.7b-graph-other", steps, False) == {"SPECVIZ_GRAPH_FORWARD": "eager"}
+    assert gc.step_env("sweep", steps, False) == {}
+    assert gc.step_env("roofline-1.7b-graph-other", steps[1:], False) is None          # no basis: skipped
     fwd = next(g for g in gc.goals(steps + [other], 250) if g["goal"].startswith("graph path: auto's forward"))
     assert fwd["goal"].startswith("graph path: auto's forward (compiled)")
     assert fwd["met"] is False and fwd["value"] == {"compiled": 1.0, "eager": 0.8}     # the other measured faster

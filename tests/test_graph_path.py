@@ -353,6 +353,31 @@ def test_a_compiled_forward_compiles_at_warm_up_only(loaded, prompts, reference,
 
 
 # --- the roofline says where the graph path ends --------------------------------------------------------
+def test_each_runner_compiles_its_own_layer_and_lets_its_arena_go(loaded, monkeypatch):
+    """Dynamo keeps compiled entries, up to a limit, on the function's code object: runners sharing one
+    would crowd each other out (the later ones silently eager), and its cache would keep every runner's
+    arena alive. Each runner's layer is its own copy, and the cache holds the runner only weakly."""
+    import gc
+    import weakref
+
+    from specviz.fastpath import graphs
+    from specviz.fastpath.passes import compact_for
+
+    monkeypatch.setattr(graphs, "COMPILE_BACKEND", "eager")
+    monkeypatch.setenv("SPECVIZ_LAYOUT", "stock")
+    compact = compact_for(loaded["target"].model)
+    counts = []
+    for slots in (64, 128, 256):                    # 3 runners x 4 compilations: past Dynamo's default 8
+        runner = graphs.GraphRunner(compact, Buckets(rows=(1, 2), tokens=(1, 3), slots=(slots,), wide=()),
+                                    "compiled")
+        counts.append(runner.stats().compiles)
+    assert counts[0] >= 3 and counts == [counts[0]] * 3, counts
+    gone = weakref.ref(runner)
+    del runner
+    gc.collect()
+    assert gone() is None
+
+
 @pytest.mark.parametrize("faster", ["compiled", "eager", "neither: compiling fails"])
 def test_auto_keeps_the_forward_whose_replay_timed_faster(loaded, prompts, reference, monkeypatch, faster):
     """SPECVIZ_GRAPH_FORWARD=auto (the default): where the backend probes (CUDA), the one-token shape is
@@ -379,9 +404,11 @@ def test_auto_keeps_the_forward_whose_replay_timed_faster(loaded, prompts, refer
     real_compiled = graphs.GraphRunner._compiled_forward
 
     def compiled(self):
-        if faster.startswith("neither"):
-            raise RuntimeError("inductor could not lower this")
         fwd = real_compiled(self)
+        if faster.startswith("neither"):              # compiling is lazy: it fails at the first call
+            def fails(*a, **kw):
+                raise RuntimeError("inductor could not lower this")
+            return fails
 
         def run(*a, **kw):
             ran.append("compiled")

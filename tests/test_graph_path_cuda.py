@@ -193,9 +193,10 @@ def check_bf16_padding_stays_finite(ctx: Ctx) -> None:
 
 
 def check_kernels_a_layer(ctx: Ctx) -> None:
-    """Counts (prints) the kernels one decoder layer of the graphs' default forward launches for a one-token
-    bf16 block: inside a CUDA graph each still costs a few µs, against about 35 µs for a 1.7B layer's
-    weights. On the CPU rehearsal it counts the aten calls the layer makes, less views, instead."""
+    """Counts (prints) the kernels one decoder layer of the eager forward launches for a one-token bf16
+    block (memsets included): inside a CUDA graph each still costs a few µs, against about 35 µs for a 1.7B
+    layer's weights; auto's choice, in the counters, says whether compiling them away paid. On the CPU
+    rehearsal it counts the aten calls the layer makes, less views, instead."""
     from torch.profiler import ProfilerActivity, profile
 
     from specviz.engine.kvcache import attention_bias

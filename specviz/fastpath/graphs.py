@@ -35,9 +35,9 @@ import functools
 import gc
 import logging
 import os
-import statistics
 import threading
 import time
+import types
 import weakref
 from dataclasses import asdict, dataclass, fields
 from typing import Callable
@@ -55,7 +55,8 @@ WARM_RUNS = 1             # runs of a body on the capture stream before its capt
 ARENA_SHARE = 0.5         # the KV arena may take this share of the device's free memory
 COMPILE_BACKEND = "inductor"   # what compiles the graphs' forward with SPECVIZ_GRAPH_FORWARD=compiled
 FORWARDS = ("auto", "eager", "compiled")
-PROBE_ROUNDS, PROBE_REPLAYS = 3, 10    # auto: rounds of back-to-back replays a forward, taken in turns
+PROBE_ROUNDS, PROBE_REPLAYS = 5, 10    # auto: rounds of back-to-back replays a forward, taken in turns
+RECOMPILE_LIMIT = 16      # compiled entries a runner's layer may hold (the default grid needs 8 on a GPU)
 COUNTED = ("captures", "compiles", "captures_after_warmup", "compiles_after_warmup", "replays", "eager_passes",
            "block_tokens", "padded_tokens", "spills")
 
@@ -291,9 +292,9 @@ class GraphRunner:
             for _ in range(PROBE_ROUNDS):
                 for k, (_, replay) in replays.items():
                     ms[k].append(probe.time_ms(replay, PROBE_REPLAYS))
-        med = {k: statistics.median(v) for k, v in ms.items()}
-        best = min(med, key=med.get)
-        choice = "auto, one-token replay: " + ", ".join(f"{k} {v:.3f} ms" for k, v in med.items())
+        fastest = {k: min(v) for k, v in ms.items()}             # anything else on the device only slows a round
+        best = min(fastest, key=fastest.get)
+        choice = "auto, one-token replay: " + ", ".join(f"{k} {v:.3f} ms" for k, v in fastest.items())
         log.info("graph path: %s; keeping %s", choice, best)
         return best, replays[best][0], choice
 
@@ -301,12 +302,15 @@ class GraphRunner:
         """The compact forward with each decoder layer compiled: one small graph serves every layer (the
         weights are arguments), where the whole unrolled stack would take minutes per compilation.
         Inductor's default mode: no CUDA graph trees of its own (ours capture its kernels)."""
+        me = weakref.ref(self)          # Dynamo's cache keeps the backend alive; it must not keep the arena
+
         def counting(gm, example_inputs):
-            self._counts["compiles"] += 1
-            if self._warm:
-                self._counts["compiles_after_warmup"] += 1
+            runner = me()
+            if runner is not None:
+                runner._counts["compiles"] += 1
+                runner._counts["compiles_after_warmup"] += runner._warm
             return torch._dynamo.lookup_backend(COMPILE_BACKEND)(gm, example_inputs)
-        layer = torch.compile(decoder_layer, dynamic=True, backend=counting)
+        layer = torch.compile(_own_copy(decoder_layer), dynamic=True, backend=counting)
         return functools.partial(self.compact.hidden, layer_fn=layer)
 
     # --- passes ---------------------------------------------------------------------------------------
@@ -365,6 +369,17 @@ class GraphRunner:
     def new_cache(self, batch: int) -> GraphCache:
         """A cache of `batch` rows on this runner (the factory the engine and the drafters call)."""
         return GraphCache(self, batch)
+
+
+def _own_copy(fn):
+    """`fn` over a code object of its own. Dynamo keeps its compiled entries, and its limit of
+    RECOMPILE_LIMIT of them, on the code object: one runner alone fills several (sizes of 1 specialised,
+    the arena's whole slot range strided differently from a part of it), so runners sharing one would
+    crowd each other out and fall back to eager silently. The limit itself is process-wide."""
+    own = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    own.__kwdefaults__ = fn.__kwdefaults__
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+    return own
 
 
 def _arena_budget(device) -> int:
