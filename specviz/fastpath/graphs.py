@@ -56,7 +56,7 @@ ARENA_SHARE = 0.5         # the KV arena may take this share of the device's fre
 COMPILE_BACKEND = "inductor"   # what compiles the graphs' forward with SPECVIZ_GRAPH_FORWARD=compiled
 FORWARDS = ("auto", "eager", "compiled")
 PROBE_ROUNDS, PROBE_REPLAYS = 5, 10    # auto: rounds of back-to-back replays a forward, taken in turns
-RECOMPILE_LIMIT = 16      # compiled entries a runner's layer may hold (the default grid needs 8 on a GPU)
+RECOMPILE_LIMIT = 16      # compiled entries a runner's layer may hold (one on the default grid makes 8-10)
 COUNTED = ("captures", "compiles", "captures_after_warmup", "compiles_after_warmup", "replays", "eager_passes",
            "block_tokens", "padded_tokens", "spills")
 
