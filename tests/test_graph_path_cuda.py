@@ -10,8 +10,8 @@ It checks, in fp32 with TF32 off (so greedy exactness is a meaningful test): tha
 `--compile on` captures real CUDA graphs at warm-up and nothing afterwards; that padded, replayed passes
 give the target's own greedy tokens (n-gram and layer-skip drafts, padded rows and depths); that two
 threads and the shared scheduler's thread (recreated after idling, the failure of inductor's cudagraph
-trees) replay the same graphs, taking turns; that the arena keeps its addresses; and that the compiled
-forward compiles at warm-up only; in bf16, that padding rows put no NaN in the arena (and which attention
+trees) replay the same graphs, taking turns; that the arena keeps its addresses; that the compiled
+forward compiles at warm-up only, and that auto times both forwards and keeps one; in bf16, that padding rows put no NaN in the arena (and which attention
 kernels ran), and how many kernels one decoder layer launches. Then, in bf16 on the 1.7B shape, it prints
 (never asserts) a one-token pass on the graph path against the stock modules, and the counters.
 """
@@ -49,6 +49,7 @@ class Ctx:
         from specviz.pairs.models import load_model
         from specviz.pairs.pipeline import encode_prompt
 
+        os.environ["SPECVIZ_GRAPH_FORWARD"] = "eager"      # compile-free pairs; auto has a check of its own
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         self.paths = build_pair(Path(tempfile.mkdtemp(prefix="graph-cuda-")))
@@ -170,6 +171,33 @@ def check_compiled_forward(ctx: Ctx) -> None:
     print(f"  compiled forward: {st.compiles} compilations at warm-up, none after ({time.perf_counter() - t0:.1f} s)")
 
 
+def check_auto_times_both_forwards(ctx: Ctx) -> None:
+    """SPECVIZ_GRAPH_FORWARD=auto: the one-token shape captured with both forwards on a probe pool, timed
+    by CUDA events, the faster kept for every shape, greedy-exact (on the CPU rehearsal, made to probe)."""
+    from specviz.engine.request import Knobs
+    from specviz.fastpath import FastPath, graphs
+    from specviz.fastpath.buckets import Buckets
+    from specviz.fastpath.passes import compact_for
+
+    model = ctx.target.model
+    graphs.CpuRehearsal.probes = not CUDA or graphs.CpuRehearsal.probes
+    try:
+        runner = graphs.runner_for(model, lambda: compact_for(model),
+                                   Buckets(rows=(1, 2), tokens=(1, 3), slots=(128,), wide=()), "auto")
+    finally:
+        graphs.CpuRehearsal.probes = False
+    st = runner.stats()
+    assert st.forward in ("eager", "compiled") and "eager " in st.choice and "compiled " in st.choice, st.choice
+    pair = replace(ctx.pair("ngram", "off"), target_cache=runner.new_cache,
+                   fast=FastPath(MODE, graphs=runner.graphs, runners=(runner,)))
+    eng = pair.engine()
+    list(eng.generate(ctx.prompts[:2], Knobs(depth=2, batch_size=2), 12))
+    ctx.exact(eng, 12)
+    assert runner.stats().compiles_after_warmup == 0 and runner.stats().captures_after_warmup == 0
+    print(f"  auto: kept the {st.forward} forward ({st.choice}); {st.compiles} compilations, "
+          f"warm-up {st.warmup_s:.1f} s")
+
+
 def check_bf16_padding_stays_finite(ctx: Ctx) -> None:
     """In bf16, where the GPU's own attention kernel serves: 3 rows in a 4-row bucket (a padding row that
     has no slot of its own to see but its own), twice on one pair so the second batch reuses the arena's
@@ -253,6 +281,7 @@ def report_timing() -> None:
     from specviz.pairs.models import load_model
 
     os.environ.pop("SPECVIZ_GRAPH_BUCKETS", None)
+    os.environ.pop("SPECVIZ_GRAPH_FORWARD", None)          # auto: it prints both forwards' one-token replays
     big = load_model("shape:SmolLM2-1.7B", "cuda")
     small = Buckets(rows=(1, 4, 16, 64), tokens=(1, 5, 9, 16), slots=(512,), wide=(64, 256))
     factory, fast = cache_factory(big.model, FastPath("graphs"), small)
@@ -266,7 +295,7 @@ def report_timing() -> None:
 
 
 CHECKS = (check_captures_and_exactness, check_threads_and_scheduler, check_bf16_padding_stays_finite,
-          check_kernels_a_layer, check_compiled_forward)
+          check_kernels_a_layer, check_compiled_forward, check_auto_times_both_forwards)
 
 
 # --- pytest ------------------------------------------------------------------------------------------------
