@@ -353,6 +353,18 @@ def test_a_compiled_forward_compiles_at_warm_up_only(loaded, prompts, reference,
 
 
 # --- the roofline says where the graph path ends --------------------------------------------------------
+def test_no_shape_sees_the_whole_arena_so_all_views_are_strided_alike(bucketed):
+    """The arena has one slot more than any bucket: a view of the whole arena would be contiguous where
+    every other is strided, and the compiled layer would compile a variant for it (measured with Dynamo's
+    aot_eager on the default grid: 10 compilations against 6)."""
+    runner = _target_runner(bucketed("ngram"))
+    assert runner.keys[0].shape[1] > 1                               # a strided view is told apart
+    for sh in runner.buckets.shapes():
+        for buf in (runner.keys[0], runner.values[-1]):
+            assert not buf[:sh.rows, :, :sh.slots].is_contiguous(), sh
+    assert runner.stats().arena_bytes == sum(t.numel() * t.element_size() for t in runner.keys + runner.values)
+
+
 def test_each_runner_compiles_its_own_layer_and_lets_its_arena_go(loaded, monkeypatch):
     """Dynamo keeps compiled entries, up to a limit, on the function's code object: runners sharing one
     would crowd each other out (the later ones silently eager), and its cache would keep every runner's
