@@ -13,7 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu-check"
 STEPS = ["calibrate", "prepare", "roofline-1.7b-graph", "roofline-1.7b-eager", "bench-hf", "sweep", "frontier",
-         "scheduler-8", "divergence", "divergence-fp32", "roofline-27b-graph", "roofline-27b-eager", "roofline-1.7b-graph-other", "nvml", "counters"]
+         "scheduler-8", "divergence", "divergence-fp32", "roofline-27b-graph", "roofline-27b-eager",
+         "roofline-1.7b-graph-other", "nvml", "counters"]
 ROOFLINE_KEYS = {"target", "mbu_at_1_token", "measured_knee", "tokens_per_pass", "latency_s"}
 
 
@@ -45,7 +46,8 @@ def test_dry_run_passes_every_step_and_writes_the_json(dry):
     by = {s["name"]: s for s in report["steps"]}
     assert by["roofline-1.7b-graph"]["path"] == "graph" and by["roofline-1.7b-eager"]["path"] == "eager"
     assert by["roofline-1.7b-graph"]["compile"] == "static" and by["roofline-1.7b-eager"]["compile"] == "off"
-    assert by["roofline-1.7b-graph-other"]["command"].startswith("SPECVIZ_GRAPH_FORWARD=compiled ")   # auto kept eager
+    # a dry run's fast path has no graphs, so no forward was kept: the other step runs the compiled one
+    assert by["roofline-1.7b-graph-other"]["command"].startswith("SPECVIZ_GRAPH_FORWARD=compiled ")
     for name in ("roofline-1.7b-graph", "roofline-1.7b-eager", "roofline-27b-graph", "roofline-27b-eager",
                  "roofline-1.7b-graph-other"):
         res = by[name]["result"]
@@ -118,9 +120,9 @@ def test_goals_read_the_issue_targets_from_the_steps(gc):
     assert not any(g["goal"].startswith("graph path: auto's forward") for g in gc.goals(steps, 250))
     other = {"name": "roofline-1.7b-graph-other", "result": {"latency_s": [0.8e-3], "graphs": {"forward": "eager"}}}
     steps[0]["result"]["graphs"] = {"forward": "compiled"}
-    assert gc.step_env("roofline-1.7b-graph-other", steps, False) == {"SPECVIZ_GRAPH_FORWARD": "eager"}
-    assert gc.step_env("sweep", steps, False) == {}
-    assert gc.step_env("roofline-1.7b-graph-other", steps[1:], False) is None          # no basis: skipped
+    assert gc.step_env("roofline-1.7b-graph-other", steps, False) == ({"SPECVIZ_GRAPH_FORWARD": "eager"}, None)
+    assert gc.step_env("sweep", steps, False) == ({}, None)
+    assert gc.step_env("roofline-1.7b-graph-other", steps[1:], False) == ({}, gc.NO_BASIS)   # no basis: skipped
     fwd = next(g for g in gc.goals(steps + [other], 250) if g["goal"].startswith("graph path: auto's forward"))
     assert fwd["goal"].startswith("graph path: auto's forward (compiled)")
     assert fwd["met"] is False and fwd["value"] == {"compiled": 1.0, "eager": 0.8}     # the other measured faster

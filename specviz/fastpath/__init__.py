@@ -162,7 +162,7 @@ def _graph_factory(model, fast: FastPath, buckets) -> tuple[Callable | None, Fas
     from specviz.fastpath.llama import Unsupported
     from specviz.fastpath.passes import compact_for
 
-    setup_compile_cache()            # SPECVIZ_GRAPH_FORWARD=compiled: a second start reuses the kernels
+    setup_compile_cache()            # the compiled forward (auto's probe, =compiled): a second start reuses it
     try:
         runner = runner_for(model, lambda: compact_for(model), buckets)
     except (RuntimeError, ValueError) as exc:        # a capture the device refused, a bad bucket setting

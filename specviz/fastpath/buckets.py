@@ -82,7 +82,8 @@ class Buckets:
         return None if s is None else Shape(r, t, s)
 
     def arena_bytes(self, slot_bytes: int) -> int:
-        """Bytes of the KV arena these buckets need, `slot_bytes` per row per slot (every layer, K and V)."""
+        """Bytes of the KV arena these buckets need, `slot_bytes` per row per slot (every layer, K and V;
+        the runner adds one spare slot)."""
         return self.max_rows * self.max_slots * slot_bytes
 
     def within(self, max_bytes: int, slot_bytes: int) -> "Buckets":

@@ -20,10 +20,10 @@ Here, as in vLLM's model runner:
 What the graphs run (SPECVIZ_GRAPH_FORWARD): the compact forward as it is (=eager), or with its decoder
 layer compiled by inductor at warm-up, dynamic shapes and none of inductor's own CUDA graphs (=compiled),
 then captured. A graph removes the launches' host cost, but each kernel still takes a few µs on the
-device, and compiling fuses a layer's ~20 small kernels into a handful, for a longer warm-up (a few
-compilations: sizes of 1 and equal sizes are specialised). =auto, the default, captures the one-token
-decode shape both ways on a probe pool, times the replays in turns and keeps the faster (the eager
-forward where compiling fails); a CPU rehearsal times nothing and keeps eager.
+device, and compiling fuses a layer's many small kernels into a few, for a longer warm-up (a few
+compilations: sizes of 1 are specialised). =auto, the default, captures the one-token decode shape both
+ways on a probe pool, times the replays in turns and keeps the faster (the eager forward where compiling
+fails); a CPU rehearsal times nothing and keeps eager.
 
 On a CPU the same machinery runs without CUDA (`CpuRehearsal`): "capturing" runs the body once on the
 static buffers and "replaying" runs it again, so tests exercise the buckets, the padding, the arena and
@@ -53,10 +53,10 @@ log = logging.getLogger("specviz.fastpath")
 
 WARM_RUNS = 1             # runs of a body on the capture stream before its capture (cuBLAS, allocator, autotune)
 ARENA_SHARE = 0.5         # the KV arena may take this share of the device's free memory
-COMPILE_BACKEND = "inductor"   # what compiles the graphs' forward with SPECVIZ_GRAPH_FORWARD=compiled
+COMPILE_BACKEND = "inductor"   # what compiles the graphs' compiled forward (=compiled, and auto's probe)
 FORWARDS = ("auto", "eager", "compiled")
 PROBE_ROUNDS, PROBE_REPLAYS = 5, 10    # auto: rounds of back-to-back replays a forward, taken in turns
-RECOMPILE_LIMIT = 16      # compiled entries a runner's layer may hold (one on the default grid makes 8-10)
+RECOMPILE_LIMIT = 16      # Dynamo's entries a code object may hold, process-wide: its default 8 is tight for one grid
 COUNTED = ("captures", "compiles", "captures_after_warmup", "compiles_after_warmup", "replays", "eager_passes",
            "block_tokens", "padded_tokens", "spills")
 
@@ -67,10 +67,10 @@ class GraphStats:
 
     kind: str = ""                   # "cuda" (CUDA graphs) or "cpu" (the rehearsal, no CUDA graphs)
     forward: str = "eager"           # what the graphs run: the compact forward, or it compiled
-    choice: str = ""                 # how auto chose it: both one-token replays, in ms
+    choice: str = ""                 # how auto chose: both one-token replays in ms, or why compiling failed
     graphs: int = 0                  # shapes captured
     captures: int = 0
-    compiles: int = 0                # graphs the compiler built for the forward (a graph break makes two)
+    compiles: int = 0                # graphs the compiler built (auto's probe too; a graph break makes two)
     captures_after_warmup: int = 0   # must stay 0
     compiles_after_warmup: int = 0   # must stay 0
     replays: int = 0
@@ -194,7 +194,7 @@ class CpuRehearsal:
 class GraphRunner:
     """One model's arena, static buffers and captured shapes; shared by every cache of the model."""
 
-    def __init__(self, compact: CompactLlama, buckets: Buckets, forward: str = "eager"):
+    def __init__(self, compact: CompactLlama, buckets: Buckets, forward: str = "auto"):
         if forward not in FORWARDS:
             raise ValueError(f"SPECVIZ_GRAPH_FORWARD must be one of {', '.join(FORWARDS)}, not {forward!r}")
         self.compact, self.device, self.dtype = compact, compact.device, compact.dtype
@@ -223,7 +223,7 @@ class GraphRunner:
         dev = self.device
         with torch.inference_mode(False), torch.no_grad():     # normal tensors: written in any mode
             # a spare slot no shape reaches: every shape's view of the arena is strided alike (none is the
-            # whole, contiguous arena), so a compiled layer needs no variant for it (10 -> 6 compilations)
+            # whole, contiguous arena), so a compiled layer needs no variant for it
             shape = (R, d.n_kv, S + 1, d.head_dim)
             self.keys = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in range(m.n_layers)]
             self.values = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in range(m.n_layers)]
@@ -305,6 +305,7 @@ class GraphRunner:
         weights are arguments), where the whole unrolled stack would take minutes per compilation.
         Inductor's default mode: no CUDA graph trees of its own (ours capture its kernels)."""
         me = weakref.ref(self)          # Dynamo's cache keeps the backend alive; it must not keep the arena
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
 
         def counting(gm, example_inputs):
             runner = me()
@@ -374,13 +375,11 @@ class GraphRunner:
 
 
 def _own_copy(fn):
-    """`fn` over a code object of its own. Dynamo keeps its compiled entries, and its limit of
-    RECOMPILE_LIMIT of them, on the code object: one runner alone fills several (sizes of 1 specialised,
-    the arena's whole slot range strided differently from a part of it), so runners sharing one would
-    crowd each other out and fall back to eager silently. The limit itself is process-wide."""
+    """`fn` over a code object of its own. Dynamo keeps its compiled entries, a limited number of them, on
+    the code object, and one runner's grid alone fills several (sizes of 1 are specialised): runners
+    sharing one would crowd each other out and run eagerly, silently."""
     own = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
     own.__kwdefaults__ = fn.__kwdefaults__
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     return own
 
 
