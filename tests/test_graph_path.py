@@ -375,6 +375,8 @@ def test_each_runner_compiles_its_own_layer_and_lets_its_arena_go(loaded, monkey
     from specviz.fastpath.passes import compact_for
 
     monkeypatch.setattr(graphs, "COMPILE_BACKEND", "eager")
+    monkeypatch.setattr(graphs, "RECOMPILE_LIMIT", 8)           # Dynamo's own default, for 3 runners to pass
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)
     monkeypatch.setenv("SPECVIZ_LAYOUT", "stock")
     compact = compact_for(loaded["target"].model)
     counts = []
