@@ -77,6 +77,17 @@ class Ctx:
             self._refs[key] = out[0, len(prompt):].tolist()
         return self._refs[key]
 
+    def exact_on(self, runner) -> None:
+        """Two n-gram rows, depth 2, served by `runner`'s graphs: greedy-exact."""
+        from specviz.engine.request import Knobs
+        from specviz.fastpath import FastPath
+
+        pair = replace(self.pair("ngram", "off"), target_cache=runner.new_cache,
+                       fast=FastPath(MODE, graphs=runner.graphs, runners=(runner,)))
+        eng = pair.engine()
+        list(eng.generate(self.prompts[:2], Knobs(depth=2, batch_size=2), 12))
+        self.exact(eng, 12)
+
     def exact(self, eng, max_new: int = MAX_NEW) -> None:
         for row, out in eng.outputs().items():
             assert out == self.reference(self.prompts[row % 4], max_new), f"row {row} differs from generate()"
@@ -150,8 +161,6 @@ def check_threads_and_scheduler(ctx: Ctx) -> None:
 
 
 def check_compiled_forward(ctx: Ctx) -> None:
-    from specviz.engine.request import Knobs
-    from specviz.fastpath import FastPath
     from specviz.fastpath.buckets import Buckets
     from specviz.fastpath.graphs import runner_for
     from specviz.fastpath.passes import compact_for
@@ -162,11 +171,7 @@ def check_compiled_forward(ctx: Ctx) -> None:
                         "compiled")
     st = runner.stats()
     assert st.compiles >= 1 and st.kind == DEVICE
-    pair = replace(ctx.pair("ngram", "off"), target_cache=runner.new_cache,
-                   fast=FastPath(MODE, graphs=runner.graphs, runners=(runner,)))
-    eng = pair.engine()
-    list(eng.generate(ctx.prompts[:2], Knobs(depth=2, batch_size=2), 12))
-    ctx.exact(eng, 12)
+    ctx.exact_on(runner)
     after = runner.stats()
     assert after.compiles == st.compiles and after.compiles_after_warmup == 0 and after.replays > st.replays
     print(f"  compiled forward: {st.compiles} compilations at warm-up, none after ({time.perf_counter() - t0:.1f} s)")
@@ -175,8 +180,7 @@ def check_compiled_forward(ctx: Ctx) -> None:
 def check_auto_times_both_forwards(ctx: Ctx) -> None:
     """SPECVIZ_GRAPH_FORWARD=auto: the one-token shape captured with both forwards on a probe pool, timed
     by CUDA events, the faster kept for every shape, greedy-exact (on the CPU rehearsal, made to probe)."""
-    from specviz.engine.request import Knobs
-    from specviz.fastpath import FastPath, graphs
+    from specviz.fastpath import graphs
     from specviz.fastpath.buckets import Buckets
     from specviz.fastpath.passes import compact_for
 
@@ -189,11 +193,7 @@ def check_auto_times_both_forwards(ctx: Ctx) -> None:
         graphs.CpuRehearsal.probes = probes
     st = runner.stats()
     assert st.forward in ("eager", "compiled") and "eager " in st.choice and "compiled " in st.choice, st.choice
-    pair = replace(ctx.pair("ngram", "off"), target_cache=runner.new_cache,
-                   fast=FastPath(MODE, graphs=runner.graphs, runners=(runner,)))
-    eng = pair.engine()
-    list(eng.generate(ctx.prompts[:2], Knobs(depth=2, batch_size=2), 12))
-    ctx.exact(eng, 12)
+    ctx.exact_on(runner)
     assert runner.stats().compiles_after_warmup == 0 and runner.stats().captures_after_warmup == 0
     print(f"  auto: kept the {st.forward} forward ({st.choice}); {st.compiles} compilations, "
           f"warm-up {st.warmup_s:.1f} s")

@@ -99,7 +99,7 @@ class StaticCache(SlotValidity):
         pos = self.n_valid[:, None] + torch.cumsum(tok_valid.long(), dim=1) - tok_valid.long()   # [B, T]
         all_valid = torch.cat([self.valid, tok_valid], dim=1)                                   # [B, L+T]
         slots = torch.arange(L, L + T, device=self.device)                                      # [T]
-        bias = self._bias(all_valid, slots, R, S)                                               # [B, 1, T, S]
+        bias = attention_bias(all_valid, slots, self.dtype)                                     # [B, 1, T, S]
         keep = T if logits_to_keep in (0, None) else min(logits_to_keep, T)
         sel = self._packable(tok_valid, self.m.c_layers) if self.m.fast_hidden == self.m.hidden else None
         if sel is not None:          # holes are a large share of the block: compute its real tokens only
@@ -144,13 +144,6 @@ class StaticCache(SlotValidity):
         if (rows, slots) == self.capacity:
             return self.kbufs, self.vbufs
         return [b[:rows, :, :slots] for b in self.kbufs], [b[:rows, :, :slots] for b in self.vbufs]
-
-    def _bias(self, all_valid: torch.Tensor, slots: torch.Tensor, R: int, S: int) -> torch.Tensor:
-        """Additive mask [R, 1, T, S]: query at slot s sees valid slots ≤ s, and s itself."""
-        B, LT = all_valid.shape
-        vis = torch.zeros(R, S, dtype=torch.bool, device=self.device)
-        vis[:B, :LT] = all_valid
-        return attention_bias(vis, slots, self.dtype)
 
     # --- bookkeeping between passes (same contracts as RaggedCache) -----------------------------
     def compact(self, min_waste: float = 0.25, min_holes: int = 32) -> bool:
