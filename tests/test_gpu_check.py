@@ -3,6 +3,7 @@ reports a step that fails, hangs or has no time left while the others go on."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from importlib.machinery import SourceFileLoader
@@ -23,12 +24,22 @@ def gc():
     return SourceFileLoader("gpu_check", str(SCRIPT)).load_module()
 
 
+# the app's packages the lent GPU machine lacks (psutil too, but transformers imports whatever it finds of it)
+BARE_BOX = ("plotly", "gradio", "gradio_client", "platformdirs")
+
+
 @pytest.fixture(scope="module")
 def dry(tmp_path_factory):
-    """One dry run for the module (several minutes on a busy 2-core machine: it starts a dozen processes)."""
-    out = tmp_path_factory.mktemp("gpu-check")
+    """One dry run for the module (several minutes on a busy 2-core machine: it starts a dozen processes),
+    as on the bare GPU box: torch and transformers, and none of the app's other packages."""
+    out, bare = tmp_path_factory.mktemp("gpu-check"), tmp_path_factory.mktemp("bare-box")
+    for name in BARE_BOX:                  # a package of that name first on the path, failing as a missing one
+        (bare / name).mkdir()
+        (bare / name / "__init__.py").write_text(
+            f'raise ModuleNotFoundError("No module named {name!r} (the bare GPU box)", name={name!r})\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(bare), os.environ.get("PYTHONPATH", "")])}
     r = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(out)], capture_output=True,
-                       text=True, timeout=2400, cwd=ROOT)
+                       text=True, timeout=2400, cwd=ROOT, env=env)
     return r, json.loads((out / "gpu-check.json").read_text()), out
 
 
@@ -67,6 +78,9 @@ def test_dry_run_passes_every_step_and_writes_the_json(dry):
     assert "roofline-1.7b-graph" in r.stdout and "wrote " in r.stdout
     assert (out / "steps" / "sweep" / "log.txt").exists() and (out / "steps" / "sweep" / "sweep.json").exists()
     assert not list(out.rglob("*.html"))                 # the commands' charts stay out of DIR: it travels back
+    # without plotly the measuring commands write their JSON and say which page they left out
+    assert "plotly is not installed: roofline.html not written" in (out / "steps" / "roofline-1.7b-graph" /
+                                                                     "log.txt").read_text()
 
 
 def test_dry_run_draft_falls_back_with_a_note_while_the_synthetic_draft_is_unknown(dry, gc):
@@ -130,3 +144,18 @@ def test_goals_read_the_issue_targets_from_the_steps(gc):
     assert next(g for g in gc.goals(steps + [other], 250) if "auto's forward" in g["goal"])["met"] is True
     text = gc.table({"steps": [dict(steps[0], status="passed", path="graph", seconds=1.0)], "goals": gc.goals(steps, 400)})
     assert "MBU 0.70" in text and any("NOT met" in line and "within 300 s" in line for line in text.splitlines())
+
+
+def test_a_chart_is_left_out_only_for_a_missing_plotly(tmp_path, capsys):
+    from specviz.cli.common import write_chart
+
+    def missing(name):
+        def make():
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return make
+    write_chart(tmp_path / "sweep.html", missing("plotly.graph_objects"))
+    assert not (tmp_path / "sweep.html").exists()
+    assert capsys.readouterr().err.strip() == ("plotly is not installed: sweep.html not written (the JSON beside "
+                                               "it has every figure)")
+    with pytest.raises(ModuleNotFoundError):               # anything else missing is a fault, not a bare box
+        write_chart(tmp_path / "sweep.html", missing("numpy"))

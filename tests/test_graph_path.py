@@ -392,7 +392,8 @@ def test_each_runner_compiles_its_own_layer_and_lets_its_arena_go(loaded, monkey
 
 
 @pytest.mark.parametrize("faster", ["compiled", "eager", "neither: compiling fails"])
-def test_auto_keeps_the_forward_whose_replay_timed_faster(loaded, prompts, reference, monkeypatch, faster):
+def test_auto_keeps_the_forward_whose_replay_timed_faster(loaded, prompts, reference, monkeypatch, faster,
+                                                          tmp_path):
     """SPECVIZ_GRAPH_FORWARD=auto (the default): where the backend probes (CUDA), the one-token shape is
     captured with both forwards and the faster replay's forward serves every shape; where compiling fails
     the eager one does, with a sentence. The timer is a stand-in (which forward a replay ran decides its
@@ -406,6 +407,7 @@ def test_auto_keeps_the_forward_whose_replay_timed_faster(loaded, prompts, refer
     monkeypatch.setattr(graphs, "COMPILE_BACKEND", "eager")
     monkeypatch.setattr(graphs.CpuRehearsal, "probes", True)
     monkeypatch.setenv("SPECVIZ_LAYOUT", "stock")
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))  # no verdict kept from another case
     ran = []                                             # which forward each pass ran
     ms = {"eager": 1.0, "compiled": 2.0} if faster == "eager" else {"eager": 2.0, "compiled": 1.0}
 
@@ -458,6 +460,44 @@ def test_auto_keeps_the_forward_whose_replay_timed_faster(loaded, prompts, refer
     for row, out in eng.outputs().items():
         assert out == reference(row, 12)
     assert runner.stats().compiles_after_warmup == 0
+
+
+@pytest.mark.parametrize("faster", ["eager", "compiled"])
+def test_auto_keeps_an_eager_verdict_so_the_next_load_compiles_nothing(loaded, monkeypatch, tmp_path, faster):
+    """Where eager timed faster, the next runner of that device and model shape keeps eager without
+    compiling (`<cache>/graph-forward.json`), and says so; a compiled verdict is timed again (its compile
+    is needed to serve anyway); `specviz calibrate`'s forget, or another model shape, times again."""
+    import itertools
+
+    from specviz.fastpath import forwardchoice, graphs
+    from specviz.fastpath.passes import compact_for
+
+    monkeypatch.setattr(graphs, "COMPILE_BACKEND", "eager")
+    monkeypatch.setattr(graphs.CpuRehearsal, "probes", True)
+    monkeypatch.setenv("SPECVIZ_LAYOUT", "stock")
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    times = itertools.cycle([1.0, 2.0] if faster == "eager" else [2.0, 1.0])     # each round: eager, compiled
+    monkeypatch.setattr(graphs.CpuRehearsal, "time_ms", lambda self, replay, n: next(times))
+    real, built = graphs.GraphRunner._compiled_forward, []
+    monkeypatch.setattr(graphs.GraphRunner, "_compiled_forward", lambda self: (built.append(1), real(self))[1])
+    small = Buckets(rows=(1,), tokens=(1, 2), slots=(32,), wide=())
+
+    def load(model):
+        built.clear()
+        st = graphs.GraphRunner(compact_for(model), small, "auto").stats()
+        return st.forward, st.choice, len(built)
+    first = load(loaded["target"].model)
+    assert first == (faster, f"auto, one-token replay: eager {1.0 if faster == 'eager' else 2.0:.3f} ms, compiled "
+                             f"{2.0 if faster == 'eager' else 1.0:.3f} ms", 1)
+    again = load(loaded["target"].model)
+    if faster == "eager":
+        assert again[0] == "eager" and again[2] == 0, again
+        assert again[1].startswith("auto, kept from its timing on ") and "eager 1.000 ms, compiled 2.000 ms" in again[1]
+        assert load(loaded["draft"].model)[2] == 1                 # another shape: its own timing
+        forwardchoice.forget(loaded["target"].device)
+        assert load(loaded["target"].model)[2] == 1                # forgotten: timed again
+    else:
+        assert again == first
 
 
 def test_auto_on_a_cpu_rehearsal_times_nothing_and_keeps_eager(loaded, monkeypatch):

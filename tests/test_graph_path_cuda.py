@@ -51,6 +51,7 @@ class Ctx:
         from specviz.pairs.pipeline import encode_prompt
 
         os.environ["SPECVIZ_GRAPH_FORWARD"] = "eager"      # compile-free pairs; auto has a check of its own
+        os.environ["SPECVIZ_CACHE"] = tempfile.mkdtemp(prefix="graph-cuda-cache-")   # auto times, keeps nothing old
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         self.paths = build_pair(Path(tempfile.mkdtemp(prefix="graph-cuda-")))

@@ -1,28 +1,22 @@
-"""The lesson's chapters, in lesson order: the one list the Lesson tab, deep links (`?chapter=`), the
-recorder and the tests read.
+"""The lesson's chapters: each experiment a module here, the list in lesson order in `registry.py`.
 
-Adding a chapter: write `specviz/chapters/<key>.py` (its experiment, its conclusion rules, its figure and a
-`CHAPTER = Chapter(...)` line; see `base.py`), add it below, and add `[chapter.<key>]` to
-`specviz/lessons/en.toml` and `fa.toml`.
+The list is imported at its first use (`specviz.chapters.CHAPTERS`), not with the package: the chapters
+draw with plotly, and the CLI's measurements that share their cells (`frontier`) run on a bare GPU box
+with torch and transformers only.
 """
 from __future__ import annotations
 
-from specviz.chapters import breadth_depth, frontier, knee, ledger, policies, race, sweep
 from specviz.chapters.base import Chapter, Context, Result
 
-# The order of the argument (SEED-NOTES): more FLOPs yet faster → the race → decode is memory-bound →
-# breadth ≈ depth → the price → when it hurts → vLLM's answer and beyond → the frontier as the class grows.
-CHAPTERS: tuple[Chapter, ...] = (
-    Chapter("intro"),               # the source's argument in words: no experiment
-    race.CHAPTER,
-    knee.CHAPTER,
-    breadth_depth.CHAPTER,
-    ledger.CHAPTER,
-    sweep.CHAPTER,
-    policies.CHAPTER,
-    frontier.CHAPTER,               # today's answer, measured: adaptive verification on the frontier
-)
-KEYS: tuple[str, ...] = tuple(c.key for c in CHAPTERS)
-BY_KEY: dict[str, Chapter] = {c.key: c for c in CHAPTERS}
+_REGISTRY = ("CHAPTERS", "KEYS", "BY_KEY")
+
+
+def __getattr__(name: str):
+    if name in _REGISTRY:
+        from specviz.chapters import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module 'specviz.chapters' has no attribute {name!r}")
+
 
 __all__ = ["CHAPTERS", "KEYS", "BY_KEY", "Chapter", "Context", "Result"]

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from pathlib import Path
+from typing import Callable
 
 from specviz.engine.policies import FIXED, POLICY_NAMES, parse_table, reading
 from specviz.engine.request import MAX_BATCH, Knobs
@@ -107,3 +110,25 @@ def knobs_for(run: RunArgs) -> Knobs:
 
 
 DEFAULT_PROMPTS = ["Explain in two sentences why the sky is blue."]
+
+
+def write_chart(path: Path, make: Callable[[], object]) -> None:
+    """`make()`'s figure as an HTML page at `path`, where plotly is installed. A bare GPU box (torch and
+    transformers only, what scripts/gpu-check needs) measures without it: the JSON holds every figure,
+    the page is a view of it."""
+    try:
+        fig = make()
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "plotly":
+            raise
+        print(f"plotly is not installed: {path.name} not written (the JSON beside it has every figure)",
+              file=sys.stderr)
+        return
+    fig.write_html(path, include_plotlyjs=True)
+
+
+def charts():
+    """specviz.charts, imported where a chart is drawn: it needs plotly, the measurements do not."""
+    from specviz import charts as module
+
+    return module

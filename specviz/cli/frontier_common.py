@@ -6,7 +6,7 @@ import csv
 import json
 from pathlib import Path
 
-from specviz.chapters.frontier import figure_frontier
+from specviz.cli.common import write_chart
 from specviz.serve.prompts import EXAMPLES, ROW_POOL
 
 FIELDS = ["arm", "depth", "users", "tokens_per_s", "per_user_tokens_per_s", "acceptance_rate", "accepted_length",
@@ -25,5 +25,10 @@ def write_out(folder: Path, result: dict) -> None:
         w.writeheader()
         w.writerows(result["rows"])
     (folder / "frontier.json").write_text(json.dumps(result, indent=1))
-    fig = figure_frontier({"table": result["rows"]})
-    fig.write_html(folder / "frontier.html", include_plotlyjs=True)
+    write_chart(folder / "frontier.html", lambda: _figure(result["rows"]))
+
+
+def _figure(rows: list[dict]):
+    from specviz.chapters.frontier import figure_frontier     # plotly: only where the page is drawn
+
+    return figure_frontier({"table": rows})

@@ -13,12 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-from specviz import charts
-from specviz.cli.common import DEFAULT_PROMPTS, add_compile_arg, add_pair_args
+from specviz.cli.common import DEFAULT_PROMPTS, add_compile_arg, add_pair_args, charts, write_chart
 from specviz.cli.dial import Dial
 from specviz.cli.sweep_vllm import run_sweep_vllm
 from specviz.engine.request import Knobs
-from specviz.fastpath import GRAPH_MODES, cache_factory, resolve
+from specviz.fastpath import GRAPH_MODES, cache_factory, forwardchoice, resolve
 from specviz.fastpath.buckets import for_roofline
 from specviz.fastpath.layout import forget
 from specviz.hardware.costmodel import best_depths, crossover_from_rows
@@ -79,21 +78,18 @@ def _ints(text: str, what: str, lo: int, hi: int) -> list[int]:
 
 
 def run_calibrate(args) -> int:
-    peaks = cached_peaks(pick_device(args.device), refresh=True)   # measure now; the app reuses it
+    device = pick_device(args.device)
+    peaks = cached_peaks(device, refresh=True)   # measure now; the app reuses it
     if peaks.device == "cpu":
-
         forget()          # the fast path's weight layouts are re-timed at the next model load, beside these
+    else:
+        forwardchoice.forget(device)      # and on a GPU, which forward the graph path runs
     print(json.dumps({"device": peaks.device, "dtype": peaks.dtype, "bandwidth_GBps": peaks.bandwidth / 1e9,
                       "flops_TFLOPs": peaks.flops / 1e12, "ridge_flop_per_byte": peaks.ridge}))
     return 0
 
 
 def run_roofline(args) -> int:
-    try:
-        from specviz import charts
-    except ImportError:          # a bare GPU box with torch + transformers only
-        charts = None
-
     loaded = load_model(args.target, args.device)
     cap = args.max_tokens or (512 if loaded.device.type == "cuda" else 128)
     ns = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, 512} & set(range(1, cap + 1)) | {cap})
@@ -136,11 +132,8 @@ def run_roofline(args) -> int:
     if args.profile:
         Path(args.profile).parent.mkdir(parents=True, exist_ok=True)
         Path(args.profile).write_text(json.dumps(result, indent=1))
-    if charts is not None:
-        charts.knee_figure(ns, secs, result["measured_knee"], result["predicted_knee"]).write_html(
-            out / "roofline.html", include_plotlyjs=True)
-    else:
-        print("plotly is not installed: wrote JSON only", file=sys.stderr)
+    write_chart(out / "roofline.html",
+                lambda: charts().knee_figure(ns, secs, result["measured_knee"], result["predicted_knee"]))
     print(json.dumps({k: result.get(k) for k in ("measured_knee", "predicted_knee", "mbu_at_1_token",
                                                   "pass_vs_roofline_1_token", "pass_vs_roofline_1_token_unpaired",
                                                   "path", "layout", "graph_max_tokens")}))
@@ -231,9 +224,8 @@ def run_sweep(args) -> int:
     cells = ",\n  ".join(json.dumps({"batch_size": r["batch_size"], "depth": r["depth"], "rows": o})
                           for r, o in zip(rows, outputs))
     (out / "sweep.json").write_text(doc.replace('"outputs": null', f'"outputs": [\n  {cells}\n ]'))
-    charts.sweep_figure(rows, batches, depths).write_html(out / "sweep.html", include_plotlyjs=True)
-    charts.crossover_figure(rows, "Measured throughput vs batch size").write_html(
-        out / "crossover.html", include_plotlyjs=True)
+    write_chart(out / "sweep.html", lambda: charts().sweep_figure(rows, batches, depths))
+    write_chart(out / "crossover.html", lambda: charts().crossover_figure(rows, "Measured throughput vs batch size"))
     print("batch → best depth: " + ", ".join(f"{b}→{k}" for b, k in best.items()))
     print(f"speculation stops paying from batch size {cross}" if cross else
           "speculation pays at every batch size measured")

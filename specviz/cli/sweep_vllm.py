@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from specviz import charts
+from specviz.cli.common import charts, write_chart
 from specviz.hardware.costmodel import best_depths, crossover_from_rows
 from specviz.limits import LimitError
 from specviz.pairs.models import load_tokenizer
@@ -154,7 +154,7 @@ def run_sweep_vllm(args, batches: list[int], depths: list[int]) -> int:
                                                 "best_depth": best, "crossover_batch": cross, "cpu": cpu}, indent=1))
     rec = recorded(args, batches, depths, per_depth, schedule, len(prompt), version, cpu, path)
     (out / "recorded.json").write_text(json.dumps(rec, indent=1, ensure_ascii=False))
-    charts.sweep_figure(rows, batches, depths).write_html(out / "sweep.html", include_plotlyjs=True)
+    write_chart(out / "sweep.html", lambda: charts().sweep_figure(rows, batches, depths))
     print("batch → best depth: " + ", ".join(f"{b}→{k}" for b, k in best.items()))
     print(json.dumps({"best_depth": best, "crossover_batch": cross, "schedule_tokens_per_s":
                       rec.get("schedule", {}).get("tokens_per_s"), "vllm_version": version, "cpu": cpu}))

@@ -45,6 +45,7 @@ from typing import Callable
 import torch
 
 from specviz.engine.kvcache import attention_bias
+from specviz.fastpath import forwardchoice
 from specviz.fastpath.buckets import Buckets, Shape, parse
 from specviz.fastpath.graphcache import GraphCache
 from specviz.fastpath.llama import CompactLlama, decoder_layer
@@ -281,6 +282,11 @@ class GraphRunner:
         if not self.backend.probes:
             return "eager", self.compact.hidden, ""
         sh, probe = self.buckets.pick(1, 1, 0), self.backend.fresh()
+        where = forwardchoice.key(self.device, self.dtype, self._shape_key(sh), COMPILE_BACKEND)
+        got = forwardchoice.kept(where)
+        if got is not None:                           # eager won here before: no compile to learn it again
+            log.info("graph path: %s; keeping eager", forwardchoice.sentence(got))
+            return "eager", self.compact.hidden, forwardchoice.sentence(got)
         with self.lock, torch.inference_mode():
             replays = {"eager": (self.compact.hidden, probe.capture(self._body(sh, self.compact.hidden)))}
             try:
@@ -296,9 +302,16 @@ class GraphRunner:
                     ms[k].append(probe.time_ms(replay, PROBE_REPLAYS))
         fastest = {k: min(v) for k, v in ms.items()}             # anything else on the device only slows a round
         best = min(fastest, key=fastest.get)
+        forwardchoice.store(where, best, fastest)
         choice = "auto, one-token replay: " + ", ".join(f"{k} {v:.3f} ms" for k, v in fastest.items())
         log.info("graph path: %s; keeping %s", choice, best)
         return best, replays[best][0], choice
+
+    def _shape_key(self, sh: Shape) -> str:
+        """The model's shape and the probe's, as far as a forward's speed depends on them."""
+        d, m = self.compact.dims, self.compact
+        return (f"{m.n_layers} layers, vocab x d {tuple(m.embed.shape)}, heads {d.n_heads}/{d.n_kv} x {d.head_dim}"
+                f", probe {sh.rows}x{sh.tokens} over {sh.slots} slots")
 
     def _compiled_forward(self):
         """The compact forward with each decoder layer compiled: one small graph serves every layer (the
