@@ -37,6 +37,24 @@ def test_level_inside_the_band_ahead_and_behind_outside_it():
     assert keys[-2:] == ["conclusion_cliff", "conclusion_identical"]
 
 
+def test_differing_tokens_read_as_near_ties_only_where_the_rule_says_so():
+    """The chapter's last sentence: tokens the same; differing at near-ties (with the widest margin), as
+    bf16 on a GPU may split them; or, past the rule or unjudged, a bug."""
+    from specviz.engine.divergence import NEAR_TIE, Divergence, DivergenceReport, Margins
+
+    rows = [_row("none", 0, 1, 50), _row("fixed", 4, 1, 60), _row(C.AV, 4, 1, 60)]
+
+    def report(*gaps):
+        return DivergenceReport(3, 24, tuple(Divergence(i, 2, 7, 8, Margins(g, g, 0.0)) for i, g in enumerate(gaps)))
+    assert V.frontier_conclusions(rows, True, report(0.5))[2][-1] == "conclusion_identical"
+    _, _, keys, vals = V.frontier_conclusions(rows, False, report(0.01, 0.03))
+    assert keys[-1] == "conclusion_near_ties" and vals[-1] == {"rows": 2, "margin": "0.03", "rule": NEAR_TIE}
+    for lang in ("en", "fa"):
+        assert "0.03" in lessons.text(lang, "chapter.frontier.conclusion_near_ties", **vals[-1])
+    assert V.frontier_conclusions(rows, False, report(0.01, 0.3))[2][-1] == "conclusion_not_identical"
+    assert V.frontier_conclusions(rows, False)[2][-1] == "conclusion_not_identical"
+
+
 def test_behind_says_why_and_the_cliff_is_the_deepest_fall():
     rows = [_row("none", 0, 1, 50), _row("fixed", 8, 1, 100, verified=6), _row(C.AV, 8, 1, 70, verified=2),
             _row("none", 0, 32, 200), _row("fixed", 8, 32, 120), _row(C.AV, 8, 32, 199)]
@@ -189,6 +207,41 @@ def test_the_class_is_lossless_on_every_arm_stepped_and_scheduled(make_pair, pro
     three = scheduled_cell(pair, prompts, C.AV, 4, 2, 10, budget, classes=3)
     assert three["classes"] == 3 and three["tokens"] == 60
     assert three["outputs"] == [reference(i % len(prompts), 10) for i in range(6)]
+
+
+@pytest.mark.parametrize("rule", ["bug", "near-tie"])
+def test_an_arm_leaving_no_speculations_tokens_is_judged_by_the_near_tie_rule(loaded, prompts, reference,
+                                                                              monkeypatch, rule):
+    """Where an arm's tokens differ from no speculation's (bf16 on a GPU may split a near-tie another way
+    on another path), measure hands the cell over and divergence_of judges each row's first difference in
+    the target's own pass: the same rule and margins as every other check, a row repeated over rounds
+    judged once. The rule is widened to make the same difference a near-tie."""
+    from specviz.engine import divergence
+
+    target = loaded["target"]
+    ref = [reference(m, 8) for m in range(3)]
+    prefix = prompts[1] + ref[1][:3]
+    with torch.inference_mode():
+        worst = int(target.model(torch.tensor([prefix])).logits[0, -1].argmin())   # surely not a near-tie
+    odd = [list(r) for r in ref]
+    odd[1][3] = worst
+
+    def cell(arm, d, n):
+        return {"arm": arm, "depth": d, "users": n, "tokens_per_s": 1.0, "per_user_tokens_per_s": 1.0,
+                "outputs": odd if (arm, d) == ("fixed", 4) else ref}
+    differing = []
+    rows, same = C.measure(cell, [3], [2, 4], repeats=2, differing=differing)
+    assert not same and [(c["arm"], c["depth"]) for c, _ in differing] == [("fixed", 4)] * 2
+    if rule == "near-tie":
+        monkeypatch.setattr(divergence, "NEAR_TIE", 1e9)
+    report, where = C.divergence_of(target.model, target.device, lambda m: prompts[m % len(prompts)], differing)
+    assert where == [("fixed", 4, 3)] and len(report.divergences) == 1
+    d = report.divergences[0]
+    assert (d.position, d.ours, d.reference) == (3, worst, ref[1][3])
+    assert d.margins == divergence.target_margins(target.model, target.device, prefix, worst, ref[1][3])
+    assert report.lossless is (rule == "near-tie") and d.near_tie is (rule == "near-tie")
+    same_report, none = C.divergence_of(target.model, target.device, lambda m: prompts[m], [])
+    assert same_report.identical and same_report.lossless and none == []
 
 
 def test_a_round_interleaves_the_arms_class_by_class(make_pair, prompts, reference, monkeypatch):
@@ -351,6 +404,7 @@ def test_the_frontier_command_end_to_end(tiny_paths, tmp_path, capsys, monkeypat
                  "--out", str(out)]) == 0
     got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert got["identical"] is True and got["workload"]["classes"] == {"1": 52, "3": 18}
+    assert got["lossless"] is True and got["divergence"]["verdict"] == "identical" and got["divergence"]["cells"] == []
     cells = {(r["arm"], r["depth"], r["users"]) for r in got["rows"]}
     assert cells == {(a, d, n) for a, d in [("none", 0), ("fixed", 2), (C.AV, 2)] for n in (1, 3)}
     for r in got["rows"]:
@@ -406,3 +460,24 @@ def test_the_band_of_six_class_ratios_is_set_by_the_four_middle_ones():
     assert V.paired_band([1.0, 1.3]) == pytest.approx(0.15 / 1.15, abs=1e-3)
     many = [1.0 + 0.01 * (i % 21 - 10) for i in range(64)]
     assert V.paired_band(many) == V.NOISE_FLOOR < max(many) - min(many)
+
+
+def test_the_chapter_judges_an_arm_whose_tokens_differ(make_pair, prompts, monkeypatch):
+    """The lesson's frontier with one arm's tokens altered (a stand-in for a GPU's bf16 splitting a tie):
+    the chapter's result carries the divergence report, and its last sentence follows the rule."""
+    from specviz.engine import divergence
+
+    real = C.stepped_cell
+
+    def altered(pair, prompts_, arm, depth, users, max_new, *a, **kw):
+        cell = real(pair, prompts_, arm, depth, users, max_new, *a, **kw)
+        if arm == "fixed":
+            cell["outputs"] = [o[:2] + [(o[2] + 1) % 64] + o[3:] for o in cell["outputs"]]
+        return cell
+    monkeypatch.setattr(C, "stepped_cell", altered)
+    for rule, want in ((1e9, "conclusion_near_ties"), (divergence.NEAR_TIE, "conclusion_not_identical")):
+        monkeypatch.setattr(divergence, "NEAR_TIE", rule)
+        *_, last = F.run_frontier(make_pair("ngram"), prompts, users=(1, 2), depths=(2,), max_new=4, repeats=1,
+                                  class_tokens=8, cell_tokens=16)
+        assert last["done"] and last["identical"] is False and last["conclusions"][-1] == want, last["conclusions"]
+        assert last["divergence"]["divergences"] and {d["position"] for d in last["divergence"]["divergences"]} == {2}

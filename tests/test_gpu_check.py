@@ -159,3 +159,14 @@ def test_a_chart_is_left_out_only_for_a_missing_plotly(tmp_path, capsys):
                                                "it has every figure)")
     with pytest.raises(ModuleNotFoundError):               # anything else missing is a fault, not a bare box
         write_chart(tmp_path / "sweep.html", missing("numpy"))
+
+
+def test_a_step_fails_on_wrong_tokens_by_the_near_tie_rule_not_on_near_ties(gc):
+    """bench-hf and frontier report `identical` (token for token) and `lossless` (the near-tie rule);
+    generate --check nests its report under `lossless`: only a bug fails the step."""
+    assert gc.wrong_outputs({"identical": False, "lossless": True}) == []          # near-ties, reported
+    assert gc.wrong_outputs({"identical": False, "lossless": False}) == ["lossless"]
+    assert gc.wrong_outputs({"lossless": {"lossless": False, "verdict": "bug"}}) == ["lossless"]
+    assert gc.wrong_outputs({"lossless": {"lossless": True, "verdict": "near-ties"}}) == []
+    assert gc.wrong_outputs({"identical": False}) == ["identical"]                  # no judgement: exact or not
+    assert gc.wrong_outputs({"rows": []}) == [] and gc.wrong_outputs(None) == []

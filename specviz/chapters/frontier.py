@@ -34,8 +34,9 @@ from specviz import lessons
 from specviz.chapters.base import Chapter, Context, VllmPanel
 from specviz.chapters.common import finished, settings_of, snapshot
 from specviz.chapters.dial import dial_title
-from specviz.chapters.frontier_cells import (AV, WARM_TOKENS, Cell, arm_code, arm_name, arms, stepped_references,
-                                             measure, stepped_cell, stepped_round, tokens_per_user, warm_budget)
+from specviz.chapters.frontier_cells import (AV, WARM_TOKENS, Cell, arm_code, arm_name, arms, divergence_of,
+                                             measure, stepped_cell, stepped_references, stepped_round,
+                                             tokens_per_user, warm_budget)
 from specviz.chapters.frontier_verdict import frontier_conclusions
 from specviz.chapters.plotting import PLAIN, POLICY_COLOURS, labels_for, styled
 from specviz.engine.profiling import pair_profiles
@@ -101,21 +102,28 @@ def run_frontier(pair, prompts: list[list[int]], users=CHAPTER_SIZE["users"], de
         count[0] += 1
         extra["realigned"] += c.get("realigned", 0)
     # each cell is measured alone; the snapshots are built between class sizes, outside any timing
-    for same, rows in _cells(cell, round_of, users, depths, repeats, heard):
+    differing: list = []
+    for same, rows in _cells(cell, round_of, users, depths, repeats, heard, differing):
         if same is None:
-            values, key, keys, vals = frontier_conclusions(rows, extra["identical"])
+            report = None
+            if not extra["identical"]:          # each difference judged in the target's own pass
+                report, _ = divergence_of(pair.target.model, pair.target.device,
+                                          lambda m: prompts[m % len(prompts)], differing)
+                extra["divergence"] = report.as_dict()
+            values, key, keys, vals = frontier_conclusions(rows, extra["identical"], report)
             yield finished(snapshot("frontier", pair, settings, 1.0, rows, **extra), values, key, keys, vals)
             return
         extra["identical"] &= same
         yield snapshot("frontier", pair, settings, count[0] / total, rows, **extra)
 
 
-def _cells(cell: Cell, round_of, users, depths, repeats: int, heard) -> Iterator[tuple[bool | None, list[dict]]]:
+def _cells(cell: Cell, round_of, users, depths, repeats: int, heard,
+           differing: list) -> Iterator[tuple[bool | None, list[dict]]]:
     """`measure`, one class size at a time so the page can draw between them: yields (identical so far,
-    rows) after each class size, then (None, every row)."""
+    rows) after each class size, then (None, every row); cells whose tokens differ go to `differing`."""
     rows: list[dict] = []
     for n in users:
-        part, same = measure(cell, [n], depths, repeats, on_cell=heard, round_of=round_of)
+        part, same = measure(cell, [n], depths, repeats, on_cell=heard, round_of=round_of, differing=differing)
         rows += part
         yield same, list(rows)
     yield None, rows

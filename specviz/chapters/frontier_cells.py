@@ -10,6 +10,7 @@ from typing import Callable
 
 from specviz import lessons
 from specviz.engine.budget import Budget
+from specviz.engine.divergence import compare_rows
 from specviz.engine.policies import AdaptiveGoodput, AdaptiveVerification, FixedPolicy, make_policy
 from specviz.engine.request import Knobs, Request
 
@@ -164,12 +165,13 @@ def williams_row(n: int, r: int) -> list[int]:
 
 def measure(cell: Cell, users, depths, repeats: int = 1, with_adaptive: bool = False,
             on_cell: Callable[[dict, list[dict]], None] | None = None,
-            round_of: Round | None = None) -> tuple[list[dict], bool]:
+            round_of: Round | None = None, differing: list | None = None) -> tuple[list[dict], bool]:
     """Every arm at every class size, `repeats` rounds with the arms interleaved. Returns the median rows
     and whether every arm's outputs equal the no-speculation arm's, row for row. `on_cell(cell, rows)`
     hears each cell with the median rows so far. `round_of(order, users, r)`: runs round r's cells itself
     (the CLI interleaves the arms class by class); by default each arm's cell runs whole, in round r's
-    order."""
+    order. `differing`, where given, gets (cell, the no-speculation arm's outputs) for each cell whose
+    outputs are not those (`divergence_of` says whether each is a near-tie)."""
     rows, identical = [], True
     for n in users:
         cells: dict[tuple[str, int], list[dict]] = {}
@@ -182,9 +184,30 @@ def measure(cell: Cell, users, depths, repeats: int = 1, with_adaptive: bool = F
                     on_cell(c, rows + [median_row(g) for g in cells.values()])
         ref = cells[("none", 0)][0]["outputs"]
         for group in cells.values():
-            identical &= all(c["outputs"] == ref for c in group)
+            odd = [c for c in group if c["outputs"] != ref]
+            identical &= not odd
+            if differing is not None:
+                differing += [(c, ref) for c in odd]
             rows.append(median_row(group))
     return rows, identical
+
+
+def divergence_of(model, device, prompt_of: Callable[[int], list[int]], differing: list) -> tuple:
+    """(the DivergenceReport over every differing cell's rows against no speculation's, under the one
+    near-tie rule of engine.divergence; each divergence's cell as (arm, depth, users)). `prompt_of(m)`: the
+    prompt of a cell's m-th output. Rows the same in several cells (rounds repeat them) are judged once."""
+    seen, prompts, ours, refs, where = set(), [], [], [], []
+    for c, ref in differing:
+        for m, (a, b) in enumerate(zip(c["outputs"], ref)):
+            key = (tuple(prompt_of(m)), tuple(a), tuple(b))
+            if a != b and key not in seen:
+                seen.add(key)
+                prompts.append(prompt_of(m))
+                ours.append(a)
+                refs.append(b)
+                where.append((c["arm"], c["depth"], c["users"]))
+    report = compare_rows(model, device, prompts, ours, refs)
+    return report, [where[d.row] for d in report.divergences]
 
 
 def _whole_cells(cell: Cell) -> Round:

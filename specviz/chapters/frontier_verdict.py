@@ -9,6 +9,7 @@ import statistics
 
 from specviz import lessons
 from specviz.chapters.frontier_cells import AV, arm_code
+from specviz.engine.divergence import NEAR_TIE
 
 NOISE_FLOOR = 0.05       # the race chapter's ±5 %: two runs of one cell on a quiet 2-core CPU differ this much
 # a band wider than this cannot tell "level" from a real gap of the size the lesson is about: such a class
@@ -129,9 +130,10 @@ def _why_behind(line: dict) -> str:
     return "conclusion_behind_few" if v < best else "conclusion_behind_many"
 
 
-def frontier_conclusions(rows: list[dict], identical: bool) -> tuple[dict, str, list[str], list[dict]]:
+def frontier_conclusions(rows: list[dict], identical: bool, divergence=None) -> tuple[dict, str, list[str], list[dict]]:
     """(values, main key, every key in order, one values dict per key): a line per class size, the
-    overall verdict, the cliff (or its absence), and whether every arm's tokens were the same."""
+    overall verdict, the cliff (or its absence), and whether every arm's tokens were the same: where they
+    were not, `divergence` (frontier_cells.divergence_of's report) says whether each was a near-tie."""
     lines = class_lines(rows)
     behind = [x for x in lines if x["verdict"] == "behind"]
     if behind:
@@ -148,9 +150,22 @@ def frontier_conclusions(rows: list[dict], identical: bool) -> tuple[dict, str, 
     fall = cliff(rows)
     keys.append("conclusion_cliff" if fall else "conclusion_no_cliff")
     vals.append(fall or {"users": max((r["users"] for r in rows), default=0)})
-    keys.append("conclusion_identical" if identical else "conclusion_not_identical")
-    vals.append({})
+    key_tokens, tokens = _tokens(identical, divergence)
+    keys.append(key_tokens)
+    vals.append(tokens)
     return values, key, keys, vals
+
+
+def _tokens(identical: bool, divergence) -> tuple[str, dict]:
+    """The tokens' sentence: all the same; differing only at near-ties (bf16 on a GPU splits some another
+    way on another path), with the widest margin; or a bug."""
+    if identical:
+        return "conclusion_identical", {}
+    if divergence is None or not divergence.lossless or not divergence.divergences:
+        return "conclusion_not_identical", {}
+    margin = max(d.margins.top1_minus_top2 for d in divergence.divergences)
+    return "conclusion_near_ties", {"rows": len(divergence.divergences), "margin": f"{margin:.3g}",
+                                    "rule": NEAR_TIE}
 
 
 def _summary(lines: list[dict]) -> tuple[str, dict]:

@@ -12,8 +12,11 @@ no speculation, each fixed depth, `adaptive-verification` with the largest depth
 inside each round the arms share one scheduler and take turns class by class (`scheduled_round`);
 medians are reported with the spread (max − min) ÷ median as the noise band.
 
-Last stdout line: {"rows": [...], "identical": bool, "device": ..., "workload": ...}; `--out DIR` also
-writes frontier.csv, frontier.json and frontier.html.
+Last stdout line: {"rows": [...], "identical": bool, "lossless": bool, "divergence": {...}, "device": ...,
+"workload": ...}; `--out DIR` also writes frontier.csv, frontier.json and frontier.html. Every arm's
+tokens are held against no speculation's: where they differ, each row's first divergence is judged by the
+one near-tie rule (engine.divergence, the target's own margins there), reported in `divergence` and on
+stderr, and one above the rule is a bug: exit status 1.
 """
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ import json
 import sys
 from pathlib import Path
 
-from specviz.chapters.frontier_cells import WARM_TOKENS, cell_result, measure, policy_for, warm_budget, williams_row
+from specviz.chapters.frontier_cells import (WARM_TOKENS, cell_result, divergence_of, measure, policy_for, warm_budget,
+                                             williams_row)
 from specviz.chapters.frontier_verdict import class_lines
 from specviz.cli.common import add_compile_arg, add_pair_args
 from specviz.cli.dial import Dial, synthetic_note
@@ -246,8 +250,11 @@ def run(args) -> int:
     def show(c, _rows):
         if not args.json:
             print(json.dumps({k: v for k, v in c.items() if k != "outputs"}), flush=True)
-    rows, identical = measure(cell, users, depths, args.repeats, args.with_adaptive, show, round_of)
-    result = {"rows": rows, "identical": identical, "device": device_name(t.device),
+    differing: list = []
+    rows, identical = measure(cell, users, depths, args.repeats, args.with_adaptive, show, round_of, differing)
+    report, where = own_thread(divergence_of, t.model, t.device, lambda m: prompts[m % len(prompts)], differing)
+    result = {"rows": rows, "identical": identical, "lossless": report.lossless,
+              "divergence": {**report.as_dict(), "cells": [list(w) for w in where]}, "device": device_name(t.device),
               "workload": {"target": args.target, "draft": args.draft, "prompts": args.prompts,
                            "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
                            "classes": {str(n): classes_for(n, args.max_new_tokens, args.cell_tokens)
@@ -265,4 +272,14 @@ def run(args) -> int:
     if args.out:
         write_out(Path(args.out), result)
     print(json.dumps(result), flush=True)
-    return 0
+    return _said_lossless(report, where)
+
+
+def _said_lossless(report, where) -> int:
+    """Exit status: 1, each bug on stderr, when an arm's tokens left no speculation's above the near-tie
+    rule; near-ties are said there too (their rows are in the JSON's `divergence`)."""
+    if report.identical:
+        return 0
+    for d, (arm, depth, users) in zip(report.divergences, where):
+        print(f"{users} users, {arm} k = {depth}: {d.said()}", file=sys.stderr)
+    return 0 if report.lossless else 1
