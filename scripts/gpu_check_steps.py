@@ -78,6 +78,7 @@ def scheduler_run(a) -> int:
     """`users` requests at once through the shared scheduler, each user reading in its own thread (as the
     app's classroom does), then every output against the target decoding its prompt alone."""
     from specviz.cli.classroom import POOL
+    from specviz.cli.common import graphs_of
     from specviz.engine.divergence import check_against_target
     from specviz.engine.request import Knobs, Request
     from specviz.hardware.threads import own_thread
@@ -101,6 +102,7 @@ def scheduler_run(a) -> int:
     print(json.dumps({"users": a.users, "done": len(runs) - len(errors), "errors": errors[:4], "wall_s": wall,
                       "tokens_per_s": tokens / wall if wall else None, "path": str(pair.fast.label),
                       "shared_batch_max": max((r.totals.shared_batch_max for r in runs if r.totals), default=0),
+                      "graphs": graphs_of(pair.fast),
                       "lossless": report.lossless, "divergence": report.as_dict()}), flush=True)
     return 0 if not errors and report.lossless else 1
 

@@ -170,3 +170,16 @@ def test_a_step_fails_on_wrong_tokens_by_the_near_tie_rule_not_on_near_ties(gc):
     assert gc.wrong_outputs({"lossless": {"lossless": True, "verdict": "near-ties"}}) == []
     assert gc.wrong_outputs({"identical": False}) == ["identical"]                  # no judgement: exact or not
     assert gc.wrong_outputs({"rows": []}) == [] and gc.wrong_outputs(None) == []
+
+
+def test_the_sweep_goal_reads_the_graph_counters_after_warm_up(gc):
+    clean = {"graphs": {"graphs": 40, "captures_after_warmup": 0, "compiles_after_warmup": 0}}
+    assert gc.after_warmup_clean({"counters": clean, "recompile_warnings": 0}) is True
+    assert gc.after_warmup_clean({"counters": clean, "recompile_warnings": 2}) is False
+    late = {"graphs": {"graphs": 40, "captures_after_warmup": 1, "compiles_after_warmup": 0}}
+    assert gc.after_warmup_clean({"counters": late}) is False
+    assert gc.after_warmup_clean({"counters": None}) is None and gc.after_warmup_clean({}) is None
+    goal = next(g for g in gc.goals([{"name": "sweep", "result": {"rows": []}, "counters": clean,
+                                      "recompile_warnings": 0}], 100.0)
+                if g["goal"].startswith("sweep: no compilation"))
+    assert goal["met"] is True

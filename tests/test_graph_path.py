@@ -528,3 +528,48 @@ def test_roofline_measures_the_graph_path_and_says_where_it_ends(tiny_paths, tmp
     assert "beyond the graph path's largest bucket" in next(x for x in lines if x.strip().startswith("8 tokens"))
     assert not any("beyond" in x for x in lines if x.strip().startswith(("1 ", "2 ", "4 ")))
     assert any(x.startswith("graphs: ") and "no CUDA graphs" in x for x in lines)
+
+
+def test_a_cache_that_outgrew_the_arena_takes_it_again_for_the_next_batch(loaded, prompts, reference, monkeypatch):
+    """A long-lived engine (the scheduler's) whose cache outgrew the arena's slots, emptied, then given a new
+    batch: it moves back into the arena with no rows to copy, and stays exact (the frontier on the graph
+    path once failed here: its old length was copied as if it held rows)."""
+    from dataclasses import replace
+
+    from specviz.fastpath import graphs
+    from specviz.fastpath.passes import compact_for
+    from specviz.pairs.pipeline import load_pair
+
+    monkeypatch.setenv("SPECVIZ_LAYOUT", "stock")
+    target = loaded["target"]
+    fits = max(len(p) for p in prompts[:2]) + 10          # room for the prompts and some, not for 20 tokens
+    runner = graphs.GraphRunner(compact_for(target.model), Buckets(rows=(1, 2), tokens=(1, 2, 3), slots=(fits,),
+                                                                   wide=()), "eager")
+    pair = load_pair(target.ref, "ngram", target=target, compile="off")
+    pair = replace(pair, target_cache=runner.new_cache, fast=FastPath("buckets", graphs=runner.graphs,
+                                                                      runners=(runner,)))
+    eng = pair.engine()
+    for max_new in (20, 6):                 # 20 tokens outgrow the slots; the next batch starts emptied
+        list(eng.generate(prompts[:2], Knobs(depth=2, batch_size=2), max_new))
+        for row, out in eng.outputs().items():
+            assert out == reference(row, max_new)
+    assert runner.stats().spills >= 1 and runner.stats().replays > 0
+
+
+@pytest.mark.parametrize("command", ["generate", "frontier"])
+def test_the_class_commands_report_the_graph_counters(tiny_paths, tmp_path, command):
+    """Every output says how many graphs exist and that nothing was captured or compiled after warm-up
+    (scripts/gpu-check's counters read these)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "SPECVIZ_CACHE": str(tmp_path / "c"),
+           "SPECVIZ_BUCKETS_ON_CPU": "1", "SPECVIZ_GRAPH_BUCKETS": "rows=1,2;tokens=1,2,3,4;slots=64;wide=",
+           "SPECVIZ_LAYOUT": "stock"}
+    own = (["--prompt", "the quick brown", "--batch-size", "2", "--depth", "2", "--max-new-tokens", "6", "--check"]
+           if command == "generate" else ["--users", "2", "--depths", "0,2", "--max-new-tokens", "6",
+                                          "--cell-tokens", "0"])
+    r = subprocess.run([sys.executable, "-m", "specviz", command, "--target", tiny_paths["target"], "--draft",
+                        "ngram", "--compile", "on", "--json", *own], capture_output=True, text=True, timeout=300,
+                       env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])["graphs"]
+    assert got["graphs"] == 8 and got["replays"] > 0
+    assert got["captures_after_warmup"] == 0 and got["compiles_after_warmup"] == 0

@@ -132,3 +132,10 @@ def charts():
     from specviz import charts as module
 
     return module
+
+
+def graphs_of(fast) -> dict | None:
+    """The graph path's counters for a command's JSON (`graphs.GraphStats`: graphs, captures and
+    compilations, and those after warm-up, which stay 0), or None on another path."""
+    stats = fast.graph_stats()
+    return stats.as_dict() if stats is not None else None

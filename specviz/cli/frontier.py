@@ -27,7 +27,7 @@ from pathlib import Path
 from specviz.chapters.frontier_cells import (WARM_TOKENS, cell_result, divergence_of, measure, policy_for, warm_budget,
                                              williams_row)
 from specviz.chapters.frontier_verdict import class_lines
-from specviz.cli.common import add_compile_arg, add_pair_args
+from specviz.cli.common import add_compile_arg, add_pair_args, graphs_of
 from specviz.cli.dial import Dial, synthetic_note
 from specviz.cli.frontier_common import prompt_texts, write_out
 from specviz.cli.frontier_vllm import add_vllm_args, run_vllm
@@ -260,10 +260,12 @@ def run(args) -> int:
                            "classes": {str(n): classes_for(n, args.max_new_tokens, args.cell_tokens)
                                        for n in users},
                            "path": pair.fast.shown, "cell_tokens": args.cell_tokens},
-              "synthetic": dial.as_dict(),
+              "synthetic": dial.as_dict(), "graphs": graphs_of(pair.fast),
               "verify_profile_s": profile[0], "draft_profile_s": profile[1],
               "comparisons": [_comparison(x) for x in class_lines(rows)]}
     if not args.json:
+        if pair.fast.graph_stats() is not None:
+            print(f"graphs: {pair.fast.graph_stats().line()}", file=sys.stderr)
         for x in result["comparisons"]:
             paired = f", {x['paired']:.3f}× paired by class" if x["paired"] else ""
             print(f"{x['users']} users: adaptive verification {x['by_medians']:.3f}× {x['best_arm']} (the best other arm) "

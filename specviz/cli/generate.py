@@ -13,7 +13,7 @@ import json
 import sys
 
 from specviz.cli.common import (DEFAULT_PROMPTS, add_compile_arg, add_dtype_arg, add_pair_args, add_run_args,
-                                check_run_args, exact_dtype, knobs_for)
+                                check_run_args, exact_dtype, graphs_of, knobs_for)
 from specviz.engine.divergence import check_against_target
 from specviz.engine.synthetic import reference_run
 from specviz.lessons import Said
@@ -85,6 +85,7 @@ def run(args) -> int:
     outs = engine.outputs()
     t = engine.totals
     final = {"done": True, "target": args.target, "draft": args.draft, "path": pair.fast.shown,
+             "graphs": graphs_of(pair.fast),
              "prompt_ids": [engine.prompt_of(i) for i in outs], "outputs": list(outs.values()),
              "texts": [tok.decode(o, skip_special_tokens=True) for o in outs.values()], **t.as_dict()}
     if refs is not None:
@@ -105,6 +106,8 @@ def run(args) -> int:
     acc = "n/a" if t.acceptance_rate is None else f"{t.acceptance_rate:.1%}"
     print(f"--- {t.tokens} tokens in {t.wall_s:.2f} s = {t.tokens_per_s:.1f} tok/s; acceptance {acc}; "
           f"{t.mean_accepted_length:.2f} tokens per target pass; FLOPs ×{t.flops_ratio:.2f} of plain decoding")
+    if final["graphs"] is not None:
+        print(f"--- graphs: {pair.fast.graph_stats().line()}")
     if report is not None:
         print("--- lossless check ---\n" + "\n".join(report.sentences(decode)))
     return _verdict(report, decode)

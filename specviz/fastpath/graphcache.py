@@ -75,8 +75,9 @@ class GraphCache(StaticCache):
         if tenant is not None and tenant is not self:
             tenant._spill()
         B, L = self.batch, self.length
-        for arena, own in zip(r.keys + r.values, self.kbufs + self.vbufs):
-            arena[:B, :, :L].copy_(own[:B, :, :L])
+        if B:       # an emptied cache brings no rows, and its old length may exceed the arena's slots
+            for arena, own in zip(r.keys + r.values, self.kbufs + self.vbufs):
+                arena[:B, :, :L].copy_(own[:B, :, :L])
         self.kbufs, self.vbufs = list(r.keys), list(r.values)
         self.attached, r.tenant = True, weakref.ref(self)
 
