@@ -23,7 +23,8 @@ then captured. A graph removes the launches' host cost, but each kernel still ta
 device, and compiling fuses a layer's many small kernels into a few, for a longer warm-up (a few
 compilations: sizes of 1 are specialised). =auto, the default, captures the one-token decode shape both
 ways on a probe pool, times the replays in turns and keeps the faster (the eager forward where compiling
-fails); a CPU rehearsal times nothing and keeps eager.
+fails; an eager verdict is kept for the device's later loads, `forwardchoice.py`); a CPU rehearsal times
+nothing and keeps eager.
 
 On a CPU the same machinery runs without CUDA (`CpuRehearsal`): "capturing" runs the body once on the
 static buffers and "replaying" runs it again, so tests exercise the buckets, the padding, the arena and
