@@ -228,16 +228,19 @@ def test_an_arm_leaving_no_speculations_tokens_is_judged_by_the_near_tie_rule(lo
 
     def cell(arm, d, n):
         return {"arm": arm, "depth": d, "users": n, "tokens_per_s": 1.0, "per_user_tokens_per_s": 1.0,
-                "outputs": odd if (arm, d) == ("fixed", 4) else ref}
+                "outputs": odd if arm == "fixed" else ref}
     differing = []
     rows, same = C.measure(cell, [3], [2, 4], repeats=2, differing=differing)
-    assert not same and [(c["arm"], c["depth"]) for c, _ in differing] == [("fixed", 4)] * 2
+    assert not same and [(c["arm"], c["depth"]) for c, _ in differing] == [("fixed", 2)] * 2 + [("fixed", 4)] * 2
     if rule == "near-tie":
         monkeypatch.setattr(divergence, "NEAR_TIE", 1e9)
+    runs, real = [], C.target_margins
+    monkeypatch.setattr(C, "target_margins", lambda *a: (runs.append(a), real(*a))[1])
     report, where = C.divergence_of(target.model, target.device, lambda m: prompts[m % len(prompts)], differing)
-    assert where == [("fixed", 4, 3)] and len(report.divergences) == 1
+    # each arm's row said once over its two rounds; the target ran once for the one difference
+    assert where == [("fixed", 2, 3), ("fixed", 4, 3)] and len(report.divergences) == 2 and len(runs) == 1
     d = report.divergences[0]
-    assert (d.position, d.ours, d.reference) == (3, worst, ref[1][3])
+    assert (d.row, d.position, d.ours, d.reference) == (1, 3, worst, ref[1][3])
     assert d.margins == divergence.target_margins(target.model, target.device, prefix, worst, ref[1][3])
     assert report.lossless is (rule == "near-tie") and d.near_tie is (rule == "near-tie")
     same_report, none = C.divergence_of(target.model, target.device, lambda m: prompts[m], [])

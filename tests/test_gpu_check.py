@@ -179,6 +179,7 @@ def test_the_sweep_goal_reads_the_graph_counters_after_warm_up(gc):
     late = {"graphs": {"graphs": 40, "captures_after_warmup": 1, "compiles_after_warmup": 0}}
     assert gc.after_warmup_clean({"counters": late}) is False
     assert gc.after_warmup_clean({"counters": None}) is None and gc.after_warmup_clean({}) is None
+    assert gc.after_warmup_clean({"counters": {"graphs": {"graphs": 40}}}) is None       # not counted: unknown
     goal = next(g for g in gc.goals([{"name": "sweep", "result": {"rows": []}, "counters": clean,
                                       "recompile_warnings": 0}], 100.0)
                 if g["goal"].startswith("sweep: no compilation"))

@@ -496,6 +496,12 @@ def test_auto_keeps_an_eager_verdict_so_the_next_load_compiles_nothing(loaded, m
         assert load(loaded["draft"].model)[2] == 1                 # another shape: its own timing
         forwardchoice.forget(loaded["target"].device)
         assert load(loaded["target"].model)[2] == 1                # forgotten: timed again
+        path = tmp_path / forwardchoice.FILE                       # a week old: timed again
+        table = json.loads(path.read_text())
+        for entry in table.values():
+            entry["at"] -= 8 * 24 * 3600
+        path.write_text(json.dumps(table))
+        assert load(loaded["target"].model)[2] == 1 and load(loaded["target"].model)[2] == 0
     else:
         assert again == first
 
@@ -571,5 +577,5 @@ def test_the_class_commands_report_the_graph_counters(tiny_paths, tmp_path, comm
                        env=env, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])["graphs"]
-    assert got["graphs"] == 8 and got["replays"] > 0
+    assert got["graphs"] == len(parse(env["SPECVIZ_GRAPH_BUCKETS"]).shapes()) and got["replays"] > 0
     assert got["captures_after_warmup"] == 0 and got["compiles_after_warmup"] == 0

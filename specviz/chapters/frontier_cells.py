@@ -10,7 +10,7 @@ from typing import Callable
 
 from specviz import lessons
 from specviz.engine.budget import Budget
-from specviz.engine.divergence import compare_rows
+from specviz.engine.divergence import Divergence, DivergenceReport, first_difference, target_margins
 from specviz.engine.policies import AdaptiveGoodput, AdaptiveVerification, FixedPolicy, make_policy
 from specviz.engine.request import Knobs, Request
 
@@ -193,21 +193,26 @@ def measure(cell: Cell, users, depths, repeats: int = 1, with_adaptive: bool = F
 
 
 def divergence_of(model, device, prompt_of: Callable[[int], list[int]], differing: list) -> tuple:
-    """(the DivergenceReport over every differing cell's rows against no speculation's, under the one
-    near-tie rule of engine.divergence; each divergence's cell as (arm, depth, users)). `prompt_of(m)`: the
-    prompt of a cell's m-th output. Rows the same in several cells (rounds repeat them) are judged once."""
-    seen, prompts, ours, refs, where = set(), [], [], [], []
+    """(the DivergenceReport of every differing cell's rows against no speculation's, judged by the one
+    near-tie rule of engine.divergence, each divergence's `row` its user's place in the cell; and each
+    one's cell as (arm, depth, users)). `prompt_of(m)`: the prompt of a cell's m-th output. A cell's row
+    repeated over rounds is judged once, and the target runs once per distinct first difference."""
+    seen, found, where, margins = set(), [], [], {}
     for c, ref in differing:
+        cell = (c["arm"], c["depth"], c["users"])
         for m, (a, b) in enumerate(zip(c["outputs"], ref)):
-            key = (tuple(prompt_of(m)), tuple(a), tuple(b))
-            if a != b and key not in seen:
-                seen.add(key)
-                prompts.append(prompt_of(m))
-                ours.append(a)
-                refs.append(b)
-                where.append((c["arm"], c["depth"], c["users"]))
-    report = compare_rows(model, device, prompts, ours, refs)
-    return report, [where[d.row] for d in report.divergences]
+            pos = first_difference(a, b)
+            if pos is None or (cell, m, tuple(a)) in seen:
+                continue
+            seen.add((cell, m, tuple(a)))
+            mine, theirs = (a[pos] if pos < len(a) else None), (b[pos] if pos < len(b) else None)
+            prefix = list(prompt_of(m)) + list(a[:pos])
+            at = (tuple(prefix), mine, theirs)
+            if at not in margins:
+                margins[at] = target_margins(model, device, prefix, mine, theirs)
+            found.append(Divergence(m, pos, mine, theirs, margins[at]))
+            where.append(cell)
+    return DivergenceReport(len(found), 0, tuple(found)), where
 
 
 def _whole_cells(cell: Cell) -> Round:

@@ -9,7 +9,7 @@ import statistics
 
 from specviz import lessons
 from specviz.chapters.frontier_cells import AV, arm_code
-from specviz.engine.divergence import NEAR_TIE
+from specviz.engine import divergence as rule
 
 NOISE_FLOOR = 0.05       # the race chapter's ±5 %: two runs of one cell on a quiet 2-core CPU differ this much
 # a band wider than this cannot tell "level" from a real gap of the size the lesson is about: such a class
@@ -165,7 +165,7 @@ def _tokens(identical: bool, divergence) -> tuple[str, dict]:
         return "conclusion_not_identical", {}
     margin = max(d.margins.top1_minus_top2 for d in divergence.divergences)
     return "conclusion_near_ties", {"rows": len(divergence.divergences), "margin": f"{margin:.3g}",
-                                    "rule": NEAR_TIE}
+                                    "rule": rule.NEAR_TIE}
 
 
 def _summary(lines: list[dict]) -> tuple[str, dict]:

@@ -31,6 +31,7 @@ from specviz.cli.common import add_compile_arg, add_pair_args, graphs_of
 from specviz.cli.dial import Dial, synthetic_note
 from specviz.cli.frontier_common import prompt_texts, write_out
 from specviz.cli.frontier_vllm import add_vllm_args, run_vllm
+from specviz.engine.divergence import rule_said
 from specviz.engine.request import Knobs, Request
 from specviz.limits import MAX_DEPTH, LimitError, Limits
 
@@ -278,10 +279,14 @@ def run(args) -> int:
 
 
 def _said_lossless(report, where) -> int:
-    """Exit status: 1, each bug on stderr, when an arm's tokens left no speculation's above the near-tie
-    rule; near-ties are said there too (their rows are in the JSON's `divergence`)."""
-    if report.identical:
-        return 0
+    """Exit status: 1 when an arm's tokens left no speculation's above the near-tie rule. Each divergence,
+    near-tie or bug, is said on stderr (and kept in the JSON's `divergence`)."""
     for d, (arm, depth, users) in zip(report.divergences, where):
-        print(f"{users} users, {arm} k = {depth}: {d.said()}", file=sys.stderr)
+        verdict = "a near-tie" if d.near_tie else "a bug"
+        print(f"{users} users, {arm} k = {depth}, user {d.row + 1} of the class: first difference at token "
+              f"{d.position + 1}, no speculation wrote {d.reference} and this arm {d.ours}; in the target's own "
+              f"pass there its two best tokens are {d.margins.top1_minus_top2:.3g} logits apart: {verdict}",
+              file=sys.stderr)
+    if report.divergences:
+        print(rule_said(), file=sys.stderr)
     return 0 if report.lossless else 1

@@ -2,8 +2,9 @@
 
 auto learns which forward is faster by compiling the decoder layer and timing both one-token replays.
 Where the eager forward wins, that compile bought nothing, and every later load on the device would pay
-it again to learn the same thing: so an eager verdict is kept, like the layout timings, with the load it
-was taken under (taken again when that was busy or a week old) and forgotten by `specviz calibrate`.
+it again to learn the same thing: so an eager verdict is kept, like the layout timings, for a week (a
+driver or torch changes under it) or until `specviz calibrate` forgets it. The CPU's load is not asked:
+the replays are timed by the GPU's own clock, and the compile just before them keeps the CPU busy anyway.
 A compiled verdict is not acted on: the compile it would save is needed to serve anyway, and the probe
 beside it is what catches a compile that fails.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 
-from specviz.hardware.device import load_now, machine_key, read_table, remeasure_reason, write_table
+from specviz.hardware.device import MAX_AGE_S, machine_key, read_table, write_table
 from specviz.machine import cache_root
 
 FILE = "graph-forward.json"
@@ -24,13 +25,19 @@ def key(device, dtype, shape: str, backend: str) -> str:
     return f"{machine_key(device, dtype)} | {shape} | {backend}"
 
 
-def kept(k: str) -> dict | None:
-    """The stored verdict for `k` when it says eager and may still be trusted, else None."""
+def kept(k: str, now: float | None = None) -> dict | None:
+    """The stored verdict for `k` when it says eager and is under a week old, else None (an unreadable
+    entry included: it is timed again)."""
     with _LOCK:
         got = read_table(cache_root() / FILE).get(k)
-    if not isinstance(got, dict) or got.get("forward") != "eager" or not isinstance(got.get("ms"), dict):
+    if not isinstance(got, dict) or got.get("forward") != "eager":
         return None
-    return None if remeasure_reason(got.get("measured")) else got
+    ms, at = got.get("ms"), got.get("at")
+    if not (isinstance(ms, dict) and ms and all(isinstance(v, (int, float)) for v in ms.values())):
+        return None
+    if not isinstance(at, (int, float)) or (now or time.time()) - at > MAX_AGE_S:
+        return None
+    return got
 
 
 def store(k: str, forward: str, ms: dict[str, float]) -> None:
@@ -38,7 +45,7 @@ def store(k: str, forward: str, ms: dict[str, float]) -> None:
     with _LOCK:
         table = read_table(path)
         table[k] = {"forward": forward, "ms": {n: round(v, 4) for n, v in ms.items()},
-                    "date": time.strftime("%Y-%m-%d"), "measured": load_now()}
+                    "date": time.strftime("%Y-%m-%d"), "at": round(time.time())}
         write_table(path, table)
 
 

@@ -282,12 +282,13 @@ class GraphRunner:
             return forward, self._compiled_forward() if forward == "compiled" else self.compact.hidden, ""
         if not self.backend.probes:
             return "eager", self.compact.hidden, ""
-        sh, probe = self.buckets.pick(1, 1, 0), self.backend.fresh()
+        sh = self.buckets.pick(1, 1, 0)
         where = forwardchoice.key(self.device, self.dtype, self._shape_key(sh), COMPILE_BACKEND)
         got = forwardchoice.kept(where)
         if got is not None:                           # eager won here before: no compile to learn it again
             log.info("graph path: %s; keeping eager", forwardchoice.sentence(got))
             return "eager", self.compact.hidden, forwardchoice.sentence(got)
+        probe = self.backend.fresh()
         with self.lock, torch.inference_mode():
             replays = {"eager": (self.compact.hidden, probe.capture(self._body(sh, self.compact.hidden)))}
             try:
