@@ -152,7 +152,7 @@ def test_hindsight_learns_the_slot_the_budget_left_out():
     for _ in range(20):
         b.select(prop, [True], [False], 0.0, 1)
         cut = Proposal(prop.tokens[:, :2], torch.tensor([2]), None, keys=[3])
-        b.observe(cut, [2], [2], [True], 1, 3, 0.01, 0.0, Hindsight(prop.tokens, [4], [7], [True]))
+        b.observe(cut, [2], [2], [True], 1, 3, 0.01, 0.0, Hindsight(prop.tokens.tolist(), [4], [7], [True]))
     assert b.survival.keyed.rate(3, 2, 0.5) > before + 0.3          # learnt: slot 2 (token 7) survives
     assert b.survival.keyed.count(3, 3) == 0.0                       # slot 3 was never reached
 
@@ -162,9 +162,9 @@ def test_hindsight_skips_sampled_model_rows_and_rows_that_lost_a_slot():
     conf = torch.tensor([[0.9, 0.9, 0.9]])
     prop = Proposal(torch.tensor([[5, 6, 7]]), torch.tensor([3]), None, conf=conf)
     b.select(prop, [True], [True], 0.0, 1)
-    b.observe(prop, [1], [1], [True], 1, 2, 0.01, 0.0, Hindsight(prop.tokens, [3], [6], [False]))
+    b.observe(prop, [1], [1], [True], 1, 2, 0.01, 0.0, Hindsight(prop.tokens.tolist(), [3], [6], [False]))
     assert sum(n for (key, pos), n in b.survival.confident.reached.items() if pos == 1) == 0.0
-    b.observe(prop, [2], [1], [True], 1, 3, 0.01, 0.0, Hindsight(prop.tokens, [3], [7], [True]))
+    b.observe(prop, [2], [1], [True], 1, 3, 0.01, 0.0, Hindsight(prop.tokens.tolist(), [3], [7], [True]))
     assert sum(n for (key, pos), n in b.survival.confident.reached.items() if pos == 2) == 0.0
 
 

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from specviz.engine.request import Knobs, Request
+from specviz.engine.synthetic import reference_run
 from specviz.fastpath import FastPath, cache_factory, resolve
 from specviz.fastpath.buckets import Buckets, Shape, for_roofline, parse
 from specviz.fastpath.graphcache import GraphCache
@@ -579,3 +580,55 @@ def test_the_class_commands_report_the_graph_counters(tiny_paths, tmp_path, comm
     got = json.loads(r.stdout.strip().splitlines()[-1])["graphs"]
     assert got["graphs"] == len(parse(env["SPECVIZ_GRAPH_BUCKETS"]).shapes()) and got["replays"] > 0
     assert got["captures_after_warmup"] == 0 and got["compiles_after_warmup"] == 0
+
+
+# --- what a step waits for -------------------------------------------------------------------------------
+STEP_CODE = ("specviz/engine/", "specviz/fastpath/graphcache.py", "specviz/fastpath/cache.py",
+             "specviz/fastpath/graphs.py")
+
+
+@pytest.mark.parametrize("draft, depth", [("synthetic:0.7", 4), ("ngram", 3), ("synthetic:0.7", 0)])
+def test_a_step_reads_the_device_back_for_its_verdict_only(bucketed, prompts, monkeypatch, draft, depth):
+    """On a GPU every read of a device tensor on the host waits for the device. A greedy step with a free
+    draft reads back the target's argmax once, and the cache's compaction check once; the drafts and
+    their lengths were made on the host and are never read back. (The forward is left out: on a GPU it is
+    one graph. So are the steps that admit or retire rows.) Counted on the host's tensors, which stand in
+    for the device's here."""
+    pair = bucketed(draft)
+    eng = pair.engine()
+    refs = reference_run(eng, prompts[:3], 3, 2 * MAX_NEW)[0] if draft.startswith("synthetic") else None
+    eng = pair.engine()
+    reads = []
+    for name in ("tolist", "item", "__int__", "__bool__", "__float__", "__index__"):
+        real = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _real=real, **k):
+            caller = sys._getframe(1)
+            if any(part in caller.f_code.co_filename.replace("\\", "/") for part in STEP_CODE):
+                reads.append(f"{caller.f_code.co_filename}:{caller.f_lineno}")
+            return _real(self, *a, **k)
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    per_step, before, changed = [], 0, True
+    for ev in eng.generate(prompts[:3], Knobs(depth, 3), 2 * MAX_NEW, references=refs):
+        if not changed:
+            per_step.append(reads[before:])
+        before, changed = len(reads), any(r.done for r in ev.rows)
+    assert len(per_step) >= 6
+    assert all(1 <= len(r) <= 2 for r in per_step), per_step
+
+
+def test_the_step_audit_script_counts_what_a_step_launches_and_reads(tiny_paths, tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "SPECVIZ_CACHE": str(tmp_path / "c"), "SPECVIZ_GRAPH_BUCKETS": SMALL,
+           "SPECVIZ_LAYOUT": "stock"}
+    script = str(ROOT / "scripts" / "step-audit.py")
+    r = subprocess.run([sys.executable, script, "--target", tiny_paths["target"], "--batch", "2", "--depth", "3",
+                        "--max-new-tokens", "24", "--runs", "1"], capture_output=True, text=True, timeout=300,
+                       env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["steps"] >= 4 and got["tokens_a_step"] > 1 and got["host_us_a_step"] > 0
+    assert got["launches"].get("linear") and got["reads"].get("tolist")       # the LM head; the verdict
+    assert 1 <= got["reads_a_step"] <= 4           # the verdict and the compaction check, and a few rows' ends
+    bad = subprocess.run([sys.executable, script, "--target", tiny_paths["target"], "--batch", "0"],
+                         capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    assert bad.returncode == 2 and "--batch takes 1-64" in bad.stderr

@@ -81,12 +81,11 @@ def test_bonus_token_when_all_accepted_comes_from_p():
 
 
 def test_greedy_accept_prefix_and_correction():
-    target = torch.tensor([[5, 6, 7, 8], [5, 6, 7, 8], [1, 2, 3, 4]])
-    draft = torch.tensor([[5, 6, 9], [5, 6, 7], [9, 9, 9]])
-    lengths = torch.tensor([3, 2, 3])
-    n, nxt = greedy_accept(target, draft, lengths)
-    assert n.tolist() == [2, 2, 0]
-    assert nxt.tolist() == [7, 7, 1]   # correction, bonus after its 2 drafts, correction
+    target = [[5, 6, 7, 8], [5, 6, 7, 8], [1, 2, 3, 4], [4, 0, 0, 0]]
+    draft = [[5, 6, 9], [5, 6, 7], [9, 9, 9], [4, 0, 0]]
+    n, nxt = greedy_accept(target, draft, [3, 2, 3, 0])
+    assert n == [2, 2, 0, 0]
+    assert nxt == [7, 7, 1, 4]   # correction, bonus after its 2 drafts, correction, a row that drafted none
 
 
 @pytest.mark.parametrize("vocab", [49152, 49152 + 77, 5000])

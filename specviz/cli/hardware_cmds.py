@@ -195,7 +195,7 @@ def run_sweep(args) -> int:
             t = eng.totals
             rows.append({"batch_size": b, "depth": k, "tokens_per_s": t.tokens / wall,
                          "decode_tokens_per_s": t.tokens_per_s, "acceptance_rate": t.acceptance_rate,
-                         "flops_ratio": t.flops_ratio, "tokens": t.tokens,
+                         "flops_ratio": t.flops_ratio, "tokens": t.tokens, **t.per_step_ms(),
                          **(_padding(before, target.stats()) if target else {})})
             outputs.append(list(eng.outputs().values()))
             done += 1

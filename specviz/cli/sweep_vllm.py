@@ -29,7 +29,8 @@ from specviz.hardware.costmodel import best_depths, crossover_from_rows
 from specviz.limits import LimitError
 from specviz.pairs.models import load_tokenizer
 from specviz.vllm.client import VllmClient, VllmError
-from specviz.vllm.launcher import LaunchSpec, VllmServer, free_port, python_path, speculative_config, vllm_installed
+from specviz.vllm import launcher
+from specviz.vllm.launcher import LaunchSpec, VllmServer, free_port, python_path, speculative_config
 from specviz.vllm.metrics import snapshot, window
 
 WARMUP_TOKENS = 8
@@ -119,7 +120,7 @@ def run_sweep_vllm(args, batches: list[int], depths: list[int]) -> int:
     schedule = parse_schedule(args.schedule)
     if not 1 <= args.repeats <= 9:
         raise LimitError("--repeats must be 1-9")
-    if not vllm_installed():
+    if not launcher.vllm_installed():      # read through the module: a test stands in for the venv
         raise VllmError("vLLM is not installed (.venv-vllm is missing): run bash scripts/vllm-setup")
     speculative_config(args.draft, max(depths + [1]))        # an unsupported draft fails before any server starts
     prompt = encode_prompt(load_tokenizer(args.target), args.prompt)

@@ -130,7 +130,7 @@ class Hindsight:
     (greedy). For a sampled row with a fixed (keyed) draft d the two events have the same probability,
     p(d); a sampled model draft is accepted with min(1, p/q) instead, so those rows are left out."""
 
-    drafts: object                 # [B, K] every drafted token, before the budget cut
+    drafts: list[list[int]]        # [B][K] every drafted token, before the budget cut
     proposed: list[int]            # per row: drafts proposed
     next_tokens: list[int]         # per row: the token the target emitted after the kept drafts
     greedy: list[bool]
@@ -163,7 +163,7 @@ class Survival:
         self._pull()
         keyed_rate = self.keyed.optimistic if optimistic else self.keyed.rate
         confident_rate = self.confident.optimistic if optimistic else self.confident.rate
-        lengths = prop.lengths.tolist()
+        lengths = prop.length_list()
         self.keys = [[] for _ in lengths]
         conf = prop.conf.tolist() if prop.conf is not None and prop.keys is None and any(lengths) else None
         memo: dict = {}
@@ -198,7 +198,7 @@ class Survival:
         budget's own selection."""
         keyed = prop.keys is not None
         table = self.keyed if keyed else self.confident
-        drafts = after.drafts.tolist() if after is not None else None
+        drafts = after.drafts if after is not None else None
         seen: dict[tuple[int, int], list[int]] = {}     # (key, position) → [reached, kept] this step
         for i, (k, a) in enumerate(zip(verified, accepted)):
             if not chosen[i]:

@@ -184,7 +184,7 @@ class Budget:
         if not any(ctx.budgeted):
             return prop, None
         sel = self.select(prop, ctx.budgeted, ctx.sampled, prop.seconds, ctx.rows, ctx.room, ctx.waiting)
-        return prop.cut(prop.lengths.new_tensor(sel.lengths)), sel
+        return prop.cut(sel.lengths), sel
 
     def select(self, prop, chosen: list[bool], sampled: list[bool], fixed_s: float, rows: int,
                remaining: list[int] | None = None, waiting: bool = False) -> Selection:
@@ -193,7 +193,7 @@ class Budget:
         (`_slot_plan`), and so below the knee; with nobody waiting past it, the plan that brings the batch's
         last row nearest per second (`_class_plan`). `sampled` rows with a model draft keep the slots above
         the previous step's cut-off (see Exactness). `fixed_s`: the draft seconds."""
-        lengths = prop.lengths.tolist()
+        lengths = list(prop.length_list())
         plain = self.survival.of_step(prop, chosen)
         fixed_tokens = rows + sum(k for k, c in zip(lengths, chosen) if not c)
         for i in plain:
@@ -216,7 +216,7 @@ class Budget:
                 lengths[i] = sum(1 for s in surv if s >= cutoff)
         self._next_cutoff(plain, plan, best)
         self.survival.forget()
-        return Selection(lengths, sum(int(x) for x in prop.lengths.tolist()), sum(lengths), best)
+        return Selection(lengths, sum(prop.length_list()), sum(lengths), best)
 
     def _plan(self, prop, survivals, gaps, sampled, lengths, fixed_tokens: int, rows: int,
               fixed_s: float) -> tuple[dict[int, int], int]:
@@ -330,14 +330,14 @@ class Budget:
               verify_s: float, overhead_s: float) -> None:
         """After the verify pass: `full` is what was drafted, `prop` what was verified. A step with rows under
         this budget teaches the costs and the acceptance; a step without, a keyed draft's acceptance only."""
-        verified = prop.lengths.tolist()
+        verified = prop.length_list()
         if not any(ctx.budgeted):
             # rows of other policies teach a keyed draft's acceptance too (its key is the proposal's)
             if prop.keys is not None and any(verified):
                 self.survival.observe(prop, verified, accepted, [True] * ctx.rows, None)
             return
         tokens = ctx.rows * (prop.tokens.shape[1] + 1) if self.padded else ctx.rows + sum(verified)
-        after = Hindsight(full.tokens, full.lengths.tolist(), next_tokens, [not s for s in ctx.sampled])
+        after = Hindsight(full.token_lists(), full.length_list(), next_tokens, [not s for s in ctx.sampled])
         # a keyed draft's rows of other policies teach too; a model draft's bins exist for budgeted rows only
         teach = [True] * ctx.rows if prop.keys is not None else ctx.budgeted
         self.observe(prop, verified, accepted, teach, ctx.rows, tokens, verify_s, overhead_s, after)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -41,13 +41,43 @@ class Proposal:
     keys: list[int] | None = None      # per row, the key its drafts' acceptance is learnt under (a draft
     #                                    with no probabilities: the n-gram match length; None for a model)
     catchup_s: float = 0.0        # of `seconds`, the first pass when it fed rows a backlog (not a draft pass's price)
+    # tokens and lengths as lists, where the drafter made them on the host or once read back: on a GPU each
+    # read of a device tensor waits for the device, and a step reads these several times
+    host_tokens: list[list[int]] | None = field(default=None, repr=False, compare=False)
+    host_lengths: list[int] | None = field(default=None, repr=False, compare=False)
 
-    def cut(self, lengths: torch.Tensor) -> "Proposal":
+    def token_lists(self) -> list[list[int]]:
+        """`tokens` as lists (read from the device at most once; do not modify them)."""
+        if self.host_tokens is None:
+            self.host_tokens = self.tokens.tolist()
+        return self.host_tokens
+
+    def length_list(self) -> list[int]:
+        """`lengths` as a list (read from the device at most once; do not modify it)."""
+        if self.host_lengths is None:
+            self.host_lengths = self.lengths.tolist()
+        return self.host_lengths
+
+    def cut(self, lengths: list[int]) -> "Proposal":
         """The same drafts, each row verifying only its first lengths[i] (≤ what it drafted)."""
-        K = int(lengths.max()) if lengths.numel() else 0
-        return Proposal(self.tokens[:, :K], lengths, None if self.q is None else self.q[:, :K], self.passes,
-                        self.seconds, self.cost, None if self.conf is None else self.conf[:, :K], self.keys,
-                        self.catchup_s)
+        K = max(lengths, default=0)
+        host = None if self.host_tokens is None else [row[:K] for row in self.host_tokens]
+        return Proposal(self.tokens[:, :K], self.lengths.new_tensor(lengths),
+                        None if self.q is None else self.q[:, :K], self.passes, self.seconds, self.cost,
+                        None if self.conf is None else self.conf[:, :K], self.keys, self.catchup_s, host,
+                        list(lengths))
+
+    @classmethod
+    def of_lists(cls, drafts: list[list[int]], device, **rest) -> "Proposal":
+        """A proposal from drafts made on the host (a draft without a model): one copy each to the device,
+        and the lists kept for the step's bookkeeping."""
+        K = max([len(d) for d in drafts] + [0])
+        padded = [d + [0] * (K - len(d)) for d in drafts]
+        # one tensor from padded lists: a tensor per row costs more than an n-gram lookup at 64 rows
+        tokens = torch.tensor(padded, dtype=torch.long).reshape(len(drafts), K)
+        lengths = [len(d) for d in drafts]
+        return cls(tokens.to(device), torch.tensor(lengths, dtype=torch.long).to(device), None,
+                   host_tokens=padded, host_lengths=lengths, **rest)
 
 
 class Drafter(Protocol):
@@ -84,7 +114,7 @@ class Drafter(Protocol):
                 temperatures: list[float], gens: list, scores: bool = False,
                 survival: list[float | None] | None = None) -> Proposal: ...
 
-    def commit(self, accepted: torch.Tensor, lengths: torch.Tensor) -> None: ...
+    def commit(self, accepted: list[int], lengths: list[int]) -> None: ...
 
     def reset(self) -> None: ...
 
@@ -208,11 +238,12 @@ class ModelDrafter:
             tokens[idx] = sample(probs[idx], [gens[i] for i in sampled])
         return tokens, probs
 
-    def commit(self, accepted: torch.Tensor, lengths: torch.Tensor) -> None:
+    def commit(self, accepted: list[int], lengths: list[int]) -> None:
         """After verification: keep fed draft tokens 1..n (n accepted), turn the rest into holes."""
         if self._spec_slots is None:
             return
         slots = self._spec_slots
+        accepted = torch.tensor(accepted, dtype=torch.long, device=self.device)
         j = torch.arange(slots.shape[1], device=self.device)[None, :]
         reject = (slots >= 0) & (j >= accepted[:, None])       # fed token j+1 kept iff j+1 ≤ n
         rows, cols = reject.nonzero(as_tuple=True)
@@ -277,13 +308,8 @@ class NgramDrafter:
     def propose(self, seqs, depths, confidence, temperatures, gens, scores=False, survival=None) -> Proposal:
         t0 = time.perf_counter()
         found = [self.match(s, k) if k > 0 else ([], 0) for s, k in zip(seqs, depths)]
-        drafts = [d for d, _ in found]
-        K = max([len(d) for d in drafts] + [0])
-        # one tensor from padded lists: a tensor per row costs more than the lookup at 64 rows
-        tokens = torch.tensor([d + [0] * (K - len(d)) for d in drafts], dtype=torch.long).reshape(len(seqs), K)
-        lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)
-        return Proposal(tokens.to(self.device), lengths.to(self.device), None, 0,
-                        time.perf_counter() - t0, keys=[n for _, n in found])
+        return Proposal.of_lists([d for d, _ in found], self.device, seconds=time.perf_counter() - t0,
+                                 keys=[n for _, n in found])
 
 
 def make_layerskip_model(model, first: int, last: int):

@@ -217,10 +217,10 @@ class SpeculativeEngine:
                               [r.gen for r in self.rows])
         # commit: rejected drafts become holes in both caches; rows take their tokens
         self._commit(prop, n, L0)
-        row_steps, plain = self._apply(prop, n, nxt, ctx.seqs, full.lengths.tolist())
+        row_steps, plain = self._apply(prop, n, nxt, ctx.seqs, full.length_list())
         wall = time.perf_counter() - t0
         overhead = max(0.0, wall - prop.seconds - verify_s)     # sampling, bookkeeping: neither pass
-        self.budget.learn(ctx, full, prop, n.tolist(), nxt.tolist(), verify_s, overhead)
+        self.budget.learn(ctx, full, prop, n, nxt, verify_s, overhead)
         shared = self._shared(ctx, full, prop, selection, L0, verify_s, overhead, wall, owners, row_steps)
         return [self._event(req, plans[req.id], prop, row_steps, plain, prefill_s, changes, retired, shared)
                 for req in owners]
@@ -233,27 +233,35 @@ class SpeculativeEngine:
                            [r.owner.temperature > 0 for r in rows], waiting, [r.seq for r in rows])
 
     def _verify(self, seqs: list[list[int]], prop: Proposal) -> tuple[torch.Tensor, float]:
+        lengths = prop.length_list()
         self.pressure = {}            # who put how many tokens into this pass (an out-of-memory step's culprit)
-        for r, d in zip(self.rows, prop.lengths.tolist()):
+        for r, d in zip(self.rows, lengths):
             self.pressure[r.owner.id] = self.pressure.get(r.owner.id, 0) + d + 1
-        last = torch.tensor([s[-1] for s in seqs], dtype=torch.long, device=self.device)
-        vin = torch.cat([last[:, None], prop.tokens], dim=1)
-        j = torch.arange(prop.tokens.shape[1] + 1, device=self.device)[None, :]
-        return timed_forward(self.target_kv, self.target, vin, j <= prop.lengths[:, None])
+        # the block and its validity built on the host, two copies to the device: each small op on a GPU
+        # is a launch the step waits for
+        K = prop.tokens.shape[1]
+        vin = [[s[-1], *row] for s, row in zip(seqs, prop.token_lists())]
+        valid = [[j <= d for j in range(K + 1)] for d in lengths]
+        return timed_forward(self.target_kv, self.target, torch.tensor(vin, dtype=torch.long, device=self.device),
+                             torch.tensor(valid, dtype=torch.bool, device=self.device))
 
-    def _commit(self, prop: Proposal, n: torch.Tensor, L0: int) -> None:
-        j = torch.arange(prop.tokens.shape[1] + 1, device=self.device)[None, :]
-        rej = (j >= 1) & (j <= prop.lengths[:, None]) & (j > n[:, None])
-        r_idx, j_idx = rej.nonzero(as_tuple=True)
-        self.target_kv.invalidate(r_idx, L0 + j_idx)
-        self.drafter.commit(n, prop.lengths)
+    def _commit(self, prop: Proposal, n: list[int], L0: int) -> None:
+        rows, slots = [], []
+        for i, (k, a) in enumerate(zip(prop.length_list(), n)):
+            for j in range(a + 1, k + 1):         # drafts a + 1 … k were rejected: block slots L0 + j
+                rows.append(i)
+                slots.append(L0 + j)
+        if rows:
+            self.target_kv.invalidate(torch.tensor(rows, dtype=torch.long, device=self.device),
+                                      torch.tensor(slots, dtype=torch.long, device=self.device))
+        self.drafter.commit(n, prop.length_list())
         self.target_kv.compact()
 
     def _shared(self, ctx: StepContext, full: Proposal, prop: Proposal, selection, L0: int, verify_s: float,
                 overhead: float, wall: float, owners: list[Request], row_steps: list[RowStep]) -> dict:
         """The step's figures every request's event carries, and the engine's running sums."""
         B, K = ctx.rows, prop.tokens.shape[1]
-        proposed, verified = sum(full.lengths.tolist()), sum(prop.lengths.tolist())
+        proposed, verified = sum(full.length_list()), sum(prop.length_list())
         verify_cost = pass_cost(self.spec, B, K + 1, L0)
         self.steps_run += 1
         self.pass_tokens += B + verified
@@ -287,8 +295,10 @@ class SpeculativeEngine:
 
     def _accept(self, logits: torch.Tensor, prop: Proposal, temps: list[float], gens: list):
         """Greedy rows keep the drafts that match the target's argmax; sampled rows apply the
-        Leviathan/Chen rule, each with its own random stream. Returns (n accepted [B], next token [B])."""
-        n, nxt = greedy_accept(greedy_ids(logits), prop.tokens, prop.lengths)
+        Leviathan/Chen rule, each with its own random stream. Returns (n accepted, next token) per row, as
+        lists: greedy rows read the argmax back once and compare on the host (a handful of integers: on a
+        GPU, a chain of small ops would cost more), sampled rows read their verdicts back once."""
+        n, nxt = greedy_accept(greedy_ids(logits).tolist(), prop.token_lists(), prop.length_list())
         sampled = [i for i, t in enumerate(temps) if t > 0]
         if sampled:
             idx = torch.tensor(sampled, dtype=torch.long, device=self.device)
@@ -296,15 +306,16 @@ class SpeculativeEngine:
             p = probabilities(logits[idx], t)
             q = None if prop.q is None else prop.q[idx]
             n_s, nxt_s = speculative_accept(p, q, prop.tokens[idx], prop.lengths[idx], [gens[i] for i in sampled])
-            n[idx], nxt[idx] = n_s, nxt_s
+            for i, a, x in zip(sampled, *torch.stack((n_s, nxt_s)).tolist()):
+                n[i], nxt[i] = a, x
         return n, nxt
 
-    def _apply(self, prop, n, nxt, seqs, proposed):
+    def _apply(self, prop, n_l: list[int], nxt_l: list[int], seqs, proposed):
         """Append each row's accepted drafts and the target's token; mark rows that finished.
         Returns the RowSteps and, per row, what plain decoding would have spent on its tokens."""
         out: list[RowStep] = []
         plain: list[float] = []
-        drafts, lengths, n_l, nxt_l = prop.tokens.tolist(), prop.lengths.tolist(), n.tolist(), nxt.tolist()
+        drafts, lengths = prop.token_lists(), prop.length_list()
         for i, r in enumerate(self.rows):
             k, a = lengths[i], n_l[i]
             emitted = (drafts[i][:a] + [nxt_l[i]])[: r.owner.max_new - len(r.out)]

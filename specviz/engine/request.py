@@ -183,6 +183,15 @@ class RunTotals:
         """Decode throughput: emitted tokens ÷ step time (prefill excluded, reported apart)."""
         return self.tokens / self.wall_s if self.wall_s > 0 else 0.0
 
+    def per_step_ms(self) -> dict[str, float | None]:
+        """Milliseconds a decode step, and its parts: draft passes, the verify pass (with its reads and
+        writes of the cache), and the rest (acceptance, bookkeeping: on a GPU, host work the step waits for)."""
+        if not self.steps:
+            return dict.fromkeys(("step_ms", "draft_ms", "verify_ms", "other_ms"))
+        ms = 1e3 / self.steps
+        return {"step_ms": self.wall_s * ms, "draft_ms": self.draft_s * ms, "verify_ms": self.verify_s * ms,
+                "other_ms": max(0.0, self.wall_s - self.draft_s - self.verify_s) * ms}
+
     @property
     def acceptance_rate(self) -> float | None:
         return self.accepted / self.drafted if self.drafted else None

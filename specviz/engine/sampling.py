@@ -79,15 +79,18 @@ def _first_rejection(ok: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return torch.cumprod((ok & in_range).long(), dim=1).sum(dim=1)
 
 
-def greedy_accept(target_ids: torch.Tensor, draft: torch.Tensor, lengths: torch.Tensor):
-    """Greedy verification. target_ids: [B, K+1] argmax of the target at each position.
-
-    A draft token is kept while it equals the target's own argmax; the target's argmax at the first
-    mismatch (the correction) or after the last draft (the bonus) follows. Returns (n_accepted [B],
-    next_token [B]).
-    """
-    n = _first_rejection(draft == target_ids[:, :-1], lengths)
-    nxt = target_ids.gather(1, n[:, None]).squeeze(1)
+def greedy_accept(target_ids: list[list[int]], drafts: list[list[int]], lengths: list[int]):
+    """Greedy verification, on the host. target_ids [B][K+1]: the target's argmax at each position; drafts
+    [B][≥ lengths[i]]. A draft token is kept while it equals the target's own argmax; the target's argmax
+    at the first mismatch (the correction) or after the last draft (the bonus) follows. Returns
+    (n_accepted, next_token), lists of B."""
+    n, nxt = [], []
+    for ids, d, k in zip(target_ids, drafts, lengths):
+        a = 0
+        while a < k and d[a] == ids[a]:
+            a += 1
+        n.append(a)
+        nxt.append(ids[a])
     return n, nxt
 
 

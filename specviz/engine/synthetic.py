@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import time
 
-import torch
-
 from specviz.engine.drafters import Proposal
 from specviz.engine.request import Knobs, RowTag
 from specviz.hardware.roofline import ZERO_COST
@@ -86,11 +84,7 @@ class SyntheticDrafter:
     def propose(self, seqs, depths, confidence, temperatures, gens, scores=False, survival=None) -> Proposal:
         t0 = time.perf_counter()
         drafts = [self._row(i, s, k) for i, (s, k) in enumerate(zip(seqs, depths))]
-        K = max([len(d) for d in drafts] + [0])
-        tokens = torch.tensor([d + [0] * (K - len(d)) for d in drafts], dtype=torch.long).reshape(len(seqs), K)
-        lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)
-        return Proposal(tokens.to(self.device), lengths.to(self.device), None, 0, time.perf_counter() - t0,
-                        keys=list(self.keys) * len(seqs))
+        return Proposal.of_lists(drafts, self.device, seconds=time.perf_counter() - t0, keys=list(self.keys) * len(seqs))
 
     def _row(self, i: int, seq: list[int], k: int) -> list[int]:
         tag = self.tags[i]
