@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """What a decode step does besides its forward, on the graph path: the device ops it launches, the reads
-back to the host (on a GPU each one waits for the device), and its host time. The forward itself (a CUDA
-graph on a GPU, its CPU rehearsal here) is marked and left out.
+back to the host and the plain copies onto the device (on a GPU each of both waits for the device), the
+copies from pinned memory (`kvcache.to_device`, which wait for nothing), and its host time. The forward
+itself (a CUDA graph on a GPU, its CPU rehearsal here) is marked and left out.
 
     python scripts/gpu_check_steps.py build --out /tmp/m --shape SmolLM2-1.7B --dry   # a tiny model
     python scripts/step-audit.py --target /tmp/m/big --draft synthetic:0.7 --batch 1 --depth 0
 
 On a CPU it runs the graph path's rehearsal (SPECVIZ_BUCKETS_ON_CPU=1) and its ops stand in for a GPU's
 launches; use a tiny model there, or the LM head and argmax over a real vocabulary dominate the host time.
-On CUDA (--device cuda) the same counts are the step's real launches. Prints one JSON line.
+A copy onto the device is seen where the code asks for one (`torch.tensor(…, device=…)`, `to_device`); a
+`.to(device)` is counted as a launch only where it copies, which on a CPU a move to the CPU does not.
+On CUDA (--device cuda) the launches are the step's own. Prints one JSON line.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # views and no-op conversions launch nothing; what is left would be a kernel or a copy on a GPU
 NO_LAUNCH = {"view", "slice", "unsqueeze", "alias", "reshape", "resolve_conj", "resolve_neg", "detach_", "detach",
              "lift_fresh", "squeeze", "select", "expand", "transpose", "as_strided", "empty", "_reshape_alias", "t",
-             "split", "narrow", "unbind", "permute", "to"}
+             "split", "narrow", "unbind", "permute"}
 READS = ("tolist", "item", "__int__", "__bool__", "__float__", "__index__")
 BODY = "specviz.graph_body"
 
@@ -48,10 +51,12 @@ def parse(argv):
 
 
 class Audit:
-    """Marks the graph body in the profiler, times it, and counts host reads of tensors."""
+    """Marks the graph body and the admissions' prefills in the profiler, times the body, and counts host
+    reads of tensors and copies onto the device."""
 
-    def __init__(self, torch, graphs):
+    def __init__(self, torch, graphs, loop):
         self.torch, self.body_s, self.reads, self.inside = torch, 0.0, collections.Counter(), False
+        self.copies = collections.Counter()      # "pinned" (to_device) and "blocking" (torch.tensor(device=…))
         real_replay = graphs.GraphRunner.replay
         audit = self
 
@@ -74,6 +79,16 @@ class Audit:
             finally:
                 runner._replays[sh] = inner
         graphs.GraphRunner.replay = replay
+        real_prefill = loop.prefill
+
+        def prefill(*a, **k):               # a new row's prompt: the admission's, not a step's (timed apart)
+            audit.inside = True
+            try:
+                with torch.profiler.record_function(BODY):
+                    return real_prefill(*a, **k)
+            finally:
+                audit.inside = False
+        loop.prefill = prefill
         for name in READS:
             real = getattr(torch.Tensor, name)
 
@@ -82,6 +97,17 @@ class Audit:
                     audit.reads[_name] += 1
                 return _real(t, *a, **k)
             setattr(torch.Tensor, name, counted)
+        real_tensor = torch.tensor
+
+        def tensor(*a, **k):
+            if not audit.inside:
+                caller = sys._getframe(1).f_code.co_name
+                if caller == "to_device":
+                    audit.copies["pinned"] += 1
+                elif k.get("device") is not None:
+                    audit.copies["blocking"] += 1
+            return real_tensor(*a, **k)
+        torch.tensor = tensor
 
 
 def launches(events) -> collections.Counter:
@@ -95,8 +121,11 @@ def launches(events) -> collections.Counter:
     out = collections.Counter()
     for e in events:
         top = e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")
-        if e.name.startswith("aten::") and top and e.name[6:] not in NO_LAUNCH and not inside(e):
-            out[e.name[6:]] += 1
+        if not (e.name.startswith("aten::") and top) or e.name[6:] in NO_LAUNCH or inside(e):
+            continue
+        if e.name == "aten::to" and not any(c.name == "aten::_to_copy" for c in e.cpu_children):
+            continue                            # already where and what it was asked to be: no copy
+        out[e.name[6:]] += 1
     return out
 
 
@@ -107,6 +136,7 @@ def main(argv) -> int:
     from torch.profiler import ProfilerActivity, profile
 
     from specviz.cli.hardware_cmds import Dial
+    from specviz.engine import loop
     from specviz.engine.request import Knobs
     from specviz.fastpath import graphs
     from specviz.pairs.pipeline import encode_prompt, load_pair
@@ -119,19 +149,22 @@ def main(argv) -> int:
     prompt = encode_prompt(pair.tokenizer, "write the numbers from 1 to 20")
     dial = Dial.of(pair)
     refs = dial.reference(pair.engine(), [prompt], a.batch, a.max_new_tokens) if dial.on else None
-    audit = Audit(torch, graphs)
+    audit = Audit(torch, graphs, loop)
 
     def run():
         eng = pair.engine()
         return list(eng.generate([prompt] * a.batch, Knobs(depth=a.depth, batch_size=a.batch), a.max_new_tokens,
                                  references=refs))
     run()                                                            # warm-up
-    host_us = []
+    host_us = []           # the whole run, less the forwards and the prompt's prefill, a step
     for _ in range(a.runs):
         audit.body_s = 0.0
+        t0 = time.perf_counter()
         evs = run()
-        host_us.append(1e6 * (sum(e.wall_s for e in evs) - audit.body_s) / len(evs))
+        spent = time.perf_counter() - t0 - audit.body_s - sum(e.prefill_s for e in evs)
+        host_us.append(1e6 * spent / len(evs))
     audit.reads.clear()
+    audit.copies.clear()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         evs = run()
     steps, ops = len(evs), launches(prof.events())
@@ -140,6 +173,8 @@ def main(argv) -> int:
         "tokens_a_step": sum(e.emitted for e in evs) / steps,
         "launches_a_step": sum(ops.values()) / steps,
         "reads_a_step": sum(audit.reads.values()) / steps,
+        "waits_a_step": (sum(audit.reads.values()) + audit.copies["blocking"]) / steps,
+        "copies_a_step": {k: round(v / steps, 2) for k, v in audit.copies.items()},
         "host_us_a_step": statistics.median(host_us), "host_us_runs": [round(x, 1) for x in host_us],
         "launches": {k: round(v / steps, 2) for k, v in ops.most_common()},
         "reads": {k: round(v / steps, 2) for k, v in audit.reads.most_common()}}))

@@ -22,7 +22,7 @@ from typing import Protocol
 
 import torch
 
-from specviz.engine.kvcache import RaggedCache, left_padded, timed_forward
+from specviz.engine.kvcache import RaggedCache, left_padded, timed_forward, to_device
 from specviz.engine.sampling import greedy_ids, probabilities, sample
 from specviz.hardware.roofline import ZERO_COST, ModelSpec, PassCost, pass_cost
 from specviz.lessons import Said
@@ -43,41 +43,45 @@ class Proposal:
     catchup_s: float = 0.0        # of `seconds`, the first pass when it fed rows a backlog (not a draft pass's price)
     # tokens and lengths as lists, where the drafter made them on the host or once read back: on a GPU each
     # read of a device tensor waits for the device, and a step reads these several times
-    host_tokens: list[list[int]] | None = field(default=None, repr=False, compare=False)
-    host_lengths: list[int] | None = field(default=None, repr=False, compare=False)
+    _host_tokens: list[list[int]] | None = field(default=None, init=False, repr=False, compare=False)
+    _host_lengths: list[int] | None = field(default=None, init=False, repr=False, compare=False)
 
     def token_lists(self) -> list[list[int]]:
         """`tokens` as lists (read from the device at most once; do not modify them)."""
-        if self.host_tokens is None:
-            self.host_tokens = self.tokens.tolist()
-        return self.host_tokens
+        if self._host_tokens is None:
+            self._host_tokens = self.tokens.tolist()
+        return self._host_tokens
 
     def length_list(self) -> list[int]:
         """`lengths` as a list (read from the device at most once; do not modify it)."""
-        if self.host_lengths is None:
-            self.host_lengths = self.lengths.tolist()
-        return self.host_lengths
+        if self._host_lengths is None:
+            self._host_lengths = self.lengths.tolist()
+        return self._host_lengths
+
+    def with_lists(self, tokens: list[list[int]] | None, lengths: list[int] | None) -> "Proposal":
+        """This proposal, told its tokens and lengths as the host lists they were made from."""
+        self._host_tokens, self._host_lengths = tokens, lengths
+        return self
 
     def cut(self, lengths: list[int]) -> "Proposal":
         """The same drafts, each row verifying only its first lengths[i] (≤ what it drafted)."""
         K = max(lengths, default=0)
-        host = None if self.host_tokens is None else [row[:K] for row in self.host_tokens]
-        return Proposal(self.tokens[:, :K], self.lengths.new_tensor(lengths),
+        host = None if self._host_tokens is None else [row[:K] for row in self._host_tokens]
+        return Proposal(self.tokens[:, :K], to_device(lengths, torch.long, self.lengths.device),
                         None if self.q is None else self.q[:, :K], self.passes, self.seconds, self.cost,
-                        None if self.conf is None else self.conf[:, :K], self.keys, self.catchup_s, host,
-                        list(lengths))
+                        None if self.conf is None else self.conf[:, :K], self.keys,
+                        self.catchup_s).with_lists(host, list(lengths))
 
     @classmethod
     def of_lists(cls, drafts: list[list[int]], device, **rest) -> "Proposal":
         """A proposal from drafts made on the host (a draft without a model): one copy each to the device,
         and the lists kept for the step's bookkeeping."""
         K = max([len(d) for d in drafts] + [0])
-        padded = [d + [0] * (K - len(d)) for d in drafts]
         # one tensor from padded lists: a tensor per row costs more than an n-gram lookup at 64 rows
-        tokens = torch.tensor(padded, dtype=torch.long).reshape(len(drafts), K)
+        padded = [d + [0] * (K - len(d)) for d in drafts]
         lengths = [len(d) for d in drafts]
-        return cls(tokens.to(device), torch.tensor(lengths, dtype=torch.long).to(device), None,
-                   host_tokens=padded, host_lengths=lengths, **rest)
+        tokens = to_device(padded, torch.long, device).reshape(len(drafts), K)
+        return cls(tokens, to_device(lengths, torch.long, device), None, **rest).with_lists(padded, lengths)
 
 
 class Drafter(Protocol):
@@ -92,8 +96,7 @@ class Drafter(Protocol):
       probability falls below confidence[i] (None: no threshold), or when the running product of those
       probabilities falls below survival[i]; a row with temperature > 0 samples from its own generator.
       With `scores` a model drafter also returns each position's top probability (`Proposal.conf`).
-    - `commit(accepted, lengths)`: after verification, row i kept accepted[i] of its lengths[i] drafts;
-      forget the rest.
+    - `commit(accepted)`: after verification, row i kept accepted[i] of its drafts; forget the rest.
     - `reset()`: drop every row and any cached state (after a failed step).
     - `backlogs(seqs)`: per row, the tokens it would feed a draft model before drafting (0 for a free draft).
 
@@ -114,7 +117,7 @@ class Drafter(Protocol):
                 temperatures: list[float], gens: list, scores: bool = False,
                 survival: list[float | None] | None = None) -> Proposal: ...
 
-    def commit(self, accepted: list[int], lengths: list[int]) -> None: ...
+    def commit(self, accepted: list[int]) -> None: ...
 
     def reset(self) -> None: ...
 
@@ -166,7 +169,7 @@ class ModelDrafter:
         lengths = torch.zeros(B, dtype=torch.long, device=self.device)
         tokens = torch.zeros(B, max(K, 1), dtype=torch.long, device=self.device)
         if K == 0:
-            return Proposal(tokens[:, :0], lengths, None)
+            return Proposal(tokens[:, :0], lengths, None).with_lists([[] for _ in range(B)], [0] * B)
         want = torch.tensor(depths, device=self.device)
         # only rows that draft catch up: a row at depth 0 keeps its place and is fed when it drafts again
         # (else a probe in one row would be a draft prefill of the whole batch)
@@ -238,18 +241,18 @@ class ModelDrafter:
             tokens[idx] = sample(probs[idx], [gens[i] for i in sampled])
         return tokens, probs
 
-    def commit(self, accepted: list[int], lengths: list[int]) -> None:
+    def commit(self, accepted: list[int]) -> None:
         """After verification: keep fed draft tokens 1..n (n accepted), turn the rest into holes."""
         if self._spec_slots is None:
             return
         slots = self._spec_slots
-        accepted = torch.tensor(accepted, dtype=torch.long, device=self.device)
+        n = to_device(accepted, torch.long, self.device)
         j = torch.arange(slots.shape[1], device=self.device)[None, :]
-        reject = (slots >= 0) & (j >= accepted[:, None])       # fed token j+1 kept iff j+1 ≤ n
+        reject = (slots >= 0) & (j >= n[:, None])       # fed token j+1 kept iff j+1 ≤ n
         rows, cols = reject.nonzero(as_tuple=True)
         self.draft_kv.invalidate(rows, slots[rows, cols])
         # a row fed d_1..d_m (m = its fed slots); of those, the first n are now part of its sequence
-        kept = torch.minimum(accepted, (slots >= 0).sum(dim=1)).tolist()
+        kept = torch.minimum(n, (slots >= 0).sum(dim=1)).tolist()
         self.fed = [f + k for f, k in zip(self._fed_before, kept)]
         self._spec_slots = None
         self.draft_kv.compact()
@@ -271,7 +274,7 @@ class NgramDrafter:
     def retire(self, keep):
         pass
 
-    def commit(self, accepted, lengths):
+    def commit(self, accepted):
         pass
 
     def reset(self) -> None:

@@ -27,7 +27,7 @@ import torch
 
 from specviz.engine.budget import Budget, StepContext
 from specviz.engine.drafters import Drafter, Proposal
-from specviz.engine.kvcache import RaggedCache, prefill, timed_forward
+from specviz.engine.kvcache import RaggedCache, prefill, timed_forward, to_device
 from specviz.engine.policies import StepObservation, StepPlan
 from specviz.engine.request import Knobs, Request, Row, RowStep, RunTotals, StepEvent
 from specviz.engine.sampling import greedy_accept, greedy_ids, probabilities, speculative_accept
@@ -109,6 +109,7 @@ class SpeculativeEngine:
         """One step for every request with rows. `room` caps the rows in the batch (admission waits
         while it is full); `queued`: requests waiting outside the engine for room (the scheduler's).
         Returns (request, its event) for each request that took part."""
+        started = time.perf_counter()         # the step's wall counts all of it but the admission (prefill)
         changes, stopping = {}, set()
         for req in self.requests:
             changes[req.id] = req.begin_step()
@@ -120,8 +121,10 @@ class SpeculativeEngine:
             self._drop_done()
             retired = {req.id: req.close_slots() for req in self.requests}
             self._drop_done()
+            t_admit = time.perf_counter()
             prefill_s = self._admit(room)
-            out = self._step(prefill_s, changes, retired, queued) if self.rows else []
+            started += time.perf_counter() - t_admit
+            out = self._step(prefill_s, changes, retired, queued, started) if self.rows else []
         for req in list(self.requests):
             if not req.rows and (req.id in stopping or req.wanted() == 0):
                 req.done = True
@@ -196,8 +199,8 @@ class SpeculativeEngine:
         return self.cache_factory(0) if self.cache_factory else RaggedCache(0, self.device, self.dtype)
 
     # --- one step -------------------------------------------------------------------------------------
-    def _step(self, prefill_s: dict[int, float], changes: dict, retired: dict,
-              queued: int) -> list[tuple[Request, StepEvent]]:
+    def _step(self, prefill_s: dict[int, float], changes: dict, retired: dict, queued: int,
+              started: float) -> list[tuple[Request, StepEvent]]:
         t0 = time.perf_counter()
         owners = _unique(r.owner for r in self.rows)
         plans = {req.id: req.plan(len(self.rows)) for req in owners}
@@ -218,9 +221,10 @@ class SpeculativeEngine:
         # commit: rejected drafts become holes in both caches; rows take their tokens
         self._commit(prop, n, L0)
         row_steps, plain = self._apply(prop, n, nxt, ctx.seqs, full.length_list())
-        wall = time.perf_counter() - t0
-        overhead = max(0.0, wall - prop.seconds - verify_s)     # sampling, bookkeeping: neither pass
+        # what the budget prices: acceptance and the caches' bookkeeping, neither pass
+        overhead = max(0.0, time.perf_counter() - t0 - prop.seconds - verify_s)
         self.budget.learn(ctx, full, prop, n, nxt, verify_s, overhead)
+        wall = time.perf_counter() - started     # the whole step: rows leaving, planning, learning too
         shared = self._shared(ctx, full, prop, selection, L0, verify_s, overhead, wall, owners, row_steps)
         return [self._event(req, plans[req.id], prop, row_steps, plain, prefill_s, changes, retired, shared)
                 for req in owners]
@@ -237,13 +241,13 @@ class SpeculativeEngine:
         self.pressure = {}            # who put how many tokens into this pass (an out-of-memory step's culprit)
         for r, d in zip(self.rows, lengths):
             self.pressure[r.owner.id] = self.pressure.get(r.owner.id, 0) + d + 1
-        # the block and its validity built on the host, two copies to the device: each small op on a GPU
-        # is a launch the step waits for
-        K = prop.tokens.shape[1]
-        vin = [[s[-1], *row] for s, row in zip(seqs, prop.token_lists())]
-        valid = [[j <= d for j in range(K + 1)] for d in lengths]
-        return timed_forward(self.target_kv, self.target, torch.tensor(vin, dtype=torch.long, device=self.device),
-                             torch.tensor(valid, dtype=torch.bool, device=self.device))
+        # the block and its validity built on the host and copied over: on a GPU each small op building
+        # them would be a launch the step waits for
+        width = prop.tokens.shape[1] + 1
+        block = [[s[-1], *row] for s, row in zip(seqs, prop.token_lists())]
+        valid = [[j <= d for j in range(width)] for d in lengths]
+        return timed_forward(self.target_kv, self.target, to_device(block, torch.long, self.device),
+                             to_device(valid, torch.bool, self.device))
 
     def _commit(self, prop: Proposal, n: list[int], L0: int) -> None:
         rows, slots = [], []
@@ -252,9 +256,9 @@ class SpeculativeEngine:
                 rows.append(i)
                 slots.append(L0 + j)
         if rows:
-            self.target_kv.invalidate(torch.tensor(rows, dtype=torch.long, device=self.device),
-                                      torch.tensor(slots, dtype=torch.long, device=self.device))
-        self.drafter.commit(n, prop.length_list())
+            self.target_kv.invalidate(to_device(rows, torch.long, self.device),
+                                      to_device(slots, torch.long, self.device))
+        self.drafter.commit(n)
         self.target_kv.compact()
 
     def _shared(self, ctx: StepContext, full: Proposal, prop: Proposal, selection, L0: int, verify_s: float,
@@ -301,8 +305,8 @@ class SpeculativeEngine:
         n, nxt = greedy_accept(greedy_ids(logits).tolist(), prop.token_lists(), prop.length_list())
         sampled = [i for i, t in enumerate(temps) if t > 0]
         if sampled:
-            idx = torch.tensor(sampled, dtype=torch.long, device=self.device)
-            t = torch.tensor([temps[i] for i in sampled], device=self.device)[:, None, None]
+            idx = to_device(sampled, torch.long, self.device)
+            t = to_device([temps[i] for i in sampled], torch.float32, self.device)[:, None, None]
             p = probabilities(logits[idx], t)
             q = None if prop.q is None else prop.q[idx]
             n_s, nxt_s = speculative_accept(p, q, prop.tokens[idx], prop.lengths[idx], [gens[i] for i in sampled])
@@ -310,15 +314,15 @@ class SpeculativeEngine:
                 n[i], nxt[i] = a, x
         return n, nxt
 
-    def _apply(self, prop, n_l: list[int], nxt_l: list[int], seqs, proposed):
+    def _apply(self, prop, n: list[int], nxt: list[int], seqs, proposed):
         """Append each row's accepted drafts and the target's token; mark rows that finished.
         Returns the RowSteps and, per row, what plain decoding would have spent on its tokens."""
         out: list[RowStep] = []
         plain: list[float] = []
         drafts, lengths = prop.token_lists(), prop.length_list()
         for i, r in enumerate(self.rows):
-            k, a = lengths[i], n_l[i]
-            emitted = (drafts[i][:a] + [nxt_l[i]])[: r.owner.max_new - len(r.out)]
+            k, a = lengths[i], n[i]
+            emitted = (drafts[i][:a] + [nxt[i]])[: r.owner.max_new - len(r.out)]
             for pos, t in enumerate(emitted):
                 if t in self.eos:
                     emitted = emitted[: pos + 1]

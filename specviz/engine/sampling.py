@@ -1,6 +1,7 @@
-"""Accept/reject maths for a batch of draft proposals. Pure torch, no models.
+"""Accept/reject maths for a batch of draft proposals, no models. Greedy verification compares on the host
+(`greedy_accept`: a handful of integers a row, read back once); sampling is torch on the logits' device.
 
-Shapes used throughout (B rows, K = the step's max depth, V vocabulary):
+Shapes used by the sampling functions (B rows, K = the step's max depth, V vocabulary):
 - draft:   [B, K]      draft token ids (entries past a row's length are ignored)
 - lengths: [B]         how many tokens each row drafted (0..K)
 - p:       [B, K+1, V] target probabilities at each draft position plus the bonus position

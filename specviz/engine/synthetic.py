@@ -75,7 +75,7 @@ class SyntheticDrafter:
         self._followed = [self._followed[i] for i in keep]
         self._left = [self._left[i] for i in keep]
 
-    def commit(self, accepted, lengths) -> None:
+    def commit(self, accepted) -> None:
         pass
 
     def backlogs(self, seqs: list[list[int]]) -> list[int]:
