@@ -13,7 +13,7 @@ threads and the shared scheduler's thread (recreated after idling, the failure o
 trees) replay the same graphs, taking turns; that the arena keeps its addresses; that the compiled
 forward compiles at warm-up only, and that auto times both forwards and keeps one; in bf16, that padding
 rows put no NaN in the arena (and which attention kernels ran), and how many kernels one decoder layer
-launches. Then, in bf16 on the 1.7B shape, it prints (never asserts) a one-token pass on the graph path
+launches; that a decode step waits for the device twice besides its timing syncs (sync debug mode). Then, in bf16 on the 1.7B shape, it prints (never asserts) a one-token pass on the graph path
 against the stock modules, and the counters.
 """
 from __future__ import annotations
@@ -222,6 +222,35 @@ def check_bf16_padding_stays_finite(ctx: Ctx) -> None:
     print(f"  bf16 padding: arena finite after batches of 3 and 2; attention: {_attention_kernels()}")
 
 
+def check_a_step_waits_twice(ctx: Ctx) -> None:
+    """A greedy decode step with a free draft waits for the device twice (the argmax read back, the
+    compaction check) besides its timing syncs: torch's sync debug mode warns at every operation that
+    waits (reads back, plain copies onto the device). Steps that admit or retire rows are left out. The
+    CPU rehearsal has no device to wait for (tests/test_graph_path.py counts the reads there)."""
+    import warnings
+
+    from specviz.engine.request import Knobs
+
+    if not CUDA:
+        print("  (sync debug mode needs CUDA)")
+        return
+    eng = ctx.pair("ngram").engine()
+    per_step, seen, changed = [], [], True
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for ev in eng.generate(ctx.prompts[:3], Knobs(depth=3, batch_size=3), MAX_NEW):
+                if not changed:
+                    per_step.append(len(caught) - len(seen))
+                seen, changed = list(caught), any(r.done for r in ev.rows)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    kinds = sorted({str(w.message).split("\n")[0][:60] for w in caught})
+    print(f"  waits a decode step: {per_step} ({'; '.join(kinds[:4])})")
+    assert per_step and max(per_step) <= 6, per_step        # 7715d99 waited ~15 times a step
+
+
 def check_kernels_a_layer(ctx: Ctx) -> None:
     """Counts (prints) the kernels one decoder layer of the eager forward launches for a one-token bf16
     block (memsets included): inside a CUDA graph each still costs a few µs, against about 35 µs for a 1.7B
@@ -297,7 +326,7 @@ def report_timing() -> None:
 
 
 CHECKS = (check_captures_and_exactness, check_threads_and_scheduler, check_bf16_padding_stays_finite,
-          check_kernels_a_layer, check_compiled_forward, check_auto_times_both_forwards)
+          check_a_step_waits_twice, check_kernels_a_layer, check_compiled_forward, check_auto_times_both_forwards)
 
 
 # --- pytest ------------------------------------------------------------------------------------------------
