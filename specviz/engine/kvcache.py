@@ -226,7 +226,7 @@ def to_device(data, dtype, device) -> torch.Tensor:
     """`torch.tensor(data, dtype=dtype)` on `device`. On CUDA through pinned memory and without waiting: a
     plain copy from host memory first waits for every kernel queued before it, as a read back does."""
     t = torch.tensor(data, dtype=dtype)
-    if torch.device(device).type != "cuda":
+    if torch.device(device).type != "cuda" or t.numel() == 0:      # nothing to copy: nothing to pin
         return t.to(device)
     # the caching host allocator keeps the pinned block until the copy has run
     return t.pin_memory().to(device, non_blocking=True)
