@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu-check"
 STEPS = ["calibrate", "prepare", "roofline-1.7b-graph", "roofline-1.7b-eager", "bench-hf", "sweep", "frontier",
          "scheduler-8", "divergence", "divergence-fp32", "roofline-27b-graph", "roofline-27b-eager",
-         "roofline-1.7b-graph-other", "nvml", "counters"]
+         "roofline-1.7b-graph-other", "pass-kernels", "nvml", "counters"]
 ROOFLINE_KEYS = {"target", "mbu_at_1_token", "measured_knee", "tokens_per_pass", "latency_s"}
 
 
@@ -72,6 +72,8 @@ def test_dry_run_passes_every_step_and_writes_the_json(dry):
     assert sched["done"] == sched["users"] == 8 and not sched["errors"] and sched["lossless"] is True
     for name in ("divergence", "divergence-fp32"):
         assert by[name]["result"]["lossless"]["lossless"] is True and by[name]["result"]["lossless"]["rows"] == 4
+    kernels = by["pass-kernels"]["result"]["rows"]
+    assert [x["tokens"] for x in kernels] == [1, 16] and all(x["graphed"] and x["kernels"] > 0 for x in kernels)
     assert by["nvml"]["result"]["samples"] > 0 and by["counters"]["result"]["recompile_warnings"] == 0
     assert all("nvml" in s for s in report["steps"] if s["name"] not in ("nvml", "counters"))
     # the short table, and each step's log beside the JSON

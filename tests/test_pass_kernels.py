@@ -1,0 +1,45 @@
+"""scripts/pass-kernels.py: where a verify pass's time goes, kernel by kernel (on a CPU, the graph path's
+rehearsal and its torch ops: the script's structure, not a GPU's figures)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib.machinery import SourceFileLoader
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "pass-kernels.py"
+
+
+def test_busy_time_counts_overlapping_kernels_once_and_kinds_follow_the_names():
+    pk = SourceFileLoader("pass_kernels", str(SCRIPT)).load_module()
+    assert pk.busy_us([(0, 10), (5, 12), (20, 25)]) == 17
+    assert pk.busy_us([]) == 0
+    assert pk.kind_of("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64") == "matmul"
+    assert pk.kind_of("void gemv2T_kernel_val<int, int, __nv_bfloat16>") == "matmul"
+    assert pk.kind_of("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>") == "attention"
+    assert pk.kind_of("triton_per_fused__to_copy_add_mean_mul_pow_rsqrt_0") == "fused"
+    assert pk.kind_of("Memcpy HtoD (Pinned -> Device)") == "copy"
+    assert pk.kind_of("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add>") == "other"
+
+
+def test_the_script_profiles_each_width_on_the_rehearsal(tiny_paths, tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "SPECVIZ_CACHE": str(tmp_path / "c"), "SPECVIZ_LAYOUT": "stock"}
+    r = subprocess.run([sys.executable, str(SCRIPT), "--target", tiny_paths["target"], "--device", "cpu",
+                        "--tokens", "4,1", "--context", "12", "--passes", "3"], capture_output=True, text=True,
+                       timeout=300, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["counted"] == "torch ops" and "no CUDA graphs" in got["path"]
+    assert [x["tokens"] for x in got["rows"]] == [1, 4]
+    for x in got["rows"]:
+        assert x["graphed"] and x["kernels"] > 5 and 0 < x["busy_us"] and x["wall_us"] > 0 and x["synced_us"] > 0
+        # the LM head and the layers' projections are matrix multiplies; each layer attends once
+        assert x["by_kind"]["matmul"]["n"] >= 2 and x["by_kind"]["attention"]["n"] >= 1
+        assert x["top"] and x["bytes"] > 0 and x["mbu"] > 0
+    assert "1 token: " in got["summary"] and "torch ops" in r.stderr
+    bad = subprocess.run([sys.executable, str(SCRIPT), "--target", tiny_paths["target"], "--tokens", "0,x"],
+                         capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    assert bad.returncode == 2 and "--tokens takes whole numbers 1-1024" in bad.stderr
