@@ -12,8 +12,8 @@ device waiting for the host.
 Each width is one pass of one row over a `--context`-token cache, run `--passes` times on the same
 cache (its length put back after each, so every pass replays the same graph). `wall_us` is a pass's
 time back to back (the device's pace: the host launches ahead), `synced_us` a pass waited for alone (as
-`roofline` times it). On a CPU the graph path's rehearsal runs (no CUDA graphs) and its "kernels" are
-the top-level torch ops: the figures check the script, they say nothing of a GPU. Prints one JSON line;
+`roofline` times it). On a CPU the graph path's rehearsal runs (no CUDA graphs, stock weight layout) and
+its "kernels" are the top-level torch ops: the figures check the script, they say nothing of a GPU. Prints one JSON line;
 a bad option gets one sentence and exit 2.
 """
 from __future__ import annotations
@@ -173,6 +173,7 @@ def main(argv) -> int:
     a = parse(argv)
     if (a.device or "").startswith("cpu") or a.device is None and not _has_cuda():
         os.environ.setdefault("SPECVIZ_BUCKETS_ON_CPU", "1")     # the rehearsal: buckets, arena, no CUDA graphs
+        os.environ.setdefault("SPECVIZ_LAYOUT", "stock")          # a CPU's C layers run where the profiler sees nothing
     import torch
 
     from specviz.fastpath import cache_factory, resolve

@@ -26,7 +26,7 @@ def test_busy_time_counts_overlapping_kernels_once_and_kinds_follow_the_names():
 
 
 def test_the_script_profiles_each_width_on_the_rehearsal(tiny_paths, tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "SPECVIZ_CACHE": str(tmp_path / "c"), "SPECVIZ_LAYOUT": "stock"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "SPECVIZ_CACHE": str(tmp_path / "c")}
     r = subprocess.run([sys.executable, str(SCRIPT), "--target", tiny_paths["target"], "--device", "cpu",
                         "--tokens", "4,1", "--context", "12", "--passes", "3"], capture_output=True, text=True,
                        timeout=300, env=env, cwd=ROOT)
