@@ -80,7 +80,9 @@ def device_events(events, cuda: bool) -> list:
     from torch.autograd import DeviceType
 
     if cuda:
-        return [e for e in events if e.device_type == DeviceType.CUDA]
+        # a record_function range is mirrored onto the GPU's timeline as an annotation: not a kernel
+        return [e for e in events if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+                and "annotation" not in str(getattr(e, "activity_type", "") or "")]
     return [e for e in events if e.device_type == DeviceType.CPU and e.name.startswith("aten::")
             and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")) and e.name[6:] not in NO_LAUNCH]
 

@@ -43,3 +43,26 @@ def test_the_script_profiles_each_width_on_the_rehearsal(tiny_paths, tmp_path):
     bad = subprocess.run([sys.executable, str(SCRIPT), "--target", tiny_paths["target"], "--tokens", "0,x"],
                          capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
     assert bad.returncode == 2 and "--tokens takes whole numbers 1-1024" in bad.stderr
+
+
+def test_on_a_gpu_the_kernels_are_the_device_events_and_annotations_are_not_kernels():
+    from types import SimpleNamespace as NS
+
+    from torch.autograd import DeviceType
+
+    pk = SourceFileLoader("pass_kernels", str(SCRIPT)).load_module()
+
+    def ev(name, start, end, dev=DeviceType.CUDA, **kw):
+        return NS(name=name, device_type=dev, time_range=NS(start=start, end=end), cpu_parent=None, **kw)
+    events = [ev("cudaGraphLaunch", 0, 3, DeviceType.CPU), ev("my_pass", 0, 40, is_user_annotation=True),
+              ev("gpu range", 0, 40, activity_type="gpu_user_annotation"),
+              ev("Memcpy HtoD (Pinned -> Device)", 1, 2), ev("sm90_xmma_gemm_bf16", 2, 12),
+              ev("triton_red_fused_rms_norm_0", 12, 14), ev("sm90_xmma_gemm_bf16", 20, 30)]
+    kept = pk.device_events(events, cuda=True)
+    assert [e.name for e in kept] == ["Memcpy HtoD (Pinned -> Device)", "sm90_xmma_gemm_bf16",
+                                      "triton_red_fused_rms_norm_0", "sm90_xmma_gemm_bf16"]
+    got = pk.summarise(kept, passes=2)
+    assert got["kernels"] == 2 and got["busy_us"] == 11.5
+    assert got["by_kind"] == {"copy": {"n": 0.5, "us": 0.5}, "fused": {"n": 0.5, "us": 1.0},
+                              "matmul": {"n": 1.0, "us": 10.0}}
+    assert got["top"][0] == {"name": "sm90_xmma_gemm_bf16", "n": 1.0, "us": 10.0}
