@@ -183,6 +183,7 @@ def main(argv) -> int:
     from specviz.hardware.device import cached_peaks
     from specviz.hardware.roofline import pass_cost, spec_from_config
     from specviz.pairs.models import load_model
+    from specviz.serve.heap import freeze_long_lived
 
     loaded = load_model(a.target, a.device)
     new_cache, fast = cache_factory(loaded.model, resolve("on", loaded.device), for_roofline(a.widths, a.context, 1024))
@@ -192,6 +193,7 @@ def main(argv) -> int:
         return 2
     spec = spec_from_config(loaded.config_dict, a.target, 2.0 if loaded.device.type == "cuda" else 4.0)
     peaks = cached_peaks(loaded.device, loaded.dtype)
+    freeze_long_lived()     # loaded and captured: a full collection walking the model would land in a timed pass
     stats, what = fast.graph_stats(), "kernels" if loaded.device.type == "cuda" else "torch ops"
     rows = []
     with torch.inference_mode():

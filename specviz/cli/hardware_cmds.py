@@ -27,6 +27,7 @@ from specviz.hardware.roofline import pass_cost, predicted_knee, spec_from_confi
 from specviz.lessons import Said
 from specviz.limits import LimitError
 from specviz.pairs.models import load_model, parse_draft_ref, pick_device
+from specviz.serve.heap import freeze_long_lived
 from specviz.vllm.client import VllmError
 
 
@@ -182,6 +183,9 @@ def run_sweep(args) -> int:
         print(dial.as_dict()["note"], file=sys.stderr)
     list(pair.engine().generate([prompt], Knobs(depth=max(depths), batch_size=1), 4,
                                 references=refs[batches[0]]))   # warm-up
+    # as the app once its pair is warm: a full collection walking the models and compiler would stall one
+    # cell for a tenth of a second or more (on a GPU, longer than a whole batch-1 cell)
+    freeze_long_lived()
     rows, outputs, total, done = [], [], len(batches) * len(depths), 0
     target = pair.fast.runners[0] if pair.fast.runners else None     # the graph path's target runner
     for b in batches:
