@@ -192,6 +192,25 @@ def test_totals_and_accounting(make_pair, prompts):
     assert plain.totals.flops_ratio == pytest.approx(1.0, rel=0.05)
 
 
+def test_plain_decodings_price_is_each_rows_own(make_pair, prompts):
+    """What plain decoding would have spent on a step's tokens: each row at its own context, also when
+    rows at one context share the price (the step works it out once per context)."""
+    from specviz.hardware.roofline import plain_token_flops
+
+    rows = prompts[:3] + prompts[:1]             # different prompt lengths, and two rows at one context
+    assert len({len(p) for p in rows}) >= 2
+    eng, events = run(make_pair("ngram"), rows, Knobs(depth=4, batch_size=len(rows)))
+    spec, done = eng.spec, {}
+    assert len({len(r.emitted) for ev in events for r in ev.rows}) >= 2
+    for ev in events:
+        want = 0.0
+        for r in ev.rows:
+            seq = len(eng.prompt_of(r.row)) + done.get(r.row, 0)
+            want += len(r.emitted) * plain_token_flops(spec, seq - 1 + (len(r.emitted) - 1) / 2)
+            done[r.row] = done.get(r.row, 0) + len(r.emitted)
+        assert ev.plain_flops == pytest.approx(want, rel=1e-12)
+
+
 @pytest.mark.parametrize("bad", [dict(depth=-1), dict(depth=17), dict(batch_size=0), dict(batch_size=65),
                                  dict(depth=2.5)])
 def test_knob_ranges(bad):

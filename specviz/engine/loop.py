@@ -319,6 +319,7 @@ class SpeculativeEngine:
         Returns the RowSteps and, per row, what plain decoding would have spent on its tokens."""
         out: list[RowStep] = []
         plain: list[float] = []
+        per_ctx: dict[float, float] = {}      # rows at one context share its price (a batch of one prompt)
         drafts, lengths = prop.token_lists(), prop.length_list()
         for i, r in enumerate(self.rows):
             k, a = lengths[i], n[i]
@@ -335,7 +336,9 @@ class SpeculativeEngine:
             out.append(RowStep(r.id, drafts[i][:k], a, emitted, kind, r.done, r.finish, proposed[i]))
             # plain decoding would run one pass per emitted token, at growing context (linear in it)
             ctx = len(seqs[i]) - 1 + (len(emitted) - 1) / 2
-            plain.append(len(emitted) * plain_token_flops(self.spec, ctx))
+            if ctx not in per_ctx:
+                per_ctx[ctx] = plain_token_flops(self.spec, ctx)
+            plain.append(len(emitted) * per_ctx[ctx])
         return out, plain
 
 
