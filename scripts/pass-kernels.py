@@ -13,8 +13,8 @@ Each width is one pass of one row over a `--context`-token cache, run `--passes`
 cache (its length put back after each, so every pass replays the same graph). `wall_us` is a pass's
 time back to back (the device's pace: the host launches ahead), `synced_us` a pass waited for alone (as
 `roofline` times it). On a CPU the graph path's rehearsal runs (no CUDA graphs, stock weight layout) and
-its "kernels" are the top-level torch ops: the figures check the script, they say nothing of a GPU. Prints one JSON line;
-a bad option gets one sentence and exit 2.
+its "kernels" are the top-level torch ops: the figures check the script, they say nothing of a GPU.
+Prints one JSON line; a bad option gets one sentence and exit 2.
 """
 from __future__ import annotations
 
@@ -163,7 +163,8 @@ def one_width(torch, model, new_cache, n: int, a, device, nbytes: float, bandwid
 
 def line(r: dict, what: str) -> str:
     if r.get("note"):
-        return f"{r['tokens']} tokens: {r['wall_us'] / 1e3:.3f} ms a pass ({r['synced_us'] / 1e3:.3f} synced); {r['note']}"
+        return (f"{r['tokens']} tokens: {r['wall_us'] / 1e3:.3f} ms a pass ({r['synced_us'] / 1e3:.3f} synced); "
+                f"{r['note']}")
     kinds = ", ".join(f"{k} {v['us']:.0f}" for k, v in r["by_kind"].items())
     mbu = f", MBU {r['mbu']:.2f}" if r.get("mbu") else ""
     return (f"{r['tokens']} token{'s' if r['tokens'] > 1 else ''}: {r['wall_us'] / 1e3:.3f} ms a pass "

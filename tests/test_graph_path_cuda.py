@@ -222,9 +222,9 @@ def check_bf16_padding_stays_finite(ctx: Ctx) -> None:
     print(f"  bf16 padding: arena finite after batches of 3 and 2; attention: {_attention_kernels()}")
 
 
-def check_a_step_waits_twice(ctx: Ctx) -> None:
-    """A greedy decode step with a free draft waits for the device twice (the argmax read back, the
-    compaction check) besides its timing syncs: torch's sync debug mode warns at every operation that
+def check_a_step_waits_once(ctx: Ctx) -> None:
+    """A greedy decode step with a free draft waits for the device once (the argmax read back; the cache
+    keeps its rows' counts on the host) besides its timing syncs: torch's sync debug mode warns at every operation that
     waits (reads back, plain copies onto the device). Steps that admit or retire rows are left out. The
     CPU rehearsal has no device to wait for (tests/test_graph_path.py counts the reads there)."""
     import warnings
@@ -248,7 +248,7 @@ def check_a_step_waits_twice(ctx: Ctx) -> None:
         torch.cuda.set_sync_debug_mode("default")
     kinds = sorted({str(w.message).split("\n")[0][:60] for w in caught})
     print(f"  waits a decode step: {per_step} ({'; '.join(kinds[:4])})")
-    assert per_step and max(per_step) <= 6, per_step        # 7715d99 waited ~15 times a step
+    assert per_step and max(per_step) <= 6, per_step        # 7715d99 waited ~15 times a step, bb37c07 ~4
 
 
 def check_kernels_a_layer(ctx: Ctx) -> None:
@@ -326,7 +326,7 @@ def report_timing() -> None:
 
 
 CHECKS = (check_captures_and_exactness, check_threads_and_scheduler, check_bf16_padding_stays_finite,
-          check_a_step_waits_twice, check_kernels_a_layer, check_compiled_forward, check_auto_times_both_forwards)
+          check_a_step_waits_once, check_kernels_a_layer, check_compiled_forward, check_auto_times_both_forwards)
 
 
 # --- pytest ------------------------------------------------------------------------------------------------

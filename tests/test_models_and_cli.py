@@ -149,3 +149,39 @@ def test_cli_whatif_exits_cleanly():
             "--alpha", "0.7", "--batch-sizes", "1,8", "--depths", "0,3", "--json")
     assert_clean_exit(r)
     assert r.stderr.strip() == "" and json.loads(r.stdout)["rows"]
+
+
+def test_row_counts_kept_on_the_host_match_the_slots(loaded, prompts):
+    """With the block's validity given as lists, a cache keeps its rows' counts on the host (positions and
+    the compaction check then read nothing back); after every operation they equal its valid slots, and
+    the logits equal those of the same passes counted on the device."""
+    model = loaded["target"].model
+    a, b = prompts[1], prompts[2]
+    hinted, plain = (RaggedCache(2, torch.device("cpu"), torch.float32) for _ in range(2))
+
+    def both(tokens, valid, **kw):
+        t, v = torch.tensor(tokens), torch.tensor(valid).bool()
+        got = hinted.forward(model, t, v, host_valid=[[bool(x) for x in row] for row in valid], **kw)
+        assert torch.equal(got, plain.forward(model, t, v, **kw))
+
+    def counts_match():
+        assert hinted.n_valid_list() == hinted.valid.sum(dim=1).tolist() == plain.valid.sum(dim=1).tolist()
+        assert hinted.n_valid.tolist() == plain.n_valid.tolist()
+    both([a[:3], [0, 0, b[0]]], [[1, 1, 1], [0, 0, 1]])          # unknown on the host yet: counted on the device
+    hinted.n_valid_list()
+    both([[7, 9, 4], [b[1], b[2], 0]], [[1, 1, 1], [1, 1, 0]])     # known: positions built on the host
+    assert hinted._n_dev is None                                 # nothing was counted on the device
+    counts_match()
+    for c, hint in ((hinted, [0, 0]), (plain, None)):            # two verified drafts of row 0 rejected
+        c.invalidate(torch.tensor([0, 0]), torch.tensor([4, 5]), host_rows=hint)
+    assert hinted._n_host is not None
+    counts_match()
+    both([[11, 12, 13], [14, 15, 16]], [[1, 1, 1], [1, 1, 1]])
+    for c in (hinted, plain):
+        assert c.compact(min_waste=0.0, min_holes=1)
+    counts_match()
+    for c in (hinted, plain):
+        c.select(torch.tensor([1, 0]))                           # rows swap places: known again after one read
+    counts_match()
+    both([[5], [5]], [[1], [1]])
+    counts_match()

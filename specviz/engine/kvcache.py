@@ -51,11 +51,60 @@ class RemappedCache(DynamicCache):
 class SlotValidity:
     """The validity bookkeeping every KV cache here shares (this one and the fast path's static cache):
     `valid` [B, L] says which slots hold real tokens, `n_valid` [B] counts them per row. Subclasses
-    own the key/value storage and move it where these methods say."""
+    own the key/value storage and move it where these methods say.
+
+    The counts live on the device, on the host, or both. A verify pass whose caller knows the block's
+    validity on the host (the engine built it there) keeps them on the host: positions and the compaction
+    check then need no op on the device and no read back, which on a GPU is a wait each step. Assigning
+    `n_valid` (a tensor) forgets the host copy; the device copy is made again when an op asks for it."""
 
     valid: torch.Tensor
-    n_valid: torch.Tensor
     device: torch.device
+    _n_dev: torch.Tensor | None = None
+    _n_host: list[int] | None = None
+
+    @property
+    def n_valid(self) -> torch.Tensor:
+        if self._n_dev is None:
+            self._n_dev = to_device(self._n_host, torch.long, self.device)
+        return self._n_dev
+
+    @n_valid.setter
+    def n_valid(self, value: torch.Tensor) -> None:
+        self._n_dev, self._n_host = value, None
+
+    def n_valid_list(self) -> list[int]:
+        """The counts as a list (read from the device at most once while they stay known; do not modify it)."""
+        if self._n_host is None:
+            self._n_host = self._n_dev.tolist()
+        return self._n_host
+
+    def _count_on_host(self, counts: list[int]) -> None:
+        self._n_dev, self._n_host = None, counts
+
+    def _positions(self, tok_valid: torch.Tensor, host_valid: list[list[bool]] | None):
+        """Each block token's position (the valid slots before it in its row: a padding token's is
+        harmless and in range) [B, T], and the rows' counts after the block on the host, or None when
+        they are not known there (then `_appended` counts on the device)."""
+        if host_valid is None or self._n_host is None:
+            tv = tok_valid.long()
+            return self.n_valid[:, None] + torch.cumsum(tv, dim=1) - tv, None
+        pos, after = [], []
+        for n, row in zip(self._n_host, host_valid):
+            mine = []
+            for ok in row:
+                mine.append(n)
+                n += bool(ok)
+            pos.append(mine)
+            after.append(n)
+        return to_device(pos, torch.long, self.device), after
+
+    def _appended(self, tok_valid: torch.Tensor, after: list[int] | None) -> None:
+        """Count a block's valid tokens in (`after`: `_positions`' host counts)."""
+        if after is not None:
+            self._count_on_host(after)
+        else:
+            self.n_valid = self.n_valid + tok_valid.long().sum(dim=1)
 
     def padded_tokens(self, rows: int, width: int, real: int) -> int:
         """Tokens the last pass computed: the stock modules compute the whole rows × width rectangle,
@@ -71,15 +120,24 @@ class SlotValidity:
         return self.valid.shape[1]
 
     def holes(self) -> int:
-        return int(self.batch * self.length - int(self.n_valid.sum()))
+        return int(self.batch * self.length - sum(self.n_valid_list()))
 
-    def invalidate(self, rows: torch.Tensor, slots: torch.Tensor) -> None:
-        """Turn (row, slot) pairs into holes, e.g. rejected draft tokens. rows, slots: [N]."""
+    def invalidate(self, rows: torch.Tensor, slots: torch.Tensor, host_rows: list[int] | None = None) -> None:
+        """Turn (row, slot) pairs into holes, e.g. rejected draft tokens. rows, slots: [N]. `host_rows`:
+        `rows` as a list, from a caller that knows every pair is a valid slot now (the drafts it just
+        verified): the counts then stay on the host."""
         if rows.numel() == 0:
+            return
+        if host_rows is not None and self._n_host is not None:
+            self.valid[rows, slots] = False
+            counts = list(self._n_host)
+            for r in host_rows:
+                counts[r] -= 1
+            self._count_on_host(counts)
             return
         was = self.valid[rows, slots]
         self.valid[rows, slots] = False
-        self.n_valid.index_add_(0, rows, -was.long())
+        self.n_valid = self.n_valid.index_add(0, rows, -was.long())
 
     def compaction_order(self, min_waste: float = 0.25, min_holes: int = 32) -> torch.Tensor | None:
         """When compacting would free more than `min_waste` of the cache (and at least `min_holes`
@@ -91,7 +149,7 @@ class SlotValidity:
         16 rows — for one or two freed columns."""
         if self.batch == 0 or self.length == 0:
             return None
-        new_len = int(self.n_valid.max())
+        new_len = max(self.n_valid_list())
         L = self.length
         freed = self.batch * (L - new_len)
         if freed < min_holes or freed < min_waste * self.batch * L:
@@ -118,22 +176,24 @@ class RaggedCache(SlotValidity):
         self.n_valid = torch.zeros(batch, dtype=torch.long, device=device)     # [B]
         self.device, self.dtype = device, dtype
 
-    def forward(self, model, tokens: torch.Tensor, tok_valid: torch.Tensor, logits_to_keep: int = 0):
+    def forward(self, model, tokens: torch.Tensor, tok_valid: torch.Tensor, logits_to_keep: int = 0,
+                host_valid: list[list[bool]] | None = None):
         """Append a block of tokens and return logits.
 
-        tokens, tok_valid: [B, T]; invalid entries are padding and become holes.
-        Returns logits [B, T', V] for the last T' = logits_to_keep positions (all when 0).
+        tokens, tok_valid: [B, T]; invalid entries are padding and become holes (`host_valid`: tok_valid
+        as lists, where the caller has them). Returns logits [B, T', V] for the last T' = logits_to_keep
+        positions (all when 0).
         """
         B, T = tokens.shape
         L = self.length
         all_valid = torch.cat([self.valid, tok_valid], dim=1)                       # [B, L+T]
         # positions count valid tokens only; padding gets a harmless in-range position
-        pos = self.n_valid[:, None] + torch.cumsum(tok_valid.long(), dim=1) - tok_valid.long()
+        pos, after = self._positions(tok_valid, host_valid)
         mask = None if bool(all_valid.all()) else self._mask(all_valid, L, T)
         out = model(input_ids=tokens, attention_mask=mask, position_ids=pos,
                     past_key_values=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
         self.valid = all_valid
-        self.n_valid = self.n_valid + tok_valid.long().sum(dim=1)
+        self._appended(tok_valid, after)
         return out.logits
 
     def _mask(self, all_valid: torch.Tensor, L: int, T: int) -> torch.Tensor:
@@ -232,11 +292,11 @@ def to_device(data, dtype, device) -> torch.Tensor:
     return t.pin_memory().to(device, non_blocking=True)
 
 
-def timed_forward(cache: RaggedCache, model, tokens, valid, logits_to_keep=0):
-    """Run one forward and return (logits, seconds inside the model)."""
+def timed_forward(cache: RaggedCache, model, tokens, valid, logits_to_keep=0, host_valid=None):
+    """Run one forward and return (logits, seconds inside the model). `host_valid`: `valid` as lists."""
     _sync(cache.device)
     t0 = time.perf_counter()
-    logits = cache.forward(model, tokens, valid, logits_to_keep)
+    logits = cache.forward(model, tokens, valid, logits_to_keep, host_valid=host_valid)
     _sync(cache.device)
     return logits, time.perf_counter() - t0
 

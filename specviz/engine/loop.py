@@ -247,7 +247,7 @@ class SpeculativeEngine:
         block = [[s[-1], *row] for s, row in zip(seqs, prop.token_lists())]
         valid = [[j <= d for j in range(width)] for d in lengths]
         return timed_forward(self.target_kv, self.target, to_device(block, torch.long, self.device),
-                             to_device(valid, torch.bool, self.device))
+                             to_device(valid, torch.bool, self.device), host_valid=valid)
 
     def _commit(self, prop: Proposal, n: list[int], L0: int) -> None:
         rows, slots = [], []
@@ -256,8 +256,9 @@ class SpeculativeEngine:
                 rows.append(i)
                 slots.append(L0 + j)
         if rows:
+            # every pair is a draft this step verified: a valid slot, so the counts can stay on the host
             self.target_kv.invalidate(to_device(rows, torch.long, self.device),
-                                      to_device(slots, torch.long, self.device))
+                                      to_device(slots, torch.long, self.device), host_rows=rows)
         self.drafter.commit(n)
         self.target_kv.compact()
 

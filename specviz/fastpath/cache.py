@@ -87,7 +87,8 @@ class StaticCache(SlotValidity):
             self._alloc(want_r, want_s, min(cap_r, want_r, self.batch), min(cap_s, self.length))
 
     # --- the pass -------------------------------------------------------------------------------
-    def forward(self, model, tokens: torch.Tensor, tok_valid: torch.Tensor, logits_to_keep: int = 0):
+    def forward(self, model, tokens: torch.Tensor, tok_valid: torch.Tensor, logits_to_keep: int = 0,
+                host_valid: list[list[bool]] | None = None):
         """Append a block and return logits, like RaggedCache.forward (`model` is the transformers
         model this cache was built for; its weights are read through the compact view).
 
@@ -96,7 +97,7 @@ class StaticCache(SlotValidity):
         L = self.length
         self._fit(B, L + T)
         R, S = B, L + T          # the used slots only: attention over the whole buffer would be wasted work
-        pos = self.n_valid[:, None] + torch.cumsum(tok_valid.long(), dim=1) - tok_valid.long()   # [B, T]
+        pos, after = self._positions(tok_valid, host_valid)                                    # [B, T]
         all_valid = torch.cat([self.valid, tok_valid], dim=1)                                   # [B, L+T]
         slots = torch.arange(L, L + T, device=self.device)                                      # [T]
         bias = attention_bias(all_valid, slots, self.dtype)                                     # [B, 1, T, S]
@@ -110,7 +111,7 @@ class StaticCache(SlotValidity):
             h = run(tokens, pos, bias, slots, *self._views(R, S))
             logits = self.m.logits(h[:, T - keep:T])
         self.valid = all_valid
-        self.n_valid = self.n_valid + tok_valid.long().sum(dim=1)
+        self._appended(tok_valid, after)
         return logits
 
     @staticmethod

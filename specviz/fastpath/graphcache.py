@@ -41,28 +41,28 @@ class GraphCache(StaticCache):
         return self.last_padded or rows * width
 
     # --- the pass -------------------------------------------------------------------------------
-    def forward(self, model, tokens: torch.Tensor, tok_valid: torch.Tensor, logits_to_keep: int = 0):
+    def forward(self, model, tokens: torch.Tensor, tok_valid: torch.Tensor, logits_to_keep: int = 0,
+                host_valid: list[list[bool]] | None = None):
         with self.runner.lock:
             B, T = tokens.shape
             shape = self.runner.pick(B, T, self.length)
             if shape is not None and (self.attached or self.length):
                 self._attach()
                 self.last_padded = shape.rows * shape.tokens
-                return self._replay(tokens, tok_valid, logits_to_keep, shape)
+                return self._replay(tokens, tok_valid, logits_to_keep, shape, host_valid)
             self.runner.count("eager_passes")
             self.last_padded = B * T
-            return super().forward(model, tokens, tok_valid, logits_to_keep)
+            return super().forward(model, tokens, tok_valid, logits_to_keep, host_valid=host_valid)
 
-    def _replay(self, tokens, tok_valid, logits_to_keep: int, shape) -> torch.Tensor:
+    def _replay(self, tokens, tok_valid, logits_to_keep: int, shape, host_valid=None) -> torch.Tensor:
         B, T = tokens.shape
-        tv = tok_valid.long()
-        pos = self.n_valid[:, None] + torch.cumsum(tv, dim=1) - tv                    # [B, T]
+        pos, after = self._positions(tok_valid, host_valid)                           # [B, T]
         all_valid = torch.cat([self.valid, tok_valid], dim=1)                         # [B, L+T]
         h = self.runner.replay(shape, tokens, pos, all_valid, self.length)            # [B, T, d]
         keep = T if logits_to_keep in (0, None) else min(logits_to_keep, T)
         logits = self.m.logits(h[:, T - keep:T])      # read before the lock lets another replay in
         self.valid = all_valid
-        self.n_valid = self.n_valid + tv.sum(dim=1)
+        self._appended(tok_valid, after)
         return logits
 
     # --- the arena ------------------------------------------------------------------------------
@@ -145,6 +145,6 @@ class GraphCache(StaticCache):
         with self.runner.lock:
             return super().compact(min_waste, min_holes)
 
-    def invalidate(self, rows: torch.Tensor, slots: torch.Tensor) -> None:
+    def invalidate(self, rows: torch.Tensor, slots: torch.Tensor, host_rows: list[int] | None = None) -> None:
         with self.runner.lock:
-            super().invalidate(rows, slots)
+            super().invalidate(rows, slots, host_rows)
