@@ -12,7 +12,9 @@ device waiting for the host.
 Each width is one pass of one row over a `--context`-token cache, run `--passes` times on the same
 cache (its length put back after each, so every pass replays the same graph). `wall_us` is a pass's
 time back to back (the device's pace: the host launches ahead), `synced_us` a pass waited for alone (as
-`roofline` times it). On a CPU the graph path's rehearsal runs (no CUDA graphs, stock weight layout) and
+`roofline` times it); `gaps_us` is `wall_us` less the kernels' busy time, which the profiler measures
+on passes of its own (it slows the host, not the device). `matmul_GBps`: the weights' bytes over the
+matrix multiplies' device time. On a CPU the graph path's rehearsal runs (no CUDA graphs, stock weight layout) and
 its "kernels" are the top-level torch ops: the figures check the script, they say nothing of a GPU.
 Prints one JSON line; a bad option gets one sentence and exit 2.
 """
@@ -32,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # a kernel's kind, by the first of these its lower-cased name contains (cuBLAS, CUTLASS and inductor's names;
 # the CPU rehearsal's torch ops)
 KINDS = (("attention", ("flash", "fmha", "attention", "sdpa", "softmax")),
-         ("matmul", ("gemm", "gemv", "cutlass", "xmma", "cublas", "splitk", "matmul", "aten::linear", "aten::mm",
+         ("matmul", ("gemm", "gemv", "nvjet", "wgmma", "cutlass", "xmma", "cublas", "splitk", "matmul", "aten::linear",
+                     "aten::mm",
                      "aten::addmm", "aten::bmm", "specviz")),
          ("fused", ("triton",)),
          ("copy", ("memcpy", "memset", "copy", "fill", "zero")))
@@ -124,7 +127,8 @@ def timed_us(torch, fn, device, passes: int, synced: bool) -> float:
     return 1e6 * (time.perf_counter() - t0) / passes
 
 
-def one_width(torch, model, new_cache, n: int, a, device, nbytes: float, bandwidth: float) -> dict:
+def one_width(torch, model, new_cache, n: int, a, device, nbytes: float, weight_bytes: float,
+              bandwidth: float) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     vocab = model.get_input_embeddings().weight.shape[0]
@@ -133,12 +137,14 @@ def one_width(torch, model, new_cache, n: int, a, device, nbytes: float, bandwid
     ids = torch.randint(0, vocab, (1, n), device=device)
     ones = torch.ones_like(ids, dtype=torch.bool)
     cache.forward(model, ctx, torch.ones_like(ctx, dtype=torch.bool), 1)        # the context (a prefill)
-    keep = (cache.valid, cache.n_valid)
+    valid, counts, host = cache.valid, list(cache.n_valid_list()), [[True] * n]
 
     def one():
-        # a verify pass as a greedy step runs it; the cache's length put back, so the next is the same
-        cache.forward(model, ids, ones).argmax(dim=-1)
-        cache.valid, cache.n_valid = keep
+        # a verify pass as a greedy step runs it (the block's validity known on the host, so its positions
+        # are built there); the cache's length put back on the host, so the next pass is the same
+        cache.forward(model, ids, ones, host_valid=host).argmax(dim=-1)
+        cache.valid = valid
+        cache._count_on_host(list(counts))
     for _ in range(3):
         one()                                              # warm-up: the shape's first passes
     synced, wall = timed_us(torch, one, device, a.passes, True), timed_us(torch, one, device, a.passes, False)
@@ -158,7 +164,7 @@ def one_width(torch, model, new_cache, n: int, a, device, nbytes: float, bandwid
     return {"tokens": n, "graphed": graphed, "wall_us": wall, "synced_us": synced,
             "gaps_us": max(0.0, wall - got["busy_us"]), **got, "bytes": nbytes,
             "pass_GBps": nbytes / wall / 1e3, "mbu": nbytes / (wall / 1e6) / bandwidth if bandwidth else None,
-            "matmul_GBps": nbytes / matmul_us / 1e3 if matmul_us else None}
+            "matmul_GBps": weight_bytes / matmul_us / 1e3 if matmul_us else None}
 
 
 def line(r: dict, what: str) -> str:
@@ -192,7 +198,7 @@ def main(argv) -> int:
         print(f"pass-kernels: {a.target} did not load on the graph path ({fast.shown}); nothing to profile",
               file=sys.stderr)
         return 2
-    spec = spec_from_config(loaded.config_dict, a.target, 2.0 if loaded.device.type == "cuda" else 4.0)
+    spec = spec_from_config(loaded.config_dict, a.target, torch.finfo(loaded.dtype).bits / 8)
     peaks = cached_peaks(loaded.device, loaded.dtype)
     freeze_long_lived()     # loaded and captured: a full collection walking the model would land in a timed pass
     stats, what = fast.graph_stats(), "kernels" if loaded.device.type == "cuda" else "torch ops"
@@ -200,7 +206,8 @@ def main(argv) -> int:
     with torch.inference_mode():
         for n in a.widths:
             rows.append(one_width(torch, loaded.model, new_cache, n, a, loaded.device,
-                                  pass_cost(spec, 1, n, a.context).bytes, peaks.bandwidth))
+                                  pass_cost(spec, 1, n, a.context).bytes, spec.streamed_params * spec.bytes_per_param,
+                                  peaks.bandwidth))
             print(line(rows[-1], what), file=sys.stderr, flush=True)
     print(json.dumps({"target": a.target, "device": str(loaded.device), "path": fast.label,
                       "forward": stats.forward if stats else None, "context": a.context, "passes": a.passes,

@@ -19,6 +19,7 @@ def test_busy_time_counts_overlapping_kernels_once_and_kinds_follow_the_names():
     assert pk.busy_us([]) == 0
     assert pk.kind_of("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64") == "matmul"
     assert pk.kind_of("void gemv2T_kernel_val<int, int, __nv_bfloat16>") == "matmul"
+    assert pk.kind_of("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_coopA_TNT") == "matmul"        # cuBLAS on Hopper
     assert pk.kind_of("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>") == "attention"
     assert pk.kind_of("triton_per_fused__to_copy_add_mean_mul_pow_rsqrt_0") == "fused"
     assert pk.kind_of("Memcpy HtoD (Pinned -> Device)") == "copy"

@@ -89,6 +89,8 @@ class SlotValidity:
         if host_valid is None or self._n_host is None:
             tv = tok_valid.long()
             return self.n_valid[:, None] + torch.cumsum(tv, dim=1) - tv, None
+        if len(host_valid) != len(self._n_host):
+            raise ValueError(f"host_valid has {len(host_valid)} rows for a cache of {len(self._n_host)}")
         pos, after = [], []
         for n, row in zip(self._n_host, host_valid):
             mine = []
