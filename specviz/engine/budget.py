@@ -336,7 +336,7 @@ class Budget:
             if prop.keys is not None and any(verified):
                 self.survival.observe(prop, verified, accepted, [True] * ctx.rows, None)
             return
-        tokens = ctx.rows * (prop.tokens.shape[1] + 1) if self.padded else ctx.rows + sum(verified)
+        tokens = ctx.rows * (prop.width + 1) if self.padded else ctx.rows + sum(verified)
         after = Hindsight(full.token_lists(), full.length_list(), next_tokens, [not s for s in ctx.sampled])
         # a keyed draft's rows of other policies teach too; a model draft's bins exist for budgeted rows only
         teach = [True] * ctx.rows if prop.keys is not None else ctx.budgeted

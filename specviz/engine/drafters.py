@@ -30,8 +30,10 @@ from specviz.lessons import Said
 
 @dataclass
 class Proposal:
-    tokens: torch.Tensor          # [B, K] draft ids; entries past a row's length are padding
-    lengths: torch.Tensor         # [B] tokens drafted per row
+    tokens: torch.Tensor | None   # [B, K] draft ids; entries past a row's length are padding. None where the
+    #                               drafter made them on the host (`device_tokens()` copies them when asked:
+    #                               greedy acceptance never asks, and on a GPU each copy is a launch)
+    lengths: torch.Tensor | None  # [B] tokens drafted per row (None likewise: `device_lengths()`)
     q: torch.Tensor | None        # [B, K, V] draft probabilities (sampling with a model), else None
     passes: int = 0               # draft forward passes
     seconds: float = 0.0          # time inside draft forwards
@@ -45,6 +47,27 @@ class Proposal:
     # read of a device tensor waits for the device, and a step reads these several times
     _host_tokens: list[list[int]] | None = field(default=None, init=False, repr=False, compare=False)
     _host_lengths: list[int] | None = field(default=None, init=False, repr=False, compare=False)
+    _device: object = field(default=None, init=False, repr=False, compare=False)   # where device_* copy to
+
+    @property
+    def width(self) -> int:
+        """K: each row's draft slots (the verify block is K + 1 wide)."""
+        if self.tokens is not None:
+            return self.tokens.shape[1]
+        return len(self._host_tokens[0]) if self._host_tokens else 0
+
+    def device_tokens(self) -> torch.Tensor:
+        """`tokens` on the device (copied from the host lists on first use)."""
+        if self.tokens is None:
+            self.tokens = to_device(self._host_tokens, torch.long, self._device).reshape(len(self._host_tokens),
+                                                                                        self.width)
+        return self.tokens
+
+    def device_lengths(self) -> torch.Tensor:
+        """`lengths` on the device (copied from the host list on first use)."""
+        if self.lengths is None:
+            self.lengths = to_device(self._host_lengths, torch.long, self._device)
+        return self.lengths
 
     def token_lists(self) -> list[list[int]]:
         """`tokens` as lists (read from the device at most once; do not modify them)."""
@@ -67,21 +90,24 @@ class Proposal:
         """The same drafts, each row verifying only its first lengths[i] (≤ what it drafted)."""
         K = max(lengths, default=0)
         host = None if self._host_tokens is None else [row[:K] for row in self._host_tokens]
-        return Proposal(self.tokens[:, :K], to_device(lengths, torch.long, self.lengths.device),
-                        None if self.q is None else self.q[:, :K], self.passes, self.seconds, self.cost,
-                        None if self.conf is None else self.conf[:, :K], self.keys,
-                        self.catchup_s).with_lists(host, list(lengths))
+        out = Proposal(None if self.tokens is None else self.tokens[:, :K],
+                       None if self.lengths is None else to_device(lengths, torch.long, self.lengths.device),
+                       None if self.q is None else self.q[:, :K], self.passes, self.seconds, self.cost,
+                       None if self.conf is None else self.conf[:, :K], self.keys,
+                       self.catchup_s).with_lists(host, list(lengths))
+        out._device = self._device
+        return out
 
     @classmethod
     def of_lists(cls, drafts: list[list[int]], device, **rest) -> "Proposal":
-        """A proposal from drafts made on the host (a draft without a model): one copy each to the device,
-        and the lists kept for the step's bookkeeping."""
+        """A proposal from drafts made on the host (a draft without a model): the lists, kept for the step's
+        bookkeeping; copied to the device only if something asks (`device_tokens`, `device_lengths`)."""
         K = max([len(d) for d in drafts] + [0])
-        # one tensor from padded lists: a tensor per row costs more than an n-gram lookup at 64 rows
+        # one tensor from padded lists, when asked: a tensor per row costs more than an n-gram lookup at 64 rows
         padded = [d + [0] * (K - len(d)) for d in drafts]
-        lengths = [len(d) for d in drafts]
-        tokens = to_device(padded, torch.long, device).reshape(len(drafts), K)
-        return cls(tokens, to_device(lengths, torch.long, device), None, **rest).with_lists(padded, lengths)
+        out = cls(None, None, None, **rest).with_lists(padded, [len(d) for d in drafts])
+        out._device = device
+        return out
 
 
 class Drafter(Protocol):

@@ -243,7 +243,7 @@ class SpeculativeEngine:
             self.pressure[r.owner.id] = self.pressure.get(r.owner.id, 0) + d + 1
         # the block and its validity built on the host and copied over: on a GPU each small op building
         # them would be a launch the step waits for
-        width = prop.tokens.shape[1] + 1
+        width = prop.width + 1
         block = [[s[-1], *row] for s, row in zip(seqs, prop.token_lists())]
         valid = [[j <= d for j in range(width)] for d in lengths]
         return timed_forward(self.target_kv, self.target, to_device(block, torch.long, self.device),
@@ -265,7 +265,7 @@ class SpeculativeEngine:
     def _shared(self, ctx: StepContext, full: Proposal, prop: Proposal, selection, L0: int, verify_s: float,
                 overhead: float, wall: float, owners: list[Request], row_steps: list[RowStep]) -> dict:
         """The step's figures every request's event carries, and the engine's running sums."""
-        B, K = ctx.rows, prop.tokens.shape[1]
+        B, K = ctx.rows, prop.width
         proposed, verified = sum(full.length_list()), sum(prop.length_list())
         verify_cost = pass_cost(self.spec, B, K + 1, L0)
         self.steps_run += 1
@@ -310,7 +310,8 @@ class SpeculativeEngine:
             t = to_device([temps[i] for i in sampled], torch.float32, self.device)[:, None, None]
             p = probabilities(logits[idx], t)
             q = None if prop.q is None else prop.q[idx]
-            n_s, nxt_s = speculative_accept(p, q, prop.tokens[idx], prop.lengths[idx], [gens[i] for i in sampled])
+            n_s, nxt_s = speculative_accept(p, q, prop.device_tokens()[idx], prop.device_lengths()[idx],
+                                              [gens[i] for i in sampled])
             for i, a, x in zip(sampled, *torch.stack((n_s, nxt_s)).tolist()):
                 n[i], nxt[i] = a, x
         return n, nxt
