@@ -636,7 +636,7 @@ def test_the_step_audit_script_counts_what_a_step_launches_and_reads(tiny_paths,
     assert got["launches"].get("linear") and got["reads"].get("tolist")       # the LM head; the verdict
     # the verdict, and a few rows' ends; the block, its validity and positions go over pinned memory
     assert 1 <= got["waits_a_step"] <= 2 and 3 <= got["copies_a_step"]["pinned"] <= 5, got["copies_a_step"]
-    assert got["launches_a_step"] < 20                  # 7715d99 launched 42 here, bb37c07 27
+    assert got["launches_a_step"] < 20                  # 7715d99 launched 42 here
     bad = subprocess.run([sys.executable, script, "--target", tiny_paths["target"], "--batch", "0"],
                          capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
     assert bad.returncode == 2 and "--batch takes 1-64" in bad.stderr

@@ -248,7 +248,7 @@ def check_a_step_waits_once(ctx: Ctx) -> None:
         torch.cuda.set_sync_debug_mode("default")
     kinds = sorted({str(w.message).split("\n")[0][:60] for w in caught})
     print(f"  waits a decode step: {per_step} ({'; '.join(kinds[:4])})")
-    assert per_step and max(per_step) <= 6, per_step        # 7715d99 waited ~15 times a step, bb37c07 ~4
+    assert per_step and max(per_step) <= 6, per_step        # 7715d99 waited ~15 times a step
 
 
 def check_kernels_a_layer(ctx: Ctx) -> None:
