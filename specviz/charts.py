@@ -41,7 +41,8 @@ LIVE_LABELS = dict(throughput_title="Tokens per second", seconds="seconds", toke
                    curve_recorded="pass time, recorded on {device} ({name})",
                    curve_pending="pass time: being measured…", knee_line="measured knee ≈ {knee} tokens",
                    recent_steps="recent steps", padded="padded width {n}",
-                   this_step="this step: {n} tokens per pass", step_parts="{rows} rows + {drafts} verified drafts")
+                   this_step="this step: {n} tokens per pass", this_step_one="this step: {n} token per pass",
+                   step_parts="{rows} + {drafts}")
 
 
 def _live_labels(labels: dict | None) -> dict:

@@ -277,3 +277,61 @@ def test_browser_stop_pressed_with_run_stops_it(app_url):
         status = page.locator("#status").inner_text()
         m = re.search(r"Stopped\. ([\d,]+) tokens", status)
         assert m and int(m.group(1).replace(",", "")) < 4 * 512, status
+
+
+def _toast(page, pattern: str, timeout_ms: int = 20000) -> str:
+    """The text of the toast that matches `pattern` (a regex), waiting for it."""
+    try:
+        page.wait_for_function("re => [...document.querySelectorAll('[data-testid=toast-body]')]"
+                               ".some(t => new RegExp(re).test(t.innerText))", arg=pattern, timeout=timeout_ms)
+    except Exception as exc:
+        shown = page.locator("[data-testid=toast-body]").all_inner_texts()
+        raise AssertionError(f"no toast matched {pattern!r}; toasts: {shown!r}") from exc
+    return next(t for t in page.locator("[data-testid=toast-body]").all_inner_texts() if re.search(pattern, t))
+
+
+def _close_toasts(page) -> None:
+    for button in page.locator("[data-testid=toast-close]").all():
+        button.click()
+    page.wait_for_function("!document.querySelector('[data-testid=toast-body]')", timeout=10000)
+
+
+def _visible_error_badges(page) -> int:
+    """Gradio's "Error" stamps over the outputs of a refused event that a person can see."""
+    return page.locator(".wrap:has(> span.error)").evaluate_all(
+        "els => els.filter(e => getComputedStyle(e).display !== 'none').length")
+
+
+@needs_chromium
+def test_browser_bad_values_get_one_sentence_and_nothing_covered(app_url):
+    """A number typed outside a slider's bounds, an empty prompt and a link with bad parameters each get
+    one sentence naming what was wrong (in the reader's language), and no "Error" stamp covers the page."""
+    with browser_page(1100) as page:
+        page.goto(app_url + "?tab=nope&batch=abc&depth=-3&lang=xx")
+        said = _toast(page, "left out")
+        assert "tab = nope" in said and "batch = abc" in said and "depth = -3" in said and "lang = xx" in said, said
+        _close_toasts(page)
+
+        page.goto(app_url + "?tab=playground")
+        page.wait_for_selector("#run", timeout=60000)
+        page.wait_for_timeout(1500)
+        box = page.locator("#batch-size input[type=number]")
+        box.fill("999")
+        box.press("Enter")
+        said = _toast(page, "must be from")
+        assert re.search(r"Batch size \(rows\) must be from 1 to \d+, not 999\.", said), said
+        _close_toasts(page)
+        page.locator("#prompt textarea").fill("")
+        page.click("#run")
+        _toast(page, "the prompt is empty")
+        assert _visible_error_badges(page) == 0
+        assert "Error" not in page.locator("#status").inner_text()
+
+        page.goto(app_url + "?tab=playground&lang=fa")
+        page.wait_for_selector("#run", timeout=60000)
+        page.wait_for_timeout(1500)
+        box = page.locator("#batch-size input[type=number]")
+        box.fill("0")
+        box.press("Enter")
+        said = _toast(page, "باید از")
+        assert "batch size" in said and "نه" in said and "0" in said, said

@@ -102,3 +102,24 @@ def test_values_are_quoted_briefly():
     from specviz.limits import check_request
     with pytest.raises(LimitError, match="about 5001 digits"):
         check_request(10**5000, 1, 0, 8)
+
+
+def test_a_number_outside_its_bounds_is_refused_by_its_bounds_in_the_readers_language():
+    """Gradio refuses a slider's or number box's value outside its bounds before any handler runs: the
+    sentence gives the bounds and the label, not "must be a number"."""
+    from types import SimpleNamespace
+
+    from specviz import lessons
+    from specviz.ui.errors import input_sentence
+
+    batch = gr.Slider(1, 16, value=1, step=1, label="Batch size (rows)")
+    bandwidth = gr.Number(3.35, minimum=0.001, label="Custom GPU bandwidth (TB/s)")
+    fn = SimpleNamespace(inputs=[batch, bandwidth], fn=lambda v, bw: None)
+    said = input_sentence(fn, 0, 999, ValueError(), name="Batch size (rows)")
+    assert said == "Batch size (rows) must be from 1 to 16, not 999."
+    assert input_sentence(fn, 1, -5, ValueError(), name="bw") == "bw must be at least 0.001, not -5."
+    persian = lessons.say("fa", input_sentence(fn, 0, 0, ValueError(), name=lessons.Key("app.label_batch_size")))
+    assert "باید از" in persian and lessons.text("fa", "app.label_batch_size") in persian
+    # inside its bounds, or not a number at all: the kind it must be
+    assert "must be a number" in input_sentence(fn, 0, "two", ValueError())
+    assert "must be a number" in input_sentence(fn, 0, float("nan"), ValueError())

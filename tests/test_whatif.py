@@ -458,3 +458,37 @@ def test_whatif_chart_data_downloads_as_csv(whatif_app):
                      api_name="/whatif_csv")
     text = open(path, encoding="utf-8").read()
     assert text.startswith("chart,") and "latency per pass (estimate)" in text and "tokens/s vs batch (estimate)" in text
+
+
+def test_browser_whatif_refused_bandwidth_names_itself_and_the_tab_recovers(whatif_app):
+    """A custom bandwidth out of bounds is refused by its label and bounds; picking another target then
+    is refused for the bandwidth still (not for the new target's draft), and a good bandwidth brings the
+    summary back for the knobs as they stand."""
+    with _page() as page:
+        page.goto(whatif_app + "?tab=whatif")
+        page.wait_for_selector("#whatif-speedup .js-plotly-plot", timeout=30000)
+        _pick(page, "whatif-gpu", CUSTOM)
+        _summary_has(page, "custom GPU")
+        box = page.locator("#whatif-bandwidth input")
+        box.fill("-5")
+        box.press("Enter")
+        bound = "Custom GPU bandwidth (TB/s) must be from 0.001 to 100, not -5."
+        page.wait_for_function("t => [...document.querySelectorAll('[data-testid=toast-body]')]"
+                               ".some(e => e.innerText.includes(t))", arg=bound, timeout=20000)
+        # leaving a number box commits it again (its blur): leave it before closing the toasts
+        page.locator("#whatif-summary").click()
+        page.wait_for_timeout(2000)
+        for button in page.locator("[data-testid=toast-close]").all():
+            button.click()
+        page.wait_for_function("!document.querySelector('[data-testid=toast-body]')", timeout=10000)
+        _pick(page, "whatif-target", "Llama-3-70B")
+        page.wait_for_function("document.querySelector('#whatif-draft input').value === 'EAGLE:Llama-3-70B'",
+                               timeout=30000)
+        page.wait_for_selector("[data-testid=toast-body]", timeout=20000)
+        page.wait_for_timeout(2000)
+        toasts = page.locator("[data-testid=toast-body]").all_inner_texts()
+        assert toasts and all(bound in t for t in toasts) and not any("draft" in t for t in toasts), toasts
+        box.fill("2")
+        box.press("Enter")
+        _summary_has(page, "custom GPU (2 TB/s")
+        _summary_has(page, "Llama-3-70B")

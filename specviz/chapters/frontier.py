@@ -218,7 +218,7 @@ def vllm_notes(rec: RecordedFrontier) -> list[tuple[str, dict]]:
         if sched is None or not rest:
             continue
         best = max(rest, key=lambda r: r["tokens_per_s"])
-        out.append(("chapter.frontier.vllm_point",
+        out.append(("chapter.frontier.vllm_point_one" if n == 1 else "chapter.frontier.vllm_point",
                     {"users": n, "ratio": sched["tokens_per_s"] / best["tokens_per_s"], "best_arm": arm_code(best),
                      "tokens_per_s": sched["tokens_per_s"], "best_tokens_per_s": best["tokens_per_s"]}))
     return out

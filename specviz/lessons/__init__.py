@@ -142,16 +142,27 @@ def isolate_rtl(value: str) -> str:
     return RLI + value + PDI if ARABIC_SCRIPT.search(value) else value
 
 
+def counted(lang: str, key: str, values: dict) -> str:
+    """The template for `key`, or for `KEY_one` where the count `n` is 1 and the table has one: English
+    writes "1 row", not "1 rows" (a language without plural nouns gives both keys the same text)."""
+    n = values.get("n")
+    if isinstance(n, int) and not isinstance(n, bool) and n == 1:
+        one = template(lang, key + "_one")
+        if one != key + "_one":
+            return one
+    return template(lang, key)
+
+
 def text(lang: str, key: str, /, **values) -> str:
     """Lesson text for `key` in `lang`, with `{placeholders}` filled from `values` (a `Said` or `Key` value
     is shown in `lang` too)."""
-    return fill(template(lang, key), _said_in(lang, values))
+    return fill(counted(lang, key, values), _said_in(lang, values))
 
 
 def text_bidi(lang: str, key: str, /, **values) -> str:
     """Like `text`, but every filled-in value is wrapped in LRI…PDI so numbers, code and tokens stay
     left-to-right inside right-to-left sentences (harmless in English). Persian values stay as they are."""
-    return fill(template(lang, key), _said_in(lang, values), wrap=isolate_ltr)
+    return fill(counted(lang, key, values), _said_in(lang, values), wrap=isolate_ltr)
 
 
 def policy_label(lang: str, name: str) -> str:
@@ -221,8 +232,8 @@ class Listed(str):
 def _render(lang: str, key: str, values: dict) -> str:
     plain = _said_in(lang, values)
     if lang in RTL_LANGS:
-        return fill(template(lang, key), plain, wrap=isolate_ltr)
-    return fill(template(lang, key), plain)
+        return fill(counted(lang, key, values), plain, wrap=isolate_ltr)
+    return fill(counted(lang, key, values), plain)
 
 
 def say(lang: str, message) -> str:

@@ -204,8 +204,11 @@ class LiveRun:
         if not self.passes:
             return ""
         n, (rows, drafts) = self.passes[-1].real, self.last_rows
-        parts = [lessons.chart_fill(labels["this_step"], dict(n=n)),
-                 lessons.chart_fill(labels["step_parts"], dict(rows=rows, drafts=drafts))]
+        # a count and its noun ("1 row", "2 rows"); a Persian one keeps its number left-to-right
+        say = lessons.text_bidi if lessons.direction(self.lang) == "rtl" else lessons.text
+        parts = [lessons.chart_fill(labels["this_step_one" if n == 1 else "this_step"], dict(n=n)),
+                 lessons.chart_fill(labels["step_parts"], dict(rows=say(self.lang, "app.n_rows", n=rows),
+                                                               drafts=say(self.lang, "app.n_drafts_verified", n=drafts)))]
         if knee is not None and 0 < knee < float("inf"):
             parts.append(labels["below_knee" if n < knee else "past_knee"])
         if self.regime:

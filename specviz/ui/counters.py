@@ -143,5 +143,5 @@ def batch_md(lang: str, rows: int, users: int, waiting: int = 0) -> str:
     """ "Batch now: N rows from M users" for the selected pair (the 4 Hz timer's line)."""
     if rows == 0 and waiting == 0:
         return t(lang, "playground.batch_empty")
-    return t(lang, "playground.batch_waiting" if waiting else "app.batch_now", rows=rows, users=users,
-             waiting=waiting)
+    return t(lang, "playground.batch_waiting" if waiting else "app.batch_now", waiting=waiting,
+             rows=lessons.Said("app.n_rows", n=rows), users=lessons.Said("app.n_users", n=users))

@@ -5,8 +5,9 @@ One boundary (`guard_blocks`) wraps every event handler of the page and gradio's
 - refusals (bad input, a limit, a model that will not load, a recording that is not one) become a
   `gr.Error` with their sentence, and the log keeps one line per refusal;
 - anything unexpected becomes a sentence in the user's language, and the log keeps its traceback;
-- values gradio itself cannot read (a word where a number goes, a list where text goes) are refused
-  before our code runs, naming the parameter, with the value quoted briefly.
+- values gradio itself refuses (a word where a number goes, a number outside a slider's or a number
+  box's bounds, a list where text goes) are refused before our code runs, naming the input by its label
+  in the reader's language, with the value quoted briefly.
 Handlers may still raise `gr.Error` or the human errors themselves; the boundary only makes sure nothing
 else gets through.
 """
@@ -15,7 +16,9 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import math
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Callable
 
 import gradio as gr
@@ -29,6 +32,9 @@ from specviz.serve.recordings import RecordingError
 log = logging.getLogger("specviz.app")
 HUMAN = (ModelError, LimitError, PolicyError, RecordingError)
 GRADIO_TITLE = "Error"          # gr.Error's default title
+# the session of the event gradio is processing: its input check runs before any handler (which would get
+# the request), and its refusal is still written in that reader's language
+_SESSION: ContextVar[str | None] = ContextVar("specviz_session", default=None)
 
 
 def human(lang: str, message) -> str:
@@ -144,9 +150,10 @@ KINDS = {"Slider": "errors.kind_number", "Number": "errors.kind_number", "Textbo
          "File": "errors.kind_file"}
 
 
-def input_sentence(block_fn, index: int | None, value, exc: Exception) -> lessons.Said:
+def input_sentence(block_fn, index: int | None, value, exc: Exception, name=None, block=None) -> lessons.Said:
     """What was wrong with an input gradio could not read, in a sentence a person (or script) can act on
-    (a Said: its English is what an API caller reads)."""
+    (a Said: its English is what an API caller reads). `name` names the input (its label, else the
+    handler's parameter); `block` is the component as this session has it (its bounds)."""
     if isinstance(exc, RecursionError):
         return lessons.Said("errors.too_deep")
     if index is None:
@@ -155,8 +162,29 @@ def input_sentence(block_fn, index: int | None, value, exc: Exception) -> lesson
         if isinstance(value, list) and len(value) != want:
             return lessons.Said("errors.call_count", sent=len(value), want=want, names=names)
         return lessons.Said("errors.call_unreadable", want=want, names=names)
-    kind = lessons.Key(KINDS.get(type(block_fn.inputs[index]).__name__, "errors.kind_value"))
-    return lessons.Said("errors.bad_input", name=_param_name(block_fn, index), kind=kind, value=brief(value))
+    block = block if block is not None else block_fn.inputs[index]
+    name = name if name is not None else _param_name(block_fn, index)
+    outside = _outside_bounds(block, name, value)
+    if outside is not None:
+        return outside
+    kind = lessons.Key(KINDS.get(type(block).__name__, "errors.kind_value"))
+    return lessons.Said("errors.bad_input", name=name, kind=kind, value=brief(value))
+
+
+def _outside_bounds(block, name, value) -> lessons.Said | None:
+    """A number a slider or number box refused for its bounds (typed into the box, or sent by a script):
+    the bounds, not "must be a number"."""
+    if type(block).__name__ not in ("Slider", "Number") or isinstance(value, bool):
+        return None
+    if not isinstance(value, (int, float)) or (isinstance(value, float) and math.isnan(value)):
+        return None
+    lo, hi = getattr(block, "minimum", None), getattr(block, "maximum", None)
+    below, above = lo is not None and value < lo, hi is not None and value > hi
+    if not (below or above):
+        return None
+    key = "errors.input_range" if lo is not None and hi is not None else \
+        "errors.input_min" if below else "errors.input_max"
+    return lessons.Said(key, name=name, lo=lo, hi=hi, value=brief(value))
 
 
 def _param_name(block_fn, index: int) -> str:
@@ -173,28 +201,54 @@ def _param_name(block_fn, index: int) -> str:
     return str(getattr(block, "elem_id", None) or getattr(block, "label", None) or f"input {index + 1}")
 
 
-def _guard_preprocess(blocks: gr.Blocks) -> None:
+def _guard_preprocess(blocks: gr.Blocks, lang_of: Callable[[str | None], str], name_of: Callable | None) -> None:
     """Gradio checks and converts inputs before calling a handler; its errors there would reach the
     user as the generic "upstream app raised an exception" (or as a message listing every choice).
-    Here they become one short sentence that names the parameter."""
+    Here they become one short sentence that names the input, in the reader's language."""
     original = blocks.preprocess_data
 
     async def preprocess_data(block_fn, inputs, state, explicit_call=False):
         try:
             return await original(block_fn, inputs, state, explicit_call)
         except Exception as exc:
-            index, value = _failing_input(block_fn, inputs, exc)
-            # before the handler no session is known here: the sentence is in English (what an API
-            # script sends wrong; the page's own controls cannot send these values)
-            raise refusal(str(input_sentence(block_fn, index, value, exc)), str(block_fn.api_name or "")) from None
+            index, value = _failing_input(block_fn, inputs, state)
+            lang = lang_of(_SESSION.get())
+            name = block = None
+            if index is not None:
+                block = _as_in_session(block_fn.inputs[index], state)
+                name = name_of(block_fn.inputs[index], lang) if name_of is not None else None
+            said = input_sentence(block_fn, index, value, exc, name=name, block=block)
+            raise refusal(lessons.say(lang, said), str(block_fn.api_name or ""), lang) from None
     blocks.preprocess_data = preprocess_data
 
+    process = blocks.process_api
 
-def _failing_input(block_fn, inputs, exc) -> tuple[int | None, object]:
+    async def process_api(*args, **kwargs):
+        token = _SESSION.set(kwargs.get("session_hash"))
+        try:
+            return await process(*args, **kwargs)
+        finally:
+            _SESSION.reset(token)
+    blocks.process_api = process_api
+
+
+def _as_in_session(block, state):
+    """The component as this session has it: gradio checks a value against the session's copy (a
+    dropdown whose choices a handler changed), not the page's first one."""
+    try:
+        return state[block._id] if state is not None and block._id in state else block
+    except Exception:           # a state that cannot say: the page's component
+        return block
+
+
+def _failing_input(block_fn, inputs, state=None) -> tuple[int | None, object]:
     """Which input gradio failed on: the first that its component's own data model or preprocess refuses."""
     if not isinstance(inputs, list) or len(inputs) != len(block_fn.inputs):
         return None, inputs
     for i, (block, value) in enumerate(zip(block_fn.inputs, inputs)):
+        if getattr(block, "stateful", False):
+            continue                # a gr.State holds the server's own value: the page sends none
+        block = _as_in_session(block, state)
         try:
             model = getattr(block, "data_model", None)
             checked = model.model_validate(value) if model is not None and value is not None else value
@@ -205,11 +259,13 @@ def _failing_input(block_fn, inputs, exc) -> tuple[int | None, object]:
     return None, inputs
 
 
-def guard_blocks(blocks: gr.Blocks, lang_of: Callable[[str | None], str]) -> gr.Blocks:
-    """Install the boundary on every handler of the page (call once, after the page is built)."""
+def guard_blocks(blocks: gr.Blocks, lang_of: Callable[[str | None], str],
+                 name_of: Callable[[object, str], str | None] | None = None) -> gr.Blocks:
+    """Install the boundary on every handler of the page (call once, after the page is built). `name_of
+    (component, lang)` names an input in a refusal (its label in that language)."""
     for block_fn in blocks.fns.values():
         if block_fn.fn is not None and not getattr(block_fn.fn, "_specviz_guarded", False):
             block_fn.fn = guard(block_fn.fn, str(block_fn.api_name or block_fn.name), lang_of)
             block_fn.fn._specviz_guarded = True
-    _guard_preprocess(blocks)
+    _guard_preprocess(blocks, lang_of, name_of)
     return blocks

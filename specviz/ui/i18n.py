@@ -110,6 +110,20 @@ class Translations:
             out.append(upd)
         return out
 
+    def label_of(self, component, lang: str):
+        """The component's label as the page shows it in `lang` (a lesson `Key` where it has one), or None:
+        what a refusal of its value calls it."""
+        for comp, spec in self._items:
+            if comp is not component:
+                continue
+            if isinstance(spec, dict) and "label" in spec:
+                return lessons.Key(spec["label"])
+            if callable(spec):
+                label = spec(lang).get("label")
+                if isinstance(label, str) and label:
+                    return label
+        return getattr(component, "label", None) or None
+
     def remember(self, session: str, lang: str) -> None:
         with self._lock:
             if len(self._langs) > 5000:          # a long-running Space: forget old tabs

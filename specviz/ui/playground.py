@@ -28,7 +28,7 @@ from specviz.serve.door import check_acceptance, check_run
 from specviz.serve.live import LiveRun
 from specviz.serve.prompts import ROW_POOL
 from specviz.ui import counters, dialview
-from specviz.ui.errors import as_sentences, error, human
+from specviz.ui.errors import as_sentences, error, human, refusal
 from specviz.ui.i18n import t
 from specviz.ui.runs import RunStore
 from specviz.ui.stream import OUTPUTS, Streamer, pack
@@ -281,8 +281,10 @@ class Playground:
             else:
                 live.control.set(acceptance=acceptance)
         except (LimitError, ValueError, TypeError, PolicyError) as exc:
+            # raised, not gr.Warning: the knobs' events skip the queue, and gradio shows a warning only
+            # from the queue; the run goes on with the knob as it was
             lang = self.lang(session)
-            gr.Warning(human(lang, exc), title=lessons.text(lang, "app.warning_title"))
+            raise refusal(human(lang, exc), "knob", lang) from None
 
     def on_depth(self, v, request: gr.Request):
         self.set_knobs(_session(request), depth=v)

@@ -130,7 +130,9 @@ def build(app) -> "Playground":
     # a replay mostly sleeps: it never waits for another user's replay or Run (RunStore.replay_slot)
     replay.click(page.replay, [replay_pick, replay_file], outputs, api_name="replay", concurrency_limit=None)
     check.click(page.check_lossless, None, [lossless], api_name="check_lossless", concurrency_limit=2)
-    knob = dict(outputs=None, api_name=False, queue=False, show_progress="hidden")
+    # queued, with no limit: a refused value (999 typed into the batch box) is shown only from the queue,
+    # and a knob never waits for another event
+    knob = dict(outputs=None, api_name=False, concurrency_limit=None, show_progress="hidden")
     depth.change(page.on_depth, [depth], **knob)
     # a vLLM server has one k: picking such a pair shows it on the slider (specviz.serve.vllm_router.depth_mode)
     pair.change(page.on_pair, [pair], [depth], api_name=False, queue=False, show_progress="hidden")

@@ -21,8 +21,6 @@ from pathlib import Path
 import gradio as gr
 
 from specviz import lessons
-from specviz.chapters import KEYS
-from specviz.engine.policies import POLICY_NAMES
 from specviz.hardware.device import Peaks, Sampler, cached_peaks
 from specviz.limits import Limits, limits_from_env
 from specviz.pairs.models import ModelError
@@ -33,6 +31,7 @@ from specviz.serve.live import LiveRuns
 from specviz.serve.gate import DeviceGate
 from specviz.serve.vllm_router import VllmRouter, vllm_choices
 from specviz.ui import lesson, playground_layout, whatif
+from specviz.ui.deeplink import link_notice, query, restore
 from specviz.ui.errors import as_human_errors, error, guard_blocks
 from specviz.ui.i18n import Translations, pick_lang, switch_js
 
@@ -164,7 +163,6 @@ def zero_gpu_spaces():
     return spaces
 
 
-TAB_IDS = ("lesson", "playground", "whatif")
 LINK_JS = """(tab, chapter, pair, prompt, batch, depth, policy, lang, acceptance) => {
   const q = new URLSearchParams({tab: tab || 'lesson', chapter: chapter || '', pair: pair || '',
     prompt: prompt || '', batch: String(batch), depth: String(depth), policy: policy || '', lang: lang || 'en'});
@@ -236,10 +234,12 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
             tr.remember(_session(request), chosen)
             updates = tr.updates(chosen)
             # the lesson's dials are translated components too: `acceptance` merges into their updates
-            lesson.restore_dials(taught, _query(request), chosen, tr.components, updates)
+            lesson.restore_dials(taught, query(request), chosen, tr.components, updates)
             return [*restore(app, request, chosen), *updates]
         blocks.load(on_load, None, deep + tr.components, api_name=False, queue=False).then(
-            None, [lang], None, js=switch_js())
+            None, [lang], None, js=switch_js()).then(
+            link_notice(app, lambda session: tr.lang_of(session or "default")), None, None, api_name=False,
+            show_progress="hidden")
 
         def on_lang(chosen, request: gr.Request):
             chosen = pick_lang(None, chosen)
@@ -251,36 +251,11 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
                           c["acceptance"]],
                    [link], js=link_js(), api_name=False)
     # one error boundary for every handler and for gradio's own input check (specviz.ui.errors)
-    return guard_blocks(blocks, lambda session: tr.lang_of(session or "default"))
+    return guard_blocks(blocks, lambda session: tr.lang_of(session or "default"), tr.label_of)
 
 
 def _session(request) -> str:
     return getattr(request, "session_hash", None) or "default"
-
-
-def _query(request) -> dict:
-    return dict(getattr(request, "query_params", None) or {})
-
-
-def restore(app: SpecVizApp, request, lang: str) -> list:
-    """Component updates from the URL's deep-link parameters (anything absent or invalid is left alone;
-    `acceptance` also ticks the lesson's dials: ui.lesson.restore_dials)."""
-    q = _query(request)
-    labels = [c.label for c in app.choices + getattr(app, "dials", [])]
-
-    def num(name, lo, hi, kind=int):
-        try:
-            v = kind(float(q.get(name, "")))
-        except (ValueError, OverflowError):
-            return gr.skip()
-        return gr.update(value=v) if lo <= v <= hi else gr.skip()
-    return [gr.update(selected=q["tab"]) if q.get("tab") in TAB_IDS else gr.skip(),
-            gr.update(value=q["chapter"]) if q.get("chapter") in KEYS else gr.skip(),
-            gr.update(value=q["pair"]) if q.get("pair") in labels else gr.skip(),
-            gr.update(value=q["prompt"][: app.limits.max_prompt_chars]) if q.get("prompt") else gr.skip(),
-            num("batch", 1, app.limits.max_rows_per_user), num("depth", 0, app.limits.max_depth),
-            gr.update(value=q["policy"]) if q.get("policy") in POLICY_NAMES else gr.skip(),
-            num("acceptance", 0.0, 1.0, float), gr.update(value=lang)]
 
 
 FONTS = ASSETS / "fonts"

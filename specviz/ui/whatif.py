@@ -18,8 +18,8 @@ from specviz.serve.catalog import pair_options
 from specviz.ui.errors import as_sentences
 from specviz.ui.runs import TempFiles, write_csv
 from specviz.ui.whatif_measured import KNEE_CONTEXT, knee_view, profile_view
-from specviz.ui.whatif_views import (DEFAULTS, compute, csv_rows, draft_options, gpu_options, is_rtl, lang_of,
-                                     model_options, model_spec, remap_draft, speedup_view, tx)
+from specviz.ui.whatif_views import (BW_TBS, DEFAULTS, FLOPS_TFLOPS, compute, csv_rows, draft_options, gpu_options,
+                                     is_rtl, lang_of, model_options, model_spec, remap_draft, speedup_view, tx)
 
 
 def _label(key: str) -> dict:
@@ -70,10 +70,10 @@ def build(app) -> None:
                            lambda lang: gr.update(label=tx(lang, "label.model"), info=tx(lang, "label.model_info"),
                                                   choices=model_options(lang)))
             with gr.Row():
-                bw = tr.add(gr.Number(DEFAULTS["bandwidth_tbs"], label=tx("en", "label.bandwidth"), minimum=0.001,
-                                      elem_id="whatif-bandwidth"), **_label("bandwidth"))
-                fl = tr.add(gr.Number(DEFAULTS["flops_tflops"], label=tx("en", "label.flops"), minimum=0.001,
-                                      elem_id="whatif-flops"), **_label("flops"))
+                bw = tr.add(gr.Number(DEFAULTS["bandwidth_tbs"], label=tx("en", "label.bandwidth"), minimum=BW_TBS[0],
+                                      maximum=BW_TBS[1], elem_id="whatif-bandwidth"), **_label("bandwidth"))
+                fl = tr.add(gr.Number(DEFAULTS["flops_tflops"], label=tx("en", "label.flops"), minimum=FLOPS_TFLOPS[0],
+                                      maximum=FLOPS_TFLOPS[1], elem_id="whatif-flops"), **_label("flops"))
         with gr.Column(scale=3, min_width=420):
             vals = list(DEFAULTS.values())
             md0, lat0, x0 = compute(app, *vals)
@@ -112,11 +112,12 @@ def build(app) -> None:
         except gr.Error:           # the knobs' error was shown when they were set; no second toast
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), draft_update
 
-    gr.on(triggers, on_change, inputs, [summary, fig_lat, fig_x], api_name="whatif", show_progress="hidden")
-    gr.on(triggers, on_speedup, inputs, [fig_speedup], api_name="whatif_speedup", show_progress="hidden")
+    # the speed-up figure follows only a change the summary accepted: a refused value gets one sentence
+    (gr.on(triggers, on_change, inputs, [summary, fig_lat, fig_x], api_name="whatif", show_progress="hidden")
+     .success(on_speedup, inputs, [fig_speedup], api_name="whatif_speedup", show_progress="hidden"))
     (target.change(on_target, [target, draft], [draft], show_progress="hidden")
-     .then(on_change, inputs, [summary, fig_lat, fig_x], show_progress="hidden")
-     .then(on_speedup, inputs, [fig_speedup], show_progress="hidden"))
+     .success(on_change, inputs, [summary, fig_lat, fig_x], show_progress="hidden")
+     .success(on_speedup, inputs, [fig_speedup], show_progress="hidden"))
     lang_box.change(relabel, [lang_box, *inputs], [summary, fig_lat, fig_x, fig_speedup, draft],
                       api_name=False, show_progress="hidden")
     with gr.Row():

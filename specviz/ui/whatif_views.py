@@ -103,6 +103,11 @@ def draft_options(target: str, lang: str) -> list[tuple[str, str]]:
     return [(tx(lang, "choice_ngram") if d == NGRAM else d, d) for d in draft_choices(target)]
 
 
+# a custom GPU's bounds (TB/s, TFLOP/s): the number boxes and the check share them
+BW_TBS = (1e-3, 100.0)
+FLOPS_TFLOPS = (1e-3, 1e5)
+
+
 def _hardware(app, gpu: str, bw_tbs: float, flops_tflops: float, lang: str = lessons.DEFAULT_LANG):
     """(GpuSpec, description, dtype bytes, device kind) for a preset, a custom GPU or this machine."""
     if gpu == THIS_MACHINE:
@@ -113,7 +118,7 @@ def _hardware(app, gpu: str, bw_tbs: float, flops_tflops: float, lang: str = les
         return (presets.GpuSpec(THIS_MACHINE, p.bandwidth, p.flops, "calibrated here"), desc,
                 2.0 if "16" in p.dtype else 4.0, p.device)
     if gpu == CUSTOM_GPU:
-        if not (1e-3 <= bw_tbs <= 100 and 1e-3 <= flops_tflops <= 1e5):
+        if not (BW_TBS[0] <= bw_tbs <= BW_TBS[1] and FLOPS_TFLOPS[0] <= flops_tflops <= FLOPS_TFLOPS[1]):
             raise gr.Error(tx(lang, "bad_custom"))
         g = presets.resolve_gpu(None, bw_tbs * 1e12, flops_tflops * 1e12)
         return g, tx(lang, "custom_desc", name=g.name), 2.0, "cuda"

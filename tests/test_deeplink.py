@@ -1,0 +1,39 @@
+"""Deep links (specviz.ui.deeplink): what a link asks for and the page cannot give is named, with what it
+should have been; a good link, and a copied link's empty parameters, say nothing."""
+from types import SimpleNamespace
+
+from specviz import lessons
+from specviz.limits import Limits
+from specviz.ui.deeplink import ignored, notice
+
+
+def _app():
+    return SimpleNamespace(limits=Limits(), choices=[SimpleNamespace(label="tiny pair")], dials=[])
+
+
+def _request(**query):
+    return SimpleNamespace(query_params=query)
+
+
+def test_a_good_link_and_empty_parameters_say_nothing():
+    app = _app()
+    assert notice(app, _request(tab="playground", batch="2", depth="6", pair="tiny pair", policy="fixed",
+                                acceptance="0.5", lang="fa"), "en") is None
+    assert notice(app, _request(tab="lesson", chapter="", pair="", policy=""), "en") is None
+
+
+def test_each_bad_parameter_is_named_with_what_it_wants():
+    app = _app()
+    said = notice(app, _request(tab="nope", batch="abc", depth="-3", policy="bogus", pair="gone",
+                                acceptance="2", lang="xx", chapter="zzz"), "en")
+    for part in ("tab = nope", "batch = abc", "depth = -3", "policy = bogus", "pair = gone", "acceptance = 2",
+                 "lang = xx", "chapter = zzz", "a whole number from 1 to", "a pair this server offers"):
+        assert part in said, (part, said)
+    assert len(ignored(app, {"batch": "2.5", "depth": "1e9"})) == 2       # not whole, out of range
+    cut = notice(app, _request(prompt="x" * (Limits().max_prompt_chars + 1)), "en")
+    assert cut and "cut to its first" in cut
+
+
+def test_the_notice_is_in_the_readers_language():
+    said = notice(_app(), _request(batch="abc"), "fa")
+    assert said.startswith(lessons.text("fa", "app.link_ignored", items="")[:10]) and "abc" in said
