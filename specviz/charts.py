@@ -146,7 +146,7 @@ def knee_live_figure(curve: tuple[list[int], list[float]] | None, curve_name: st
                                      name=_fill(lab["padded"], n=now.padded),
                                      marker=dict(size=13, symbol="circle-open", color=BONUS, line=dict(width=2))))
         fig.add_trace(go.Scatter(x=[now.real], y=[1000 * now.seconds], mode="markers", meta="this-step",
-                                 name=_fill(lab["this_step"], n=now.real),
+                                 name=_fill(lab["this_step_one" if now.real == 1 else "this_step"], n=now.real),
                                  marker=dict(size=16, color=ACCEPT, line=dict(color="white", width=1))))
         fig.add_annotation(text=step_label, xref="paper", yref="paper", x=0.99 if rtl else 0.01, y=0.99,
                            xanchor="right" if rtl else "left", yanchor="top", showarrow=False,

@@ -149,6 +149,8 @@ def _button(chapter: str) -> str:
 
 
 def test_shipped_recordings_replay_with_their_origin(api):
+    import json
+
     from specviz.serve import recordings
 
     c, _, _ = api
@@ -159,3 +161,32 @@ def test_shipped_recordings_replay_with_their_origin(api):
         out = c.predict(title, None, api_name="/replay")
         assert out[-1]["outputs"] == [rec.outputs[i] for i in sorted(rec.outputs)]
         assert f"recorded on {rec.device}" in out[6] and 'class="tok-' in out[0]
+        # what a recording cannot say is said as such: no baseline, no peaks of its machine
+        assert "A recording keeps the run, not plain decoding" in out[2] and "No plain-decoding" not in out[2]
+        assert "regime: not known (a recording keeps no peaks" in out[2]
+        # the hardware chart plays the recorded readings
+        traces = json.loads(out[4]["plot"])["data"]
+        busy = next(tr for tr in traces if "busy" in tr["name"])
+        assert len([y for y in busy["y"] if y is not None]) >= 3, busy
+        assert out[-1]["stopped"] is False
+
+
+def test_stop_ends_a_replay(api, tmp_path):
+    """A replay is the tab's live run while it plays: Stop ends it, and the result says so."""
+    import json
+
+    from gradio_client import handle_file
+
+    from specviz.serve import recordings
+
+    c, _, _ = api
+    rec = json.loads(recordings.load(next(iter(recordings.shipped().values()))).to_json())
+    rec["steps"] = [[i * 1.0, rec["steps"][1][1], rec["steps"][1][2]] for i in range(30)]   # 30 s at its pace
+    slow = tmp_path / "slow.json"
+    slow.write_text(json.dumps(rec))
+    job = c.submit(None, handle_file(str(slow)), api_name="/replay")
+    for seen, _ in enumerate(job):
+        if seen == 2:
+            c.predict(api_name="/stop")
+    final = job.outputs()[-1]
+    assert final[-1]["stopped"] is True and final[6].startswith("Replay stopped"), final[6]

@@ -353,7 +353,7 @@ class StepMetrics:
     flops: float            # achieved FLOP/s
     mbu: float | None       # bandwidth ÷ calibrated peak
     mfu: float | None       # FLOP/s ÷ calibrated peak
-    regime: str             # "overhead-bound", "memory-bound" or "compute-bound"
+    regime: str             # "overhead-bound", "memory-bound", "compute-bound"; "uncalibrated" without peaks
 
 
 def step_metrics(flops: float, nbytes: float, seconds: float, peaks: Peaks | None) -> StepMetrics:
@@ -366,7 +366,7 @@ def step_metrics(flops: float, nbytes: float, seconds: float, peaks: Peaks | Non
     seconds = max(seconds, 1e-9)
     bw, fl = nbytes / seconds, flops / seconds
     if peaks is None:
-        return StepMetrics(bw, fl, None, None, "unknown (not calibrated)")
+        return StepMetrics(bw, fl, None, None, "uncalibrated")
     t_mem, t_comp = nbytes / peaks.bandwidth, flops / peaks.flops
     if seconds > OVERHEAD_FACTOR * max(t_mem, t_comp):
         regime = "overhead-bound"

@@ -50,6 +50,7 @@ class LiveRun:
     acceptance: float | None = None        # a synthetic Run's dial A (latest)
     rates: list = field(default_factory=list)   # the dial's A at each recorded step (synthetic Runs)
     lock: threading.Lock = field(default_factory=threading.Lock)   # record() and figures() race
+    recorded: bool = False                 # a replay: its steps ran elsewhere, its readings are the recording's
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -81,13 +82,15 @@ class LiveRun:
             self.markers.append((now, ", ".join(ev.changes)))
         m = step_metrics(ev.draft_flops + ev.target_flops, ev.draft_bytes + ev.target_bytes,
                          ev.draft_s + ev.verify_s, self.peaks)
-        self.regime = m.regime
+        # a replay has no peaks of the machine it ran on: this machine's would name a wrong regime
+        self.regime = "unrecorded" if self.recorded and self.peaks is None else m.regime
         self.path = ev.path or self.path
         self.last_pass = (ev.tokens_per_pass, ev.batch_size, ev.context)
-        # the event names the tokens the pass carried and the shape the path computed (its padding)
-        self.passes.append(charts.PassPoint(ev.real_tokens or ev.batch_size + ev.slots_verified,
-                                            ev.padded_tokens or ev.tokens_per_pass, ev.verify_s))
-        self.last_rows = (ev.batch_size, ev.slots_verified)
+        # the event names the tokens the pass carried and the shape the path computed (its padding); a
+        # recording older than those fields has only the pass's width, unpadded then
+        real = ev.real_tokens or ev.tokens_per_pass or ev.batch_size + ev.slots_verified
+        self.passes.append(charts.PassPoint(real, ev.padded_tokens or real, ev.verify_s))
+        self.last_rows = (ev.batch_size, max(real - ev.batch_size, 0))
         self.mbu.add(now, None if m.mbu is None else 100 * m.mbu)
         self.mfu.add(now, None if m.mfu is None else 100 * m.mfu)
 
@@ -132,6 +135,13 @@ class LiveRun:
                 self.worker_sample = samples[-1]
             if peaks is not None:
                 self.peaks = peaks
+
+    def replay_sample(self, sample: Sample) -> None:
+        """A recorded hardware reading, shown as this replay's latest (the chart's utilisation line)."""
+        with self.lock:
+            self.worker_sample = sample
+            self.worker_source = sample.source
+            self.util.add(self.elapsed(), sample.util)
 
     def figures(self):
         """The three live figures (called by the chart timer's thread, ~4 times a second)."""

@@ -82,11 +82,14 @@ def _band(samples: list[float]) -> Band:
 
 
 def baseline_md(lang: str, totals, plain_tps: float | None, during_warmup: bool = False,
-                band: Band = Band()) -> str:
+                band: Band = Band(), recorded: bool = False) -> str:
     """Speculation against plain decoding of the same prompts and batch (measured right after, streamed
-    to the page like the run); no verdict for a run measured during the app's own warm-up."""
+    to the page like the run); no verdict for a run measured during the app's own warm-up, nor for a
+    replay (a recording keeps the run, not a baseline on its machine)."""
     if during_warmup:
         return t(lang, "playground.baseline_during_warmup")
+    if recorded:
+        return t(lang, "playground.baseline_recorded")
     if not plain_tps or not totals.tokens_per_s:
         return t(lang, "playground.baseline_missing")
     speed = totals.tokens_per_s / plain_tps
@@ -107,6 +110,9 @@ def path_md(lang: str, path: str, fast) -> str:
     return text
 
 
+UNKNOWN_REGIMES = ("uncalibrated", "unrecorded")     # no peaks to hold the step against
+
+
 def counters_md(lang: str, totals, regime: str, sample=None, pass_md: str = "", path_md: str = "") -> str:
     acc = "—" if totals.acceptance_rate is None else f"{totals.acceptance_rate:.0%}"
     parts = [t(lang, "playground.tokens_per_s", value=totals.tokens_per_s),
@@ -121,7 +127,8 @@ def counters_md(lang: str, totals, regime: str, sample=None, pass_md: str = "", 
     if regime:
         # the regime is a code value ("memory-bound"); the page names it as its prose does
         name = lessons.Key(f"playground.regime_name.{regime}")
-        parts.append(t(lang, "playground.regime", regime=name if lessons.template("en", name) != name else regime))
+        key = "playground.regime_unknown" if regime in UNKNOWN_REGIMES else "playground.regime"
+        parts.append(t(lang, key, regime=name if lessons.template("en", name) != name else regime))
     if path_md:
         parts.append(path_md)
     parts.append(device_md(lang, sample))

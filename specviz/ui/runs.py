@@ -24,6 +24,7 @@ from specviz import lessons
 from specviz.engine.divergence import DivergenceReport, check_against_target, rule_said
 from specviz.serve import recordings
 from specviz.serve.catalog import known_label
+from specviz.hardware.device import Sample
 from specviz.serve.live import LiveRun
 from specviz.serve.recordings import Recording
 from specviz.ui.errors import error
@@ -161,10 +162,20 @@ class RunStore:
             self._uploads.discard_later(path)
 
     def play(self, rec: Recording, app, lang: str, session: str, streamer_cls, pack):
-        """Replay a recording through the same views at its recorded pace, labelled with its origin."""
-        live = LiveRun(_NoControl(), rec.pair, None, None, shared=False, lang=lang)
+        """Replay a recording through the same views at its recorded pace, labelled with its origin. It is
+        the tab's live run meanwhile: the chart timer draws it, and Stop ends it."""
+        control = _ReplayControl()
+        live = LiveRun(control, rec.pair, None, None, shared=False, lang=lang, recorded=True)
         live.worker_source = "recording"
+        app.runs.start(session, live)
+        try:
+            yield from self._play(rec, app, lang, session, streamer_cls, pack, live, control)
+        finally:
+            app.runs.finish(session, live)
+
+    def _play(self, rec, app, lang, session, streamer_cls, pack, live, control):
         streamer = streamer_cls(app, live, _NoTokenizer(), session, lang)
+        readings = _readings_by_step_time(rec)
         status = t(lang, "playground.status_replay", device=_device(rec.device), date=rec.date[:16].replace("T", " "),
                    pair=known_label(rec.pair))
         speed = replay_speed(rec)
@@ -176,16 +187,23 @@ class RunStore:
             due += min(max(at - prev, 0.0), REPLAY_MAX_GAP_S) / speed       # when this step is shown
             prev = at
             wait = due - (time.perf_counter() - start)
-            if wait > 0:
-                time.sleep(wait)
+            if wait > 0 and control.stopped.wait(wait):
+                break
+            if control.stopped.is_set():
+                break
+            while readings and readings[0][0] <= at:
+                live.replay_sample(readings.pop(0)[1])
             live.record(ev)
             streamer.add(ev, pieces)
             if time.perf_counter() - last_yield >= 0.2:
                 last_yield = time.perf_counter()
                 yield streamer.outputs(rec.totals, zero_gpu=False)
-        result = {"done": True, "replay": True, "recorded_on": rec.device, "date": rec.date, "pair": rec.pair,
-                  "prompt_ids": rec.prompt_ids, "outputs": [rec.outputs[i] for i in sorted(rec.outputs)],
-                  **rec.totals.as_dict()}
+        stopped = control.stopped.is_set()
+        result = {"done": True, "replay": True, "stopped": stopped, "recorded_on": rec.device, "date": rec.date,
+                  "pair": rec.pair, "prompt_ids": rec.prompt_ids,
+                  "outputs": [rec.outputs[i] for i in sorted(rec.outputs)], **rec.totals.as_dict()}
+        if stopped:
+            status = t(lang, "playground.replay_stopped") + " · " + status
         yield streamer.outputs(rec.totals, final=True, result=result, status=status, zero_gpu=False)
 
     # --- lossless check -------------------------------------------------------------------------------
@@ -240,15 +258,35 @@ class _NoTokenizer:
         return ""
 
 
-class _NoControl:
+class _ReplayControl:
+    """A replay's knobs: Stop ends it; the sliders play no part in a recording."""
+
+    def __init__(self):
+        self.stopped = threading.Event()
+
     def stop(self):
-        pass
+        self.stopped.set()
 
     def close(self):
         pass
 
     def set(self, **_):
         pass
+
+
+def _readings_by_step_time(rec: Recording) -> list[tuple[float, Sample]]:
+    """The recording's hardware readings on its steps' clock (seconds since the run began), oldest first.
+    The readings carry wall-clock times and end with the run, so the last one sits at the last step."""
+    samples = [s for s in rec.samples if isinstance(s, dict) and isinstance(s.get("t"), (int, float))]
+    if not samples or not rec.steps:
+        return []
+    end = samples[-1]["t"]
+    last_at = rec.steps[-1][0]
+    timed = [(last_at - (end - s["t"]), Sample(s["t"], s.get("util"), s.get("memory"), s.get("power"),
+                                               str(s.get("source") or "recording"))) for s in samples]
+    # the readings begin a second before the run: keep the last of those, as the reading at its start
+    before = [r for r in timed if r[0] < 0]
+    return before[-1:] + [r for r in timed if r[0] >= 0]
 
 
 def replay_speed(rec: Recording) -> float:

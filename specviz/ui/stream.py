@@ -69,7 +69,8 @@ class Streamer:
                                     counters.path_md(lang, self.live.path, self.fast_status()))
         text += "\n\n" + (self.note or counters.sharing_md(lang, totals, zero_gpu))
         if final:
-            text += "\n\n" + counters.baseline_md(lang, totals, plain, during_warmup, band or counters.Band())
+            text += "\n\n" + counters.baseline_md(lang, totals, plain, during_warmup, band or counters.Band(),
+                                                   recorded=self.live.recorded)
         if extra:
             text += "\n\n" + extra
         values = dict(tokens=tokens_html(first), rows=rows_html(self.views, self.state, lang=lang), counters=text,

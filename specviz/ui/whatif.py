@@ -70,10 +70,12 @@ def build(app) -> None:
                            lambda lang: gr.update(label=tx(lang, "label.model"), info=tx(lang, "label.model_info"),
                                                   choices=model_options(lang)))
             with gr.Row():
+                # only a floor here: a preset GPU ignores these numbers, whatever an API call sends, and a
+                # custom one is held to its bounds in whatif_views._hardware
                 bw = tr.add(gr.Number(DEFAULTS["bandwidth_tbs"], label=tx("en", "label.bandwidth"), minimum=BW_TBS[0],
-                                      maximum=BW_TBS[1], elem_id="whatif-bandwidth"), **_label("bandwidth"))
+                                      elem_id="whatif-bandwidth"), **_label("bandwidth"))
                 fl = tr.add(gr.Number(DEFAULTS["flops_tflops"], label=tx("en", "label.flops"), minimum=FLOPS_TFLOPS[0],
-                                      maximum=FLOPS_TFLOPS[1], elem_id="whatif-flops"), **_label("flops"))
+                                      elem_id="whatif-flops"), **_label("flops"))
         with gr.Column(scale=3, min_width=420):
             vals = list(DEFAULTS.values())
             md0, lat0, x0 = compute(app, *vals)
