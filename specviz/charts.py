@@ -1,6 +1,7 @@
 """Plotly figures from plain data (lists and small dataclasses). No gradio, no torch."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
@@ -9,6 +10,11 @@ from specviz import lessons
 from specviz.hardware.costmodel import best_depths
 
 ACCEPT, REJECT, BONUS, PLAIN = "#1a9850", "#d73027", "#2c7bb6", "#7f7f7f"
+# Log axes: tokens per pass and batch sizes tick at powers of two (1, 2, 4, … 1024), times at 1-2-5; left
+# alone, plotly labels every digit of a short log range and the labels collide ("8 9 1 2 3 4 …").
+POW2 = dict(dtick=math.log10(2), tick0=0)
+_125 = [m * 10.0 ** e for e in range(-3, 8) for m in (1, 2, 5)]
+ONE_TWO_FIVE = dict(tickvals=_125, ticktext=[f"{v:g}" for v in _125])
 LAYOUT = dict(margin=dict(l=48, r=16, t=40, b=90), height=330, template="plotly_white",
               paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
               legend=dict(orientation="h", y=-0.32), font=dict(size=14, color="#8a8a8a"))  # readable on light and dark pages
@@ -31,6 +37,7 @@ class Series:
 # The live figures' words, in English; callers pass the same keys in another language (`labels=`), as
 # specviz/lessons' [playground.chart] table has them.
 LIVE_LABELS = dict(throughput_title="Tokens per second", seconds="seconds", tokens_per_s="tokens/s", row="row {n}",
+                   each_row="each row",
                    your_rows="your rows", all_rows="all rows", whole_batch="whole shared batch (all users)",
                    hardware_title="Hardware: busy ≠ used", mbu="MBU (est. bytes ÷ time ÷ peak)",
                    mfu="MFU (est. FLOPs ÷ time ÷ peak)", accept_title="Accepted drafts per row-step",
@@ -77,9 +84,16 @@ def throughput_figure(total: Series, per_row: dict[int, Series] | None = None,
     """Your rows' tokens/s (and each row's); with `shared`, the whole shared batch's (every user)."""
     lab = _live_labels(labels)
     fig = go.Figure()
-    for row, s in sorted((per_row or {}).items())[:8]:
-        fig.add_trace(go.Scatter(x=s.x, y=s.y, mode="lines", name=_fill(lab["row"], n=row + 1), line=dict(width=1),
-                                 opacity=0.5))
+    rows = sorted((per_row or {}).items())[:8]
+    for i, (row, s) in enumerate(rows):
+        # one legend entry for the rows' faint lines (eight entries squeezed the plot to a strip); the
+        # hover still names each row
+        name = _fill(lab["row"], n=row + 1)
+        grouped = len(rows) > 2
+        fig.add_trace(go.Scatter(x=s.x, y=s.y, mode="lines", line=dict(width=1), opacity=0.5,
+                                 name=lab["each_row"] if grouped else name, legendgroup="rows" if grouped else None,
+                                 showlegend=not grouped or i == 0,
+                                 hovertemplate=f"{name}: %{{y:.1f}}<extra></extra>"))
     fig.add_trace(go.Scatter(x=total.x, y=total.y, mode="lines", name=lab["your_rows"] if shared else lab["all_rows"],
                              line=dict(width=3, color=BONUS)))
     if shared is not None:
@@ -153,7 +167,7 @@ def knee_live_figure(curve: tuple[list[int], list[float]] | None, curve_name: st
                            font=dict(size=13, color=ACCEPT))
     fig.update_layout(title=lab["knee_title"], xaxis_type="log", yaxis_type="log",
                       xaxis_title=lab["tokens_per_pass"], yaxis_title=lab["ms_per_pass"],
-                      **{**LAYOUT, "height": 400})
+                      xaxis=POW2, yaxis=ONE_TWO_FIVE, **{**LAYOUT, "height": 400})
     return fig
 
 
@@ -171,7 +185,7 @@ def knee_figure(tokens: list[int], seconds: list[float], knee: float, predicted:
     _vline(fig, knee, f"measured knee ≈ {knee:.0f}", REJECT, "dot")
     _vline(fig, predicted, f"predicted knee ≈ {predicted:.0f}", PLAIN, "dash")
     fig.update_layout(title="Forward latency vs tokens per pass", xaxis_type="log",
-                      xaxis_title="tokens per pass", yaxis_title="ms", **LAYOUT)
+                      xaxis_title="tokens per pass", yaxis_title="ms", xaxis=POW2, **LAYOUT)
     return fig
 
 
@@ -222,7 +236,7 @@ def crossover_figure(rows: list[dict], title: str, labels: dict | None = None) -
                              textfont=dict(size=11), name=lab["best_depth"],
                              marker=dict(symbol="star", size=11, color="#111")))
     fig.update_layout(title=title, xaxis_type="log", xaxis_title=lab["batch_size"], yaxis_type="log",
-                      yaxis_title=lab["tokens_per_s"], **LAYOUT)
+                      yaxis_title=lab["tokens_per_s"], xaxis=POW2, yaxis=ONE_TWO_FIVE, **LAYOUT)
     return fig
 
 
@@ -247,7 +261,7 @@ def latency_figure(tokens: list[int], estimate_ms: list[float], predicted: float
     if measured_knee is not None:
         _vline(fig, measured_knee, _fill(lab["measured_knee"], knee=measured_knee), REJECT, "dot")
     fig.update_layout(title=title, xaxis_type="log", yaxis_type="log", xaxis_title=lab["tokens_per_pass"],
-                      yaxis_title=lab["ms_per_pass"], **LAYOUT)
+                      yaxis_title=lab["ms_per_pass"], xaxis=POW2, yaxis=ONE_TWO_FIVE, **LAYOUT)
     return fig
 
 
@@ -290,5 +304,5 @@ def speedup_figure(curves: dict[str, list[dict]], depths: list[int], points: lis
                                  line=dict(color=PLAIN, width=1), hoverinfo="skip"))
     layout = {**LAYOUT, "height": 440, "legend": dict(orientation="h", y=-0.22)}   # room for long sources
     fig.update_layout(title=title, xaxis_type="log", xaxis_title=lab["batch_size"],
-                      yaxis_title=lab["speedup_axis"], **layout)
+                      yaxis_title=lab["speedup_axis"], xaxis=POW2, **layout)
     return fig

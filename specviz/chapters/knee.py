@@ -7,6 +7,7 @@ Measured: about 16 s on the 2-core CPU with the offline SmolLM2-135M.
 """
 from __future__ import annotations
 
+import math
 from typing import Iterator
 
 import plotly.graph_objects as go
@@ -23,6 +24,8 @@ from specviz.hardware.roofline import predicted_knee
 
 RECORDED = ("#1a9850", "#9e7cc1", "#f39c34")      # recorded GPU curves, dotted
 KNEE_FLAT = 1.15         # 2 tokens within 15 % of 1 token: "almost free"; beyond it extra tokens cost
+
+ONE_TWO_FIVE = [m * 10.0 ** e for e in range(-3, 8) for m in (1, 2, 5)]   # a log time axis's labels
 
 
 def knee_conclusion(ratio2: float, t1_s: float, roofline_t1_s: float | None, gpu: bool = False) -> str:
@@ -131,6 +134,9 @@ def figure_knee(result: dict, labels: dict | None = None, dark: bool = False) ->
     if result.get("predicted_knee") and ns and result["predicted_knee"] <= 4 * max(ns):
         vline(fig, result["predicted_knee"], lessons.chart_fill(L["knee_predicted"], {"knee": result["predicted_knee"]}),
                PLAIN, "dash")
+    # tokens at powers of two, times at 1-2-5: plotly labels every digit of a short log range otherwise
+    fig.update_xaxes(dtick=math.log10(2), tick0=0)
+    fig.update_yaxes(tickvals=ONE_TWO_FIVE, ticktext=[f"{v:g}" for v in ONE_TWO_FIVE])
     return styled(fig, dark, xaxis_type="log", yaxis_type="log", xaxis_title=L["axis_tokens"],
                   yaxis_title=L["axis_time"])
 

@@ -8,6 +8,8 @@ Measured: about 1.5 s on the 2-core CPU with the offline SmolLM2-135M and the n-
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -243,8 +245,13 @@ def figure_ledger(result: dict, labels: dict | None = None, dark: bool = False) 
         for col, name, colour in (("theory", L["theory"], PLAIN), ("measured", L["measured"], VERIFY)):
             ys = [theory[q][col] if q in theory else None for q, _ in names]
             fig.add_trace(go.Bar(x=[n for _, n in names], y=ys, name=name, marker_color=colour, offsetgroup=col,
-                                 text=[f"{y:.2f}" if y is not None else "" for y in ys], textposition="outside"),
+                                 text=[f"{y:.2f}" if y is not None else "" for y in ys], textposition="outside",
+                                 cliponaxis=False),
                           row=2, col=1)
+        # head room for the numbers over the tallest bar (plotly cut "3.38" at the plot's top)
+        shown = [theory[q][c] for q, _ in names if q in theory for c in ("theory", "measured")]
+        top = max((v for v in shown if isinstance(v, (int, float)) and math.isfinite(v)), default=1.0)
+        fig.update_yaxes(range=[0, 1.15 * max(top, 1e-9)], row=2, col=1)
     fig.update_xaxes(title_text=L["axis_share"], tickformat=".0%", range=[0, 1], row=1, col=1)
     fig.update_xaxes(title_text=L["axis_position"], dtick=1, row=1, col=2)
     fig.update_yaxes(title_text=L["axis_survival"], tickformat=".0%", range=[0, 1.05], row=1, col=2)
