@@ -48,3 +48,15 @@ def test_role_line_across_steps_ends_at_its_newline():
         view.add_step(step, RowStep(0, [], 0, [step], "plain"), None, pieces=[[], [], [piece]])
     marks = [b for _, b, _ in spans(view.html())]
     assert marks == [True, True, False, False, True, True, True, True, False]   # a role is at most 3 pieces
+
+
+def test_the_counters_name_the_knee_the_chart_measured_else_the_estimate():
+    """The counters sit above the pass-time chart: where the chart has a measured knee they name that one
+    (two different knees on one page confused a reader), else the roofline's estimate, said as such."""
+    from specviz.ui.counters import pass_md
+
+    measured = pass_md("en", (10, 2, 64), 18, measured=True)
+    assert "below the knee measured on the pass-time chart ≈ **18**" in measured and "estimate" not in measured
+    estimate = pass_md("en", (10, 2, 64), 7)
+    assert "past this device's knee ≈ **7** (estimate)" in estimate
+    assert "**1** token per target pass" in pass_md("en", (1, 1, 64), None)

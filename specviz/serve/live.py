@@ -94,6 +94,16 @@ class LiveRun:
         self.mbu.add(now, None if m.mbu is None else 100 * m.mbu)
         self.mfu.add(now, None if m.mfu is None else 100 * m.mfu)
 
+    def knee_for_counters(self) -> tuple[int | None, bool]:
+        """(knee, measured): the pass-time chart's measured knee where it has one, so the counters and
+        the chart below them name the same knee; else the roofline estimate (measured False)."""
+        with self.lock:
+            curve = self.curve
+        knee = getattr(curve, "knee", None)
+        if knee is not None and 0 < knee < float("inf"):
+            return int(round(knee)), True
+        return self.knee_estimate(), False
+
     def knee_estimate(self) -> int | None:
         """This device's roofline knee for the target at the latest step's context (an estimate), or
         None before calibration."""
@@ -224,7 +234,12 @@ class LiveRun:
         if self.regime:
             name = f"playground.regime_name.{self.regime}"
             has = lessons.template("en", name) != name
-            parts.append(lessons.isolate_rtl(lessons.text(self.lang, name)) if has else self.regime)
+            shown = lessons.text(self.lang, name) if has else self.regime
+            # the regime comes from the roofline (model shape against calibrated peaks), the knee beside it
+            # from the measured curve: the two can disagree, and the label says which is which
+            if self.regime in ("memory-bound", "compute-bound", "overhead-bound"):
+                shown = lessons.text(self.lang, "playground.chart.regime_estimate", regime=shown)
+            parts.append(lessons.isolate_rtl(shown))
         return " · ".join(parts)
 
 

@@ -135,14 +135,16 @@ def counters_md(lang: str, totals, regime: str, sample=None, pass_md: str = "", 
     return " · ".join(parts)
 
 
-def pass_md(lang: str, last_pass, knee: int | None) -> str:
-    """Tokens the latest verify pass processed, beside the roofline knee for this target here."""
+def pass_md(lang: str, last_pass, knee: int | None, measured: bool = False) -> str:
+    """Tokens the latest verify pass processed, beside the knee: the one the pass-time chart measured, else
+    the roofline's estimate for this target here."""
     if last_pass is None:
         return ""
     n, batch, _ = last_pass
     text = t(lang, "playground.pass_tokens", n=n, batch=batch)
     if knee is not None:
-        text += t(lang, "playground.pass_below_knee" if n < knee else "playground.pass_past_knee", knee=knee)
+        side = "below" if n < knee else "past"
+        text += t(lang, f"playground.pass_{side}_knee" + ("_measured" if measured else ""), knee=knee)
     return text
 
 

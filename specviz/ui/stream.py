@@ -65,7 +65,7 @@ class Streamer:
         first = self.views.get(min(self.views)) if self.views else None
         charts = self.live.figures() if final else (gr.skip(),) * 3   # the timer draws them meanwhile
         text = counters.counters_md(lang, totals, self.live.regime, self.live.latest_sample(),
-                                    counters.pass_md(lang, self.live.last_pass, self.live.knee_estimate()),
+                                    counters.pass_md(lang, self.live.last_pass, *self.live.knee_for_counters()),
                                     counters.path_md(lang, self.live.path, self.fast_status()))
         text += "\n\n" + (self.note or counters.sharing_md(lang, totals, zero_gpu))
         if final:
