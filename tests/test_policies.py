@@ -183,22 +183,23 @@ def test_a_live_policy_change_reaches_a_worker_only_when_checked():
         ctl.close()
 
 
-def test_the_page_sends_a_live_policy_change_to_the_door(monkeypatch):
+def test_the_page_sends_a_live_policy_change_to_the_door():
     """The playground hands the radio's name and the threshold box to the run's control as they came; a
-    refusal is one warning sentence in the reader's language; picking a policy fills the box with its
-    own default."""
+    refusal is one sentence in the reader's language (raised: the knobs' events show an error from the
+    queue) and the run keeps its policy; picking a policy fills the box with its own default."""
+    import gradio as gr
+
     from specviz.ui import playground
 
     knobs = Knobs(depth=3, batch_size=1)
     live = SimpleNamespace(control=LocalControl(knobs))
     page = playground.Playground(SimpleNamespace(runs=SimpleNamespace(get=lambda s: live)))
-    warnings = []
-    monkeypatch.setattr(playground.gr, "Warning", lambda msg, **kw: warnings.append(msg))
-    page.on_policy("confidence", 3, None)
-    assert warnings == ["the confidence threshold is a probability between 0 and 1, not 3"]
+    with pytest.raises(gr.Error) as refused:
+        page.on_policy("confidence", 3, None)
+    assert refused.value.message == "the confidence threshold is a probability between 0 and 1, not 3"
     assert knobs.snapshot().policy.name == "fixed"
     box = page.on_policy_pick("disable-by-batch-size", 0.3, None)
-    assert box["value"] == 8 and knobs.snapshot().policy.threshold == 8 and len(warnings) == 1
+    assert box["value"] == 8 and knobs.snapshot().policy.threshold == 8
 
 
 # --- the CLI runs with the values the door returned -------------------------------------------------------
