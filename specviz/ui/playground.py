@@ -305,12 +305,12 @@ class Playground:
         lang = self.lang(session)
         spec = POLICIES.get(p)
         field = spec.threshold if spec else None
-        if field is None:
+        if field is None:            # the box shows only where the policy reads it
             self.set_knobs(session, policy=p, threshold=thr)
-            return gr.update(label=lessons.text(lang, "playground.threshold_unused"))
+            return gr.update(label=lessons.text(lang, "playground.threshold_unused"), visible=False)
         value = spec.default(field)
         self.set_knobs(session, policy=p, threshold=value)
-        return gr.update(value=value, label=lessons.text(lang, field.label_key))
+        return gr.update(value=value, label=lessons.text(lang, field.label_key), visible=True)
 
     def stop(self, session: str) -> None:
         self.app.runs.stop(session)          # the streaming Run, or the one about to start

@@ -62,7 +62,8 @@ def build(app) -> "Playground":
                                      elem_id="policy"),
                             lambda lang: gr.update(label=lessons.text(lang, "app.label_policy"), info=_policy_info(lang),
                                                    choices=_policy_choices(lang)))
-            threshold = tr.add(gr.Number(8, elem_id="threshold"), label="app.label_threshold")
+            # hidden while the policy picked (fixed, at first) reads no threshold: Playground.on_policy_pick
+            threshold = tr.add(gr.Number(8, elem_id="threshold", visible=False), label="app.label_threshold")
             temperature = tr.add(gr.Slider(0, app.limits.max_temperature, value=0, step=0.05, elem_id="temperature"),
                                  label="app.label_temperature")
             max_new = tr.add(gr.Slider(app.limits.min_new_tokens, app.limits.max_new_tokens, value=128, step=1,
