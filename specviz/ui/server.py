@@ -211,8 +211,9 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
                                    min_width=160, scale=0), label="app.language")
             with gr.Column(scale=0, min_width=200):
                 copy = tr.add(gr.Button(size="sm", elem_id="copy-link"), value="app.copy_link")
-                link = gr.Textbox(show_label=False, elem_id="link", interactive=False, max_lines=1, visible=True,
-                                  placeholder="")
+                # says what it is for before the first click (an empty box beside the button puzzled a reader)
+                link = tr.add(gr.Textbox(show_label=False, elem_id="link", interactive=False, max_lines=1,
+                                         visible=True, placeholder=None), placeholder="app.link_placeholder")
         tab_state = gr.Textbox("lesson", visible=False, elem_id="tab-state")
         with gr.Tabs(selected="lesson", elem_id="tabs") as tabs:
             with gr.Tab(lessons.text("en", "app.tab_lesson"), id="lesson", elem_id="lesson") as t_lesson:
