@@ -302,6 +302,16 @@ def _visible_error_badges(page) -> int:
         "els => els.filter(e => getComputedStyle(e).display !== 'none').length")
 
 
+def _type_batch(page, url: str, value: str) -> None:
+    """Open the playground at `url` and type `value` into the batch size's number box."""
+    page.goto(url)
+    page.wait_for_selector("#run", timeout=60000)
+    page.wait_for_timeout(1500)
+    box = page.locator("#batch-size input[type=number]")
+    box.fill(value)
+    box.press("Enter")
+
+
 @needs_chromium
 def test_browser_bad_values_get_one_sentence_and_nothing_covered(app_url):
     """A number typed outside a slider's bounds, an empty prompt and a link with bad parameters each get
@@ -312,12 +322,7 @@ def test_browser_bad_values_get_one_sentence_and_nothing_covered(app_url):
         assert "tab = nope" in said and "batch = abc" in said and "depth = -3" in said and "lang = xx" in said, said
         _close_toasts(page)
 
-        page.goto(app_url + "?tab=playground")
-        page.wait_for_selector("#run", timeout=60000)
-        page.wait_for_timeout(1500)
-        box = page.locator("#batch-size input[type=number]")
-        box.fill("999")
-        box.press("Enter")
+        _type_batch(page, app_url + "?tab=playground", "999")
         said = _toast(page, "must be from")
         assert re.search(r"Batch size \(rows\) must be from 1 to \d+, not 999\.", said), said
         _close_toasts(page)
@@ -327,11 +332,6 @@ def test_browser_bad_values_get_one_sentence_and_nothing_covered(app_url):
         assert _visible_error_badges(page) == 0
         assert "Error" not in page.locator("#status").inner_text()
 
-        page.goto(app_url + "?tab=playground&lang=fa")
-        page.wait_for_selector("#run", timeout=60000)
-        page.wait_for_timeout(1500)
-        box = page.locator("#batch-size input[type=number]")
-        box.fill("0")
-        box.press("Enter")
+        _type_batch(page, app_url + "?tab=playground&lang=fa", "0")
         said = _toast(page, "باید از")
         assert "batch size" in said and "نه" in said and "0" in said, said
