@@ -356,6 +356,10 @@ class StepMetrics:
     regime: str             # "overhead-bound", "memory-bound", "compute-bound"; "uncalibrated" without peaks
 
 
+# regimes named without peaks to hold a step against: this machine not calibrated yet, or a replay
+UNKNOWN_REGIMES = ("uncalibrated", "unrecorded")
+
+
 def step_metrics(flops: float, nbytes: float, seconds: float, peaks: Peaks | None) -> StepMetrics:
     """Derived metrics for one forward pass (or a sum of them) that took `seconds`.
 

@@ -12,7 +12,7 @@ from typing import Callable
 
 from specviz import charts, lessons
 from specviz.engine.request import StepEvent
-from specviz.hardware.device import Peaks, Sample, Sampler, step_metrics
+from specviz.hardware.device import UNKNOWN_REGIMES, Peaks, Sample, Sampler, step_metrics
 from specviz.hardware.passcurve import PassCurve
 from specviz.hardware.roofline import ModelSpec, predicted_knee
 
@@ -237,7 +237,7 @@ class LiveRun:
             shown = lessons.text(self.lang, name) if has else self.regime
             # the regime comes from the roofline (model shape against calibrated peaks), the knee beside it
             # from the measured curve: the two can disagree, and the label says which is which
-            if self.regime in ("memory-bound", "compute-bound", "overhead-bound"):
+            if self.regime not in UNKNOWN_REGIMES:
                 shown = lessons.text(self.lang, "playground.chart.regime_estimate", regime=shown)
             parts.append(lessons.isolate_rtl(shown))
         return " · ".join(parts)

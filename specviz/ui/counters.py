@@ -8,6 +8,7 @@ import threading
 from dataclasses import dataclass
 
 from specviz import lessons
+from specviz.hardware.device import UNKNOWN_REGIMES
 from specviz.ui.i18n import t
 
 
@@ -108,9 +109,6 @@ def path_md(lang: str, path: str, fast) -> str:
     if fast is not None and fast.state == "warming":
         text += t(lang, "playground.path_warming")
     return text
-
-
-UNKNOWN_REGIMES = ("uncalibrated", "unrecorded")     # no peaks to hold the step against
 
 
 def counters_md(lang: str, totals, regime: str, sample=None, pass_md: str = "", path_md: str = "") -> str:

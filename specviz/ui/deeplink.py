@@ -34,47 +34,63 @@ def _pair_labels(app) -> list[str]:
     return [c.label for c in app.choices + getattr(app, "dials", [])]
 
 
+def _rules(app) -> dict:
+    """Each parameter that sets a control: name → (its value as the control takes it, or None where the
+    page cannot use it; what it should be). `restore` and `ignored` read the one table."""
+    limits = app.limits
+    pairs = _pair_labels(app)
+
+    def choice(names):
+        return lambda v: v if v in names else None
+
+    def one_of(names):
+        return lessons.Said("app.link_want_one_of", names=", ".join(names))
+
+    def whole(lo, hi):
+        return (lambda v: _number(v, lo, hi)), lessons.Said("app.link_want_whole", lo=lo, hi=hi)
+    return {"tab": (choice(TAB_IDS), one_of(TAB_IDS)),
+            "chapter": (choice(KEYS), one_of(KEYS)),
+            "pair": (choice(pairs), lessons.Said("app.link_want_pair")),
+            "batch": whole(1, limits.max_rows_per_user),
+            "depth": whole(0, limits.max_depth),
+            "policy": (choice(POLICY_NAMES), one_of(POLICY_NAMES)),
+            "acceptance": (lambda v: _number(v, 0.0, 1.0, float), lessons.Said("app.link_want_acceptance")),
+            "lang": (choice(lessons.LANGS), one_of(lessons.LANGS))}
+
+
+def _asked(q: dict, name: str):
+    """The parameter's value, or None: absent, or empty (the copied link writes `chapter=` outside the
+    lesson), asks for nothing."""
+    raw = q.get(name)
+    return None if raw in (None, "") else raw
+
+
 def restore(app, request, lang: str) -> list:
     """Component updates from the URL's deep-link parameters, in `build_blocks`' order: tabs, chapter, pair,
     prompt, batch, depth, policy, acceptance, lang (anything absent or invalid is left alone: `notice` says
     so; `acceptance` also ticks the lesson's dials: ui.lesson.restore_dials)."""
-    q = query(request)
-    limits = app.limits
+    q, rules = query(request), _rules(app)
 
-    def num(name, lo, hi, kind=int):
-        v = _number(q.get(name), lo, hi, kind)
-        return gr.skip() if v is None else gr.update(value=v)
-    return [gr.update(selected=q["tab"]) if q.get("tab") in TAB_IDS else gr.skip(),
-            gr.update(value=q["chapter"]) if q.get("chapter") in KEYS else gr.skip(),
-            gr.update(value=q["pair"]) if q.get("pair") in _pair_labels(app) else gr.skip(),
-            gr.update(value=q["prompt"][: limits.max_prompt_chars]) if q.get("prompt") else gr.skip(),
-            num("batch", 1, limits.max_rows_per_user), num("depth", 0, limits.max_depth),
-            gr.update(value=q["policy"]) if q.get("policy") in POLICY_NAMES else gr.skip(),
-            num("acceptance", 0.0, 1.0, float), gr.update(value=lang)]
+    def update(name, attr="value"):
+        raw = _asked(q, name)
+        v = None if raw is None else rules[name][0](raw)
+        return gr.skip() if v is None else gr.update(**{attr: v})
+    prompt = _asked(q, "prompt")
+    return [update("tab", "selected"), update("chapter"), update("pair"),
+            gr.update(value=prompt[: app.limits.max_prompt_chars]) if prompt else gr.skip(),
+            update("batch"), update("depth"), update("policy"), update("acceptance"), gr.update(value=lang)]
 
 
 def ignored(app, q: dict) -> list[lessons.Said]:
-    """What the link asked for and the page left out, each with what it should have been. An empty value
-    (the copied link writes `chapter=` outside the lesson) asks for nothing."""
-    limits, out = app.limits, []
-
-    def want(name, ok, why):
-        raw = q.get(name)
-        if raw not in (None, "") and not ok(raw):
+    """What the link asked for and the page left out, each with what it should have been."""
+    out = []
+    for name, (take, why) in _rules(app).items():
+        raw = _asked(q, name)
+        if raw is not None and take(raw) is None:
             out.append(lessons.Said("app.link_item", name=name, value=lessons.quoted(str(raw)[:40]), want=why))
-    whole = lambda lo, hi: lessons.Said("app.link_want_whole", lo=lo, hi=hi)      # noqa: E731
-    one_of = lambda names: lessons.Said("app.link_want_one_of", names=", ".join(names))   # noqa: E731
-    want("tab", lambda v: v in TAB_IDS, one_of(TAB_IDS))
-    want("chapter", lambda v: v in KEYS, one_of(KEYS))
-    want("pair", lambda v: v in _pair_labels(app), lessons.Said("app.link_want_pair"))
-    want("batch", lambda v: _number(v, 1, limits.max_rows_per_user) is not None, whole(1, limits.max_rows_per_user))
-    want("depth", lambda v: _number(v, 0, limits.max_depth) is not None, whole(0, limits.max_depth))
-    want("policy", lambda v: v in POLICY_NAMES, one_of(POLICY_NAMES))
-    want("acceptance", lambda v: _number(v, 0.0, 1.0, float) is not None, lessons.Said("app.link_want_acceptance"))
-    want("lang", lambda v: v in lessons.LANGS, one_of(lessons.LANGS))
     prompt = q.get("prompt") or ""
-    if len(prompt) > limits.max_prompt_chars:
-        out.append(lessons.Said("app.link_prompt_cut", limit=limits.max_prompt_chars))
+    if len(prompt) > app.limits.max_prompt_chars:
+        out.append(lessons.Said("app.link_prompt_cut", limit=app.limits.max_prompt_chars))
     return out
 
 
