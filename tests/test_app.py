@@ -8,6 +8,7 @@ import pytest
 from apphelp import start_app, stop_app
 
 from specviz.engine.request import RowStep
+from specviz.serve.prompts import ROW_POOL
 from specviz.ui.render import RowView, tokens_html
 
 
@@ -153,6 +154,12 @@ def test_browser_run_slide_and_stop(app_url, tmp_path):
         # run 1: Stop while deep drafts make every step slow; the status says so within a step
         page.locator("#run").click()
         page.wait_for_selector("#tokens span.tok-bonus", timeout=60000)
+        # the reader opens row 2 mid-run; the next update (gradio morphs the rows' HTML) keeps it open
+        row2 = page.locator("#rows details.row[data-row='1']")
+        row2.locator("summary").click()
+        lines = "() => [...document.querySelectorAll('#rows summary')].map((s) => s.innerText).join('|')"
+        page.wait_for_function(f"(before) => ({lines})() !== before", arg=page.evaluate(lines), timeout=60000)
+        assert row2.evaluate("(d) => d.open")
         page.locator("#stop").click()
         _wait_status(page, "Stopped")
         # run 2 starts clean; slide depth to 0 mid-run: the following steps are plain decoding
@@ -182,6 +189,11 @@ def test_browser_run_slide_and_stop(app_url, tmp_path):
         assert "tok-bonus" in spans
         assert page.locator("#tokens script").count() == 0 and not dialogs
         assert page.locator("#rows .row-line").count() == 8
+        # an opened row reads its prompt (the pool's first, row 1 being the reader's) and its coloured text
+        body = page.locator("#rows details.row[data-row='1'] .row-body")
+        assert body.is_visible() and ROW_POOL[0] in body.locator(".row-prompt").inner_text()
+        row_spans = body.locator(".tok-stream span").evaluate_all("els => els.map(e => e.className)")
+        assert row_spans and all(c in kinds for c in row_spans)
 
 
 def test_free_form_pairs_only_when_enabled(tiny_paths, tmp_path, app_url):

@@ -322,8 +322,11 @@ def test_token_stream_and_rows_take_their_own_direction():
     html = tokens_html(view)
     assert 'dir="auto"' in html and "step" in html and ARABIC.search(html)
     rows = rows_html({0: view}, {}, lang="fa")
-    # the row line is right-to-left in Persian: its stat starts with a number, so dir="auto" would be LTR
-    assert 'dir="auto"' not in rows and rows.count('dir="rtl"') == 2 and "ردیف" in rows and "tokens" not in rows
+    line = rows[rows.index("<summary"):rows.index("</summary>")]
+    # the row line is right-to-left in Persian: its stat starts with a number, so dir="auto" would be LTR;
+    # the row's own text (model output) takes the direction of its first letters
+    assert 'dir="auto"' not in line and rows.count('dir="rtl"') == 2 and "ردیف" in line and "tokens" not in rows
+    assert '<div class="tok-stream" dir="auto">' in rows
     assert 'dir="ltr"' in rows_html({0: view}, {}, lang="en")
 
 
@@ -410,10 +413,11 @@ def test_every_vllm_sentence_speaks_persian():
 # --- the page, in a browser -----------------------------------------------------------------------------
 
 READ_PAGE = """() => {
-  // model output, example prompts, the link, code (isolated left-to-right by the page's CSS), plotly's
-  // toolbar and gradio's footer (its own words, in Persian through its locale, but for a link name).
-  // Toasts are read, their titles too: every refusal carries a translated title.
-  const skip = ['#tokens .tok-stream', '.gallery', '#link', 'textarea', 'code', '.modebar', 'footer'];
+  // model output, prompts (examples, each row's), the link, code (isolated left-to-right by the page's
+  // CSS), plotly's toolbar and gradio's footer (its own words, in Persian through its locale, but for a
+  // link name). Toasts are read, their titles too: every refusal carries a translated title.
+  const skip = ['.tok-stream', '.gallery', '.row-prompt [dir=auto]', '#link', 'textarea', 'code', '.modebar',
+                'footer'];
   const hidden = (el) => skip.some((s) => el.closest(s));
   const out = [];
   const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);

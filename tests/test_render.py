@@ -2,7 +2,7 @@
 import re
 
 from specviz.engine.request import RowStep
-from specviz.ui.render import CLASS, RowView, special_name
+from specviz.ui.render import CLASS, RowView, rows_html, special_name
 
 KINDS = set(CLASS.values())
 
@@ -48,6 +48,31 @@ def test_role_line_across_steps_ends_at_its_newline():
         view.add_step(step, RowStep(0, [], 0, [step], "plain"), None, pieces=[[], [], [piece]])
     marks = [b for _, b, _ in spans(view.html())]
     assert marks == [True, True, False, False, True, True, True, True, False]   # a role is at most 3 pieces
+
+
+def test_each_row_opens_on_its_prompt_and_its_coloured_text():
+    views = {}
+    for row, prompt in ((0, "Repeat <b>this</b>"), (1, ""), (2, "Summarise")):
+        views[row] = RowView(prompt=prompt)
+        views[row].add_step(0, RowStep(row, [1, 2], 1, [1, 3], "bonus"), None, pieces=[[f"r{row}"], ["x"], ["y"]])
+    page = rows_html(views, {1: "· finished"})
+    rows = re.findall(r'<details class="row" data-row="(\d+)"><summary class="row-line">(.*?)</summary>'
+                      r'<div class="row-body">(.*?)</div></details>', page, re.S)
+    assert [r for r, _, _ in rows] == ["0", "1", "2"] and "Click a row" in page
+    line, body = rows[1][1], rows[1][2]
+    assert "row 2" in line and "1/2 kept · finished" in line and "tok-" not in line     # the line: counts only
+    assert "Prompt" not in body                                    # a row whose prompt is unknown (a replay)
+    assert [(c, text) for c, _, text in spans(body)] == [("tok-accepted", "r1"), ("tok-rejected", "x"),
+                                                         ("tok-bonus", "y")]
+    assert "Repeat &lt;b&gt;this&lt;/b&gt;" in rows[0][2] and "<b>this" not in page      # a prompt is text
+    assert rows_html({}, {}) == '<div class="rows" dir="ltr"></div>'                  # no hint before a Run
+    # while a Run streams, a row shows its last parts after a mark (every update carries every row)
+    for step in range(1, 30):
+        views[2].add_step(step, RowStep(2, [], 0, [4], "plain"), None, pieces=[[], [], [f"w{step}"]])
+    streaming = rows_html(views, {}, tail=6)
+    last = re.search(r'data-row="2">.*?<div class="tok-stream" dir="auto">(.*?)</div>', streaming, re.S)[1]
+    assert last.startswith('<i class="row-cut">…</i>') and [t for _, _, t in spans(last)] == ["w27", "w28", "w29"]
+    assert "w1<" in rows_html(views, {}) and "row-cut" not in rows_html(views, {})   # the whole text at the end
 
 
 def test_the_counters_name_the_knee_the_chart_measured_else_the_estimate():

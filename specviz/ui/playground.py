@@ -92,9 +92,9 @@ class Playground:
             yield pack(status=t(lang, "playground.status_loading", pair=choice.label))
         with as_sentences(lang):
             pair = app.load(choice, lang)
-            prompts = [encode_prompt(pair.tokenizer, prompt_text, limits=app.limits)]
+            prompts, texts = [encode_prompt(pair.tokenizer, prompt_text, limits=app.limits)], [prompt_text]
             if not (same_prompt is True or str(same_prompt).lower() == "true"):
-                prompts += self._pool(choice, pair)
+                prompts, texts = prompts + self._pool(choice, pair), texts + ROW_POOL
         during_warmup = yield from self._wait_for_warmup(choice, lang)
         if app.runs.stopped_early(session):
             app.runs.end(session)
@@ -108,7 +108,7 @@ class Playground:
         live = LiveRun(app.runner.control(knobs, args.policy, dial), choice.label, app.peaks,
                        app.sampler, shared=not app.runner.zero_gpu and dial is None, lang=lang,
                        curve=curve_of(choice), curve_of=lambda: curve_of(choice), acceptance=dial)
-        streamer = Streamer(app, live, pair.tokenizer, session, lang, choice)
+        streamer = Streamer(app, live, pair.tokenizer, session, lang, choice, texts)
         packet = yield from self._run(req, choice, live, streamer, session)
         during_warmup = during_warmup or self._warming(choice)
         outs = packet.outputs or {}
@@ -117,7 +117,7 @@ class Playground:
         engine = choice.engine
         if not packet.stopped and not packet.error and packet.totals.drafted and engine == "specviz":
             yield pack(status=t(lang, "playground.baseline_pending"))
-            plain = yield from self._baseline(req, choice, knobs.max_batch, pair.tokenizer, session, lang)
+            plain = yield from self._baseline(req, choice, knobs.max_batch, pair.tokenizer, session, lang, texts)
         plain_tps = (plain.tokens_per_s or None) if plain is not None else None
         speed = packet.totals.tokens_per_s / plain_tps if plain_tps and packet.totals.tokens_per_s else None
         band = counters.Band()
@@ -201,7 +201,7 @@ class Playground:
             time.sleep(WARMUP_POLL_S)
         return self._warming(choice)
 
-    def _baseline(self, req, choice, max_batch: int, tokenizer, session: str, lang: str):
+    def _baseline(self, req, choice, max_batch: int, tokenizer, session: str, lang: str, texts: list[str]):
         """Plain decoding of the same prompts and batch, right after the Run (its RunTotals), through the
         same runner and streamed to the page as the Run was (its tokens, rows and counters at the same
         rate, its charts at the timer's): on a 2-core machine the page's rendering takes CPU, so a
@@ -212,7 +212,7 @@ class Playground:
         control = self.app.runner.control(Knobs(0, req.batch, max_batch=max_batch), FIXED)
         live = LiveRun(control, choice.label, self.app.peaks, self.app.sampler,
                        shared=not self.app.runner.zero_gpu and req.acceptance is None, lang=lang)
-        streamer = Streamer(self.app, live, tokenizer, session, lang, choice)
+        streamer = Streamer(self.app, live, tokenizer, session, lang, choice, texts)
         status = t(lang, "playground.baseline_pending")
         packet, last_yield, last_chart = None, 0.0, 0.0
         try:

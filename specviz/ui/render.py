@@ -43,6 +43,7 @@ class RowView:
     accepted: int = 0
     lang: str = lessons.DEFAULT_LANG     # the reader's language, for the tooltips
     header_left: int = 0           # role pieces still expected after a kept `<|im_start|>`
+    prompt: str = ""               # the row's prompt text, where known (a replay knows only row 1's)
 
     def add_step(self, step: int, rs, decode, pieces: list | None = None) -> list:
         """Append one step of this row. `pieces` ([kept, rejected, own] texts, e.g. from a recording)
@@ -69,8 +70,11 @@ class RowView:
         self.accepted += rs.accepted
         return pieces
 
-    def html(self) -> str:
-        return "".join(self.parts)
+    def html(self, tail: int | None = None) -> str:
+        """The transcript, or its last `tail` parts after a mark that says it is cut."""
+        if tail is None or len(self.parts) <= tail:
+            return "".join(self.parts)
+        return '<i class="row-cut">…</i>' + "".join(self.parts[-tail:])
 
 
 def special_name(text: str) -> str | None:
@@ -125,22 +129,47 @@ def legend_html(lang: str = "en") -> str:
 
 
 def rows_html(views: dict[int, RowView], status: dict[int, str], limit: int = 64,
-              lang: str = lessons.DEFAULT_LANG) -> str:
-    """Compact view of every row: tokens so far and a kept/drafted bar."""
-    lines = []
+              lang: str = lessons.DEFAULT_LANG, tail: int | None = None) -> str:
+    """Every row: a line with its tokens so far and a kept/drafted bar, which opens (a click) on the row's
+    prompt and its coloured text, the last `tail` parts of it while a Run streams (the page receives the
+    whole view at every update: 16 rows' whole texts would be a megabyte a fifth of a second). The page
+    keeps a row open while the Run updates it (KEEP_ROWS_JS)."""
     # the reader's direction, not dir="auto": a Persian stat starts with a number ("24 token · 3 از 5 …"),
     # and auto would lay it out left-to-right, splitting "3 از 5"
     way = lessons.direction(lang)
-    for row in sorted(views)[:limit]:
-        v = views[row]
-        share = v.accepted / v.drafted if v.drafted else 0.0
-        width = int(round(100 * share))
-        name = html.escape(t(lang, "playground.rows.row", n=row + 1))
-        bar = html.escape(t(lang, "playground.rows.bar", kept=v.accepted, drafted=v.drafted))
-        stat = html.escape(t(lang, "playground.rows.stat", tokens=len(v.ids), kept=v.accepted, drafted=v.drafted))
-        lines.append(
-            f'<div class="row-line"><div class="row-name">{name}</div>'
-            f'<div class="row-bar" title="{bar}">'
-            f'<div class="row-fill" style="width:{width}%"></div></div>'
-            f'<div class="row-stat" dir="{way}">{stat} {html.escape(status.get(row, ""))}</div></div>')
-    return f'<div class="rows" dir="{way}">' + "".join(lines) + "</div>"
+    lines = [_row_html(row, views[row], status.get(row, ""), lang, way, tail) for row in sorted(views)[:limit]]
+    hint = f'<div class="rows-hint">{html.escape(t(lang, "playground.rows.hint"))}</div>' if lines else ""
+    return f'<div class="rows" dir="{way}">' + hint + "".join(lines) + "</div>"
+
+
+def _row_html(row: int, v: RowView, status: str, lang: str, way: str, tail: int | None) -> str:
+    share = v.accepted / v.drafted if v.drafted else 0.0
+    width = int(round(100 * share))
+    name = html.escape(t(lang, "playground.rows.row", n=row + 1))
+    bar = html.escape(t(lang, "playground.rows.bar", kept=v.accepted, drafted=v.drafted))
+    stat = html.escape(t(lang, "playground.rows.stat", tokens=len(v.ids), kept=v.accepted, drafted=v.drafted))
+    prompt = (f'<div class="row-prompt"><b>{html.escape(t(lang, "playground.rows.prompt"))}</b> '
+              f'<span dir="auto">{html.escape(v.prompt)}</span></div>') if v.prompt else ""
+    return (f'<details class="row" data-row="{row}"><summary class="row-line"><span class="row-name">{name}</span>'
+            f'<span class="row-bar" title="{bar}"><span class="row-fill" style="width:{width}%"></span></span>'
+            f'<span class="row-stat" dir="{way}">{stat} {html.escape(status)}</span></summary>'
+            f'<div class="row-body">{prompt}<div class="tok-stream" dir="auto">{v.html(tail)}</div></div></details>')
+
+
+# Gradio re-renders the rows view at every update of a Run, morphing the page's HTML into the new one,
+# which drops a row's `open`: remember which rows the reader opened, and open them again after each update.
+KEEP_ROWS_JS = """() => {
+  if (window.__svRowsKept) { return; }
+  window.__svRowsKept = true;
+  const open = new Set();
+  // a click on a row's line, not its toggle event: an update may replace the row before that event fires
+  document.addEventListener('click', (e) => {
+    const row = e.target.closest && e.target.closest('#rows details.row > summary') && e.target.closest('details.row');
+    if (row) { row.open ? open.delete(row.dataset.row) : open.add(row.dataset.row); }
+  }, true);
+  new MutationObserver(() => {
+    for (const el of document.querySelectorAll('#rows details.row')) {
+      if (open.has(el.dataset.row) && !el.open) { el.open = true; }
+    }
+  }).observe(document.body, {subtree: true, childList: true, attributes: true, attributeFilter: ['open']});
+}"""

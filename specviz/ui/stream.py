@@ -11,6 +11,7 @@ from specviz.serve.live import LiveRun
 from specviz.ui import counters
 from specviz.ui.render import RowView, rows_html, tokens_html
 
+ROW_TAIL = 48      # a row's last parts (tokens and step marks) the rows view shows while a Run streams
 OUTPUTS = ("tokens", "rows", "counters", "chart_t", "chart_h", "chart_a", "status", "csv", "save", "result")
 
 
@@ -25,8 +26,10 @@ def pack(**values) -> tuple:
 class Streamer:
     """Turns engine steps into the playground's outputs (one object per Run or replay)."""
 
-    def __init__(self, app, live: LiveRun, tokenizer, session: str, lang: str = "en", choice=None):
+    def __init__(self, app, live: LiveRun, tokenizer, session: str, lang: str = "en", choice=None,
+                 prompts: list[str] | None = None):
         self.app, self.live, self.session, self.lang = app, live, session, lang
+        self.prompts = prompts or []                       # the prompt texts rows cycle through, where known
         self.choice = choice                               # the live pair (its fast path's state); None on replay
         self.decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
         self.views: dict[int, RowView] = {}
@@ -44,7 +47,7 @@ class Streamer:
         shown = {}
         self.batch, self.users = ev.batch_size, ev.users
         for rs in ev.rows:
-            shown[rs.row] = self.views.setdefault(rs.row, RowView(lang=self.lang)).add_step(
+            shown[rs.row] = self.views.setdefault(rs.row, self._view(rs.row)).add_step(
                 ev.step, rs, self.decode, None if pieces is None else pieces.get(rs.row))
             if rs.done:
                 key = "playground.finished_eos" if rs.finish == "eos" else "playground.finished_length"
@@ -52,6 +55,10 @@ class Streamer:
         for row in ev.retired:
             self.state[row] = "· " + lessons.text(self.lang, "playground.retired")
         self.steps.append((time.perf_counter() - self.t0, ev, shown))
+
+    def _view(self, row: int) -> RowView:
+        prompt = self.prompts[row % len(self.prompts)] if self.prompts else ""
+        return RowView(lang=self.lang, prompt=prompt)
 
     def recording(self, packet):
         return {"steps": list(self.steps), "totals": packet.totals, "outputs": packet.outputs or {},
@@ -73,7 +80,8 @@ class Streamer:
                                                    recorded=self.live.recorded)
         if extra:
             text += "\n\n" + extra
-        values = dict(tokens=tokens_html(first), rows=rows_html(self.views, self.state, lang=lang), counters=text,
+        rows = rows_html(self.views, self.state, lang=lang, tail=None if final else ROW_TAIL)
+        values = dict(tokens=tokens_html(first), rows=rows, counters=text,
                       chart_t=charts[0], chart_h=charts[1], chart_a=charts[2])
         for name, v in (("status", status), ("result", result), ("csv", csv), ("save", save)):
             if v is not None:
