@@ -101,6 +101,11 @@ def test_browser_deep_link_and_persian(api, tmp_path):
         # labels are created in English (the API's names) and still follow the language switch
         fa_label = json.dumps(lessons.text("fa", "app.label_prompt"))
         page.wait_for_function(f"document.querySelector('#prompt').innerText.includes({fa_label})", timeout=30000)
+        # gradio draws the upload box in the browser's locale (English here) before the page's: it is redone
+        upload = "#replay-file [data-testid=upload-text]"
+        drop = json.dumps(lessons.text("fa", "app.upload_drop"))
+        page.wait_for_function(f"document.querySelector({upload!r}).innerText.includes({drop})", timeout=10000)
+        assert "Click" not in page.locator(upload).inner_text()
         page.screenshot(path=str(tmp_path / "fa.png"), full_page=True)
         shutil.copy(tmp_path / "fa.png", "/tmp/specviz-playground-fa.png")
         # copy link gives the link to the current state
@@ -113,6 +118,8 @@ def test_browser_deep_link_and_persian(api, tmp_path):
         page.locator("#lang label", has_text="English").click()
         page.wait_for_function("document.documentElement.getAttribute('dir') === 'ltr'", timeout=10000)
         page.wait_for_function("document.querySelector('#run').innerText.includes('Run')", timeout=10000)
+        page.wait_for_function(f"document.querySelector({upload!r}).innerText.includes('Click to Upload')",
+                               timeout=10000)
 
 
 @needs_chromium

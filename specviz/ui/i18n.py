@@ -29,12 +29,27 @@ SWITCH_JS = """(lang) => {
   // gradio (6.x) heads every toast with its type ("Error", "Warning") and never shows the title a
   // refusal carries: put the reader's word there, and again whenever gradio re-renders a toast
   window.__svToast = __TOASTS__[lang];
+  // the recordings' upload box keeps the words of the locale it was first drawn in (gradio 6.x), which
+  // is the browser's, not the page's: its three pieces of text are set here, and again on a re-render
+  window.__svUpload = __UPLOAD__[lang];
   if (!window.__svToastObserver) {
+    const setText = (node, want) => { if (node.data.trim() !== want) { node.data = ' ' + want + ' '; } };
     const fix = () => {
       for (const el of document.querySelectorAll('.toast-title')) {
         const node = el.firstChild, type = ['error', 'warning'].find((k) => el.classList.contains(k));
         const want = type && window.__svToast ? window.__svToast[type] + ' ' : null;
         if (want && node && node.nodeType === 3 && node.data !== want) { node.data = want; }
+      }
+      const words = window.__svUpload, box = document.querySelector('#replay-file [data-testid=upload-text]');
+      if (!words || !box) { return; }
+      let after = false;
+      for (const node of box.childNodes) {
+        if (node.nodeType === 1 && node.classList.contains('or')) {
+          after = true;
+          if (node.textContent !== words.or) { node.textContent = words.or; }
+        } else if (node.nodeType === 3 && node.data.trim()) {
+          setText(node, after ? words.click : words.drop);
+        }
       }
     };
     window.__svToastObserver = new MutationObserver(fix);
@@ -54,8 +69,10 @@ def switch_js() -> str:
     titles = {lang: lessons.text(lang, "app.page_title") for lang in lessons.LANGS}
     toasts = {lang: {"error": lessons.text(lang, "app.error_title"), "warning": lessons.text(lang, "app.warning_title")}
               for lang in lessons.LANGS}
+    upload = {lang: {k: lessons.text(lang, f"app.upload_{k}") for k in ("drop", "or", "click")} for lang in lessons.LANGS}
     return (SWITCH_JS.replace("__TITLES__", json.dumps(titles, ensure_ascii=False))
-            .replace("__TOASTS__", json.dumps(toasts, ensure_ascii=False)))
+            .replace("__TOASTS__", json.dumps(toasts, ensure_ascii=False))
+            .replace("__UPLOAD__", json.dumps(upload, ensure_ascii=False)))
 
 
 def pick_lang(request: gr.Request | None, asked: str | None = None) -> str:
