@@ -10,6 +10,7 @@ beside a plain one, decode seconds only (the reference and prefill left out).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from specviz.cli.args import out_file  # noqa: E402
 from specviz.engine.request import Knobs  # noqa: E402
 from specviz.engine.synthetic import reference_run  # noqa: E402
 from specviz.hardware.passcurve import measure_curve  # noqa: E402
@@ -71,4 +73,6 @@ def main(out: str | None) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else None)
+    parser = argparse.ArgumentParser(prog="scripts/dial-theory.py", description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", type=out_file, help="also write the curve and rows as JSON here")
+    main(parser.parse_args().out)

@@ -35,6 +35,7 @@ import time
 
 import torch
 
+from specviz.cli.args import int_in
 from specviz.cli.common import DEFAULT_PROMPTS, add_compile_arg, add_dtype_arg, add_pair_args, exact_dtype
 from specviz.cli.dial import Dial
 from specviz.engine.divergence import compare_rows
@@ -46,12 +47,12 @@ from specviz.serve.heap import freeze_long_lived
 def add_parser(sub) -> None:
     p = sub.add_parser("bench-hf", help="time our engine against transformers generate()")
     add_pair_args(p)
-    p.add_argument("--depth", type=int, default=4)
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--depth", type=int, default=4, help="draft tokens per step (0 = plain decoding)")
+    p.add_argument("--max-new-tokens", type=int_in(1, 4096), default=64)
+    p.add_argument("--batch-size", type=int, default=1, help="rows decoded together")
     p.add_argument("--prompt", default=DEFAULT_PROMPTS[0])
-    p.add_argument("--repeats", type=int, default=3, help="timed runs per variant (median reported)")
-    p.add_argument("--raw", action="store_true")
+    p.add_argument("--repeats", type=int_in(1, 20), default=3, help="timed runs per variant (median reported)")
+    p.add_argument("--raw", action="store_true", help="feed the prompt as is (no chat template)")
     add_compile_arg(p)
     add_dtype_arg(p)
     p.set_defaults(func=run)

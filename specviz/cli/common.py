@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from specviz.cli.args import device, int_in
 from specviz.engine.policies import FIXED, POLICY_NAMES, parse_table, reading
 from specviz.engine.request import MAX_BATCH, Knobs
 from specviz.fastpath import CompileError, check_compile
@@ -27,7 +28,7 @@ def add_pair_args(p) -> None:
                         f"continuation, each drafted token right with probability A; greedy only; its reference run "
                         f"comes first, timed apart) (default {DEFAULT_DRAFT}, a layer-skip view of the target; the "
                         "app's default pair drafts with ngram)")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--device", default=None, type=device, help="cpu, cuda or cuda:N (default: cuda when available)")
 
 
 def _compile_choice(value: str) -> str:
@@ -73,7 +74,7 @@ def add_run_args(p) -> None:
     p.add_argument("--depth", type=int, default=4, help=f"draft tokens per step (0-{MAX_DEPTH}; 0 = plain)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (lossless token for token)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int_in(0, 2**63 - 1), default=0, help="sampling seed (temperature > 0)")
     add_policy_args(p)
     p.add_argument("--raw", action="store_true", help="feed the prompt as is (no chat template)")
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from specviz.chapters.frontier_cells import (WARM_TOKENS, cell_result, divergence_of, measure, policy_for, warm_budget,
                                              williams_row)
 from specviz.chapters.frontier_verdict import class_lines
+from specviz.cli.args import out_folder
 from specviz.cli.common import add_compile_arg, add_pair_args, graphs_of
 from specviz.cli.dial import Dial, synthetic_note
 from specviz.cli.frontier_common import prompt_texts, write_out
@@ -62,7 +63,7 @@ def add_parser(sub) -> None:
                         f"classes (default {CELL_TOKENS}; 0: {MIN_CLASSES} classes, as short as the lesson's cells)")
     p.add_argument("--with-adaptive", action="store_true", help="also run the older `adaptive` policy")
     p.add_argument("--json", action="store_true", help="print only the final JSON line")
-    p.add_argument("--out", default=None, help="folder for frontier.csv, frontier.json and frontier.html")
+    p.add_argument("--out", default=None, type=out_folder, help="folder for frontier.csv, frontier.json and frontier.html")
     add_vllm_args(p)              # --engine vllm: the same workload through launched vLLM servers
     p.set_defaults(func=run)
 

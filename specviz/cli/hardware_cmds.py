@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from specviz.cli.args import device, int_in, out_file, out_folder
 from specviz.cli.common import DEFAULT_PROMPTS, add_compile_arg, add_pair_args, charts, write_chart
 from specviz.cli.dial import Dial
 from specviz.cli.sweep_vllm import run_sweep_vllm
@@ -34,17 +35,18 @@ from specviz.vllm.client import VllmError
 def add_parsers(sub) -> None:
     p = sub.add_parser("calibrate", help="measure this device's copy bandwidth and matmul FLOP/s "
                                          "(stored in the cache; the app uses it)")
-    p.add_argument("--device", default=None)
+    p.add_argument("--device", default=None, type=device, help="cpu, cuda or cuda:N (default: cuda when available)")
     p.set_defaults(func=run_calibrate)
 
     p = sub.add_parser("roofline", help="measure target latency against tokens per pass and find the knee")
     p.add_argument("--target", default="smollm2-135m-offline")
-    p.add_argument("--device", default=None)
-    p.add_argument("--max-tokens", type=int, default=None, help="largest tokens per pass (CPU 128, GPU 512)")
-    p.add_argument("--context", type=int, default=256, help="cached tokens each pass attends to")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--out", default="runs/roofline", help="folder for JSON and HTML")
-    p.add_argument("--profile", default=None,
+    p.add_argument("--device", default=None, type=device, help="cpu, cuda or cuda:N (default: cuda when available)")
+    p.add_argument("--max-tokens", type=int_in(1, 8192), default=None,
+                   help="largest tokens per pass (default: CPU 128, GPU 512)")
+    p.add_argument("--context", type=int_in(0, 32768), default=256, help="cached tokens each pass attends to")
+    p.add_argument("--repeats", type=int_in(1, 50), default=3, help="timed passes per width (median reported)")
+    p.add_argument("--out", default="runs/roofline", type=out_folder, help="folder for JSON and HTML")
+    p.add_argument("--profile", default=None, type=out_file,
                    help="also write the result as a recorded profile (e.g. assets/profiles/NAME.json)")
     add_compile_arg(p)
     p.set_defaults(func=run_roofline)
@@ -53,9 +55,9 @@ def add_parsers(sub) -> None:
     add_pair_args(p)
     p.add_argument("--batch-sizes", default="1,2,4,8,16,32,64")
     p.add_argument("--depths", default="0,1,2,4,8")
-    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--max-new-tokens", type=int_in(1, 4096), default=32)
     p.add_argument("--prompt", default=DEFAULT_PROMPTS[0])
-    p.add_argument("--out", default="runs/sweep", help="folder for CSV, JSON and HTML")
+    p.add_argument("--out", default="runs/sweep", type=out_folder, help="folder for CSV, JSON and HTML")
     p.add_argument("--engine", choices=("specviz", "vllm"), default="specviz",
                    help="vllm: one local vLLM server per depth, launched in turn (needs scripts/vllm-setup; "
                         "--draft ngram or a draft model)")
@@ -214,7 +216,8 @@ def run_sweep(args) -> int:
         w.writeheader()
         w.writerows(rows)
     best = best_depths(rows)
-    cross = crossover_from_rows(rows)
+    # a crossover compares speculation with plain decoding: without both in the sweep there is none
+    cross = crossover_from_rows(rows) if 0 in depths and any(depths) else None
     print(f"path: {pair.fast.shown}" + (f" ({pair.fast.note})" if pair.fast.note else ""))
     stats = pair.fast.graph_stats()
     if stats is not None:
@@ -231,8 +234,11 @@ def run_sweep(args) -> int:
     write_chart(out / "sweep.html", lambda: charts().sweep_figure(rows, batches, depths))
     write_chart(out / "crossover.html", lambda: charts().crossover_figure(rows, "Measured throughput vs batch size"))
     print("batch → best depth: " + ", ".join(f"{b}→{k}" for b, k in best.items()))
-    print(f"speculation stops paying from batch size {cross}" if cross else
-          "speculation pays at every batch size measured")
+    if not (0 in depths and any(depths)):
+        print("no crossover: --depths needs 0 (plain decoding) and a depth above 0 to compare them")
+    else:
+        print(f"speculation stops paying from batch size {cross}" if cross else
+              "speculation pays at every batch size measured")
     if dial.on:
         print(f"reference: {dial.reference_s:.2f} s at depth 0 (untimed, in no cell); {dial.realigned} rows "
               f"re-aligned, {dial.unreferenced} without a reference")

@@ -4,18 +4,30 @@ Its guesses are (almost) never accepted, which makes it the honest lower bracket
 benchmarks and a vivid "all red" demo; the target itself as draft is the upper bracket (all accepted)."""
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
+from specviz.cli.args import int_in, new_folder
 from specviz.pairs.models import load_model
+
+HEADS = 4          # attention heads (2 key/value heads): a head's width is hidden / 4, and rotary halves it
+
+
+def _hidden(value: str) -> int:
+    n = int_in(HEADS * 2, 4096)(value)
+    if n % (HEADS * 2):
+        raise argparse.ArgumentTypeError(f"must be a multiple of {HEADS * 2} (4 heads of even width), not {n}")
+    return n
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("tiny-draft", help="write a tiny random draft with the target's tokenizer")
-    p.add_argument("--target", default="smollm2-135m-offline")
-    p.add_argument("--out", required=True, help="directory to write the model into")
-    p.add_argument("--layers", type=int, default=1)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--target", default="smollm2-135m-offline", help="the model whose tokenizer and vocabulary "
+                   "the draft takes")
+    p.add_argument("--out", required=True, type=new_folder, help="a new or empty folder to write the model into")
+    p.add_argument("--layers", type=int_in(1, 32), default=1, help="decoder layers (1-32)")
+    p.add_argument("--hidden", type=_hidden, default=64, help=f"hidden width, a multiple of {HEADS * 2} up to 4096")
+    p.add_argument("--seed", type=int_in(0, 2**32 - 1), default=0, help="seed of the random weights")
     p.set_defaults(func=run)
 
 
@@ -30,7 +42,7 @@ def run(args) -> int:
     tc = target.model.config
     torch.manual_seed(args.seed)
     cfg = LlamaConfig(vocab_size=tc.vocab_size, hidden_size=args.hidden, intermediate_size=2 * args.hidden,
-                      num_hidden_layers=args.layers, num_attention_heads=4, num_key_value_heads=2,
+                      num_hidden_layers=args.layers, num_attention_heads=HEADS, num_key_value_heads=HEADS // 2,
                       max_position_embeddings=tc.max_position_embeddings, tie_word_embeddings=True,
                       bos_token_id=tc.bos_token_id, eos_token_id=tc.eos_token_id)
     out = Path(args.out)

@@ -1,0 +1,63 @@
+"""The CLI refuses a bad value before anything loads or runs, in one sentence naming its flag, exit 2, and
+writes nothing (a first engineer's review found these reaching tracebacks or, worse, exit 0)."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specviz.__main__ import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["calibrate", "--device", "meta"], "argument --device: must be cpu, cuda or cuda:N, not 'meta'"),
+    (["roofline", "--max-tokens", "-4"], "argument --max-tokens: must be a whole number from 1 to 8192, not '-4'"),
+    (["roofline", "--repeats", "0"], "argument --repeats: must be a whole number from 1 to 50"),
+    (["roofline", "--out", "/proc/nope/x"], "argument --out: cannot write under /proc"),
+    (["roofline", "--profile", "/tmp"], "argument --profile: /tmp is a folder, not a file"),
+    (["bench-hf", "--repeats", "0"], "argument --repeats: must be a whole number from 1 to 20"),
+    (["sweep", "--max-new-tokens", "0"], "argument --max-new-tokens: must be a whole number from 1 to 4096"),
+    (["frontier", "--out", ""], "argument --out: needs a folder name, not an empty string"),
+    (["generate", "--seed", "99999999999999999999999"], "argument --seed: must be a whole number from 0 to"),
+    (["tiny-draft", "--out", "/tmp/specviz-never", "--layers", "-1"], "argument --layers: must be a whole number"),
+    (["tiny-draft", "--out", "/tmp/specviz-never", "--hidden", "12"], "argument --hidden: must be a multiple of 8"),
+])
+def test_bad_values_are_refused_in_one_sentence(argv, said, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("specviz: error: " + said) and "\n" not in err and "Traceback" not in err
+
+
+def test_cuda_is_refused_where_torch_sees_no_gpu(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert main(["calibrate", "--device", "cuda"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_tiny_draft_writes_only_into_a_new_or_empty_folder(tmp_path, capsys):
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "config.json").write_text("{}")
+    (tmp_path / "notes.txt").write_text("mine")
+    for out, said in ((used, "is not empty"), (tmp_path / "notes.txt", "is a file, not a folder")):
+        assert main(["tiny-draft", "--out", str(out)]) == 2
+        assert said in capsys.readouterr().err
+    assert (used / "config.json").read_text() == "{}" and (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_gpu_check_refuses_before_it_runs(tmp_path):
+    def run(*args):
+        return subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu-check"), "--dry-run", *args],
+                              capture_output=True, text=True, timeout=120)
+    r = run("--out", str(tmp_path / "gc"), "--only", "nonsense")
+    assert r.returncode == 2 and "--only names no step called nonsense; the steps are calibrate" in r.stderr
+    assert not (tmp_path / "gc" / "gpu-check.json").exists()
+    r = run("--out", str(tmp_path / "gc"), "--tokenizer", str(tmp_path / "none"))
+    assert r.returncode == 2 and "is not a folder" in r.stderr
+    r = run("--out", "")
+    assert r.returncode == 2 and "needs a folder name" in r.stderr and "Traceback" not in r.stderr
