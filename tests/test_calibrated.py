@@ -81,7 +81,7 @@ def test_eagle_heads_and_draft_resolution():
     assert presets.resolve_draft("ngram", L8) is None
     assert presets.resolve_draft("layerskip:4-11", L8).n_layers == 24
     assert "EAGLE:Llama-3.1-70B" in presets.draft_names() and "EAGLE:Llama-3.1-8B" in presets.draft_names(["Llama-3.1-8B"])
-    for bad, msg in (("EAGLE:Llama-3.1-70B", "not for Llama-3.1-8B"), ("GPT-5", "unknown model"),
+    for bad, msg in (("EAGLE:Llama-3.1-70B", "not for Llama-3.1-8B"), ("GPT-5", "unknown draft .GPT-5.: a model preset .*, EAGLE:TARGET, EAGLE-3:TARGET, layerskip:A-B or ngram"),
                      ("layerskip:9-3", "bad layer-skip"), ("EAGLE:nope", "not for")):
         with pytest.raises(presets.PresetError, match=msg):
             presets.resolve_draft(bad, L8)
@@ -274,7 +274,7 @@ def test_whatif_cli_published_and_sweeps_reports(capsys):
     (["--gpu", "GTX 480"], "unknown GPU"),
     (["--gpu", "H200", "--target", "Llama-9B"], "unknown model preset"),
     (["--gpu", "H200", "--draft", "EAGLE:Qwen2.5-7B"], "EAGLE head"),
-    (["--gpu", "H200", "--draft", "medusa"], "unknown model preset"),
+    (["--gpu", "H200", "--draft", "medusa"], "unknown draft 'medusa': a model preset"),
     (["--gpu", "H200", "--alpha", "1"], "--alpha"),
     (["--gpu", "H200", "--batch-sizes", "0,2"], "--batch-sizes"),
     (["--gpu", "H200", "--depths", "a"], "--depths"),

@@ -23,11 +23,27 @@ ROOT = Path(__file__).resolve().parents[1]
     (["generate", "--seed", "99999999999999999999999"], "argument --seed: must be a whole number from 0 to"),
     (["tiny-draft", "--out", "/tmp/specviz-never", "--layers", "-1"], "argument --layers: must be a whole number"),
     (["tiny-draft", "--out", "/tmp/specviz-never", "--hidden", "12"], "argument --hidden: must be a multiple of 8"),
+    # a flag the chosen mode or policy would ignore
+    (["generate", "--threshold", "5"], "--policy fixed reads no --threshold; it is read by"),
+    (["generate", "--draft", "synthetic:0.7", "--temperature", "0.5"], "the synthetic draft proposes the target's"),
+    (["whatif", "--published", "--gpu", "T4"], "--published compares the models with every measurement it holds; "
+                                              "it takes no --gpu"),
+    (["whatif", "--published", "--sweeps"], "argument --sweeps: not allowed with argument --published"),
+    (["kernels", "--quick", "--target", "foo"], "--quick times two small fixed shapes"),
+    (["frontier", "--users", "1,,4"], "--users must be whole numbers separated by commas"),
+    (["bench-classroom", "--url", "http://127.0.0.1:9"], "--url http://127.0.0.1:9: no SpecViz app answered there"),
 ])
 def test_bad_values_are_refused_in_one_sentence(argv, said, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("specviz: error: " + said) and "\n" not in err and "Traceback" not in err
+
+
+def test_a_wrong_compile_variable_is_named(monkeypatch, capsys):
+    monkeypatch.setenv("SPECVIZ_COMPILE", "bogus")
+    assert main(["bench-classroom", "--users", "2"]) == 2
+    assert capsys.readouterr().err.strip() == ("specviz: error: SPECVIZ_COMPILE must be one of auto, on, off, static, "
+                                               "not 'bogus'")
 
 
 def test_cuda_is_refused_where_torch_sees_no_gpu(capsys):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from specviz.cli.classroom import POOL, _pct
-from specviz.cli.common import add_compile_arg
+from specviz.cli.common import add_compile_arg, n_users
 from specviz.engine.divergence import first_difference, is_near_tie, target_margins
 from specviz.engine.request import Knobs, Request
 from specviz.limits import Limits
@@ -264,7 +264,7 @@ def _both(args, sizes: Sizes, client, served, prompts: list[list[int]], once):
             served = client.model()
         if served.max_len and max(map(len, prompts)) + N > served.max_len:
             raise VllmError(f"prompt + {N} tokens exceed the server's max-model-len {served.max_len}")
-        _note(args, f"vLLM ({served.name}): {sizes.users} users × {N} tokens")
+        _note(args, f"vLLM ({served.name}): {n_users(sizes.users)} × {N} tokens")
         _vllm(client, served.name, prompts, WARMUP_TOKENS)
         mine, other = _alternate(lambda: once(N), lambda: _vllm(client, served.name, prompts, N), sizes.repeats)
     finally:
@@ -288,7 +288,7 @@ def run(args) -> int:
     pair = own_thread(load_pair, args.target, "ngram", "cpu", compile=args.compile)
     prompts = [encode_prompt(pair.tokenizer, POOL[i % len(POOL)]) for i in range(sizes.users)]
     N, k = sizes.max_new, sizes.depth
-    _note(args, f"our engine: {sizes.users} users × {N} tokens, n-gram k={k}")
+    _note(args, f"our engine: {n_users(sizes.users)} × {N} tokens, n-gram k={k}")
     with _our_side(pair, prompts, k) as once:
         mine, other, served, client = _both(args, sizes, client, served, prompts, once)
     ours, theirs = _median_run(mine), _median_run(other)

@@ -46,11 +46,12 @@ POOL = ["Rewrite this sentence in the passive voice: the students measured the k
 def add_parser(sub) -> None:
     p = sub.add_parser("bench-classroom", help="N concurrent users: shared batch vs one engine per Run")
     add_pair_args(p)
-    p.add_argument("--users", type=int, default=16)
-    p.add_argument("--depth", type=int, default=4)
+    p.add_argument("--users", type=int, default=16, help="users pressing Run at once, one row each")
+    p.add_argument("--depth", type=int, default=4, help="each user's draft tokens per step (0 = plain decoding)")
     add_policy_args(p)                                      # each user's depth policy
-    p.add_argument("--max-new-tokens", type=int, default=32)
-    p.add_argument("--separate-concurrency", type=int, default=4)
+    p.add_argument("--max-new-tokens", type=int, default=32, help="tokens each user's answer decodes")
+    p.add_argument("--separate-concurrency", type=int, default=4,
+                   help="the other mode: this many users' engines run at once, each on its own")
     p.add_argument("--repeats", type=int, default=1, help="rounds per mode, interleaved (medians reported)")
     p.add_argument("--url", default=None, help="load a running app on this machine instead (loopback only)")
     p.set_defaults(func=run)
@@ -143,7 +144,11 @@ def _served(args, user: RunArgs, users: int) -> dict:
     # on first use: gradio_client is slow to import
     from gradio_client import Client
 
-    probe = Client(args.url, verbose=False)
+    try:
+        probe = Client(args.url, verbose=False)
+    except Exception as exc:   # noqa: BLE001 — httpx's and gradio_client's errors alike: nothing answered there
+        raise LimitError(f"--url {args.url}: no SpecViz app answered there ({type(exc).__name__}: "
+                         f"{str(exc).strip().splitlines()[0][:120] if str(exc).strip() else 'no reply'})") from None
     params = probe.view_api(return_format="dict", print_info=False)["named_endpoints"]["/generate"]["parameters"]
     label = next(p for p in params if p["parameter_name"] == "pair_label")["parameter_default"]
     barrier, res = threading.Barrier(users), [None] * users

@@ -11,8 +11,8 @@ from specviz.cli.args import device, int_in
 from specviz.engine.policies import FIXED, POLICY_NAMES, parse_table, reading
 from specviz.engine.request import MAX_BATCH, Knobs
 from specviz.fastpath import CompileError, check_compile
-from specviz.limits import MAX_DEPTH, check_prompt_text
-from specviz.pairs.models import DTYPES
+from specviz.limits import MAX_DEPTH, LimitError, check_prompt_text
+from specviz.pairs.models import DTYPES, parse_draft_ref
 from specviz.serve.door import RunArgs, check_run
 
 DEFAULT_TARGET = "smollm2-135m-offline"
@@ -38,8 +38,17 @@ def _compile_choice(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def _compile_default() -> str:
+    """SPECVIZ_COMPILE, where set, is --compile's default: refused by its own name where it is wrong."""
+    value = os.environ.get("SPECVIZ_COMPILE", "auto")
+    try:
+        return check_compile(value, "SPECVIZ_COMPILE")
+    except CompileError as exc:
+        raise LimitError(str(exc)) from None
+
+
 def add_compile_arg(p) -> None:
-    p.add_argument("--compile", default=os.environ.get("SPECVIZ_COMPILE", "auto"), type=_compile_choice,
+    p.add_argument("--compile", default=_compile_default(), type=_compile_choice,
                    help="fast path: auto (default, what the app uses) = static KV cache + compact forward where "
                         "its pass measured faster than eager on this machine (on CUDA: CUDA graphs per shape "
                         "bucket, captured at warm-up, where a replayed pass measured faster); static = that "
@@ -91,7 +100,14 @@ def add_policy_args(p) -> None:
 
 
 def policy_args(args) -> dict:
-    """--policy and its parameters, as the door (`check_run`) takes them."""
+    """--policy and its parameters, as the door (`check_run`) takes them. The page sends its threshold box
+    with every policy and the door drops what a policy does not read; a flag typed for a policy that does
+    not read it is refused here, as the user meant it to change something."""
+    name = (args.policy or FIXED.name).strip()
+    for flag, field, value in (("--threshold", "threshold", args.threshold), ("--batch-table", "table",
+                               args.batch_table), ("--max-depth", "max_depth", args.max_depth)):
+        if value is not None and name in POLICY_NAMES and name not in reading(field):
+            raise LimitError(f"--policy {name} reads no {flag}; it is read by {' and '.join(reading(field))}")
     table = parse_table(args.batch_table) if args.batch_table else None
     return dict(policy=args.policy, threshold=args.threshold, table=table, max_depth=args.max_depth)
 
@@ -99,7 +115,10 @@ def policy_args(args) -> dict:
 def check_run_args(args) -> RunArgs:
     """Fail fast, before any model loads, at the same door and with the same sentences as the app; the
     command then runs with the values returned."""
-    checked = check_run(args.batch_size, args.depth, args.temperature, args.max_new_tokens, **policy_args(args))
+    draft = getattr(args, "draft", None)
+    synthetic = draft is not None and parse_draft_ref(draft).kind == "synthetic"    # greedy only
+    checked = check_run(args.batch_size, args.depth, args.temperature, args.max_new_tokens, synthetic=synthetic,
+                        **policy_args(args))
     for text in args.prompt or []:
         check_prompt_text(text)
     return checked
@@ -111,6 +130,11 @@ def knobs_for(run: RunArgs) -> Knobs:
 
 
 DEFAULT_PROMPTS = ["Explain in two sentences why the sky is blue."]
+
+
+def n_users(n: int) -> str:
+    """'1 user', '4 users': the class sizes the commands print."""
+    return f"{n} user" if n == 1 else f"{n} users"
 
 
 def write_chart(path: Path, make: Callable[[], object]) -> None:

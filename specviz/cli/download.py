@@ -8,7 +8,8 @@ from specviz.pairs.models import HUB_PRESETS, ModelError, convert_gguf, offline_
 def add_parser(sub) -> None:
     p = sub.add_parser("download", help="pre-download the preset model pairs for offline use")
     p.add_argument("--preset", action="append", default=None,
-                   help="a preset name (repeatable); default: the CPU-friendly SmolLM2 135M → 360M pair")
+                   help="a preset name, exactly as listed (repeatable): " + "; ".join(f"'{n}'" for n in HUB_PRESETS)
+                        + "; default: the first")
     p.add_argument("--all", action="store_true", help="every preset, including the GPU-sized ones")
     p.set_defaults(func=run)
 

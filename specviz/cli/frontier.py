@@ -28,7 +28,7 @@ from specviz.chapters.frontier_cells import (WARM_TOKENS, cell_result, divergenc
                                              williams_row)
 from specviz.chapters.frontier_verdict import class_lines
 from specviz.cli.args import out_folder
-from specviz.cli.common import add_compile_arg, add_pair_args, graphs_of
+from specviz.cli.common import add_compile_arg, add_pair_args, graphs_of, n_users
 from specviz.cli.dial import Dial, synthetic_note
 from specviz.cli.frontier_common import prompt_texts, write_out
 from specviz.cli.frontier_vllm import add_vllm_args, run_vllm
@@ -71,7 +71,7 @@ def add_parser(sub) -> None:
 def parse_list(text: str, what: str, lo: int, hi: int) -> list[int]:
     """"1,4,16" → [1, 4, 16]; anything else is refused with one sentence."""
     try:
-        values = [int(x) for x in str(text).split(",") if x.strip()]
+        values = [int(x) for x in str(text).split(",")]
     except ValueError:
         raise LimitError(f"--{what} must be whole numbers separated by commas, like 1,4,16; got '{text}'") from None
     if not values or any(not lo <= v <= hi for v in values):
@@ -270,7 +270,7 @@ def run(args) -> int:
             print(f"graphs: {pair.fast.graph_stats().line()}", file=sys.stderr)
         for x in result["comparisons"]:
             paired = f", {x['paired']:.3f}× paired by class" if x["paired"] else ""
-            print(f"{x['users']} users: adaptive verification {x['by_medians']:.3f}× {x['best_arm']} (the best other arm) "
+            print(f"{n_users(x['users'])}: adaptive verification {x['by_medians']:.3f}× {x['best_arm']} (the best other arm) "
                   f"by medians{paired}; band ±{x['band']:.0%}: {x['verdict']}"
                   f"{' (it drafted nothing: the same work)' if x['same_work'] else ''}", file=sys.stderr)
     if args.out:
@@ -282,9 +282,9 @@ def run(args) -> int:
 def _said_lossless(report, where) -> int:
     """Exit status: 1 when an arm's tokens left no speculation's above the near-tie rule. Each divergence,
     near-tie or bug, is said on stderr (and kept in the JSON's `divergence`)."""
-    for d, (arm, depth, users) in zip(report.divergences, where):
+    for d, (arm, depth, n) in zip(report.divergences, where):
         verdict = "a near-tie" if d.near_tie else "a bug"
-        print(f"{users} users, {arm} k = {depth}, user {d.row + 1} of the class: first difference at token "
+        print(f"{n_users(n)}, {arm} k = {depth}, user {d.row + 1} of the class: first difference at token "
               f"{d.position + 1}, no speculation wrote {d.reference} and this arm {d.ours}; in the target's own "
               f"pass there its two best tokens are {d.margins.top1_minus_top2:.3g} logits apart: {verdict}",
               file=sys.stderr)

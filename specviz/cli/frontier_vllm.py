@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from specviz.chapters.frontier_cells import median_row
+from specviz.cli.common import n_users
 from specviz.cli.frontier_common import prompt_texts, write_out
 from specviz.cli.sweep_vllm import parse_schedule, schedule_text, vllm_version
 from specviz.limits import LimitError
@@ -164,7 +165,7 @@ def server_cells(spec, arm: str, prompts: list[list[int]], users: list[int], max
             run_all(client, served.name, [prompts[i % len(prompts)] for i in range(n)], WARMUP_TOKENS)
             cells[n] = [class_cell(client, served.name, arm, spec.depth, prompts, n, max_new)
                         for _ in range(repeats)]
-            note(f"{arm} k={spec.depth}, {n} users: "
+            note(f"{arm} k={spec.depth}, {n_users(n)}: "
                  + ", ".join(f"{c['tokens_per_s']:.1f}" for c in cells[n]) + " tok/s")
         return cells, start_s
     finally:

@@ -69,6 +69,10 @@ def run(args) -> int:
     tok = pair.tokenizer
     texts = args.prompt or DEFAULT_PROMPTS
     prompts = [encode_prompt(tok, t, raw=args.raw) for t in texts]
+    if len(prompts) > run_args.batch:
+        first = "the first" if run_args.batch == 1 else f"the first {run_args.batch}"
+        print(f"specviz: --batch-size {run_args.batch} runs only {first} of {len(prompts)} prompts (a row each); "
+              f"--batch-size {len(prompts)} runs them all", file=sys.stderr)
     engine = pair.engine()
     refs = _reference(engine, pair, prompts, run_args)
     knobs = knobs_for(run_args)

@@ -39,7 +39,8 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=run_calibrate)
 
     p = sub.add_parser("roofline", help="measure target latency against tokens per pass and find the knee")
-    p.add_argument("--target", default="smollm2-135m-offline")
+    p.add_argument("--target", default="smollm2-135m-offline",
+                   help="the model measured: a model reference, or shape:NAME[@DIR] (a preset's shape, random weights)")
     p.add_argument("--device", default=None, type=device, help="cpu, cuda or cuda:N (default: cuda when available)")
     p.add_argument("--max-tokens", type=int_in(1, 8192), default=None,
                    help="largest tokens per pass (default: CPU 128, GPU 512)")
@@ -53,9 +54,10 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("sweep", help="measure throughput over batch sizes × depths")
     add_pair_args(p)
-    p.add_argument("--batch-sizes", default="1,2,4,8,16,32,64")
-    p.add_argument("--depths", default="0,1,2,4,8")
-    p.add_argument("--max-new-tokens", type=int_in(1, 4096), default=32)
+    p.add_argument("--batch-sizes", default="1,2,4,8,16,32,64", help="rows decoded together, comma-separated (1-64)")
+    p.add_argument("--depths", default="0,1,2,4,8",
+                   help="draft tokens per step, comma-separated (0-16; 0 = plain decoding, which the crossover needs)")
+    p.add_argument("--max-new-tokens", type=int_in(1, 4096), default=32, help="tokens each row decodes (1-4096)")
     p.add_argument("--prompt", default=DEFAULT_PROMPTS[0])
     p.add_argument("--out", default="runs/sweep", type=out_folder, help="folder for CSV, JSON and HTML")
     p.add_argument("--engine", choices=("specviz", "vllm"), default="specviz",
@@ -72,7 +74,7 @@ def add_parsers(sub) -> None:
 
 def _ints(text: str, what: str, lo: int, hi: int) -> list[int]:
     try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
+        vals = [int(x) for x in text.split(",")]
     except ValueError:
         raise LimitError(f"--{what} takes comma-separated whole numbers, got {text!r}")
     if not vals or any(not lo <= v <= hi for v in vals):

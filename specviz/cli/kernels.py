@@ -24,7 +24,7 @@ NAMES = {"stock": "stock", "colmajor": "column-major", "onednn": "oneDNN", "rows
 
 def add_parser(sub) -> None:
     p = sub.add_parser("kernels", help="per-shape GB/s of each matrix product this CPU offers the fast path")
-    p.add_argument("--target", default=DEFAULT_TARGET, help="model whose matrix shapes are timed")
+    p.add_argument("--target", default=None, help=f"model whose matrix shapes are timed (default {DEFAULT_TARGET})")
     p.add_argument("--rows", default="1,5,16", help="rows multiplied at once (comma-separated, 1-64)")
     p.add_argument("--quick", action="store_true", help="two small shapes, one round (seconds; for tests)")
     p.add_argument("--json", action="store_true", help="only the JSON line")
@@ -33,7 +33,7 @@ def add_parser(sub) -> None:
 
 def _rows(text: str) -> list[int]:
     try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
+        vals = [int(x) for x in text.split(",")]
     except ValueError:
         raise LimitError(f"--rows takes comma-separated whole numbers, got {text!r}") from None
     if not vals or any(not 1 <= v <= 64 for v in vals):
@@ -78,6 +78,9 @@ def run(args) -> int:
     from specviz.machine import cpu_model
 
     rows = _rows(args.rows)
+    if args.quick and args.target is not None:
+        raise LimitError("--quick times two small fixed shapes, not a model's: it takes no --target")
+    args.target = args.target or DEFAULT_TARGET
     shapes = {s: 1 for s in QUICK_SHAPES} if args.quick else model_shapes(args.target)
     table = measure(shapes, rows, args.quick)
     info = {"cpu": cpu_model(), "threads": torch.get_num_threads(), "our_kernel_isa": kernel.isa() or None,

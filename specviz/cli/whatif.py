@@ -47,17 +47,34 @@ def add_parser(sub) -> None:
                    help="calibrated model's serving stack: vllm (default; the pass-time fit's own) or sglang "
                         "(adds its per-sequence bookkeeping, fitted to its published speed-ups)")
     p.add_argument("--overhead-ms", type=float, default=0.0, help="extra fixed time per forward pass")
-    p.add_argument("--published", action="store_true",
-                   help="compare both models with every published measurement instead")
-    p.add_argument("--sweeps", action="store_true",
-                   help="compare both models with this project's recorded CPU sweeps instead")
-    p.add_argument("--recorded", action="store_true",
-                   help="compare both models with the GPU curves scripts/gpu-check recorded (assets/gpu/) instead")
+    report = p.add_mutually_exclusive_group()
+    report.add_argument("--published", action="store_true",
+                        help="compare both models with every published measurement instead")
+    report.add_argument("--sweeps", action="store_true",
+                        help="compare both models with this project's recorded CPU sweeps instead")
+    report.add_argument("--recorded", action="store_true",
+                        help="compare both models with the GPU curves scripts/gpu-check recorded (assets/gpu/) "
+                             "instead")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run)
+    # a report covers every GPU and model it holds: a grid's settings given with one would be ignored
+    grid_defaults = {a.dest: a.default for a in p._actions if a.option_strings and a.dest not in NOT_GRID}
+    p.set_defaults(func=run, grid_defaults=grid_defaults)
+
+
+NOT_GRID = {"help", "published", "sweeps", "recorded", "json"}
+
+
+def _ignored(args) -> list[str]:
+    """The grid's settings given with a report (--published, --sweeps, --recorded), as flags."""
+    return ["--" + k.replace("_", "-") for k, v in args.grid_defaults.items() if getattr(args, k) != v]
 
 
 def run(args) -> int:
+    report = next((f"--{k}" for k in ("published", "sweeps", "recorded") if getattr(args, k)), None)
+    if report and _ignored(args):
+        print(f"specviz: error: {report} compares the models with every measurement it holds; it takes no "
+              f"{', '.join(_ignored(args))}", file=sys.stderr)
+        return 2
     try:
         if args.published:
             out = published_report()
@@ -79,7 +96,7 @@ def run(args) -> int:
 def parse_ints(text: str, what: str) -> list[int]:
     lo, hi = LIMITS[what]
     try:
-        vals = sorted({int(x) for x in str(text).split(",") if x.strip()})
+        vals = sorted({int(x) for x in str(text).split(",")})
     except ValueError:
         raise WhatIfError(f"--{what} takes comma-separated whole numbers, got {text!r}") from None
     if not vals or not all(lo <= v <= hi for v in vals):

@@ -45,10 +45,11 @@ class CompileError(ValueError):
     """A bad --compile value; the message is meant for a human."""
 
 
-def check_compile(value: str) -> str:
+def check_compile(value: str, name: str = "--compile") -> str:
+    """`value` as a fast-path mode; `name`: where it came from, for the refusal (a flag, or the variable)."""
     v = (value or "").strip().lower()
     if v not in COMPILE_CHOICES:
-        raise CompileError(f"--compile must be one of {', '.join(COMPILE_CHOICES)}, not '{value}'")
+        raise CompileError(f"{name} must be one of {', '.join(COMPILE_CHOICES)}, not '{value}'")
     return v
 
 

@@ -107,6 +107,8 @@ def resolve_draft(name: str, target: ModelSpec) -> ModelSpec | None:
             raise PresetError(Said("errors.bad_layerskip_preset", name=quoted(name), n=target.n_layers))
         kept = target.n_layers - (int(b) - int(a) + 1)
         return replace(target, name=name, n_layers=kept)
+    if name not in MODELS:      # a draft is more than a model preset: name every kind
+        raise PresetError(Said("errors.unknown_draft_preset", name=quoted(name), names=", ".join(MODELS)))
     return resolve_model(name)
 
 

@@ -292,7 +292,9 @@ def load_tokenizer(ref: str):
 
 
 def _load_error(ref: str, exc: Exception) -> ModelError:
-    offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+    # the hub matters only for a hub id: a local folder or file failed on its own contents
+    local = ref.strip() == OFFLINE_ALIAS or Path(ref.strip()).expanduser().exists()
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1" and not local
     hint = Said("errors.hub_offline") if offline else ""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return ModelError(Said("errors.load_failed", ref=ref, hint=hint, detail=first))

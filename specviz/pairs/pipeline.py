@@ -11,7 +11,7 @@ from specviz.engine.drafters import Drafter, ModelDrafter, NgramDrafter, make_la
 from specviz.engine.learnt import Learnt
 from specviz.engine.loop import SpeculativeEngine
 from specviz.engine.synthetic import SyntheticDrafter
-from specviz.fastpath import FastPath, cache_factory, resolve
+from specviz.fastpath import FastPath, cache_factory, check_compile, resolve
 from specviz.hardware.roofline import ModelSpec, spec_from_config
 from specviz.lessons import Said
 from specviz.limits import Limits, check_prompt_ids, check_prompt_text
@@ -86,7 +86,7 @@ def load_pair(target_ref: str, draft_ref: str, device: str | None = None,
     None reads SPECVIZ_COMPILE (what `app.py --compile` sets), default auto (as the app). `dtype`: the
     models' weights (pairs.models.DTYPES; None: auto)."""
     if compile is None:
-        compile = os.environ.get("SPECVIZ_COMPILE", "auto")
+        compile = check_compile(os.environ.get("SPECVIZ_COMPILE", "auto"), "SPECVIZ_COMPILE")
     dref = parse_draft_ref(draft_ref)
     for ref in (target_ref, dref.ref):
         # random weights accept nothing a real draft proposes: only the synthetic draft sets acceptance there

@@ -150,7 +150,8 @@ class PairCache:
 
     def __init__(self, device: str | None = None, compile: str | None = None, exclusive=nullcontext):
         self.device = device
-        self.compile = check_compile(compile if compile is not None else os.environ.get("SPECVIZ_COMPILE", "off"))
+        self.compile = (check_compile(compile) if compile is not None
+                        else check_compile(os.environ.get("SPECVIZ_COMPILE", "off"), "SPECVIZ_COMPILE"))
         self.exclusive = exclusive            # holds the device for the warm-up's timing (DeviceGate.exclusive)
         self._lock = threading.Lock()
         self._pairs: dict[tuple[str, str], Pair] = {}
