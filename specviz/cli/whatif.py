@@ -57,11 +57,11 @@ def add_parser(sub) -> None:
                              "instead")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     # a report covers every GPU and model it holds: a grid's settings given with one would be ignored
-    grid_defaults = {a.dest: a.default for a in p._actions if a.option_strings and a.dest not in NOT_GRID}
-    p.set_defaults(func=run, grid_defaults=grid_defaults)
+    p.set_defaults(func=run, grid_defaults={dest: p.get_default(dest) for dest in GRID})
 
 
-NOT_GRID = {"help", "published", "sweeps", "recorded", "json"}
+GRID = ("gpu", "bandwidth", "flops", "target", "draft", "alpha", "context", "batch_sizes", "depths", "model", "stack",
+        "overhead_ms")
 
 
 def _ignored(args) -> list[str]:
