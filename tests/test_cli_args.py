@@ -72,7 +72,7 @@ def test_gpu_check_refuses_before_it_runs(tmp_path):
                               capture_output=True, text=True, timeout=120)
     r = run("--out", str(tmp_path / "gc"), "--only", "nonsense")
     assert r.returncode == 2 and "--only names no step called nonsense; the steps are calibrate" in r.stderr
-    assert not (tmp_path / "gc" / "gpu-check.json").exists()
+    assert not (tmp_path / "gc").exists()                  # nothing written, not even its folder
     r = run("--out", str(tmp_path / "gc"), "--tokenizer", str(tmp_path / "none"))
     assert r.returncode == 2 and "is not a folder" in r.stderr
     r = run("--out", "")

@@ -109,7 +109,7 @@ def resolve_draft(name: str, target: ModelSpec) -> ModelSpec | None:
         return replace(target, name=name, n_layers=kept)
     if name not in MODELS:      # a draft is more than a model preset: name every kind
         raise PresetError(Said("errors.unknown_draft_preset", name=quoted(name), names=", ".join(MODELS)))
-    return resolve_model(name)
+    return MODELS[name]
 
 
 def resolve_gpu(name: str | None = None, bandwidth: float | None = None, flops: float | None = None) -> GpuSpec:
