@@ -434,7 +434,7 @@ def test_each_chapter_under_concurrent_use(door):
                 else:
                     k.predict("the quick", label, 2, 2, "fixed", 8, 0, 8, False, api_name="/generate")
             except Exception as exc:
-                errors.append(f"{kind}: {exc}")
+                errors.append(f"{kind}: {type(exc).__name__}: {exc}")      # some say nothing but their type
             CALLS["n"] += 1
     threads = [threading.Thread(target=busy, args=(k,), daemon=True) for k in ("whatif", "whatif", "playground")]
     for t in threads:

@@ -494,6 +494,8 @@ def test_browser_persian_page_has_no_english_sentence(classroom, tmp_path):
         page.locator("#whatif-model input[value='calibrated-sglang']").check()
         _wait_text(page, "#whatif-summary", "bookkeeping", 30000)
         page.wait_for_selector("#whatif-speedup .js-plotly-plot", timeout=30000)
+        # the tab's last chained update done: gradio's own "processing" counter is gone
+        page.wait_for_function("!document.body.innerText.includes('processing')", timeout=30000)
         found["whatif"] = page.evaluate(READ_PAGE)
         page.screenshot(path=str(tmp_path / "whatif-fa.png"), full_page=True)
     assert "prompt" in found["refusal"] and lessons.text("fa", "app.error_title") in found["refusal"]
