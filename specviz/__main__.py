@@ -9,6 +9,7 @@ import os
 import sys
 
 from specviz.cli import bench, bench_vllm, classroom, download, generate, hardware_cmds, tiny, whatif
+from specviz.cli.common import naming_flag
 from specviz.engine.policies import PolicyError
 from specviz.limits import LimitError
 from specviz.pairs.models import ModelError
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         _quiet_libraries()
         return int(args.func(args) or 0)
     except (UsageError, ModelError, LimitError, PolicyError) as exc:
-        print(f"specviz: error: {exc}", file=sys.stderr)
+        print(f"specviz: error: {naming_flag(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("specviz: interrupted", file=sys.stderr)

@@ -32,6 +32,12 @@ ROOT = Path(__file__).resolve().parents[1]
     (["kernels", "--quick", "--target", "foo"], "--quick times two small fixed shapes"),
     (["frontier", "--users", "1,,4"], "--users must be whole numbers separated by commas"),
     (["bench-classroom", "--url", "http://127.0.0.1:9"], "--url http://127.0.0.1:9: no SpecViz app answered there"),
+    # the door's sentences (the page's too), led by the flag that set the value
+    (["generate", "--depth", "20"], "argument --depth: speculation depth must be from 0 to 16; 20 is out of range"),
+    (["generate", "--batch-size", "0"], "argument --batch-size: batch size (rows) must be from 1 to 64"),
+    (["generate", "--temperature", "-1"], "argument --temperature: temperature must be a number from 0 to 2"),
+    (["bench-vllm", "--max-new-tokens", "0"], "argument --max-new-tokens: max new tokens must be from 1 to 512"),
+    (["bench-classroom", "--users", "0"], "the number of users (--users) must be from 1 to"),
 ])
 def test_bad_values_are_refused_in_one_sentence(argv, said, capsys):
     assert main(argv) == 2

@@ -112,6 +112,19 @@ def policy_args(args) -> dict:
     return dict(policy=args.policy, threshold=args.threshold, table=table, max_depth=args.max_depth)
 
 
+# the door names a value as the page does ("speculation depth"); on the command line the flag that set it
+# is named too, as argparse names its own refusals
+DOOR_FLAGS = {"errors.what_batch": "--batch-size", "errors.what_depth": "--depth",
+              "errors.what_temperature": "--temperature", "errors.what_max_new": "--max-new-tokens"}
+
+
+def naming_flag(exc: Exception) -> str:
+    """A refusal's sentence, led by the flag whose value the door refused ("argument --depth: …")."""
+    said = exc.args[0] if exc.args else None
+    flag = DOOR_FLAGS.get(getattr(said, "values", {}).get("what"))
+    return f"argument {flag}: {exc}" if flag else str(exc)
+
+
 def check_run_args(args) -> RunArgs:
     """Fail fast, before any model loads, at the same door and with the same sentences as the app; the
     command then runs with the values returned."""
