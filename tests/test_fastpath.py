@@ -518,6 +518,30 @@ def test_warm_up_stays_eager_when_the_fast_path_is_slower_or_differs(tiny_paths,
     assert warmup.target_mode("on", "cpu") == "compiled" and warmup.target_mode("on", "cuda") == "graphs"
 
 
+def test_warm_up_serves_a_fast_path_whose_only_differences_are_near_ties(tiny_paths, monkeypatch):
+    """bf16 on a GPU: the graph path's kernels may split a near-tie the other way. The warm-up judges a
+    difference by the one near-tie rule (the target's own pass there), as every lossless check does."""
+    from specviz.engine import divergence
+    from specviz.serve import warmup
+
+    monkeypatch.setattr(warmup, "_one_token_ms", lambda eager, fast, ids: (2.0, 1.0))
+    real = warmup._greedy
+    monkeypatch.setattr(warmup, "_greedy", lambda pair, ids, rows, depth: (
+        [out[:-1] + [out[-1] + 1] for out in real(pair, ids, rows, depth)] if pair.fast.on else real(pair, ids, rows, depth)))
+    asked = []
+
+    def tied(model, device, prefix, ours, reference):       # the target's two best tokens 0.01 logits apart
+        asked.append((len(prefix), ours, reference))
+        return divergence.Margins(0.01, 0.01, 0.0)
+    monkeypatch.setattr(divergence, "target_margins", tied)
+    cache, choice = _pair_cache(tiny_paths, "static")
+    cache.get(choice)
+    status = _wait_warm(cache, choice)
+    assert status.state == "ready" and "split a near-tie the other way" in status.note, status.note
+    assert "6 rows" in status.note and "0.01 logits" in status.note     # 1 + 2 + 1 + 2 rows over SHAPES
+    assert all(ours == reference + 1 for _, ours, reference in asked) and len(asked) == 6
+
+
 def test_weight_layouts_compute_the_same_and_are_shared():
     from specviz.fastpath import layout
 
