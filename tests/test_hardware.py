@@ -90,6 +90,37 @@ def test_calibration_times_each_operation_and_keeps_the_median(monkeypatch):
     assert peaks.flops == pytest.approx(2 * 32**3 / 0.3)
 
 
+def test_on_a_gpu_calibration_times_by_the_device_clock(monkeypatch):
+    """On CUDA an operation is timed by CUDA events around CUDA_CALLS calls back to back, and the host's
+    clock is not read: a 130 µs copy would read a tenth longer by it (a launch and a wait), the bandwidth
+    low and MBU high. Faked events: each records the number of calls made so far, 0.1 ms a call."""
+    import contextlib
+    import types
+
+    import torch
+
+    calls = []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+
+        def record(self):
+            self.at = len(calls)
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other):
+            return 0.1 * (other.at - self.at)
+    fake = types.SimpleNamespace(Event=Event, synchronize=lambda d: None, device=lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch, "cuda", fake)
+    monkeypatch.setattr(hw, "time", types.SimpleNamespace(perf_counter=lambda: pytest.fail("host clock read")))
+    secs = hw._timed(lambda: calls.append(1), torch.device("cuda"), repeats=3)
+    assert len(calls) == 1 + 3 * hw.CUDA_CALLS and hw.CUDA_CALLS >= 4      # a warm-up call, then 3 timed runs
+    assert secs == pytest.approx(1e-4)
+
+
 def test_regimes():
     peaks = hw.Peaks("test", bandwidth=100.0, flops=1000.0, dtype="f32")
     assert hw.step_metrics(flops=10, nbytes=100, seconds=1.0, peaks=peaks).regime == "memory-bound"
