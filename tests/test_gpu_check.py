@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu-check"
 STEPS = ["calibrate", "prepare", "roofline-1.7b-graph", "roofline-1.7b-eager", "bench-hf", "sweep", "frontier",
-         "scheduler-8", "divergence", "divergence-fp32", "roofline-27b-graph", "roofline-27b-eager",
+         "scheduler-8", "roofline-27b-graph", "divergence", "divergence-fp32", "roofline-27b-eager",
          "roofline-1.7b-graph-other", "pass-kernels", "nvml", "counters"]
 ROOFLINE_KEYS = {"target", "mbu_at_1_token", "measured_knee", "tokens_per_pass", "latency_s"}
 
@@ -186,3 +186,20 @@ def test_the_sweep_goal_reads_the_graph_counters_after_warm_up(gc):
                                       "recompile_warnings": 0}], 100.0)
                 if g["goal"].startswith("sweep: no compilation"))
     assert goal["met"] is True
+
+
+def test_a_hung_step_leaves_no_core_file():
+    """A step past its limit gets SIGABRT, which dumps core by default: the run's steps inherit a core
+    limit of 0 (a CUDA process's core would fill the device's disk)."""
+    import resource
+
+    if resource.getrlimit(resource.RLIMIT_CORE)[1] == 0:
+        pytest.skip("this machine allows no core files at all")
+    code = ("import resource, subprocess, sys; from importlib.machinery import SourceFileLoader as L; "
+            "r = resource.RLIMIT_CORE; resource.setrlimit(r, (min(resource.getrlimit(r)[1] % 2**62, 2**20) "
+            "or 2**20, resource.getrlimit(r)[1])); "       # as where core files are on
+            f"L('gc', {str(SCRIPT)!r}).load_module().no_core_files(); "
+            "print(subprocess.run([sys.executable, '-c', 'import resource; "
+            "print(resource.getrlimit(resource.RLIMIT_CORE)[0])'], capture_output=True, text=True).stdout)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.stdout.strip() == "0", out.stderr
