@@ -39,6 +39,13 @@ def test_each_chapter_runs_and_concludes_from_measurements(api, chapter):
     lines = open(_file(csv), encoding="utf-8").read().splitlines()
     assert len(lines) >= 2                                # the chart's data as CSV, with a header
     assert fig is not None
+    # the language switch redraws it from the measurements the page keeps (JSON, as here)
+    from specviz.ui.lesson import redrawn
+
+    fa_note, fa_fig = redrawn("fa", result)
+    assert lessons.text("fa", "app.measured_here") in fa_note and "measured on this machine" not in fa_note
+    assert not re.search(r"\{[a-z_]+(:[^}]*)?\}", fa_note), fa_note
+    assert fa_fig.to_json() != redrawn("en", result)[1].to_json()       # the chart's words follow too
 
 
 def test_lossless_check_after_a_greedy_run(api):
@@ -144,6 +151,16 @@ def test_browser_walks_the_lesson(api, tmp_path):
         # every chapter concluded in the page, each conclusion its own, every placeholder filled
         assert len(set(texts.values())) == len(CHAPTERS), texts
         assert not any(re.search(r"\{[a-z_]+(:[^}]*)?\}", t) for t in texts.values()), texts
+        # switching language redraws what is on screen: no English conclusion left on a Persian page
+        page.locator("#lang label", has_text="فارسی").click()
+        here = json.dumps(lessons.text("fa", "app.measured_here"))
+        for chapter in reversed(CHAPTERS):              # the page shows one chapter at a time: walk back
+            if chapter != CHAPTERS[-1]:
+                page.locator(f"#prev-{CHAPTERS[CHAPTERS.index(chapter) + 1]}").click()
+            page.wait_for_selector(f"#conclusion-{chapter}", state="visible", timeout=10000)
+            page.wait_for_function(f"document.querySelector('#conclusion-{chapter}').innerText.includes({here})",
+                                   timeout=20000)
+            assert "measured on this machine" not in page.locator(f"#conclusion-{chapter}").inner_text()
 
 
 def _previous(chapter: str) -> str:

@@ -85,6 +85,16 @@ def conclusion_md(lang: str, result: dict) -> str:
     return "\n\n".join(parts)
 
 
+def redrawn(lang: str, result: dict) -> tuple:
+    """A finished chapter's conclusion and chart in `lang`, from its measurements as the page keeps them."""
+    chapter = result["chapter"]
+    return conclusion_md(lang, result), BY_KEY[chapter].figure(result, chart_labels(lang, chapter), dark=False)
+
+
+def _finished(result) -> bool:
+    return isinstance(result, dict) and bool(result.get("done")) and result.get("chapter") in BY_KEY
+
+
 DIAL_DEFAULT = 0.7        # where the slider waits until the synthetic draft is ticked
 DIAL_STEP = 0.05
 
@@ -150,6 +160,7 @@ class Lesson:
         self.app = app
         self._files = TempFiles()
         self.dials: dict[str, tuple] = {}      # chapter → (checkbox, slider, line), for deep links
+        self.shown: list[tuple] = []           # (conclusion, chart, measurements) of each chapter's panel
 
     def lang(self, session: str) -> str:
         return self.app.tr.lang_of(session)
@@ -160,9 +171,20 @@ class Lesson:
         session = getattr(request, "session_hash", None) or "default"
         lang = self.lang(session)
         with as_sentences(lang):
-            yield from self._run(chapter, pair_label, lang, dial_value(synthetic, acceptance, lang))
+            yield from self._run(chapter, pair_label, lang, dial_value(synthetic, acceptance, lang), session)
 
-    def _run(self, chapter: str, pair_label, lang: str, acceptance: float | None = None):
+    def follow_language(self, lang_radio) -> None:
+        """The language switch redraws each finished chapter's conclusion and chart from its measurements
+        (kept in the page), so a reader who switches sees no sentence left in the other language."""
+        def redraw(chosen, *results):
+            lang = chosen if chosen in lessons.LANGS else lessons.DEFAULT_LANG
+            said = [redrawn(lang, r) if _finished(r) else (gr.skip(), gr.skip()) for r in results]
+            return [n for n, _ in said] + [f for _, f in said]
+        lang_radio.change(redraw, [lang_radio, *(d for _, _, d in self.shown)],
+                          [n for n, _, _ in self.shown] + [p for _, p, _ in self.shown],
+                          api_name=False, queue=False, show_progress="hidden")
+
+    def _run(self, chapter: str, pair_label, lang: str, acceptance: float | None = None, session: str = ""):
         app = self.app
         choice = app.choice(pair_label, lang)
         if app.runner.zero_gpu:
@@ -189,6 +211,9 @@ class Lesson:
             raise error(lang, "errors.experiment_no_result")
         path = self._files.path(f"specviz-{chapter}", "csv")
         write_csv(path, result["table"] or [{"chart": chapter}])
+        if session and self.lang(session) != lang:          # the reader switched language while it ran
+            lang = self.lang(session)
+            fig = figure(result, chart_labels(lang, chapter), dark=False)
         yield conclusion_md(lang, result), fig, gr.update(value=path), result
 
     def _experiment(self, chapter: str, pair, lang: str = lessons.DEFAULT_LANG, acceptance: float | None = None):
@@ -274,6 +299,7 @@ def _experiment_panel(lesson: Lesson, tr, chap: Chapter, pair) -> None:
     plot = gr.Plot(label="Chart", elem_id=f"plot-{ch}", show_label=False)
     csv = tr.add(gr.DownloadButton(value=None, size="sm", elem_id=f"csv-{ch}"), label="app.download_csv")
     data = gr.JSON(label="Measurements", visible=False)
+    lesson.shown.append((note, plot, data))
     outputs = [note, plot, csv, data]
     if dial is None:
         def run(pair_label, request: gr.Request):

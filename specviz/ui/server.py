@@ -249,6 +249,7 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
             return tr.updates(chosen)
         lang.change(on_lang, [lang], tr.components, api_name=False, queue=False, show_progress="hidden",
                     js=switch_js())
+        taught.follow_language(lang)
         copy.click(None, [tab_state, chapter, c["pair"], c["prompt"], c["batch"], c["depth"], c["policy"], lang,
                           c["acceptance"]],
                    [link], js=link_js(), api_name=False)
