@@ -3,6 +3,7 @@ alignment with vLLM's per-step arrays, launcher argv, error sentences, labels.""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -302,6 +303,9 @@ def test_recorded_vllm_panels_say_version_machine_and_command_in_both_languages(
     for lang in ("en", "fa"):
         md = vllm_md(lang, BY_KEY["policies"], sw)
         assert "0.32.0" in md and "AMD EPYC" in md and "sweep --engine vllm" in md
+        # when, and the machine without brackets inside the heading's brackets (a right-to-left line mirrors them)
+        heading = md.splitlines()[0]
+        assert time.strftime("%Y-%m-%d") in heading and "AMD EPYC, 2 cores" in heading and "((" not in heading
         assert "0.95×" in md and "1.03×" in md and "{" not in md
         assert "sweep --engine vllm" in vllm_md(lang, BY_KEY["sweep"], sw)
         fig = sweep.figure_recorded_sweep(vl.sweep_result(sw), chart_labels(lang, "sweep"))

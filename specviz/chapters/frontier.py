@@ -186,6 +186,7 @@ class RecordedFrontier:
     device: str
     command: str
     rows: tuple
+    recorded_at: str = ""      # the day it was measured (YYYY-MM-DD)
 
 
 def recorded_frontier(folder=FRONTIER_DIR) -> RecordedFrontier | None:
@@ -196,7 +197,7 @@ def recorded_frontier(folder=FRONTIER_DIR) -> RecordedFrontier | None:
         try:
             d = json.loads(path.read_text(encoding="utf-8"))
             rec = RecordedFrontier(str(d["engine_version"]), str(d["device"]), str(d["command"]),
-                                   tuple(dict(r) for r in d["rows"]))
+                                   tuple(dict(r) for r in d["rows"]), str(d.get("recorded_at", "")))
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if best is None or len({r["users"] for r in rec.rows}) >= len({r["users"] for r in best.rows}):

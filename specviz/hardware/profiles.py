@@ -203,6 +203,7 @@ class RecordedSweep:
     engine: str = "specviz"          # "vllm": `sweep --engine vllm`, one vLLM server per depth
     engine_version: str = ""
     schedule: dict | None = None     # vLLM's dynamic schedule on the same batch sizes: rows, tokens_per_s, mean_depth
+    recorded_at: str = ""            # the day it was measured (YYYY-MM-DD)
 
 
 def load_sweeps(folder: Path = SWEEPS_DIR, engine: str = "specviz") -> list[RecordedSweep]:
@@ -219,7 +220,8 @@ def load_sweeps(folder: Path = SWEEPS_DIR, engine: str = "specviz") -> list[Reco
                                      [int(b) for b in d["batch_sizes"]], [int(k) for k in d["depths"]],
                                      [[float(x) for x in row] for row in d["tokens_per_s"]],
                                      str(d.get("path") or EAGER), engine, str(d.get("engine_version", "")),
-                                     _schedule(d.get("schedule"), len(d["batch_sizes"]))))
+                                     _schedule(d.get("schedule"), len(d["batch_sizes"])),
+                                     str(d.get("recorded_at", ""))))
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return out

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 
 import gradio as gr
 
@@ -274,10 +275,18 @@ def vllm_md(lang: str, chap: Chapter, sw) -> str:
     """The recorded vLLM panel's heading and text: the version and machine it was measured on, the command,
     and the chapter's own notes (for "vLLM's answer": the schedule against the best fixed depth)."""
     ch = chap.key
-    parts = [f"### {t(lang, 'app.vllm_recorded_heading', engine=f'vLLM {sw.engine_version}', device=sw.device.removeprefix('cpu: '))}",
+    heading = t(lang, "app.vllm_recorded_heading", engine=f"vLLM {sw.engine_version}", device=_machine(sw.device),
+                date=sw.recorded_at or "?")
+    parts = [f"### {heading}",
              t(lang, f"chapter.{ch}.vllm_body", command=sw.command)]
     parts += [t(lang, key, **_named(lang, values)) for key, values in chap.vllm.notes(sw)]
     return "\n\n".join(parts)
+
+
+def _machine(device: str) -> str:
+    """A recording's machine for a heading that puts it in brackets: "AMD EPYC, 2 cores", not nested
+    brackets (which a right-to-left line mirrors apart)."""
+    return re.sub(r"\s*\((\d+ cores?)\)$", r", \1", device.removeprefix("cpu: "))
 
 
 def _vllm_panel(tr, chap: Chapter, sw) -> None:
