@@ -173,7 +173,8 @@ def _summary(lines: list[dict]) -> tuple[str, dict]:
     CLOSE_CALL (the sentence states the widest); else which sizes were too close to call, and at what band."""
     ahead = [str(x["users"]) for x in lines if x["verdict"] == "ahead"]
     unclear = [x for x in lines if x["verdict"] == "unclear"]
-    widest = max((x["band"] for x in lines if not x["same_work"]), default=NOISE_FLOOR)
+    # every row's band, a same-work row's too: the sentence says "every comparison within ±band at most"
+    widest = max((x["band"] for x in lines), default=NOISE_FLOOR)
     values = {"sizes": lessons.Listed(str(x["users"]) for x in lines), "ahead": lessons.Listed(ahead),
               "band": widest}
     if unclear:
