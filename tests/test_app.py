@@ -122,7 +122,7 @@ needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium 
 
 
 @contextmanager
-def browser_page(height: int):
+def browser_page(height: int, width: int = 1400):
     """A page in headless Debian chromium (Playwright cannot download its own browser here)."""
     from playwright.sync_api import sync_playwright
 
@@ -130,7 +130,7 @@ def browser_page(height: int):
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
             "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
         try:
-            yield browser.new_page(viewport={"width": 1400, "height": height})
+            yield browser.new_page(viewport={"width": width, "height": height})
         finally:
             browser.close()
 

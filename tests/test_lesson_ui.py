@@ -163,6 +163,22 @@ def test_browser_walks_the_lesson(api, tmp_path):
             assert "measured on this machine" not in page.locator(f"#conclusion-{chapter}").inner_text()
 
 
+@needs_chromium
+def test_a_phone_scrolls_a_chart_in_its_box_not_the_page(api):
+    """At 390 px a chart keeps the width its panels need (squeezed, the sweep's two panels overlapped)
+    and scrolls sideways inside its own box; the page itself never scrolls sideways. Persian too."""
+    _, _, url = api
+    with browser_page(844, width=390) as page:
+        for lang in ("en", "fa"):
+            page.goto(url + f"?tab=lesson&chapter=sweep&lang={lang}")
+            plot = "#plot-vllm-sweep"                      # the recorded vLLM sweep: drawn without a run
+            page.wait_for_selector(f"{plot} .js-plotly-plot", state="visible", timeout=60000)
+            drawn = page.evaluate(f"document.querySelector('{plot} .js-plotly-plot').getBoundingClientRect().width")
+            box = page.evaluate(f"[document.querySelector('{plot}').scrollWidth, document.querySelector('{plot}').clientWidth]")
+            assert drawn >= 640 and box[0] > box[1], (lang, drawn, box)
+            assert page.evaluate("document.documentElement.scrollWidth") <= 390, lang
+
+
 def _previous(chapter: str) -> str:
     order = ["intro", *CHAPTERS]
     return order[order.index(chapter) - 1]
