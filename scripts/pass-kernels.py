@@ -157,14 +157,28 @@ def one_width(torch, model, new_cache, n: int, a, device, nbytes: float, weight_
             torch.cuda.synchronize(device)
     evs = device_events(prof.events(), cuda)
     got = summarise(evs, a.passes)
-    if not evs:             # a profiler without its device tracer (CUPTI) sees none: say so, not "0 kernels, all gaps"
-        got["note"] = "the profiler saw nothing run on the device: the kernel figures are missing, the times stand"
+    note = trace_note(got, model.config.num_hidden_layers)
+    if note:
+        got["note"] = note
     matmul_us = got["by_kind"].get("matmul", {}).get("us", 0.0)
     graphed = getattr(cache, "runner", None) is not None and cache.runner.pick(1, n, a.context) is not None
     return {"tokens": n, "graphed": graphed, "wall_us": wall, "synced_us": synced,
             "gaps_us": max(0.0, wall - got["busy_us"]), **got, "bytes": nbytes,
             "pass_GBps": nbytes / wall / 1e3, "mbu": nbytes / (wall / 1e6) / bandwidth if bandwidth else None,
             "matmul_GBps": weight_bytes / matmul_us / 1e3 if matmul_us else None}
+
+
+def trace_note(got: dict, n_layers: int) -> str | None:
+    """Why the kernel figures cannot be read as a pass's: the profiler saw nothing run on the device (no
+    CUPTI), or fewer matrix multiplies a pass than the model runs (four a layer at the least: q/k/v, o,
+    gate/up, down), so part of a replayed graph went untraced. The times stand either way."""
+    if not got["kernels"]:
+        return "the profiler saw nothing run on the device: the kernel figures are missing, the times stand"
+    seen = got["by_kind"].get("matmul", {}).get("n", 0.0)
+    if seen < 4 * n_layers:
+        return (f"the profiler saw {seen:.0f} matrix multiplies a pass where the model runs at least {4 * n_layers}: "
+                "part of the pass went untraced, so the kernel figures are partial; the times stand")
+    return None
 
 
 def line(r: dict, what: str) -> str:
