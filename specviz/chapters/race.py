@@ -88,7 +88,7 @@ def run_race(pair, prompt_ids: list[int], depth: int = 4, max_new: int = 48,
     extra.update(segments=segs + s_segs, tokens=ticks + s_ticks,
                  lanes={"plain": _lane_summary(plain), "spec": _lane_summary(spec)},
                  identical=plain.outputs == spec.outputs)
-    values = race_values(plain, spec)
+    values = {**race_values(plain, spec), "depth": depth}
     key = race_conclusion(values["speedup"])
     yield finished(snapshot("race", pair, settings, 1.0, segs + s_segs, **extra), values, key, [key])
 
