@@ -48,6 +48,17 @@ def test_each_chapter_runs_and_concludes_from_measurements(api, chapter):
     assert fa_fig.to_json() != redrawn("en", result)[1].to_json()       # the chart's words follow too
 
 
+def test_a_chapter_says_how_long_its_last_run_here_took(api):
+    """How long to expect, measured: from its second run on, a chapter's "running" line gives the seconds
+    its last run on this server took (the queue's wait left out)."""
+    c, label, _ = api
+    c.predict(label, api_name="/lesson_race")
+    job = c.submit(label, api_name="/lesson_race")
+    job.result()
+    first = job.outputs()[0][0]
+    assert re.search(r"\(its last run here took about \d+ s\)", first), first
+
+
 def test_lossless_check_after_a_greedy_run(api):
     c, label, _ = api
     out = c.predict("the quick brown", label, 2, 4, "fixed", 8, 0, 40, True, api_name="/generate")

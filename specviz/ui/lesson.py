@@ -16,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import threading
+import time
 
 import gradio as gr
 
@@ -162,6 +164,8 @@ class Lesson:
         self._files = TempFiles()
         self.dials: dict[str, tuple] = {}      # chapter → (checkbox, slider, line), for deep links
         self.shown: list[tuple] = []           # (conclusion, chart, measurements) of each chapter's panel
+        self._took: dict[tuple, float] = {}     # (chapter, pair, dial) → seconds its last run here took
+        self._took_lock = threading.Lock()              # handlers of several students write it
 
     def lang(self, session: str) -> str:
         return self.app.tr.lang_of(session)
@@ -194,11 +198,17 @@ class Lesson:
         make = self._experiment(chapter, pair, lang, acceptance)
         figure = BY_KEY[chapter].figure
         labels = chart_labels(lang, chapter)
-        running = lessons.text(lang, f"chapter.{chapter}.running")
+        kind = (chapter, choice.label, acceptance is not None)     # the dial's runs decode references too
+        running = self._running(kind, lang)
         yield running, gr.skip(), gr.skip(), gr.skip()
         result = fig = None
+        started: list[float] = []
+
+        def timed():            # called once the gate is ours: the experiment's time, not the queue's
+            started.append(time.perf_counter())
+            return make()
         # closed on a refusal too: the gate goes back and the experiment's thread ends
-        with contextlib.closing(runner.exclusively(app.gate, make)) as updates:
+        with contextlib.closing(runner.exclusively(app.gate, timed)) as updates:
             for upd in updates:
                 if isinstance(upd, runner.Waiting):
                     yield t(lang, "app.queue_position", pos=upd.position), gr.skip(), gr.skip(), gr.skip()
@@ -210,12 +220,21 @@ class Lesson:
                     yield f"{running} ({result['progress']:.0%})", fig, gr.skip(), gr.skip()
         if result is None:
             raise error(lang, "errors.experiment_no_result")
+        with self._took_lock:
+            self._took[kind] = time.perf_counter() - started[0]
         path = self._files.path(f"specviz-{chapter}", "csv")
         write_csv(path, result["table"] or [{"chart": chapter}])
         if session and self.lang(session) != lang:          # the reader switched language while it ran
             lang = self.lang(session)
             fig = figure(result, chart_labels(lang, chapter), dark=False)
         yield conclusion_md(lang, result), fig, gr.update(value=path), result
+
+    def _running(self, kind: tuple, lang: str) -> str:
+        """The chapter's "running" line, with how long to expect where this server has run it before."""
+        text = lessons.text(lang, f"chapter.{kind[0]}.running")
+        with self._took_lock:
+            took = self._took.get(kind)
+        return text if took is None else f"{text} {t(lang, 'app.last_took', seconds=round(took))}"
 
     def _experiment(self, chapter: str, pair, lang: str = lessons.DEFAULT_LANG, acceptance: float | None = None):
         """The chapter's experiment, ready to start, on the pair with the lesson's default prompt and pool
