@@ -537,9 +537,36 @@ def test_warm_up_serves_a_fast_path_whose_only_differences_are_near_ties(tiny_pa
     cache, choice = _pair_cache(tiny_paths, "static")
     cache.get(choice)
     status = _wait_warm(cache, choice)
-    assert status.state == "ready" and "split a near-tie the other way" in status.note, status.note
-    assert "6 rows" in status.note and "0.01 logits" in status.note     # 1 + 2 + 1 + 2 rows over SHAPES
+    assert status.state == "ready" and "near-ties split the other way" in status.note, status.note
+    assert "6 near-ties" in status.note and "0.01 logits" in status.note     # 1 + 2 + 1 + 2 rows over SHAPES
     assert all(ours == reference + 1 for _, ours, reference in asked) and len(asked) == 6
+
+
+def test_warm_up_judges_a_row_on_past_its_first_near_tie(tiny_paths, monkeypatch):
+    """After a near-tie the row goes on from its own token: the eager path decodes on from there, and a
+    later difference outside the rule still keeps the app eager."""
+    from specviz.engine import divergence
+    from specviz.serve import warmup
+
+    monkeypatch.setattr(warmup, "_one_token_ms", lambda eager, fast, ids: (2.0, 1.0))
+    real = warmup._greedy
+
+    def fast_rows(pair, ids, rows, depth):            # a split at token 2, the rest the old continuation
+        outs = real(pair, ids, rows, depth)
+        return [out[:1] + [out[1] + 1] + out[2:] for out in outs] if pair.fast.on else outs
+    monkeypatch.setattr(warmup, "_greedy", fast_rows)
+    asked = []
+
+    def margins(model, device, prefix, ours, reference):    # the split at token 2 is a near-tie, nothing else
+        asked.append(len(prefix))
+        tie = None not in (ours, reference) and ours == reference + 1
+        return divergence.Margins(0.01 if tie else 3.0, 0.01 if tie else 3.0, 0.0)
+    monkeypatch.setattr(divergence, "target_margins", margins)
+    cache, choice = _pair_cache(tiny_paths, "static")
+    cache.get(choice)
+    status = _wait_warm(cache, choice)
+    assert status.state == "eager" and "other tokens" in status.note, status.note
+    assert len(asked) == 2 and asked[1] > asked[0]          # judged on, past the near-tie, to a later token
 
 
 def test_weight_layouts_compute_the_same_and_are_shared():

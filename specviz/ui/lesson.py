@@ -18,6 +18,7 @@ import math
 import re
 import threading
 import time
+from collections import OrderedDict
 
 import gradio as gr
 
@@ -28,7 +29,7 @@ from specviz.pairs.pipeline import encode_prompt
 from specviz.serve import runner
 from specviz.serve.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, EXAMPLES, ROW_POOL
 from specviz.ui.errors import as_sentences, error
-from specviz.ui.i18n import t
+from specviz.ui.i18n import pick_lang, t
 from specviz.ui.runs import TempFiles, write_csv
 
 
@@ -94,10 +95,11 @@ def redrawn(lang: str, result: dict) -> tuple:
     return conclusion_md(lang, result), BY_KEY[chapter].figure(result, chart_labels(lang, chapter), dark=False)
 
 
-def _finished(result) -> bool:
-    return isinstance(result, dict) and bool(result.get("done")) and result.get("chapter") in BY_KEY
+def _session_of(request) -> str:
+    return getattr(request, "session_hash", None) or "default"
 
 
+KEPT_RESULTS = 2000       # finished results kept for the language switch (a class's tabs, each chapter)
 DIAL_DEFAULT = 0.7        # where the slider waits until the synthetic draft is ticked
 DIAL_STEP = 0.05
 
@@ -163,7 +165,11 @@ class Lesson:
         self.app = app
         self._files = TempFiles()
         self.dials: dict[str, tuple] = {}      # chapter → (checkbox, slider, line), for deep links
-        self.shown: list[tuple] = []           # (conclusion, chart, measurements) of each chapter's panel
+        self.shown: list[tuple] = []           # (chapter, conclusion, chart) of each experiment's panel
+        # each session's finished results as measured (their Said values intact, which the page's JSON copy
+        # flattens to English), for the language switch; the oldest go first
+        self._results: OrderedDict[tuple[str, str], dict] = OrderedDict()
+        self._results_lock = threading.Lock()
         self._took: dict[tuple, float] = {}     # (chapter, pair, dial) → seconds its last run here took
         self._took_lock = threading.Lock()              # handlers of several students write it
 
@@ -173,23 +179,34 @@ class Lesson:
     def run(self, chapter: str, pair_label, request: gr.Request = None, synthetic=False, acceptance=DIAL_DEFAULT):
         """Stream one chapter's experiment: queue position, then the chart as it fills, then the conclusion.
         `synthetic`, `acceptance`: the dial (chapters with `dial`)."""
-        session = getattr(request, "session_hash", None) or "default"
+        session = _session_of(request)
         lang = self.lang(session)
         with as_sentences(lang):
             yield from self._run(chapter, pair_label, lang, dial_value(synthetic, acceptance, lang), session)
 
     def follow_language(self, lang_radio) -> None:
-        """The language switch redraws each finished chapter's conclusion and chart from its measurements
-        (kept in the page), so a reader who switches sees no sentence left in the other language."""
-        def redraw(chosen, *results):
-            lang = chosen if chosen in lessons.LANGS else lessons.DEFAULT_LANG
-            said = [redrawn(lang, r) if _finished(r) else (gr.skip(), gr.skip()) for r in results]
+        """The language switch redraws the conclusion and chart of each chapter this session finished, from
+        its measurements, so a reader who switches sees no sentence left in the other language."""
+        def redraw(chosen, request: gr.Request):
+            lang, session = pick_lang(None, chosen), _session_of(request)
+            with self._results_lock:
+                results = [self._results.get((session, ch)) for ch, _, _ in self.shown]
+            said = [(gr.skip(), gr.skip()) if r is None else redrawn(lang, r) for r in results]
             return [n for n, _ in said] + [f for _, f in said]
-        lang_radio.change(redraw, [lang_radio, *(d for _, _, d in self.shown)],
-                          [n for n, _, _ in self.shown] + [p for _, p, _ in self.shown],
+        lang_radio.change(redraw, [lang_radio], [n for _, n, _ in self.shown] + [p for _, _, p in self.shown],
                           api_name=False, queue=False, show_progress="hidden")
 
-    def _run(self, chapter: str, pair_label, lang: str, acceptance: float | None = None, session: str = ""):
+    def _keep(self, session: str, chapter: str, result: dict | None) -> None:
+        """Remember (or, as a run starts, forget) the session's finished result of a chapter."""
+        with self._results_lock:
+            self._results.pop((session, chapter), None)
+            if result is not None:
+                self._results[(session, chapter)] = result
+                while len(self._results) > KEPT_RESULTS:
+                    self._results.popitem(last=False)
+
+    def _run(self, chapter: str, pair_label, lang: str, acceptance: float | None = None,
+             session: str = "default"):
         app = self.app
         choice = app.choice(pair_label, lang)
         if app.runner.zero_gpu:
@@ -200,8 +217,9 @@ class Lesson:
         labels = chart_labels(lang, chapter)
         kind = (chapter, choice.label, acceptance is not None)     # the dial's runs decode references too
         running = self._running(kind, lang)
+        self._keep(session, chapter, None)       # a switch while it runs leaves its "running" line alone
         yield running, gr.skip(), gr.skip(), gr.skip()
-        result = fig = None
+        result = None
         started: list[float] = []
 
         def timed():            # called once the gate is ours: the experiment's time, not the queue's
@@ -215,19 +233,17 @@ class Lesson:
                     continue
                 result = upd
                 check_dial(result, acceptance, lang)
-                fig = figure(result, labels, dark=False)
                 if not result["done"]:
-                    yield f"{running} ({result['progress']:.0%})", fig, gr.skip(), gr.skip()
+                    yield f"{running} ({result['progress']:.0%})", figure(result, labels, dark=False), gr.skip(), gr.skip()
         if result is None:
             raise error(lang, "errors.experiment_no_result")
         with self._took_lock:
             self._took[kind] = time.perf_counter() - started[0]
         path = self._files.path(f"specviz-{chapter}", "csv")
         write_csv(path, result["table"] or [{"chart": chapter}])
-        if session and self.lang(session) != lang:          # the reader switched language while it ran
-            lang = self.lang(session)
-            fig = figure(result, chart_labels(lang, chapter), dark=False)
-        yield conclusion_md(lang, result), fig, gr.update(value=path), result
+        self._keep(session, chapter, result)
+        note, fig = redrawn(self.lang(session), result)    # the reader may have switched language meanwhile
+        yield note, fig, gr.update(value=path), result
 
     def _running(self, kind: tuple, lang: str) -> str:
         """The chapter's "running" line, with how long to expect where this server has run it before."""
@@ -327,7 +343,7 @@ def _experiment_panel(lesson: Lesson, tr, chap: Chapter, pair) -> None:
     plot = gr.Plot(label="Chart", elem_id=f"plot-{ch}", show_label=False)
     csv = tr.add(gr.DownloadButton(value=None, size="sm", elem_id=f"csv-{ch}"), label="app.download_csv")
     data = gr.JSON(label="Measurements", visible=False)
-    lesson.shown.append((note, plot, data))
+    lesson.shown.append((ch, note, plot))
     outputs = [note, plot, csv, data]
     if dial is None:
         def run(pair_label, request: gr.Request):
