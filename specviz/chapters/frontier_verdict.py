@@ -173,8 +173,9 @@ def _summary(lines: list[dict]) -> tuple[str, dict]:
     CLOSE_CALL (the sentence states the widest); else which sizes were too close to call, and at what band."""
     ahead = [str(x["users"]) for x in lines if x["verdict"] == "ahead"]
     unclear = [x for x in lines if x["verdict"] == "unclear"]
-    # every row's band, a same-work row's too: the sentence says "every comparison within ±band at most"
-    widest = max((x["band"] for x in lines), default=NOISE_FLOOR)
+    # a class where adaptive verification drafted nothing did no speculation's own work: level whatever its
+    # band, which the sentences leave out ("where the arms did different work")
+    widest = max((x["band"] for x in lines if not x["same_work"]), default=NOISE_FLOOR)
     values = {"sizes": lessons.Listed(str(x["users"]) for x in lines), "ahead": lessons.Listed(ahead),
               "band": widest}
     if unclear:
