@@ -189,17 +189,19 @@ def test_the_sweep_goal_reads_the_graph_counters_after_warm_up(gc):
 
 
 def test_a_hung_step_leaves_no_core_file():
-    """A step past its limit gets SIGABRT, which dumps core by default: the run's steps inherit a core
-    limit of 0 (a CUDA process's core would fill the device's disk)."""
+    """A step past its limit gets SIGABRT, which dumps core by default: gpu-check gives its steps a core
+    limit of 0 (a CUDA process's core would fill the device's disk). Here with core files allowed first."""
     import resource
 
-    if resource.getrlimit(resource.RLIMIT_CORE)[1] == 0:
+    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    if hard == 0:
         pytest.skip("this machine allows no core files at all")
-    code = ("import resource, subprocess, sys; from importlib.machinery import SourceFileLoader as L; "
-            "r = resource.RLIMIT_CORE; resource.setrlimit(r, (min(resource.getrlimit(r)[1] % 2**62, 2**20) "
-            "or 2**20, resource.getrlimit(r)[1])); "       # as where core files are on
-            f"L('gc', {str(SCRIPT)!r}).load_module().no_core_files(); "
-            "print(subprocess.run([sys.executable, '-c', 'import resource; "
-            "print(resource.getrlimit(resource.RLIMIT_CORE)[0])'], capture_output=True, text=True).stdout)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert out.stdout.strip() == "0", out.stderr
+    resource.setrlimit(resource.RLIMIT_CORE, (2**20 if hard == resource.RLIM_INFINITY else min(hard, 2**20), hard))
+    try:
+        SourceFileLoader("gpu_check_core", str(SCRIPT)).load_module().no_core_files()
+        child = subprocess.run([sys.executable, "-c", "import resource; print(resource.getrlimit(resource.RLIMIT_CORE)[0])"],
+                               capture_output=True, text=True, timeout=60)
+    finally:
+        resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
+    assert child.stdout.strip() == "0"
+    assert "no_core_files()" in SCRIPT.read_text().split("def main(", 1)[1]      # the run sets it, before its steps

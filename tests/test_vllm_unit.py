@@ -3,7 +3,6 @@ alignment with vLLM's per-step arrays, launcher argv, error sentences, labels.""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -298,14 +297,14 @@ def test_recorded_vllm_panels_say_version_machine_and_command_in_both_languages(
     from specviz.hardware import profiles
     from specviz.ui.lesson import chart_labels, vllm_md
 
-    _recorded_vllm(tmp_path)
+    rec = _recorded_vllm(tmp_path)
     (sw,) = profiles.load_sweeps(tmp_path, engine="vllm")
     for lang in ("en", "fa"):
         md = vllm_md(lang, BY_KEY["policies"], sw)
         assert "0.32.0" in md and "AMD EPYC" in md and "sweep --engine vllm" in md
         # when, and the machine without brackets inside the heading's brackets (a right-to-left line mirrors them)
         heading = md.splitlines()[0]
-        assert time.strftime("%Y-%m-%d") in heading and "AMD EPYC, 2 cores" in heading and "((" not in heading
+        assert rec["recorded_at"] in heading and "AMD EPYC, 2 cores" in heading and "((" not in heading
         assert "0.95×" in md and "1.03×" in md and "{" not in md
         assert "sweep --engine vllm" in vllm_md(lang, BY_KEY["sweep"], sw)
         fig = sweep.figure_recorded_sweep(vl.sweep_result(sw), chart_labels(lang, "sweep"))
@@ -532,9 +531,9 @@ def test_our_time_split_adds_up(make_pair, prompts):
 
     with _our_side(make_pair("ngram"), [prompts[0], prompts[1]], 4) as once:
         got = _median_run([once(12) for _ in range(2)])
-    # one run's steps: at most one a token, plus one for a user admitted a step late (the warm-up and
-    # both runs together took ~3 × that)
-    assert len(got["walls"]) == 2 and got["time"]["steps"] <= 12 + 1
+    # one run's steps: at most one a token, plus a few for a user admitted late (a tiny model's step is as
+    # short as a thread's wake-up); the warm-up and both runs together took ~3 × that
+    assert len(got["walls"]) == 2 and got["time"]["steps"] <= 12 + 3
     t = got["time"]
     assert t["steps"] >= 12 / 5 and t["emitted_per_step"] * t["steps"] == pytest.approx(24)
     assert t["tokens_per_step"] >= t["emitted_per_step"]              # a row emits at most what its pass verified

@@ -11,6 +11,7 @@ from specviz.cli.args import device, int_in
 from specviz.engine.policies import FIXED, POLICY_NAMES, parse_table, reading
 from specviz.engine.request import MAX_BATCH, Knobs
 from specviz.fastpath import CompileError, check_compile
+from specviz.lessons import Said
 from specviz.limits import MAX_DEPTH, LimitError, check_prompt_text
 from specviz.pairs.models import DTYPES, parse_draft_ref
 from specviz.serve.door import RunArgs, check_run
@@ -121,7 +122,7 @@ DOOR_FLAGS = {"errors.what_batch": "--batch-size", "errors.what_depth": "--depth
 def naming_flag(exc: Exception) -> str:
     """A refusal's sentence, led by the flag whose value the door refused ("argument --depth: …")."""
     said = exc.args[0] if exc.args else None
-    flag = DOOR_FLAGS.get(getattr(said, "values", {}).get("what"))
+    flag = DOOR_FLAGS.get(said.values.get("what")) if isinstance(said, Said) else None
     return f"argument {flag}: {exc}" if flag else str(exc)
 
 

@@ -46,6 +46,7 @@ from typing import Callable
 import torch
 
 from specviz.engine.kvcache import attention_bias
+from specviz.hardware.device import device_seconds
 from specviz.fastpath import forwardchoice
 from specviz.fastpath.buckets import Buckets, Shape, parse
 from specviz.fastpath.graphcache import GraphCache
@@ -161,13 +162,7 @@ class CudaCapture:
 
     def time_ms(self, replay: Callable[[], None], n: int) -> float:
         """Milliseconds a replay over `n` back to back, by the device's own clock (CUDA events)."""
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(n):
-            replay()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / n
+        return 1e3 * device_seconds(replay, self.device, n)
 
 
 class CpuRehearsal:

@@ -57,8 +57,9 @@ def timed_once(fn, device) -> float:
     return time.perf_counter() - t0
 
 
-# calibrate's operations back to back on a GPU, timed as one: an H200 copies 512 MB in ~130 µs, which
-# the host's clock (a launch and a wait) would lengthen by a tenth, reading the bandwidth low and MBU high
+# calibrate's operations back to back on a GPU, timed as one by the device's clock: a launch and a wait
+# around one short copy would lengthen it by a tenth on the host's clock, reading the bandwidth low and
+# MBU high; eight calls queue far more device work than one launch's latency
 CUDA_CALLS = 8
 
 
