@@ -165,7 +165,7 @@ def one_width(torch, model, new_cache, n: int, a, device, nbytes: float, weight_
     return {"tokens": n, "graphed": graphed, "wall_us": wall, "synced_us": synced,
             "gaps_us": max(0.0, wall - got["busy_us"]), **got, "bytes": nbytes,
             "pass_GBps": nbytes / wall / 1e3, "mbu": nbytes / (wall / 1e6) / bandwidth if bandwidth else None,
-            "matmul_GBps": weight_bytes / matmul_us / 1e3 if matmul_us else None}
+            "matmul_GBps": weight_bytes / matmul_us / 1e3 if matmul_us and not got.get("note") else None}
 
 
 def trace_note(got: dict, n_layers: int) -> str | None:

@@ -173,8 +173,8 @@ def test_browser_walks_the_lesson(api, tmp_path):
 
 @needs_chromium
 def test_a_phone_scrolls_a_chart_in_its_box_not_the_page(api):
-    """At 390 px a chart keeps the width its panels need (squeezed, the sweep's two panels overlapped)
-    and scrolls sideways inside its own box; the page itself never scrolls sideways. Persian too."""
+    """At 390 px a chart keeps the width its panels need and scrolls sideways inside its own box; the
+    page itself never scrolls sideways. Persian too."""
     _, _, url = api
     with browser_page(844, width=390) as page:
         for lang in ("en", "fa"):

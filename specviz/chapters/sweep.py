@@ -107,7 +107,7 @@ def run_sweep(pair, prompt_ids: list[int], batches: Iterable[int] = (1, 2, 4, 8,
     extra.update(best_depth=_best(rows), crossover_batch=cross)
     best = sweep_best_depths(rows)
     values = {"best_depths": Listed(f"B={b}: k={k}" for b, k in best.items()),
-              "crossover": cross if cross is not None else "—", "max_batch": max(batches)}
+              "crossover": cross if cross is not None else "—", "max_batch": max(batches), "pays": SWEEP_PAYS - 1}
     key = sweep_conclusion(cross)
     keys, vals = ["conclusion_best", key], [values, values]
     if synthetic:

@@ -310,8 +310,9 @@ def vllm_md(lang: str, chap: Chapter, sw) -> str:
     """The recorded vLLM panel's heading and text: the version and machine it was measured on, the command,
     and the chapter's own notes (for "vLLM's answer": the schedule against the best fixed depth)."""
     ch = chap.key
-    heading = t(lang, "app.vllm_recorded_heading", engine=f"vLLM {sw.engine_version}", device=_machine(sw.device),
-                date=sw.recorded_at or "?")
+    where = dict(engine=f"vLLM {sw.engine_version}", device=_machine(sw.device))
+    heading = (t(lang, "app.vllm_recorded_heading", **where, date=sw.recorded_at) if sw.recorded_at
+               else t(lang, "app.vllm_recorded_heading_undated", **where))
     parts = [f"### {heading}",
              t(lang, f"chapter.{ch}.vllm_body", command=sw.command)]
     parts += [t(lang, key, **_named(lang, values)) for key, values in chap.vllm.notes(sw)]
