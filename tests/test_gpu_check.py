@@ -199,7 +199,7 @@ def test_a_hung_step_leaves_no_core_file():
     resource.setrlimit(resource.RLIMIT_CORE, (2**20 if hard == resource.RLIM_INFINITY else min(hard, 2**20), hard))
     try:
         SourceFileLoader("gpu_check_core", str(SCRIPT)).load_module().no_core_files()
-        child = subprocess.run([sys.executable, "-c", "import resource; print(resource.getrlimit(resource.RLIMIT_CORE)[0])"],
+        child = subprocess.run([sys.executable, "-c", "import resource as r; print(r.getrlimit(r.RLIMIT_CORE)[0])"],
                                capture_output=True, text=True, timeout=60)
     finally:
         resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))

@@ -90,7 +90,8 @@ def warm(eager: Pair, choice: str, exclusive=nullcontext, prompt_ids: list[int] 
                       f"({fast.fast.layout})" + _ties_said(ties))
 
 
-def _judged(eager: Pair, ids: list[int], out: list[int], reference: list[int]) -> tuple[list[Divergence], Divergence | None]:
+def _judged(eager: Pair, ids: list[int], out: list[int],
+            reference: list[int]) -> tuple[list[Divergence], Divergence | None]:
     """(near-ties, the first difference that is not one) of a fast row against the eager path's. Past a
     near-tie the row goes on from its own token, so the eager path decodes on from there too, and the
     rest of the row is judged against that."""

@@ -90,7 +90,7 @@ def conclusion_md(lang: str, result: dict) -> str:
 
 
 def redrawn(lang: str, result: dict) -> tuple:
-    """A finished chapter's conclusion and chart in `lang`, from its measurements as the page keeps them."""
+    """A finished chapter's conclusion and chart in `lang`, from its result as measured."""
     chapter = result["chapter"]
     return conclusion_md(lang, result), BY_KEY[chapter].figure(result, chart_labels(lang, chapter), dark=False)
 
@@ -234,7 +234,8 @@ class Lesson:
                 result = upd
                 check_dial(result, acceptance, lang)
                 if not result["done"]:
-                    yield f"{running} ({result['progress']:.0%})", figure(result, labels, dark=False), gr.skip(), gr.skip()
+                    partial = figure(result, labels, dark=False)
+                    yield f"{running} ({result['progress']:.0%})", partial, gr.skip(), gr.skip()
         if result is None:
             raise error(lang, "errors.experiment_no_result")
         with self._took_lock:
