@@ -309,9 +309,16 @@ def _close_toasts(page) -> None:
 
 
 def _visible_error_badges(page) -> int:
-    """Gradio's "Error" stamps over the outputs of a refused event that a person can see."""
-    return page.locator(".wrap:has(> span.error)").evaluate_all(
-        "els => els.filter(e => getComputedStyle(e).display !== 'none').length")
+    """Gradio's "Error" stamps over the outputs of a refused event that a person can see, once the page
+    settles: a stamp drawn before the page's stylesheet hides it may show for a moment (seen once in CI),
+    one that stays counts."""
+    count = ("els => els.filter(e => getComputedStyle(e).display !== 'none').length")
+    try:
+        page.wait_for_function(f"({count})([...document.querySelectorAll('.wrap:has(> span.error)')]) === 0",
+                               timeout=5000)
+    except Exception:       # noqa: BLE001 — still visible after 5 s: say how many
+        pass
+    return page.locator(".wrap:has(> span.error)").evaluate_all(count)
 
 
 def _type_batch(page, url: str, value: str) -> None:
