@@ -186,6 +186,14 @@ def test_ledger_adds_up_to_spent_flops(runs):
     assert last["conclusions"][:2] == ["conclusion_waste", "conclusion_theory"]
 
 
+def test_race_and_ledger_count_flops_alike(runs, make_pair, prompts, one_model_thread):
+    """The race and the ledger report one FLOPs ratio for the same prompt, pair and depth (the lesson's
+    race runs at depth 6, the ledger at 4: their ratios differ by depth only)."""
+    led = collect(ledger.run_ledger(make_pair("layerskip:1-2"), prompts[1], depth=3, max_new=12))[-1]
+    assert runs["race"][-1]["values"]["flops_ratio"] == pytest.approx(led["values"]["flops_ratio"], rel=1e-9)
+    assert led["values"]["flops_ratio"] > 1
+
+
 def _ledger_matches_engine(run_events, totals):
     led = ledger.FlopsLedger()
     for ev in run_events:
