@@ -60,7 +60,7 @@ def add_parser(sub) -> None:
     p.add_argument("--repeats", type=int, default=1, help="runs per cell, arms interleaved (1-9)")
     p.add_argument("--cell-tokens", type=int, default=CELL_TOKENS,
                    help=f"a cell runs classes until its users emitted this many tokens, at least {MIN_CLASSES} "
-                        f"classes (default {CELL_TOKENS}; 0: {MIN_CLASSES} classes, as short as the lesson's cells)")
+                        f"classes (default {CELL_TOKENS}; 0: just {MIN_CLASSES} classes a cell)")
     p.add_argument("--with-adaptive", action="store_true", help="also run the older `adaptive` policy")
     p.add_argument("--json", action="store_true", help="print only the final JSON line")
     p.add_argument("--out", default=None, type=out_folder, help="folder for frontier.csv, frontier.json and frontier.html")
