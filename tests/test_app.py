@@ -343,7 +343,7 @@ def test_browser_bad_values_get_one_sentence_and_nothing_covered(app_url):
 
         _type_batch(page, app_url + "?tab=playground", "999")
         said = _toast(page, "must be from")
-        assert re.search(r"Batch size \(rows\) must be from 1 to \d+, not 999\.", said), said
+        assert re.search(r"'Batch size \(rows\)' must be from 1 to \d+, not 999\.", said), said
         _close_toasts(page)
         page.locator("#prompt textarea").fill("")
         page.click("#run")

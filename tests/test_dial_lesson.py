@@ -7,6 +7,7 @@ import csv
 import shutil
 from types import SimpleNamespace
 
+import gradio as gr
 import pytest
 from test_app import browser_page, needs_chromium
 
@@ -357,3 +358,41 @@ def test_browser_slider_moves_the_sweep_in_english_and_persian(served, tmp_path)
         assert not page.locator("#dial-on-sweep input").is_checked()
         page.screenshot(path=str(tmp_path / "bad.png"))
         shutil.copy(tmp_path / "bad.png", "/tmp/specviz-dial-bad-link.png")
+
+
+def test_a_running_chapter_speaks_the_language_switched_to(monkeypatch):
+    """A reader switches language while a chapter runs: the switch redraws its running line at once, and
+    its next progress line and chart come in the new language (they stayed in the old one)."""
+    import threading
+
+    from specviz.serve.gate import DeviceGate
+
+    step = threading.Event()
+
+    def experiment():
+        yield {"done": False, "progress": 0.25}
+        step.wait(10)
+        yield {"done": False, "progress": 0.5}
+
+    fake = SimpleNamespace(figure=lambda result, labels, dark: labels["_lang"], has_experiment=True)
+    monkeypatch.setitem(lesson.BY_KEY, "race", fake)
+    now = {"lang": "en"}
+    app = SimpleNamespace(peaks=None, gate=DeviceGate(), runner=SimpleNamespace(zero_gpu=False),
+                          choice=lambda label, lang: SimpleNamespace(label=label), load=lambda choice, lang: None,
+                          tr=SimpleNamespace(lang_of=lambda session: now["lang"]))
+    taught = lesson.Lesson(app)
+    taught.shown = [("race", None, None)]
+    monkeypatch.setattr(taught, "_experiment", lambda *a: experiment)
+    monkeypatch.setattr(lesson, "check_dial", lambda *a: None)
+    run = taught._run("race", "pair", "en", session="s1")
+    running_en = lessons.text("en", "chapter.race.running")
+    assert next(run)[0] == running_en
+    assert next(run)[:2] == (f"{running_en} (25%)", "en")
+    now["lang"] = "fa"
+    running_fa = lessons.text("fa", "chapter.race.running")
+    assert taught.redraw("fa", "s1")[0][0] == f"{running_fa} (25%)"
+    assert taught.redraw("fa", "other") == [(gr.skip(), gr.skip())]      # another session's page is left alone
+    step.set()
+    assert next(run)[:2] == (f"{running_fa} (50%)", "fa")
+    run.close()
+    assert taught._live == {}                    # a chapter that ended is no longer redrawn as running

@@ -116,8 +116,8 @@ def test_a_number_outside_its_bounds_is_refused_by_its_bounds_in_the_readers_lan
     bandwidth = gr.Number(3.35, minimum=0.001, label="Custom GPU bandwidth (TB/s)")
     fn = SimpleNamespace(inputs=[batch, bandwidth], fn=lambda v, bw: None)
     said = input_sentence(fn, 0, 999, ValueError(), name="Batch size (rows)")
-    assert said == "Batch size (rows) must be from 1 to 16, not 999."
-    assert input_sentence(fn, 1, -5, ValueError(), name="bw") == "bw must be at least 0.001, not -5."
+    assert said == "'Batch size (rows)' must be from 1 to 16, not 999."
+    assert input_sentence(fn, 1, -5, ValueError(), name="bw") == "'bw' must be at least 0.001, not -5."
     persian = lessons.say("fa", input_sentence(fn, 0, 0, ValueError(), name=lessons.Key("app.label_batch_size")))
     assert "باید از" in persian and lessons.text("fa", "app.label_batch_size") in persian
     # inside its bounds, or not a number at all: the kind it must be

@@ -1,6 +1,7 @@
 """The playground's verdict is fair (issue 27): no verdict from a Run measured during the app's own
 warm-up (a Run arriving then waits for it, saying so), the plain baseline streams to the page as the
 Run did, and "faster"/"slower" only outside the noise band ("about the same" inside it)."""
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -150,3 +151,36 @@ def test_a_second_press_of_the_same_run_measures_the_band(local_app, monkeypatch
     second = _outs(local_app)[-1]["result"]
     assert first["noise_band_samples"] == 0 and first["noise_band"] == counters.NOISE_BAND
     assert second["noise_band_samples"] == 2 and second["noise_band"] >= counters.NOISE_BAND
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_a_run_paused_by_a_timed_experiment_says_why_and_goes_on(local_app, monkeypatch, lang):
+    """A lesson chapter (any timed experiment) holds the device: the Run's status says why its tokens
+    stopped, in the reader's language, and the Run finishes once the experiment lets go."""
+    import threading
+    import time
+
+    from specviz import lessons
+
+    _states(local_app, monkeypatch, ["ready"])
+    monkeypatch.setattr(local_app.page, "lang", lambda session: lang)
+    holding, release = threading.Event(), threading.Event()
+
+    def experiment():
+        with local_app.gate.exclusive():
+            holding.set()
+            release.wait(30)
+    th = threading.Thread(target=experiment)
+    th.start()
+    holding.wait(5)
+    threading.Timer(2.0, release.set).start()
+    outs = _outs(local_app)
+    th.join(5)
+    for other in threading.enumerate():      # the app's pass-curve measurement waited behind ours: let it end
+        if other.name == "specviz-pass-curve":
+            other.join(60)
+    said = lessons.text(lang, "playground.status_device_wait").split("{")[0].strip()
+    paused = [o["status"] for o in outs if isinstance(o["status"], str) and said in o["status"]]
+    assert paused, [o["status"] for o in outs]
+    assert re.search("\\*\\*\u2066?[1-9]\\d*\u2069?\\*\\*", paused[0])   # ours, and the app's own pass-curve measurement if queued
+    assert outs[-1]["result"]["done"] and not outs[-1]["result"]["stopped"]

@@ -298,11 +298,85 @@ def test_device_gate_is_exclusive_and_ordered():
     time.sleep(0.1)
     assert order == []                 # steps wait while an exclusive user holds or waits
     a.release()
-    assert b.acquire(1.0)
+    assert b.acquire(5.0)              # the step's turn came first; b once the class went quiet
     order.append("b")
     b.release()
     th.join(2)
-    assert order == ["b", "step"]
+    assert order == ["step", "b"]
+
+
+def _steps_forever(gate, stop, steps):
+    while not stop.is_set():
+        with gate.step():
+            steps.append(time.monotonic())
+            time.sleep(0.01)
+
+
+def test_the_class_gets_a_turn_between_experiments_back_to_back():
+    """Two students pressing timed experiments back to back no longer pause a Run for good: after each
+    experiment the waiting steps run (their turn) before the next experiment takes the device, and no
+    step ever runs while one holds it."""
+    gate, stop, steps, held = DeviceGate(turn_s=0.2), threading.Event(), [], []
+
+    def student():
+        while not stop.is_set():
+            with gate.exclusive():
+                t0 = time.monotonic()
+                time.sleep(0.05)
+                held.append((t0, time.monotonic()))
+    threads = [threading.Thread(target=student) for _ in range(2)] + \
+        [threading.Thread(target=_steps_forever, args=(gate, stop, steps))]
+    for th in threads:
+        th.start()
+    deadline = time.monotonic() + 20
+    while (len(held) < 6 or len(steps) < 6) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    for th in threads:
+        th.join(5)
+    assert len(held) >= 6 and len(steps) >= 6, (len(held), len(steps))
+    assert not any(a <= t <= b for a, b in held for t in steps)        # nothing ran beside a measurement
+    between = [any(a2 <= t <= b1 for t in steps) for (_, a2), (b1, _) in zip(held, held[1:])]
+    assert sum(between) >= len(between) // 2, between    # steps ran between most pairs of experiments
+
+
+def test_the_class_turn_ends_when_it_goes_quiet_or_runs_out():
+    """The turn costs a measurement little: it ends once no step waits (the class had nothing left), and
+    at `turn_s` however busy the class stays."""
+    gate = DeviceGate(turn_s=30.0, quiet_s=0.05)
+    a, b = gate.enqueue(), gate.enqueue()
+    assert a.acquire(1.0)
+    one_step = threading.Thread(target=_one_step, args=(gate,))
+    one_step.start()
+    time.sleep(0.05)
+    a.release()
+    one_step.join(5)
+    t0 = time.monotonic()
+    assert b.acquire(5.0) and time.monotonic() - t0 < 5          # quiet: no 30 s turn
+    b.release()
+
+    busy = DeviceGate(turn_s=0.3)
+    stop, steps = threading.Event(), []
+    c, d = busy.enqueue(), busy.enqueue()
+    assert c.acquire(1.0)
+    th = threading.Thread(target=_steps_forever, args=(busy, stop, steps))
+    th.start()
+    time.sleep(0.05)
+    c.release()
+    try:
+        assert d.acquire(10.0)                                     # the turn ran out although steps kept coming
+        n = len(steps)
+        time.sleep(0.1)
+        assert n > 0 and len(steps) == n                            # steps ran in the turn, none while d holds
+    finally:
+        d.release()
+        stop.set()
+        th.join(5)
+
+
+def _one_step(gate):
+    with gate.step():
+        pass
 
 
 def test_timed_experiment_waits_with_a_position_and_pauses_the_batch(make_pair, prompts):
@@ -417,4 +491,24 @@ def test_an_idle_batch_gives_its_kv_caches_back(make_pair, prompts, reference, m
     assert all(ref() is None for ref in held["refs"]), "the run's KV buffers are still alive"
     _, [(_, again)] = run_concurrently(sched, [Request([prompts[1]], Knobs(depth=2, batch_size=1), MAX_NEW)])
     assert not again.error and again.outputs[0] == reference(1, MAX_NEW)
+    sched.close()
+
+
+def test_a_paused_request_is_told_why(make_pair, prompts):
+    """While a timed experiment holds the device, a request's consumer hears why no tokens come (the
+    number of experiments holding or waiting), once; its tokens follow when the experiment ends."""
+    gate = DeviceGate()
+    sched = make_scheduler(make_pair("draft"), gate=gate)
+    with gate.exclusive():
+        ticket = sched.submit(Request([prompts[0]], Knobs(depth=2, batch_size=1), 6))
+        it = ticket.updates()
+        first = next(it)
+        while first.position is not None:
+            first = next(it)
+        assert first.device_wait == 1 and not first.events
+        info = sched.info()
+        assert (info.rows, info.users, info.waiting) == (1, 1, 0)     # "Batch now" counts it while it waits
+    rest = list(it)
+    assert rest[-1].final and rest[-1].outputs and not rest[-1].error
+    assert all(u.device_wait == 0 for u in rest)
     sched.close()

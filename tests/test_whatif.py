@@ -472,7 +472,7 @@ def test_browser_whatif_refused_bandwidth_names_itself_and_the_tab_recovers(what
         box = page.locator("#whatif-bandwidth input")
         box.fill("-5")
         box.press("Enter")
-        bound = "Custom GPU bandwidth (TB/s) must be at least 0.001, not -5."
+        bound = "'Custom GPU bandwidth (TB/s)' must be at least 0.001, not -5."
         page.wait_for_function("t => [...document.querySelectorAll('[data-testid=toast-body]')]"
                                ".some(e => e.innerText.includes(t))", arg=bound, timeout=20000)
         # leaving a number box commits it again (its blur): leave it before closing the toasts

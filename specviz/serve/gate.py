@@ -1,15 +1,19 @@
 """Honest timing: who may use the device now.
 
 `DeviceGate` is one per device. The scheduler holds it for one step at a time, and an experiment that
-times the hardware (the knee, a sweep) takes it exclusively, queued first come, first served, so its
-figures are never measured while anything else runs.
+times the hardware (the knee, a lesson chapter) takes it exclusively, queued first come, first served,
+so its figures are never measured while anything else runs. Between two experiments the class gets a
+turn: experiments back to back would otherwise pause every Run for as long as students keep pressing.
 """
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import contextmanager
 
 POLL_S = 0.5          # how often a waiting consumer wakes to show it is still there
+TURN_S = 5.0          # after an experiment, waiting steps may run this long before the next one starts...
+QUIET_S = 0.25        # ...or until no step has waited or run for this long (the class had nothing left)
 
 
 class GateTicket:
@@ -31,24 +35,32 @@ class GateTicket:
 
 class DeviceGate:
     """One per device. Scheduler steps take it briefly (`step()`); exclusive users queue for it and,
-    once they hold it, nothing else runs on the device until they release it. Steps wait while any
-    exclusive user is queued, so a measurement is never starved by a busy class."""
+    once they hold it, nothing else runs on the device until they release it. Steps wait while an
+    exclusive user is queued, so a measurement waits at most one step for a busy class; when one
+    releases while steps wait, the steps get a turn (up to `turn_s`) before the next one starts."""
 
-    def __init__(self):
+    def __init__(self, turn_s: float = TURN_S, quiet_s: float = QUIET_S):
         self._cond = threading.Condition()
         self._busy = False
         self._queue: list[GateTicket] = []
+        self._turn_s, self._quiet_s = turn_s, quiet_s
+        self._stepping = 0              # steps waiting for the gate or holding it
+        self._turn_until = 0.0          # monotonic time the class's turn ends
+        self._last_step = 0.0           # when the last step let go
 
     @contextmanager
     def step(self):
         with self._cond:
-            self._cond.wait_for(lambda: not self._busy and not self._queue)
+            self._stepping += 1
+            self._cond.wait_for(lambda: not self._busy and (not self._queue or self._class_turn()))
             self._busy = True
         try:
             yield
         finally:
             with self._cond:
                 self._busy = False
+                self._stepping -= 1
+                self._last_step = time.monotonic()
                 self._cond.notify_all()
 
     def enqueue(self) -> GateTicket:
@@ -72,24 +84,42 @@ class DeviceGate:
         with self._cond:
             return sum(1 for t in self._queue if not t.held)
 
+    def timed(self) -> int:
+        """Timed experiments holding the device or queued for it (steps wait while there are any,
+        but for the class's turn)."""
+        with self._cond:
+            return len(self._queue)
+
+    def _class_turn(self) -> bool:
+        """Steps may run although an experiment is queued: the class's turn after the last one."""
+        now = time.monotonic()
+        return now < self._turn_until and (self._stepping > 0 or now - self._last_step < self._quiet_s)
+
     def _position(self, t: GateTicket) -> int:
-        """1 = next to run once the current holder is done; 0 = holding (or not queued)."""
+        """1 = next to run once the current holder (or the class's turn) is done; 0 = holding (or not queued)."""
         with self._cond:
             if t not in self._queue or t.held:
                 return 0
             return sum(1 for other in self._queue[: self._queue.index(t)] if not other.held) + 1
 
     def _acquire(self, t: GateTicket, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
         with self._cond:
-            ok = self._cond.wait_for(lambda: not self._busy and self._queue and self._queue[0] is t, timeout)
-            if ok:
-                self._busy, t.held = True, True
-            return bool(ok)
+            while not (not self._busy and self._queue and self._queue[0] is t and not self._class_turn()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                # the turn ends by the clock too, with no one to notify: wake for it
+                self._cond.wait(min(left, self._quiet_s))
+            self._busy, t.held = True, True
+            return True
 
     def _release(self, t: GateTicket) -> None:
         with self._cond:
             if t.held:
                 self._busy, t.held = False, False
+                if self._stepping:
+                    self._turn_until = time.monotonic() + self._turn_s
             if t in self._queue:
                 self._queue.remove(t)
             self._cond.notify_all()

@@ -81,6 +81,7 @@ class Packet:
     outputs: dict | None = None                           # row id → generated ids (final packet)
     worker_pid: int = 0
     position: int | None = None                           # waiting for room in the shared batch
+    device_wait: int = 0                                  # paused: timed experiments hold the device or wait
     error: str | None = None                              # the run ended early, for this reason
     # a synthetic Run: the dial's A at each of `events`, its reference's seconds (None while it is decoded,
     # or for a Run that needs none) and the drafter's counters (rows that left their reference, rows with none)
@@ -235,7 +236,8 @@ class LocalRunner:
         control.ticket = ticket
         for upd in ticket.updates():
             yield Packet(upd.events, upd.totals or RunTotals(), final=upd.final, stopped=upd.stopped,
-                         outputs=upd.outputs, worker_pid=os.getpid(), position=upd.position, error=upd.error)
+                         outputs=upd.outputs, worker_pid=os.getpid(), position=upd.position, error=upd.error,
+                         device_wait=upd.device_wait)
 
     def _own_engine(self, req: RunRequest, choice, control: LocalControl) -> Iterator[Packet]:
         """A synthetic Run: its reference first, then its steps, on an engine of its own in a thread of

@@ -65,12 +65,13 @@ class Update:
     stopped: bool = False
     outputs: dict | None = None        # row id → generated ids (final update)
     error: str | None = None           # the request ended early, for this reason (a sentence)
+    device_wait: int = 0               # no step came: timed experiments hold the device or wait for it
 
 
 @dataclass(frozen=True)
 class BatchInfo:
-    rows: int          # rows in the shared batch now
-    users: int         # requests with rows in it
+    rows: int          # rows in the shared batch now, or joining it at the next step
+    users: int         # requests with such rows
     waiting: int       # requests queued for room
 
 
@@ -83,6 +84,7 @@ class Ticket:
         self.last_pull = time.monotonic()
         self.closed = False
         self.position = 0                 # last queue position sent (0: not waiting)
+        self._device_wait = 0             # timed experiments last said to hold up this request
 
     def put(self, upd: Update) -> None:
         self._q.put(upd)
@@ -97,7 +99,12 @@ class Ticket:
                 if not self.scheduler.alive() and self._q.empty():
                     yield Update(final=True, error=unexpected(Key("errors.kind_scheduler_stopped")))
                     return
+                timed = self.scheduler.gate.timed()
+                if timed and timed != self._device_wait:      # say why nothing comes (once a change)
+                    self._device_wait = timed
+                    yield Update(device_wait=timed)
                 continue
+            self._device_wait = 0
             upd = self._merge(upd, flush_s)
             yield upd
             if upd.final:
@@ -380,8 +387,9 @@ class Scheduler:
         _free_cached_memory()
 
     def _publish_info(self) -> None:
-        eng = self.engine
-        info = BatchInfo(len(eng.rows), len({r.owner.id for r in eng.rows}), len(self._pending))
+        # admitted requests count before their first step gives them rows (it may wait for the device)
+        joined = [r for r in self.engine.requests if r.rows or r.wanted()]
+        info = BatchInfo(sum(len(r.rows) + r.wanted() for r in joined), len(joined), len(self._pending))
         with self._cond:
             self._info = info
 

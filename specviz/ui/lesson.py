@@ -19,6 +19,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
+from typing import Callable
 
 import gradio as gr
 
@@ -170,6 +171,8 @@ class Lesson:
         # flattens to English), for the language switch; the oldest go first
         self._results: OrderedDict[tuple[str, str], dict] = OrderedDict()
         self._results_lock = threading.Lock()
+        # each session's chapters still running: their line now, in any language (for the switch)
+        self._live: dict[tuple[str, str], Callable[[str], str]] = {}
         self._took: dict[tuple, float] = {}     # (chapter, pair, dial) → seconds its last run here took
         self._took_lock = threading.Lock()              # handlers of several students write it
 
@@ -188,13 +191,19 @@ class Lesson:
         """The language switch redraws the conclusion and chart of each chapter this session finished, from
         its measurements, so a reader who switches sees no sentence left in the other language."""
         def redraw(chosen, request: gr.Request):
-            lang, session = pick_lang(None, chosen), _session_of(request)
-            with self._results_lock:
-                results = [self._results.get((session, ch)) for ch, _, _ in self.shown]
-            said = [(gr.skip(), gr.skip()) if r is None else redrawn(lang, r) for r in results]
+            said = self.redraw(pick_lang(None, chosen), _session_of(request))
             return [n for n, _ in said] + [f for _, f in said]
         lang_radio.change(redraw, [lang_radio], [n for _, n, _ in self.shown] + [p for _, _, p in self.shown],
                           api_name=False, queue=False, show_progress="hidden")
+
+    def redraw(self, lang: str, session: str) -> list[tuple]:
+        """(conclusion, chart) of each shown chapter in `lang`: a finished one from its result, a running
+        one's line as it stands (its chart then waits for its next update), gr.skip() for the others."""
+        with self._results_lock:
+            results = [self._results.get((session, ch)) for ch, _, _ in self.shown]
+            live = [self._live.get((session, ch)) for ch, _, _ in self.shown]
+        return [redrawn(lang, r) if r is not None else (gr.skip(), gr.skip()) if line is None
+                else (line(lang), gr.skip()) for r, line in zip(results, live)]
 
     def _keep(self, session: str, chapter: str, result: dict | None) -> None:
         """Remember (or, as a run starts, forget) the session's finished result of a chapter."""
@@ -207,6 +216,19 @@ class Lesson:
 
     def _run(self, chapter: str, pair_label, lang: str, acceptance: float | None = None,
              session: str = "default"):
+        try:
+            yield from self._stream(chapter, pair_label, lang, acceptance, session)
+        finally:
+            with self._results_lock:
+                self._live.pop((session, chapter), None)
+
+    def _say(self, session: str, chapter: str, line: Callable[[str], str]) -> str:
+        """The chapter's line now, in the session's language now (it may switch while the chapter runs)."""
+        with self._results_lock:
+            self._live[(session, chapter)] = line
+        return line(self.lang(session))
+
+    def _stream(self, chapter: str, pair_label, lang: str, acceptance: float | None, session: str):
         app = self.app
         choice = app.choice(pair_label, lang)
         if app.runner.zero_gpu:
@@ -214,11 +236,9 @@ class Lesson:
         pair = app.load(choice, lang)
         make = self._experiment(chapter, pair, lang, acceptance)
         figure = BY_KEY[chapter].figure
-        labels = chart_labels(lang, chapter)
         kind = (chapter, choice.label, acceptance is not None)     # the dial's runs decode references too
-        running = self._running(kind, lang)
-        self._keep(session, chapter, None)       # a switch while it runs leaves its "running" line alone
-        yield running, gr.skip(), gr.skip(), gr.skip()
+        self._keep(session, chapter, None)       # a switch while it runs redraws its running line only
+        yield self._say(session, chapter, lambda lg: self._running(kind, lg)), gr.skip(), gr.skip(), gr.skip()
         result = None
         started: list[float] = []
 
@@ -229,13 +249,15 @@ class Lesson:
         with contextlib.closing(runner.exclusively(app.gate, timed)) as updates:
             for upd in updates:
                 if isinstance(upd, runner.Waiting):
-                    yield t(lang, "app.queue_position", pos=upd.position), gr.skip(), gr.skip(), gr.skip()
+                    line = self._say(session, chapter, lambda lg, pos=upd.position: t(lg, "app.queue_position", pos=pos))
+                    yield line, gr.skip(), gr.skip(), gr.skip()
                     continue
                 result = upd
                 check_dial(result, acceptance, lang)
                 if not result["done"]:
-                    partial = figure(result, labels, dark=False)
-                    yield f"{running} ({result['progress']:.0%})", partial, gr.skip(), gr.skip()
+                    line = self._say(session, chapter,
+                                     lambda lg, p=result["progress"]: f"{self._running(kind, lg)} ({p:.0%})")
+                    yield line, figure(result, chart_labels(self.lang(session), chapter), dark=False), gr.skip(), gr.skip()
         if result is None:
             raise error(lang, "errors.experiment_no_result")
         with self._took_lock:

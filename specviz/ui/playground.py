@@ -25,6 +25,7 @@ from specviz.pairs.pipeline import encode_prompt
 from specviz.serve import runner
 from specviz.serve.catalog import DIAL, is_dial, with_acceptance
 from specviz.serve.door import check_acceptance, check_run
+from specviz.serve.gate import TURN_S
 from specviz.serve.live import LiveRun
 from specviz.serve.prompts import ROW_POOL
 from specviz.ui import counters, dialview
@@ -168,6 +169,10 @@ class Playground:
                         key = "playground.status_queue" if live.acceptance is None else "playground.status_queue_own"
                         yield pack(status=t(lang, key, pos=packet.position, limit=runner.OWN_ENGINES))
                         continue
+                    if packet.device_wait:
+                        yield pack(status=device_wait_line(lang, packet.device_wait))
+                        first = True            # the running line comes back with the next tokens
+                        continue
                     streamer.note = self._dial_note(lang, live, packet)
                     if packet.referencing:          # a synthetic Run's reference: decoded first, not timed
                         yield pack(status=streamer.note)
@@ -219,6 +224,9 @@ class Playground:
             with as_sentences():
                 for packet in self.app.runner.packets(plain_req, choice, control):
                     if packet.position:
+                        continue
+                    if packet.device_wait:
+                        yield pack(status=device_wait_line(lang, packet.device_wait))
                         continue
                     self._fold(packet, live, streamer, keep_peaks=False)
                     now = time.perf_counter()
@@ -380,3 +388,8 @@ def _dial_result(packet, live: LiveRun, dial: float | None) -> dict:
         return {"synthetic": None}
     return {"synthetic": live.acceptance if live.acceptance is not None else dial, "own_engine": True,
             "reference_s": packet.reference_s, "realigned": packet.realigned, "unreferenced": packet.unreferenced}
+
+
+def device_wait_line(lang: str, timed: int) -> str:
+    """Why a Run's tokens stopped coming: timed experiments have the device (serve/gate.py)."""
+    return t(lang, "playground.status_device_wait", n=timed, turn=TURN_S)
