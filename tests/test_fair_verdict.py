@@ -179,7 +179,7 @@ def test_a_run_paused_by_a_timed_experiment_says_why_and_goes_on(local_app, monk
     for other in threading.enumerate():      # the app's pass-curve measurement waited behind ours: let it end
         if other.name == "specviz-pass-curve":
             other.join(60)
-    said = lessons.text(lang, "playground.status_device_wait").split("{")[0].strip()
+    said = lessons.text(lang, "playground.status_device_wait").split("(")[0].strip()
     paused = [o["status"] for o in outs if isinstance(o["status"], str) and said in o["status"]]
     assert paused, [o["status"] for o in outs]
     assert re.search("\\*\\*\u2066?[1-9]\\d*\u2069?\\*\\*", paused[0])   # ours, and the app's own pass-curve measurement if queued
