@@ -360,12 +360,27 @@ def test_browser_slider_moves_the_sweep_in_english_and_persian(served, tmp_path)
         shutil.copy(tmp_path / "bad.png", "/tmp/specviz-dial-bad-link.png")
 
 
+def _taught(monkeypatch, experiment, now):
+    """A Lesson with one fake chapter ("race") whose experiment is `experiment`; `now["lang"]` is every
+    session's language."""
+    from specviz.serve.gate import DeviceGate
+
+    fake = SimpleNamespace(figure=lambda result, labels, dark: labels["_lang"], has_experiment=True)
+    monkeypatch.setitem(lesson.BY_KEY, "race", fake)
+    app = SimpleNamespace(peaks=None, gate=DeviceGate(), runner=SimpleNamespace(zero_gpu=False),
+                          choice=lambda label, lang: SimpleNamespace(label=label), load=lambda choice, lang: None,
+                          tr=SimpleNamespace(lang_of=lambda session: now["lang"]))
+    taught = lesson.Lesson(app)
+    taught.shown = [("race", None, None)]
+    monkeypatch.setattr(taught, "_experiment", lambda *a: experiment)
+    monkeypatch.setattr(lesson, "check_dial", lambda *a: None)
+    return taught
+
+
 def test_a_running_chapter_speaks_the_language_switched_to(monkeypatch):
     """A reader switches language while a chapter runs: the switch redraws its running line at once, and
     its next progress line and chart come in the new language (they stayed in the old one)."""
     import threading
-
-    from specviz.serve.gate import DeviceGate
 
     step = threading.Event()
 
@@ -374,25 +389,41 @@ def test_a_running_chapter_speaks_the_language_switched_to(monkeypatch):
         step.wait(10)
         yield {"done": False, "progress": 0.5}
 
-    fake = SimpleNamespace(figure=lambda result, labels, dark: labels["_lang"], has_experiment=True)
-    monkeypatch.setitem(lesson.BY_KEY, "race", fake)
     now = {"lang": "en"}
-    app = SimpleNamespace(peaks=None, gate=DeviceGate(), runner=SimpleNamespace(zero_gpu=False),
-                          choice=lambda label, lang: SimpleNamespace(label=label), load=lambda choice, lang: None,
-                          tr=SimpleNamespace(lang_of=lambda session: now["lang"]))
-    taught = lesson.Lesson(app)
-    taught.shown = [("race", None, None)]
-    monkeypatch.setattr(taught, "_experiment", lambda *a: experiment)
-    monkeypatch.setattr(lesson, "check_dial", lambda *a: None)
+    taught = _taught(monkeypatch, experiment, now)
     run = taught._run("race", "pair", "en", session="s1")
-    running_en = lessons.text("en", "chapter.race.running")
-    assert next(run)[0] == running_en
-    assert next(run)[:2] == (f"{running_en} (25%)", "en")
-    now["lang"] = "fa"
-    running_fa = lessons.text("fa", "chapter.race.running")
-    assert taught.redraw("fa", "s1")[0][0] == f"{running_fa} (25%)"
-    assert taught.redraw("fa", "other") == [(gr.skip(), gr.skip())]      # another session's page is left alone
-    step.set()
-    assert next(run)[:2] == (f"{running_fa} (50%)", "fa")
-    run.close()
+    try:
+        running_en = lessons.text("en", "chapter.race.running")
+        assert next(run)[0] == running_en
+        assert next(run)[:2] == (f"{running_en} (25%)", "en")
+        now["lang"] = "fa"
+        running_fa = lessons.text("fa", "chapter.race.running")
+        assert taught.redraw("fa", "s1")[0][0] == f"{running_fa} (25%)"
+        assert taught.redraw("fa", "other") == [(gr.skip(), gr.skip())]      # another session's page is left alone
+        step.set()
+        assert next(run)[:2] == (f"{running_fa} (50%)", "fa")
+    finally:
+        step.set()
+        run.close()
+    assert taught._live == {}                    # a chapter that ended is no longer redrawn as running
+
+
+def test_a_chapter_that_ends_leaves_another_runs_line(monkeypatch):
+    """API calls share one session: two runs of a chapter at once, the first ends, and the second, still
+    waiting for the device, is still redrawn as waiting (the first's end removed its line)."""
+    def experiment():
+        yield {"done": False, "progress": 0.25}
+
+    taught = _taught(monkeypatch, experiment, {"lang": "en"})
+    first, second = taught._run("race", "pair", "en"), taught._run("race", "pair", "en")
+    try:
+        next(first), next(first)                 # the first holds the device
+        next(second)
+        waiting = next(second)[0]                # the second waits for it
+        assert waiting == lessons.text("en", "app.queue_position", pos=1)
+        first.close()
+        assert taught.redraw("en", "default")[0][0] == waiting
+    finally:
+        first.close()
+        second.close()
     assert taught._live == {}                    # a chapter that ended is no longer redrawn as running

@@ -35,7 +35,7 @@ def runs(make_pair, prompts, one_model_thread):
         "race_ngram": collect(race.run_race(ngram, prompts[1], depth=3, max_new=12)),
         "knee": collect(knee.run_knee(skip, PEAKS, context=16, repeats=1, cap=8)),
         "breadth_depth": collect(breadth_depth.run_breadth_depth(skip, context=16, ns=(1, 2, 4, 8), repeats=1)),
-        "ledger": collect(ledger.run_ledger(skip, prompts[1], depth=3, max_new=16)),
+        "ledger": collect(ledger.run_ledger(skip, prompts[1], depth=3, max_new=12)),     # the race's settings
         "sweep": collect(sweep.run_sweep(ngram, prompts[0], batches=(1, 2, 3), depths=(1, 2), max_new=6)),
         "policies": collect(policies.run_policies(skip, prompts[:2], batches=(1, 3), depth=2, max_new=6)),
         "frontier": collect(frontier.run_frontier(ngram, prompts, **FRONTIER_SHORT)),
@@ -186,10 +186,10 @@ def test_ledger_adds_up_to_spent_flops(runs):
     assert last["conclusions"][:2] == ["conclusion_waste", "conclusion_theory"]
 
 
-def test_race_and_ledger_count_flops_alike(runs, make_pair, prompts, one_model_thread):
+def test_race_and_ledger_count_flops_alike(runs):
     """The race and the ledger report one FLOPs ratio for the same prompt, pair and depth (the lesson's
     race runs at depth 6, the ledger at 4: their ratios differ by depth only)."""
-    led = collect(ledger.run_ledger(make_pair("layerskip:1-2"), prompts[1], depth=3, max_new=12))[-1]
+    led = runs["ledger"][-1]
     assert runs["race"][-1]["values"]["flops_ratio"] == pytest.approx(led["values"]["flops_ratio"], rel=1e-9)
     assert led["values"]["flops_ratio"] > 1
 

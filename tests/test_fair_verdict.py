@@ -32,13 +32,17 @@ def test_baseline_text_per_verdict_and_during_warm_up(lang):
 
 @pytest.fixture
 def local_app(tiny_paths, monkeypatch):
+    return _app(tiny_paths["target"], tiny_paths["draft"], monkeypatch)
+
+
+def _app(target: str, draft: str, monkeypatch):
     monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
     from specviz.ui import playground
     from specviz.ui.server import SpecVizApp
 
     monkeypatch.setattr(playground, "MIN_UPDATE_S", 0.0)        # every step reaches the page
     monkeypatch.setattr(playground, "WARMUP_POLL_S", 0.0)
-    app = SpecVizApp(tiny_paths["target"], tiny_paths["draft"], preload=False, calibrate_peaks=False)
+    app = SpecVizApp(target, draft, preload=False, calibrate_peaks=False)
     app.page = playground.Playground(app)
     return app
 
@@ -153,15 +157,16 @@ def test_a_second_press_of_the_same_run_measures_the_band(local_app, monkeypatch
     assert second["noise_band_samples"] == 2 and second["noise_band"] >= counters.NOISE_BAND
 
 
-@pytest.mark.parametrize("lang", ["en", "fa"])
-def test_a_run_paused_by_a_timed_experiment_says_why_and_goes_on(local_app, monkeypatch, lang):
+@pytest.mark.parametrize("lang, draft", [("en", "draft"), ("fa", "draft"), ("en", "synthetic:0.7")])
+def test_a_run_paused_by_a_timed_experiment_says_why_and_goes_on(tiny_paths, monkeypatch, lang, draft):
     """A lesson chapter (any timed experiment) holds the device: the Run's status says why its tokens
-    stopped, in the reader's language, and the Run finishes once the experiment lets go."""
+    stopped, in the reader's language, and the Run finishes once the experiment lets go. A synthetic Run
+    (an engine of its own, not the shared batch) says so too."""
     import threading
-    import time
 
     from specviz import lessons
 
+    local_app = _app(tiny_paths["target"], tiny_paths.get(draft, draft), monkeypatch)
     _states(local_app, monkeypatch, ["ready"])
     monkeypatch.setattr(local_app.page, "lang", lambda session: lang)
     holding, release = threading.Event(), threading.Event()
@@ -173,9 +178,14 @@ def test_a_run_paused_by_a_timed_experiment_says_why_and_goes_on(local_app, monk
     th = threading.Thread(target=experiment)
     th.start()
     holding.wait(5)
-    threading.Timer(2.0, release.set).start()
-    outs = _outs(local_app)
-    th.join(5)
+    timer = threading.Timer(2.0, release.set)
+    timer.start()
+    try:
+        outs = _outs(local_app)
+    finally:
+        release.set()
+        timer.cancel()
+        th.join(5)
     for other in threading.enumerate():      # the app's pass-curve measurement waited behind ours: let it end
         if other.name == "specviz-pass-curve":
             other.join(60)
@@ -184,3 +194,48 @@ def test_a_run_paused_by_a_timed_experiment_says_why_and_goes_on(local_app, monk
     assert paused, [o["status"] for o in outs]
     assert re.search("\\*\\*\u2066?[1-9]\\d*\u2069?\\*\\*", paused[0])   # ours, and the app's own pass-curve measurement if queued
     assert outs[-1]["result"]["done"] and not outs[-1]["result"]["stopped"]
+
+
+@pytest.mark.parametrize("draft", ["draft", "synthetic:0.7"])
+def test_stop_during_a_pause_says_when_the_run_ends(tiny_paths, monkeypatch, draft):
+    """Stop pressed while a timed experiment holds the device: the status says at once that the Run ends
+    when the device comes back (it had kept saying "paused"), and the Run then ends stopped."""
+    import threading
+
+    from specviz import lessons
+    from specviz.ui.playground import OUTPUTS
+
+    app = _app(tiny_paths["target"], tiny_paths.get(draft, draft), monkeypatch)
+    _states(app, monkeypatch, ["ready"])
+    holding, release = threading.Event(), threading.Event()
+
+    def experiment():
+        with app.gate.exclusive():
+            holding.set()
+            release.wait(30)
+    th = threading.Thread(target=experiment)
+    th.start()
+    holding.wait(5)
+    paused = lessons.text("en", "playground.status_device_wait").split("(")[0].strip()
+    stopping = lessons.text("en", "playground.status_device_wait_stopping")
+    outs, said = [], []
+    timer = threading.Timer(10.0, release.set)       # unheard, the Stop would wait for the experiment's end
+    timer.start()
+    try:
+        for out in app.page.stream("the quick brown", app.choices[0].label, 1, 4, "fixed", 8, 0, 24, "s1"):
+            outs.append(dict(zip(OUTPUTS, out)))
+            status = outs[-1]["status"]
+            said.append(status)
+            if isinstance(status, str) and paused in status:
+                app.runs.stop("s1")
+            if status == stopping:
+                release.set()
+    finally:
+        timer.cancel()
+        release.set()
+        th.join(5)
+    for other in threading.enumerate():      # the app's pass-curve measurement waited behind ours: let it end
+        if other.name == "specviz-pass-curve":
+            other.join(60)
+    assert stopping in said, said
+    assert outs[-1]["result"]["done"] and outs[-1]["result"]["stopped"]

@@ -295,7 +295,7 @@ def test_device_gate_is_exclusive_and_ordered():
             order.append("step")
     th = threading.Thread(target=stepper)
     th.start()
-    time.sleep(0.1)
+    _until_stepping(gate)
     assert order == []                 # steps wait while an exclusive user holds or waits
     a.release()
     assert b.acquire(5.0)              # the step's turn came first; b once the class went quiet
@@ -303,6 +303,14 @@ def test_device_gate_is_exclusive_and_ordered():
     b.release()
     th.join(2)
     assert order == ["step", "b"]
+
+
+def _until_stepping(gate, deadline_s: float = 10.0):
+    """Until a step waits at the gate (a thread just started may not have reached it yet)."""
+    deadline = time.monotonic() + deadline_s
+    while gate._stepping == 0:
+        assert time.monotonic() < deadline, "no step reached the gate"
+        time.sleep(0.005)
 
 
 def _steps_forever(gate, stop, steps):
@@ -336,7 +344,7 @@ def test_the_class_gets_a_turn_between_experiments_back_to_back():
         th.join(5)
     assert len(held) >= 6 and len(steps) >= 6, (len(held), len(steps))
     assert not any(a <= t <= b for a, b in held for t in steps)        # nothing ran beside a measurement
-    between = [any(a2 <= t <= b1 for t in steps) for (_, a2), (b1, _) in zip(held, held[1:])]
+    between = [any(end <= t <= start for t in steps) for (_, end), (start, _) in zip(held, held[1:])]
     assert sum(between) >= len(between) // 2, between    # steps ran between most pairs of experiments
 
 
@@ -346,14 +354,15 @@ def test_the_class_turn_ends_when_it_goes_quiet_or_runs_out():
     gate = DeviceGate(turn_s=30.0, quiet_s=0.05)
     a, b = gate.enqueue(), gate.enqueue()
     assert a.acquire(1.0)
-    one_step = threading.Thread(target=_one_step, args=(gate,))
+    stepped = []
+    one_step = threading.Thread(target=_one_step, args=(gate, stepped))
     one_step.start()
-    time.sleep(0.05)
+    _until_stepping(gate)
     a.release()
-    one_step.join(5)
-    t0 = time.monotonic()
-    assert b.acquire(5.0) and time.monotonic() - t0 < 5          # quiet: no 30 s turn
+    assert b.acquire(5.0)                    # within 5 s of a 30 s turn: it ended once the class went quiet
+    assert stepped == [True]                 # the waiting step had its turn first
     b.release()
+    one_step.join(5)
 
     busy = DeviceGate(turn_s=0.3)
     stop, steps = threading.Event(), []
@@ -361,7 +370,7 @@ def test_the_class_turn_ends_when_it_goes_quiet_or_runs_out():
     assert c.acquire(1.0)
     th = threading.Thread(target=_steps_forever, args=(busy, stop, steps))
     th.start()
-    time.sleep(0.05)
+    _until_stepping(busy)
     c.release()
     try:
         assert d.acquire(10.0)                                     # the turn ran out although steps kept coming
@@ -374,9 +383,9 @@ def test_the_class_turn_ends_when_it_goes_quiet_or_runs_out():
         th.join(5)
 
 
-def _one_step(gate):
+def _one_step(gate, stepped):
     with gate.step():
-        pass
+        stepped.append(True)
 
 
 def test_timed_experiment_waits_with_a_position_and_pauses_the_batch(make_pair, prompts):
@@ -491,6 +500,57 @@ def test_an_idle_batch_gives_its_kv_caches_back(make_pair, prompts, reference, m
     assert all(ref() is None for ref in held["refs"]), "the run's KV buffers are still alive"
     _, [(_, again)] = run_concurrently(sched, [Request([prompts[1]], Knobs(depth=2, batch_size=1), MAX_NEW)])
     assert not again.error and again.outputs[0] == reference(1, MAX_NEW)
+    sched.close()
+
+
+def test_a_request_waiting_for_room_keeps_its_queue_line_during_a_pause(make_pair, prompts):
+    """While a timed experiment holds the device, the running request hears why; one waiting for room in
+    the batch keeps its place in the queue on the page (no pause line replaces it)."""
+    gate = DeviceGate()
+    sched = make_scheduler(make_pair("draft"), Limits(max_rows_per_user=1, max_shared_rows=1, max_queue=2), gate=gate)
+    held = gate.enqueue()
+    timer = threading.Timer(2.0, held.release)
+    try:
+        long = sched.submit(Request([prompts[0]], Knobs(depth=2, batch_size=1), 512))
+        running = long.updates()
+        waiting = sched.submit(Request([prompts[1]], Knobs(depth=2, batch_size=1), 6)).updates()
+        assert next(waiting).position == 1
+        assert held.acquire(10.0)                # after the running request's current step
+        while not next(running).device_wait:
+            pass
+        timer.start()
+        long.cancel()                            # (it was long only to be running at the pause)
+        after = next(waiting)                    # the next thing it hears comes once the experiment ends
+        assert after.device_wait == 0, after
+        rest = list(running)
+        assert rest and rest[-1].final and rest[-1].stopped, rest
+        assert ([after] + list(waiting))[-1].final
+    finally:
+        timer.cancel()
+        held.release()
+        sched.close()
+
+
+def test_a_stop_during_a_pause_is_heard_and_ends_the_request_once_the_device_is_back(make_pair, prompts):
+    """Stop pressed while a timed experiment holds the device: the consumer hears it at once (a new
+    pause update, so the page can say the Run ends once the device comes back), then the stopped end."""
+    gate = DeviceGate()
+    sched = make_scheduler(make_pair("draft"), gate=gate)
+    held = gate.enqueue()
+    assert held.acquire(5.0)
+    timer = threading.Timer(5.0, held.release)      # unheard, the next update would wait for the device
+    try:
+        ticket = sched.submit(Request([prompts[0]], Knobs(depth=2, batch_size=1), 64))
+        it = ticket.updates()
+        assert next(it).device_wait == 1
+        ticket.cancel()
+        timer.start()
+        assert next(it).device_wait == 1           # said again, at once: the request is stopping
+    finally:
+        timer.cancel()
+        held.release()
+    rest = list(it)
+    assert rest[-1].final and rest[-1].stopped and not rest[-1].error
     sched.close()
 
 

@@ -41,12 +41,13 @@ def own_thread(fn, *args, **kwargs):
 _DONE = object()
 
 
-def own_thread_iter(make, join_s: float = 120.0):
+def own_thread_iter(make, join_s: float = 120.0, idle_s: float | None = None):
     """Iterate the generator `make()` in a thread of its own and yield what it yields, here. A web
     server's handler threads are long-lived and many (one per request, reused), and each that ran a
     timed experiment would keep a pool of OpenMP workers beside the shared scheduler's. If the consumer
     stops early (a closed tab), the generator is closed at its next yield and its thread is waited for,
-    so the caller's `finally` (giving the device back) runs only once the work has stopped."""
+    so the caller's `finally` (giving the device back) runs only once the work has stopped. With
+    `idle_s`, None is yielded whenever the generator has yielded nothing for that long."""
     items: queue.Queue = queue.Queue()
     stop = threading.Event()
 
@@ -66,7 +67,11 @@ def own_thread_iter(make, join_s: float = 120.0):
     t.start()
     try:
         while True:
-            kind, value = items.get()
+            try:
+                kind, value = items.get(timeout=idle_s)
+            except queue.Empty:
+                yield None
+                continue
             if kind == "item":
                 yield value
             elif kind == "error":

@@ -36,14 +36,15 @@ class GateTicket:
 class DeviceGate:
     """One per device. Scheduler steps take it briefly (`step()`); exclusive users queue for it and,
     once they hold it, nothing else runs on the device until they release it. Steps wait while an
-    exclusive user is queued, so a measurement waits at most one step for a busy class; when one
-    releases while steps wait, the steps get a turn (up to `turn_s`) before the next one starts."""
+    exclusive user is queued; when one releases while steps wait, the steps get a turn (up to `turn_s`)
+    before the next one starts. So a measurement waits for one step of a busy class, or for the rest of
+    the class's turn after the measurement before it."""
 
     def __init__(self, turn_s: float = TURN_S, quiet_s: float = QUIET_S):
         self._cond = threading.Condition()
         self._busy = False
         self._queue: list[GateTicket] = []
-        self._turn_s, self._quiet_s = turn_s, quiet_s
+        self.turn_s, self._quiet_s = turn_s, quiet_s
         self._stepping = 0              # steps waiting for the gate or holding it
         self._turn_until = 0.0          # monotonic time the class's turn ends
         self._last_step = 0.0           # when the last step let go
@@ -80,13 +81,9 @@ class DeviceGate:
         finally:
             t.release()
 
-    def waiting(self) -> int:
-        with self._cond:
-            return sum(1 for t in self._queue if not t.held)
-
-    def timed(self) -> int:
-        """Timed experiments holding the device or queued for it (steps wait while there are any,
-        but for the class's turn)."""
+    def measurements(self) -> int:
+        """Timed measurements holding the device or queued for it: the lesson's experiments, the knee,
+        the app's own calibration (steps wait while there are any, but for the class's turn)."""
         with self._cond:
             return len(self._queue)
 
@@ -102,10 +99,13 @@ class DeviceGate:
                 return 0
             return sum(1 for other in self._queue[: self._queue.index(t)] if not other.held) + 1
 
+    def _may_take(self, t: GateTicket) -> bool:
+        return not self._busy and bool(self._queue) and self._queue[0] is t and not self._class_turn()
+
     def _acquire(self, t: GateTicket, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         with self._cond:
-            while not (not self._busy and self._queue and self._queue[0] is t and not self._class_turn()):
+            while not self._may_take(t):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -119,7 +119,26 @@ class DeviceGate:
             if t.held:
                 self._busy, t.held = False, False
                 if self._stepping:
-                    self._turn_until = time.monotonic() + self._turn_s
+                    self._turn_until = time.monotonic() + self.turn_s
             if t in self._queue:
                 self._queue.remove(t)
             self._cond.notify_all()
+
+
+class Pauses:
+    """Why a consumer got nothing for a while, said once a change: the timed measurements that hold up
+    its steps (`idle()` → their number, 0 when there is nothing new to say). A Stop pressed meanwhile is
+    a change too (the page then says the Run ends once the device comes back)."""
+
+    def __init__(self, gate: DeviceGate, stop: threading.Event | None = None):
+        self.gate, self.stop, self._said = gate, stop, (0, False)
+
+    def idle(self) -> int:
+        now = (self.gate.measurements(), self.stop is not None and self.stop.is_set())
+        if now == self._said:
+            return 0
+        self._said = now
+        return now[0]
+
+    def progressed(self) -> None:
+        self._said = (0, False)

@@ -39,7 +39,7 @@ from specviz.hardware.threads import own_thread_iter
 from specviz.limits import Limits
 from specviz.serve.catalog import PairCache, PairChoice
 from specviz.serve.control import ControlFile, Dial, LocalControl
-from specviz.serve.gate import DeviceGate
+from specviz.serve.gate import POLL_S, DeviceGate, Pauses
 from specviz.serve.own_engine import OwnEngines, gated, reference_prompts, with_gate
 from specviz.serve.scheduler import BatchInfo, Scheduler
 from specviz.serve.workload import shared_scheduler
@@ -247,12 +247,23 @@ class LocalRunner:
             yield Packet([], RunTotals(), worker_pid=os.getpid(), position=pos)
         try:
             if not control.knobs.stop.is_set():
-                yield from own_thread_iter(lambda: run_packets(req, pair, control.knobs, gate=self.gate,
-                                                               dial=control.dial))
+                yield from self._said_paused(own_thread_iter(
+                    lambda: run_packets(req, pair, control.knobs, gate=self.gate, dial=control.dial), idle_s=POLL_S),
+                    Pauses(self.gate, control.knobs.stop))
                 return
             yield Packet([], RunTotals(), final=True, stopped=True, outputs={}, worker_pid=os.getpid())
         finally:
             self._own.release()
+
+    @staticmethod
+    def _said_paused(packets: Iterator[Packet | None], pauses: Pauses) -> Iterator[Packet]:
+        """The packets, and a line's worth of why (`device_wait`) where none came for a while (None)."""
+        for packet in packets:
+            if packet is not None:
+                pauses.progressed()
+                yield packet
+            elif n := pauses.idle():
+                yield Packet([], RunTotals(), worker_pid=os.getpid(), device_wait=n)
 
     def knee(self, choice, context: int, peaks: Peaks | None) -> Iterator[KneeUpdate | Waiting]:
         """The knee, measured with the device to itself (see `exclusively`)."""

@@ -37,7 +37,7 @@ from specviz.engine.request import Request, RunTotals, StepEvent
 from specviz.hardware.roofline import ModelSpec
 from specviz.lessons import Key, Said
 from specviz.limits import LimitError, Limits
-from specviz.serve.gate import POLL_S, DeviceGate
+from specviz.serve.gate import POLL_S, DeviceGate, Pauses
 from specviz.serve.heap import trim_heap
 
 log = logging.getLogger("specviz.serve.scheduler")
@@ -83,14 +83,14 @@ class Ticket:
         self._q: queue.Queue[Update] = queue.Queue()
         self.last_pull = time.monotonic()
         self.closed = False
-        self.position = 0                 # last queue position sent (0: not waiting)
-        self._device_wait = 0             # timed experiments last said to hold up this request
+        self.position = 0                 # last queue position sent (0: not waiting for room)
 
     def put(self, upd: Update) -> None:
         self._q.put(upd)
 
     def updates(self, flush_s: float = 0.05) -> Iterator[Update]:
         """Updates until the final one; events that arrive within `flush_s` are merged."""
+        pauses = Pauses(self.scheduler.gate, self.request.knobs.stop)
         while True:
             self.last_pull = time.monotonic()
             try:
@@ -99,12 +99,12 @@ class Ticket:
                 if not self.scheduler.alive() and self._q.empty():
                     yield Update(final=True, error=unexpected(Key("errors.kind_scheduler_stopped")))
                     return
-                timed = self.scheduler.gate.timed()
-                if timed and timed != self._device_wait:      # say why nothing comes (once a change)
-                    self._device_wait = timed
-                    yield Update(device_wait=timed)
+                # why nothing comes, unless it waits for room (its queue line says so)
+                n = pauses.idle() if not self.position else 0
+                if n:
+                    yield Update(device_wait=n)
                 continue
-            self._device_wait = 0
+            pauses.progressed()
             upd = self._merge(upd, flush_s)
             yield upd
             if upd.final:
@@ -315,7 +315,7 @@ class Scheduler:
 
     def _admit(self, pending: list[Ticket]) -> None:
         """Move waiting requests into the batch, first come first served, while their rows fit."""
-        rows = sum(len(r.rows) + r.wanted() for r in self.engine.requests)
+        rows = sum(map(_rows, self.engine.requests))
         still: list[Ticket] = []
         for t in pending:
             req = t.request
@@ -332,6 +332,7 @@ class Scheduler:
                 continue
             self.engine.add(req)
             self._active[req.id] = t
+            t.position = 0
             rows += want
         with self._cond:
             for t in pending:
@@ -388,10 +389,15 @@ class Scheduler:
 
     def _publish_info(self) -> None:
         # admitted requests count before their first step gives them rows (it may wait for the device)
-        joined = [r for r in self.engine.requests if r.rows or r.wanted()]
-        info = BatchInfo(sum(len(r.rows) + r.wanted() for r in joined), len(joined), len(self._pending))
+        rows = [_rows(r) for r in self.engine.requests]
+        info = BatchInfo(sum(rows), sum(map(bool, rows)), len(self._pending))
         with self._cond:
             self._info = info
+
+
+def _rows(req: Request) -> int:
+    """A request's rows in the batch, and those it opens at the next step."""
+    return len(req.rows) + req.wanted()
 
 
 def _free_cached_memory() -> None:

@@ -170,9 +170,10 @@ class Lesson:
         # each session's finished results as measured (their Said values intact, which the page's JSON copy
         # flattens to English), for the language switch; the oldest go first
         self._results: OrderedDict[tuple[str, str], dict] = OrderedDict()
-        self._results_lock = threading.Lock()
-        # each session's chapters still running: their line now, in any language (for the switch)
-        self._live: dict[tuple[str, str], Callable[[str], str]] = {}
+        # each session's chapters still running: the run's token and its line now, in any language (for the
+        # switch); API calls all share one session, so a run that ends removes only its own entry
+        self._live: dict[tuple[str, str], tuple[object, Callable[[str], str]]] = {}
+        self._lock = threading.Lock()           # `_results` and `_live`: handlers of several students
         self._took: dict[tuple, float] = {}     # (chapter, pair, dial) → seconds its last run here took
         self._took_lock = threading.Lock()              # handlers of several students write it
 
@@ -190,24 +191,31 @@ class Lesson:
     def follow_language(self, lang_radio) -> None:
         """The language switch redraws the conclusion and chart of each chapter this session finished, from
         its measurements, so a reader who switches sees no sentence left in the other language."""
-        def redraw(chosen, request: gr.Request):
+        def on_switch(chosen, request: gr.Request):
             said = self.redraw(pick_lang(None, chosen), _session_of(request))
             return [n for n, _ in said] + [f for _, f in said]
-        lang_radio.change(redraw, [lang_radio], [n for _, n, _ in self.shown] + [p for _, _, p in self.shown],
+        lang_radio.change(on_switch, [lang_radio], [n for _, n, _ in self.shown] + [p for _, _, p in self.shown],
                           api_name=False, queue=False, show_progress="hidden")
 
     def redraw(self, lang: str, session: str) -> list[tuple]:
         """(conclusion, chart) of each shown chapter in `lang`: a finished one from its result, a running
         one's line as it stands (its chart then waits for its next update), gr.skip() for the others."""
-        with self._results_lock:
+        with self._lock:
             results = [self._results.get((session, ch)) for ch, _, _ in self.shown]
             live = [self._live.get((session, ch)) for ch, _, _ in self.shown]
-        return [redrawn(lang, r) if r is not None else (gr.skip(), gr.skip()) if line is None
-                else (line(lang), gr.skip()) for r, line in zip(results, live)]
+        said = []
+        for result, running in zip(results, live):
+            if result is not None:
+                said.append(redrawn(lang, result))
+            elif running is not None:
+                said.append((running[1](lang), gr.skip()))
+            else:
+                said.append((gr.skip(), gr.skip()))
+        return said
 
     def _keep(self, session: str, chapter: str, result: dict | None) -> None:
         """Remember (or, as a run starts, forget) the session's finished result of a chapter."""
-        with self._results_lock:
+        with self._lock:
             self._results.pop((session, chapter), None)
             if result is not None:
                 self._results[(session, chapter)] = result
@@ -216,19 +224,21 @@ class Lesson:
 
     def _run(self, chapter: str, pair_label, lang: str, acceptance: float | None = None,
              session: str = "default"):
+        run = object()
         try:
-            yield from self._stream(chapter, pair_label, lang, acceptance, session)
+            yield from self._stream(chapter, pair_label, lang, acceptance, session, run)
         finally:
-            with self._results_lock:
-                self._live.pop((session, chapter), None)
+            with self._lock:
+                if self._live.get((session, chapter), (None,))[0] is run:
+                    del self._live[(session, chapter)]
 
-    def _say(self, session: str, chapter: str, line: Callable[[str], str]) -> str:
-        """The chapter's line now, in the session's language now (it may switch while the chapter runs)."""
-        with self._results_lock:
-            self._live[(session, chapter)] = line
+    def _live_line(self, session: str, chapter: str, run: object, line: Callable[[str], str]) -> str:
+        """The running chapter's line now, kept for the language switch, in the session's language now."""
+        with self._lock:
+            self._live[(session, chapter)] = (run, line)
         return line(self.lang(session))
 
-    def _stream(self, chapter: str, pair_label, lang: str, acceptance: float | None, session: str):
+    def _stream(self, chapter: str, pair_label, lang: str, acceptance: float | None, session: str, run: object):
         app = self.app
         choice = app.choice(pair_label, lang)
         if app.runner.zero_gpu:
@@ -238,7 +248,8 @@ class Lesson:
         figure = BY_KEY[chapter].figure
         kind = (chapter, choice.label, acceptance is not None)     # the dial's runs decode references too
         self._keep(session, chapter, None)       # a switch while it runs redraws its running line only
-        yield self._say(session, chapter, lambda lg: self._running(kind, lg)), gr.skip(), gr.skip(), gr.skip()
+        line = self._live_line(session, chapter, run, lambda lg: self._running(kind, lg))
+        yield line, gr.skip(), gr.skip(), gr.skip()
         result = None
         started: list[float] = []
 
@@ -249,14 +260,15 @@ class Lesson:
         with contextlib.closing(runner.exclusively(app.gate, timed)) as updates:
             for upd in updates:
                 if isinstance(upd, runner.Waiting):
-                    line = self._say(session, chapter, lambda lg, pos=upd.position: t(lg, "app.queue_position", pos=pos))
+                    line = self._live_line(session, chapter, run,
+                                           lambda lg, pos=upd.position: t(lg, "app.queue_position", pos=pos))
                     yield line, gr.skip(), gr.skip(), gr.skip()
                     continue
                 result = upd
                 check_dial(result, acceptance, lang)
                 if not result["done"]:
-                    line = self._say(session, chapter,
-                                     lambda lg, p=result["progress"]: f"{self._running(kind, lg)} ({p:.0%})")
+                    line = self._live_line(session, chapter, run,
+                                           lambda lg, p=result["progress"]: f"{self._running(kind, lg)} ({p:.0%})")
                     yield line, figure(result, chart_labels(self.lang(session), chapter), dark=False), gr.skip(), gr.skip()
         if result is None:
             raise error(lang, "errors.experiment_no_result")

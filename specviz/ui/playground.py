@@ -25,7 +25,6 @@ from specviz.pairs.pipeline import encode_prompt
 from specviz.serve import runner
 from specviz.serve.catalog import DIAL, is_dial, with_acceptance
 from specviz.serve.door import check_acceptance, check_run
-from specviz.serve.gate import TURN_S
 from specviz.serve.live import LiveRun
 from specviz.serve.prompts import ROW_POOL
 from specviz.ui import counters, dialview
@@ -170,7 +169,7 @@ class Playground:
                         yield pack(status=t(lang, key, pos=packet.position, limit=runner.OWN_ENGINES))
                         continue
                     if packet.device_wait:
-                        yield pack(status=device_wait_line(lang, packet.device_wait))
+                        yield pack(status=self._paused_line(lang, packet, live))
                         first = True            # the running line comes back with the next tokens
                         continue
                     streamer.note = self._dial_note(lang, live, packet)
@@ -190,6 +189,9 @@ class Playground:
         if packet is None or not packet.final:
             raise error(lang, "errors.generation_no_result")
         return packet
+
+    def _paused_line(self, lang: str, packet, live: LiveRun) -> str:
+        return device_wait_line(lang, packet.device_wait, self.app.gate.turn_s, live.control.knobs.stop.is_set())
 
     def _warming(self, choice) -> bool:
         fast = getattr(self.app.pairs, "fast_status", lambda c: None)(choice)
@@ -226,7 +228,7 @@ class Playground:
                     if packet.position:
                         continue
                     if packet.device_wait:
-                        yield pack(status=device_wait_line(lang, packet.device_wait))
+                        yield pack(status=self._paused_line(lang, packet, live))
                         continue
                     self._fold(packet, live, streamer, keep_peaks=False)
                     now = time.perf_counter()
@@ -390,6 +392,9 @@ def _dial_result(packet, live: LiveRun, dial: float | None) -> dict:
             "reference_s": packet.reference_s, "realigned": packet.realigned, "unreferenced": packet.unreferenced}
 
 
-def device_wait_line(lang: str, timed: int) -> str:
-    """Why a Run's tokens stopped coming: timed experiments have the device (serve/gate.py)."""
-    return t(lang, "playground.status_device_wait", n=timed, turn=TURN_S)
+def device_wait_line(lang: str, measurements: int, turn_s: float, stopping: bool) -> str:
+    """Why a Run's tokens stopped coming: timed measurements have the device (serve/gate.py); once
+    stopped, that its end waits for the device too."""
+    if stopping:
+        return t(lang, "playground.status_device_wait_stopping")
+    return t(lang, "playground.status_device_wait", n=measurements, turn=turn_s)
