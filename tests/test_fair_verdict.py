@@ -165,6 +165,7 @@ def test_a_run_paused_by_a_timed_experiment_says_why_and_goes_on(tiny_paths, mon
     import threading
 
     from specviz import lessons
+    from specviz.ui.render import tokens_html
 
     local_app = _app(tiny_paths["target"], tiny_paths.get(draft, draft), monkeypatch)
     _states(local_app, monkeypatch, ["ready"])
@@ -192,6 +193,8 @@ def test_a_run_paused_by_a_timed_experiment_says_why_and_goes_on(tiny_paths, mon
     said = lessons.text(lang, "playground.status_device_wait").split("(")[0].strip()
     paused = [o["status"] for o in outs if isinstance(o["status"], str) and said in o["status"]]
     assert paused, [o["status"] for o in outs]
+    first = next(o for o in outs if isinstance(o["status"], str) and said in o["status"])
+    assert first["tokens"] == tokens_html(None)      # paused before its first token: not "Press Run to start"
     assert re.search("\\*\\*\u2066?[1-9]\\d*\u2069?\\*\\*", paused[0])   # ours, and the app's own pass-curve measurement if queued
     assert outs[-1]["result"]["done"] and not outs[-1]["result"]["stopped"]
 

@@ -30,6 +30,7 @@ from specviz.serve.prompts import ROW_POOL
 from specviz.ui import counters, dialview
 from specviz.ui.errors import as_sentences, error, human, refusal
 from specviz.ui.i18n import t
+from specviz.ui.render import tokens_html
 from specviz.ui.runs import RunStore
 from specviz.ui.stream import OUTPUTS, Streamer, pack
 
@@ -160,7 +161,7 @@ class Playground:
         app.runs.start(session, live)
         if app.runner.zero_gpu:
             yield pack(status=t(lang, "playground.status_zerogpu"))
-        last_yield, first, packet = 0.0, True, None
+        last_yield, first, folded, packet = 0.0, True, False, None
         try:
             with as_sentences(lang):
                 for packet in app.runner.packets(req, choice, live.control):
@@ -169,7 +170,9 @@ class Playground:
                         yield pack(status=t(lang, key, pos=packet.position, limit=runner.OWN_ENGINES))
                         continue
                     if packet.device_wait:
-                        yield pack(status=self._paused_line(lang, packet, live))
+                        # paused before its first token: an empty box, not the last Run's tokens or "Press Run"
+                        blank = {} if folded else {"tokens": tokens_html(None)}
+                        yield pack(status=self._paused_line(lang, packet, live), **blank)
                         first = True            # the running line comes back with the next tokens
                         continue
                     streamer.note = self._dial_note(lang, live, packet)
@@ -177,6 +180,7 @@ class Playground:
                         yield pack(status=streamer.note)
                         continue
                     self._fold(packet, live, streamer)
+                    folded = True
                     now = time.perf_counter()
                     if not packet.final and packet.events and now - last_yield >= MIN_UPDATE_S:
                         last_yield = now
