@@ -410,9 +410,11 @@ def test_a_running_chapter_speaks_the_language_switched_to(monkeypatch):
 
 def test_a_chapter_that_ends_leaves_another_runs_line(monkeypatch):
     """API calls share one session: two runs of a chapter at once, the first ends, and the second, still
-    waiting for the device, is still redrawn as waiting (the first's end removed its line)."""
+    waiting for the device, is still redrawn as waiting (the first's end removed its line), although the
+    first updated its line after the second's."""
     def experiment():
         yield {"done": False, "progress": 0.25}
+        yield {"done": False, "progress": 0.5}
 
     taught = _taught(monkeypatch, experiment, {"lang": "en"})
     first, second = taught._run("race", "pair", "en"), taught._run("race", "pair", "en")
@@ -421,6 +423,7 @@ def test_a_chapter_that_ends_leaves_another_runs_line(monkeypatch):
         next(second)
         waiting = next(second)[0]                # the second waits for it
         assert waiting == lessons.text("en", "app.queue_position", pos=1)
+        assert next(first)[0].endswith("(50%)")
         first.close()
         assert taught.redraw("en", "default")[0][0] == waiting
     finally:

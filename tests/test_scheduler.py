@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from specviz.engine.policies import make_policy, parse_table
-from specviz.engine.request import Knobs, Request
+from specviz.engine.request import Knobs, Request, RunTotals
 from specviz.limits import Limits
 from specviz.serve.gate import DeviceGate
 from specviz.serve.scheduler import Busy, Scheduler
@@ -554,6 +554,34 @@ def test_a_stop_during_a_pause_is_heard_and_ends_the_request_once_the_device_is_
     sched.close()
 
 
+def test_a_queued_request_stopped_during_a_pause_hears_it_at_once(make_pair, prompts):
+    """A request waiting for room is stopped while a timed experiment holds the device: its consumer hears
+    the Stop at once (a pause update), not only once the device is back and the queue moves."""
+    gate = DeviceGate()
+    sched = make_scheduler(make_pair("draft"), Limits(max_rows_per_user=1, max_shared_rows=1, max_queue=2), gate=gate)
+    held = gate.enqueue()
+    timer = threading.Timer(5.0, held.release)      # unheard, the Stop would wait for the device
+    try:
+        long = sched.submit(Request([prompts[0]], Knobs(depth=2, batch_size=1), 512))
+        running = long.updates()
+        queued = sched.submit(Request([prompts[1]], Knobs(depth=2, batch_size=1), 6))
+        waiting = queued.updates()
+        assert next(waiting).position == 1
+        assert held.acquire(10.0)
+        queued.cancel()
+        timer.start()
+        assert next(waiting).device_wait == 1
+        long.cancel()
+        held.release()
+        rest = list(waiting)
+        assert rest[-1].final and rest[-1].stopped
+        assert list(running)[-1].final
+    finally:
+        timer.cancel()
+        held.release()
+        sched.close()
+
+
 def test_a_paused_request_is_told_why(make_pair, prompts):
     """While a timed experiment holds the device, a request's consumer hears why no tokens come (the
     number of experiments holding or waiting), once; its tokens follow when the experiment ends."""
@@ -572,3 +600,23 @@ def test_a_paused_request_is_told_why(make_pair, prompts):
     assert rest[-1].final and rest[-1].outputs and not rest[-1].error
     assert all(u.device_wait == 0 for u in rest)
     sched.close()
+
+
+def test_a_synthetic_run_paused_in_its_reference_shows_the_reference_again_after():
+    """A synthetic Run decodes its reference with nothing to show but a line: paused meanwhile, the page
+    says why, and once the measurement ends the reference's line comes back (no tokens would bring it)."""
+    from specviz.serve.gate import Pauses
+    from specviz.serve.runner import LocalRunner, Packet
+
+    gate, ref = DeviceGate(), Packet([], RunTotals(), referencing=True)
+    held = gate.enqueue()
+
+    def packets():
+        yield ref
+        assert held.acquire(5.0)
+        yield None                  # nothing for a while: a measurement holds the device
+        held.release()
+        yield None                  # still nothing: the measurement is over, the reference goes on
+        yield None                  # (said once)
+    out = list(LocalRunner._said_paused(packets(), Pauses(gate)))
+    assert [p.device_wait for p in out] == [0, 1, 0] and out[2] is ref

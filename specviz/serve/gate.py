@@ -126,18 +126,18 @@ class DeviceGate:
 
 
 class Pauses:
-    """Why a consumer got nothing for a while, said once a change: the timed measurements that hold up
-    its steps (`idle()` → their number, 0 when there is nothing new to say). A Stop pressed meanwhile is
-    a change too (the page then says the Run ends once the device comes back)."""
+    """Why a consumer got nothing for a while, said once a change: `idle()` → the timed measurements that
+    hold up its steps now (0: the pause it was told of is over), or None when there is nothing new to say.
+    A Stop pressed meanwhile is a change too (the page then says the Run ends once the device comes back)."""
 
     def __init__(self, gate: DeviceGate, stop: threading.Event | None = None):
         self.gate, self.stop, self._said = gate, stop, (0, False)
 
-    def idle(self) -> int:
+    def idle(self) -> int | None:
         now = (self.gate.measurements(), self.stop is not None and self.stop.is_set())
-        if now == self._said:
-            return 0
-        self._said = now
+        said, self._said = self._said, now
+        if now == said or now[0] == said[0] == 0:
+            return None
         return now[0]
 
     def progressed(self) -> None:

@@ -258,12 +258,18 @@ class LocalRunner:
     @staticmethod
     def _said_paused(packets: Iterator[Packet | None], pauses: Pauses) -> Iterator[Packet]:
         """The packets, and a line's worth of why (`device_wait`) where none came for a while (None)."""
+        last = None
         for packet in packets:
             if packet is not None:
                 pauses.progressed()
+                last = packet
                 yield packet
-            elif n := pauses.idle():
+                continue
+            n = pauses.idle()
+            if n:
                 yield Packet([], RunTotals(), worker_pid=os.getpid(), device_wait=n)
+            elif n == 0 and last is not None and last.referencing:
+                yield last          # the pause is over and the reference goes on (its tokens are not shown)
 
     def knee(self, choice, context: int, peaks: Peaks | None) -> Iterator[KneeUpdate | Waiting]:
         """The knee, measured with the device to itself (see `exclusively`)."""

@@ -99,8 +99,8 @@ class Ticket:
                 if not self.scheduler.alive() and self._q.empty():
                     yield Update(final=True, error=unexpected(Key("errors.kind_scheduler_stopped")))
                     return
-                # why nothing comes, unless it waits for room (its queue line says so)
-                n = pauses.idle() if not self.position else 0
+                # why nothing comes, unless it waits for room (its queue line says so) and was not stopped
+                n = pauses.idle() if not self.position or self.request.stopped else None
                 if n:
                     yield Update(device_wait=n)
                 continue

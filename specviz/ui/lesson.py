@@ -170,9 +170,9 @@ class Lesson:
         # each session's finished results as measured (their Said values intact, which the page's JSON copy
         # flattens to English), for the language switch; the oldest go first
         self._results: OrderedDict[tuple[str, str], dict] = OrderedDict()
-        # each session's chapters still running: the run's token and its line now, in any language (for the
-        # switch); API calls all share one session, so a run that ends removes only its own entry
-        self._live: dict[tuple[str, str], tuple[object, Callable[[str], str]]] = {}
+        # each session's chapters still running: each run's line now, in any language (for the switch), the
+        # latest updated last; API calls all share one session, so a run that ends removes only its own
+        self._live: dict[tuple[str, str], dict[object, Callable[[str], str]]] = {}
         self._lock = threading.Lock()           # `_results` and `_live`: handlers of several students
         self._took: dict[tuple, float] = {}     # (chapter, pair, dial) → seconds its last run here took
         self._took_lock = threading.Lock()              # handlers of several students write it
@@ -202,13 +202,13 @@ class Lesson:
         one's line as it stands (its chart then waits for its next update), gr.skip() for the others."""
         with self._lock:
             results = [self._results.get((session, ch)) for ch, _, _ in self.shown]
-            live = [self._live.get((session, ch)) for ch, _, _ in self.shown]
+            live = [list(self._live.get((session, ch), {}).values())[-1:] for ch, _, _ in self.shown]
         said = []
         for result, running in zip(results, live):
             if result is not None:
                 said.append(redrawn(lang, result))
-            elif running is not None:
-                said.append((running[1](lang), gr.skip()))
+            elif running:
+                said.append((running[0](lang), gr.skip()))
             else:
                 said.append((gr.skip(), gr.skip()))
         return said
@@ -229,13 +229,17 @@ class Lesson:
             yield from self._stream(chapter, pair_label, lang, acceptance, session, run)
         finally:
             with self._lock:
-                if self._live.get((session, chapter), (None,))[0] is run:
-                    del self._live[(session, chapter)]
+                runs = self._live.get((session, chapter), {})
+                runs.pop(run, None)
+                if not runs:
+                    self._live.pop((session, chapter), None)
 
     def _live_line(self, session: str, chapter: str, run: object, line: Callable[[str], str]) -> str:
         """The running chapter's line now, kept for the language switch, in the session's language now."""
         with self._lock:
-            self._live[(session, chapter)] = (run, line)
+            runs = self._live.setdefault((session, chapter), {})
+            runs.pop(run, None)
+            runs[run] = line
         return line(self.lang(session))
 
     def _stream(self, chapter: str, pair_label, lang: str, acceptance: float | None, session: str, run: object):

@@ -89,6 +89,8 @@ class Playground:
         with as_sentences(lang):
             args, choice, knobs, dial = self._checked(pair_label, batch_size, k, policy_name, thr, temp, max_tokens,
                                                       prompt_text, acceptance, lang)
+        # a Run was pressed: not "Press Run to start." nor the last Run's tokens while it loads, queues or waits
+        yield pack(tokens=tokens_html(None))
         if not app.pairs.loaded(choice):
             yield pack(status=t(lang, "playground.status_loading", pair=choice.label))
         with as_sentences(lang):
@@ -161,7 +163,7 @@ class Playground:
         app.runs.start(session, live)
         if app.runner.zero_gpu:
             yield pack(status=t(lang, "playground.status_zerogpu"))
-        last_yield, first, folded, packet = 0.0, True, False, None
+        last_yield, first, packet = 0.0, True, None
         try:
             with as_sentences(lang):
                 for packet in app.runner.packets(req, choice, live.control):
@@ -170,9 +172,7 @@ class Playground:
                         yield pack(status=t(lang, key, pos=packet.position, limit=runner.OWN_ENGINES))
                         continue
                     if packet.device_wait:
-                        # paused before its first token: an empty box, not the last Run's tokens or "Press Run"
-                        blank = {} if folded else {"tokens": tokens_html(None)}
-                        yield pack(status=self._paused_line(lang, packet, live), **blank)
+                        yield pack(status=self._paused_line(lang, packet, live))
                         first = True            # the running line comes back with the next tokens
                         continue
                     streamer.note = self._dial_note(lang, live, packet)
@@ -180,7 +180,6 @@ class Playground:
                         yield pack(status=streamer.note)
                         continue
                     self._fold(packet, live, streamer)
-                    folded = True
                     now = time.perf_counter()
                     if not packet.final and packet.events and now - last_yield >= MIN_UPDATE_S:
                         last_yield = now
