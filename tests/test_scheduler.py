@@ -508,13 +508,14 @@ def test_a_request_waiting_for_room_keeps_its_queue_line_during_a_pause(make_pai
     the batch keeps its place in the queue on the page (no pause line replaces it)."""
     gate = DeviceGate()
     sched = make_scheduler(make_pair("draft"), Limits(max_rows_per_user=1, max_shared_rows=1, max_queue=2), gate=gate)
-    held = gate.enqueue()
-    timer = threading.Timer(2.0, held.release)
+    timer = None
     try:
         long = sched.submit(Request([prompts[0]], Knobs(depth=2, batch_size=1), 512))
         running = long.updates()
         waiting = sched.submit(Request([prompts[1]], Knobs(depth=2, batch_size=1), 6)).updates()
         assert next(waiting).position == 1
+        held = gate.enqueue()                    # (only now: queued, it would hold the first step back)
+        timer = threading.Timer(2.0, held.release)
         assert held.acquire(10.0)                # after the running request's current step
         while not next(running).device_wait:
             pass
@@ -526,8 +527,9 @@ def test_a_request_waiting_for_room_keeps_its_queue_line_during_a_pause(make_pai
         assert rest and rest[-1].final and rest[-1].stopped, rest
         assert ([after] + list(waiting))[-1].final
     finally:
-        timer.cancel()
-        held.release()
+        if timer is not None:
+            timer.cancel()
+            held.release()
         sched.close()
 
 
@@ -559,14 +561,15 @@ def test_a_queued_request_stopped_during_a_pause_hears_it_at_once(make_pair, pro
     the Stop at once (a pause update), not only once the device is back and the queue moves."""
     gate = DeviceGate()
     sched = make_scheduler(make_pair("draft"), Limits(max_rows_per_user=1, max_shared_rows=1, max_queue=2), gate=gate)
-    held = gate.enqueue()
-    timer = threading.Timer(5.0, held.release)      # unheard, the Stop would wait for the device
+    timer = None
     try:
         long = sched.submit(Request([prompts[0]], Knobs(depth=2, batch_size=1), 512))
         running = long.updates()
         queued = sched.submit(Request([prompts[1]], Knobs(depth=2, batch_size=1), 6))
         waiting = queued.updates()
         assert next(waiting).position == 1
+        held = gate.enqueue()                       # (only now: queued, it would hold the first step back)
+        timer = threading.Timer(5.0, held.release)  # unheard, the Stop would wait for the device
         assert held.acquire(10.0)
         queued.cancel()
         timer.start()
@@ -577,8 +580,9 @@ def test_a_queued_request_stopped_during_a_pause_hears_it_at_once(make_pair, pro
         assert rest[-1].final and rest[-1].stopped
         assert list(running)[-1].final
     finally:
-        timer.cancel()
-        held.release()
+        if timer is not None:
+            timer.cancel()
+            held.release()
         sched.close()
 
 
