@@ -162,31 +162,34 @@ def test_browser_run_slide_and_stop(app_url, tmp_path):
         assert row2.evaluate("(d) => d.open")
         page.locator("#stop").click()
         _wait_status(page, "Stopped")
-        # run 2 starts clean; slide depth to 0 mid-run: the following steps are plain decoding
-        page.locator("#run").click()
-        _wait_status(page, "Running")
-        page.wait_for_selector("#chart-throughput .js-plotly-plot", timeout=60000)
-        # a speculative step of run 2 on the page first (on a loaded machine the slide could otherwise land
-        # before run 2's first step, and every step would be plain)
-        page.wait_for_selector("#tokens span.tok-bonus", timeout=60000)
+        # run 2 starts clean; slide depth to 0 mid-run: the following steps are plain decoding. A run that
+        # ends before the slide lands (a fast machine, or the page slow under load) shows nothing of it, and
+        # is run again (up to 3 times) with depth 8
         depth = page.locator("#depth input[type=number]")
-        depth.fill("0", timeout=60000)
-        depth.press("Enter", timeout=60000)
+        kinds = {"tok-accepted", "tok-rejected", "tok-bonus", "tok-plain"}
         try:
-            # plain steps on the page (run 2's after the slide, or the plain-decoding baseline that follows
-            # it, which streams too); the spans are read from run 2's final view, once the run says Done
-            page.wait_for_selector("#tokens span.tok-plain", timeout=60000)
-            _wait_status(page, "Done")
+            for attempt in range(3):
+                if attempt:
+                    depth.fill("8", timeout=60000)
+                    depth.press("Enter", timeout=60000)
+                page.locator("#run").click()
+                _wait_status(page, "Running")        # the box was emptied at the press: what follows is this run's
+                page.wait_for_selector("#chart-throughput .js-plotly-plot", timeout=60000)
+                # a speculative step of this run on the page first (the slide could otherwise land before its
+                # first step, and every step would be plain)
+                page.wait_for_selector("#tokens span.tok-bonus", timeout=60000)
+                depth.fill("0", timeout=60000)
+                depth.press("Enter", timeout=60000)
+                _wait_status(page, "Done")
+                spans = page.eval_on_selector_all("#tokens span", "els => els.map(e => e.className)")
+                if "tok-plain" in spans:
+                    break
         finally:
             page.screenshot(path=str(tmp_path / "playground.png"), full_page=True)
             shutil.copy(tmp_path / "playground.png", "/tmp/specviz-playground.png")
-        spans = page.eval_on_selector_all(
-            "#tokens span", "els => els.map(e => e.className)")
-        kinds = {"tok-accepted", "tok-rejected", "tok-bonus", "tok-plain"}
         assert spans and all(c in kinds for c in spans)     # exactly one token class per span
-        # whether row 1 saw the slide before it ended depends on the machine's speed (its view read
-        # all-speculative in one CI run), so only speculative steps are required of the final view
-        assert "tok-bonus" in spans
+        # row 1's final view: speculative steps before the slide, plain ones after it
+        assert "tok-bonus" in spans and "tok-plain" in spans, (attempt, spans[-20:])
         assert page.locator("#tokens script").count() == 0 and not dialogs
         assert page.locator("#rows .row-line").count() == 8
         # an opened row reads its prompt (the pool's first, row 1 being the reader's) and its coloured text
