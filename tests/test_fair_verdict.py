@@ -170,26 +170,13 @@ def test_a_run_paused_by_a_timed_experiment_says_why_and_goes_on(tiny_paths, mon
     local_app = _app(tiny_paths["target"], tiny_paths.get(draft, draft), monkeypatch)
     _states(local_app, monkeypatch, ["ready"])
     monkeypatch.setattr(local_app.page, "lang", lambda session: lang)
-    holding, release = threading.Event(), threading.Event()
-
-    def experiment():
-        with local_app.gate.exclusive():
-            holding.set()
-            release.wait(30)
-    th = threading.Thread(target=experiment)
-    th.start()
-    holding.wait(5)
+    th, release = _holding_the_device(local_app)
     timer = threading.Timer(2.0, release.set)
     timer.start()
     try:
         outs = _outs(local_app)
     finally:
-        release.set()
-        timer.cancel()
-        th.join(5)
-    for other in threading.enumerate():      # the app's pass-curve measurement waited behind ours: let it end
-        if other.name == "specviz-pass-curve":
-            other.join(60)
+        _let_go(th, release, timer)
     said = lessons.text(lang, "playground.status_device_wait").split("(")[0].strip()
     paused = [o["status"] for o in outs if isinstance(o["status"], str) and said in o["status"]]
     assert paused, [o["status"] for o in outs]
@@ -211,15 +198,7 @@ def test_stop_during_a_pause_says_when_the_run_ends(tiny_paths, monkeypatch, dra
 
     app = _app(tiny_paths["target"], tiny_paths.get(draft, draft), monkeypatch)
     _states(app, monkeypatch, ["ready"])
-    holding, release = threading.Event(), threading.Event()
-
-    def experiment():
-        with app.gate.exclusive():
-            holding.set()
-            release.wait(30)
-    th = threading.Thread(target=experiment)
-    th.start()
-    holding.wait(5)
+    th, release = _holding_the_device(app)
     paused = lessons.text("en", "playground.status_device_wait").split("(")[0].strip()
     stopping = lessons.text("en", "playground.status_device_wait_stopping")
     outs, said = [], []
@@ -235,11 +214,34 @@ def test_stop_during_a_pause_says_when_the_run_ends(tiny_paths, monkeypatch, dra
             if status == stopping:
                 release.set()
     finally:
-        timer.cancel()
-        release.set()
-        th.join(5)
-    for other in threading.enumerate():      # the app's pass-curve measurement waited behind ours: let it end
-        if other.name == "specviz-pass-curve":
-            other.join(60)
+        _let_go(th, release, timer)
     assert stopping in said, said
     assert outs[-1]["result"]["done"] and outs[-1]["result"]["stopped"]
+
+
+def _holding_the_device(app):
+    """A timed experiment holding the app's device from a thread of its own, until `release` is set."""
+    import threading
+
+    holding, release = threading.Event(), threading.Event()
+
+    def experiment():
+        with app.gate.exclusive():
+            holding.set()
+            release.wait(30)
+    th = threading.Thread(target=experiment)
+    th.start()
+    holding.wait(5)
+    return th, release
+
+
+def _let_go(th, release, timer) -> None:
+    """End the experiment of `_holding_the_device`, and the app's pass-curve measurement that queued behind it."""
+    import threading
+
+    timer.cancel()
+    release.set()
+    th.join(5)
+    for other in threading.enumerate():
+        if other.name == "specviz-pass-curve":
+            other.join(60)
