@@ -1,6 +1,7 @@
 """The shared batch: many requests in one engine, each exact, each free to leave; faults stay local."""
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -503,20 +504,34 @@ def test_an_idle_batch_gives_its_kv_caches_back(make_pair, prompts, reference, m
     sched.close()
 
 
+@contextmanager
+def _paused_with_one_queued(make_pair, prompts, release_after_s: float):
+    """A one-row shared batch: a long request running, a short one waiting for room (its place said),
+    then a timed experiment holding the device. Yields (long, its updates, queued, its updates, timer):
+    starting `timer` lets the device go after `release_after_s`; the end lets it go in any case."""
+    gate = DeviceGate()
+    sched = make_scheduler(make_pair("draft"), Limits(max_rows_per_user=1, max_shared_rows=1, max_queue=2), gate=gate)
+    held = timer = None
+    try:
+        long = sched.submit(Request([prompts[0]], Knobs(depth=2, batch_size=1), 512))
+        queued = sched.submit(Request([prompts[1]], Knobs(depth=2, batch_size=1), 6))
+        running, waiting = long.updates(), queued.updates()
+        assert next(waiting).position == 1
+        held = gate.enqueue()                    # (only now: queued, it would hold the first step back)
+        timer = threading.Timer(release_after_s, held.release)
+        assert held.acquire(10.0)                # after the running request's current step
+        yield long, running, queued, waiting, timer
+    finally:
+        if held is not None:
+            timer.cancel()
+            held.release()
+        sched.close()
+
+
 def test_a_request_waiting_for_room_keeps_its_queue_line_during_a_pause(make_pair, prompts):
     """While a timed experiment holds the device, the running request hears why; one waiting for room in
     the batch keeps its place in the queue on the page (no pause line replaces it)."""
-    gate = DeviceGate()
-    sched = make_scheduler(make_pair("draft"), Limits(max_rows_per_user=1, max_shared_rows=1, max_queue=2), gate=gate)
-    timer = None
-    try:
-        long = sched.submit(Request([prompts[0]], Knobs(depth=2, batch_size=1), 512))
-        running = long.updates()
-        waiting = sched.submit(Request([prompts[1]], Knobs(depth=2, batch_size=1), 6)).updates()
-        assert next(waiting).position == 1
-        held = gate.enqueue()                    # (only now: queued, it would hold the first step back)
-        timer = threading.Timer(2.0, held.release)
-        assert held.acquire(10.0)                # after the running request's current step
+    with _paused_with_one_queued(make_pair, prompts, 2.0) as (long, running, _, waiting, timer):
         while not next(running).device_wait:
             pass
         timer.start()
@@ -526,11 +541,6 @@ def test_a_request_waiting_for_room_keeps_its_queue_line_during_a_pause(make_pai
         rest = list(running)
         assert rest and rest[-1].final and rest[-1].stopped, rest
         assert ([after] + list(waiting))[-1].final
-    finally:
-        if timer is not None:
-            timer.cancel()
-            held.release()
-        sched.close()
 
 
 def test_a_stop_during_a_pause_is_heard_and_ends_the_request_once_the_device_is_back(make_pair, prompts):
@@ -559,31 +569,17 @@ def test_a_stop_during_a_pause_is_heard_and_ends_the_request_once_the_device_is_
 def test_a_queued_request_stopped_during_a_pause_hears_it_at_once(make_pair, prompts):
     """A request waiting for room is stopped while a timed experiment holds the device: its consumer hears
     the Stop at once (a pause update), not only once the device is back and the queue moves."""
-    gate = DeviceGate()
-    sched = make_scheduler(make_pair("draft"), Limits(max_rows_per_user=1, max_shared_rows=1, max_queue=2), gate=gate)
-    timer = None
-    try:
-        long = sched.submit(Request([prompts[0]], Knobs(depth=2, batch_size=1), 512))
-        running = long.updates()
-        queued = sched.submit(Request([prompts[1]], Knobs(depth=2, batch_size=1), 6))
-        waiting = queued.updates()
-        assert next(waiting).position == 1
-        held = gate.enqueue()                       # (only now: queued, it would hold the first step back)
-        timer = threading.Timer(5.0, held.release)  # unheard, the Stop would wait for the device
-        assert held.acquire(10.0)
+    # unheard, the Stop would wait for the device (5 s)
+    with _paused_with_one_queued(make_pair, prompts, 5.0) as (long, running, queued, waiting, timer):
         queued.cancel()
         timer.start()
         assert next(waiting).device_wait == 1
         long.cancel()
-        held.release()
+        timer.cancel()
+        timer.function()                         # the device goes back now
         rest = list(waiting)
         assert rest[-1].final and rest[-1].stopped
         assert list(running)[-1].final
-    finally:
-        if timer is not None:
-            timer.cancel()
-            held.release()
-        sched.close()
 
 
 def test_a_paused_request_is_told_why(make_pair, prompts):
