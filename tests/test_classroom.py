@@ -97,7 +97,7 @@ def test_fifty_clients_all_finish_exact(classroom, greedy):
 def _batch_rows(counters: str) -> int | None:
     import re
 
-    m = re.search(r"tokens per target pass \(batch (\d+) ×", counters or "")
+    m = re.search(r"tokens? per target pass \((\d+) rows? \+", counters or "")
     return int(m.group(1)) if m else None
 
 

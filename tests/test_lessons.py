@@ -185,4 +185,4 @@ def test_a_count_of_one_takes_its_singular_where_the_table_has_one():
     assert lessons.text("en", "app.n_rows", n=1) == "1 row" and lessons.text("en", "app.n_rows", n=2) == "2 rows"
     assert lessons.text("en", "app.batch_now", rows=lessons.Said("app.n_rows", n=1),
                         users=lessons.Said("app.n_users", n=1)) == "Batch now: 1 row from 1 user"
-    assert lessons.say("en", lessons.Said("playground.pass_tokens", n=1, batch=1)).startswith("**1** token per")
+    assert lessons.say("en", lessons.Said("playground.pass_tokens", n=1, rows="1 row", drafts="0 verified drafts")).startswith("**1** token per")

@@ -78,10 +78,44 @@ def test_each_row_opens_on_its_prompt_and_its_coloured_text():
 def test_the_counters_name_the_knee_the_chart_measured_else_the_estimate():
     """The counters sit above the pass-time chart: where the chart has a measured knee they name that one
     (two different knees on one page confused a reader), else the roofline's estimate, said as such."""
+    from specviz.serve.live import PassShape
     from specviz.ui.counters import pass_md
 
-    measured = pass_md("en", (10, 2, 64), 18, measured=True)
+    measured = pass_md("en", PassShape(10, 2, 64, 10), 18, measured=True)
     assert "below the knee measured on the pass-time chart ≈ **18**" in measured and "estimate" not in measured
-    estimate = pass_md("en", (10, 2, 64), 7)
+    estimate = pass_md("en", PassShape(10, 2, 64, 10), 7)
     assert "past this device's knee ≈ **7** (estimate)" in estimate
-    assert "**1** token per target pass" in pass_md("en", (1, 1, 64), None)
+    assert "**1** token per target pass (1 row + 0 verified drafts)" in pass_md("en", PassShape(1, 1, 64, 1), None)
+
+
+def test_the_counters_count_the_tokens_the_chart_counts():
+    """A reader saw "117 tokens per target pass (batch 9 × (k + 1))" above a chart saying "60 tokens per
+    pass · 9 rows + 51 verified drafts": the counters now count what the pass carried, as the chart does,
+    and name what the path computed where its padding or holes make that more."""
+    from specviz.serve.live import PassShape
+    from specviz.ui.counters import pass_md
+
+    text = pass_md("en", PassShape(60, 9, 64, 117), None)
+    assert text.startswith("**60** tokens per target pass (9 rows + 51 verified drafts); its path computed 117")
+    assert "computed" not in pass_md("en", PassShape(60, 9, 64, 60), None)
+    fa = pass_md("fa", PassShape(60, 9, 64, 60), None)
+    assert "ردیف + " in fa and "حدس verify شده)" in fa and "batch" not in fa
+
+
+def test_the_regime_says_where_the_two_knees_disagree():
+    """At 7 tokens a reader saw "below the knee measured ≈ 8 · regime: compute-bound": the roofline's knee
+    (6) and the measured one (8) differ and the pass lies between them; the line says so. Where they
+    agree, or nothing was measured, the regime is named as before."""
+    from specviz.serve.live import PassShape
+    from specviz.ui.counters import regime_md
+
+    at7 = PassShape(7, 1, 64, 7)
+    between = regime_md("en", "compute-bound", at7, 8, True, 6)
+    assert "whose knee here is ≈ 6" in between and "≈ 8" in between and "between the two" in between
+    assert regime_md("en", "memory-bound", PassShape(9, 1, 64, 9), 8, True, 12).count("between the two") == 1
+    for agreed in (regime_md("en", "compute-bound", at7, 8, False, 6),      # no measured knee
+                   regime_md("en", "compute-bound", PassShape(9, 1, 64, 9), 8, True, 6),
+                   regime_md("en", "memory-bound", at7, 8, True, 12)):
+        assert agreed.startswith("regime: **") and "between" not in agreed
+    assert regime_md("en", "uncalibrated", at7, 8, True, 6).startswith("regime: not known yet")
+    assert regime_md("en", "") == ""

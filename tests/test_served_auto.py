@@ -113,7 +113,7 @@ def test_two_clients_at_once_get_the_targets_own_tokens_on_the_chosen_path(auto_
 
 
 def _shared_rows(counters) -> int | None:
-    m = re.search(r"tokens per target pass \(batch (\d+) ×", counters if isinstance(counters, str) else "")
+    m = re.search(r"tokens? per target pass \((\d+) rows? \+", counters if isinstance(counters, str) else "")
     return int(m.group(1)) if m else None
 
 

@@ -8,7 +8,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from specviz import charts, lessons
 from specviz.engine.request import StepEvent
@@ -17,6 +17,15 @@ from specviz.hardware.passcurve import PassCurve
 from specviz.hardware.roofline import ModelSpec, predicted_knee
 
 TRAIL = 24               # steps the pass-time chart keeps as a faint trail behind the current one
+
+
+class PassShape(NamedTuple):
+    """One verify pass as the counters name it: the tokens it carried (rows + verified drafts), the
+    tokens its path computed (a bucket's padding, a rectangle's holes), at which context."""
+    real: int
+    rows: int
+    context: int
+    computed: int
 
 
 @dataclass
@@ -38,7 +47,7 @@ class LiveRun:
     worker_sample: Sample | None = None    # the GPU worker's latest reading (ZeroGPU)
     worker_source: str | None = None
     spec: ModelSpec | None = None          # the target's shape, for the knee estimate
-    last_pass: tuple[int, int, int] | None = None   # (tokens per pass, batch, context) of the latest step
+    last_pass: PassShape | None = None   # the latest verify pass: what it carried and computed
     path: str = ""                                  # the forward path that ran the latest step
     shared: bool = False                   # the run shares its batch with other users: chart the whole batch too
     shared_tps: charts.Series = field(default_factory=charts.Series)
@@ -85,10 +94,10 @@ class LiveRun:
         # a replay has no peaks of the machine it ran on: this machine's would name a wrong regime
         self.regime = "unrecorded" if self.recorded and self.peaks is None else m.regime
         self.path = ev.path or self.path
-        self.last_pass = (ev.tokens_per_pass, ev.batch_size, ev.context)
         # the event names the tokens the pass carried and the shape the path computed (its padding); a
         # recording older than those fields has only the pass's width, unpadded then
         real = ev.real_tokens or ev.tokens_per_pass or ev.batch_size + ev.slots_verified
+        self.last_pass = PassShape(real, ev.batch_size, ev.context, ev.padded_tokens or real)
         self.passes.append(charts.PassPoint(real, ev.padded_tokens or real, ev.verify_s))
         self.last_rows = (ev.batch_size, max(real - ev.batch_size, 0))
         self.mbu.add(now, None if m.mbu is None else 100 * m.mbu)
@@ -110,7 +119,7 @@ class LiveRun:
         with self.lock:
             if self.last_pass is None or self.spec is None or self.peaks is None:
                 return None
-            return predicted_knee(self.spec, self.peaks.bandwidth, self.peaks.flops, max(self.last_pass[2], 1))
+            return predicted_knee(self.spec, self.peaks.bandwidth, self.peaks.flops, max(self.last_pass.context, 1))
 
     def sample_dicts(self) -> list[dict]:
         """The hardware readings of this run (for a recording)."""

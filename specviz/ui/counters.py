@@ -111,7 +111,8 @@ def path_md(lang: str, path: str, fast) -> str:
     return text
 
 
-def counters_md(lang: str, totals, regime: str, sample=None, pass_md: str = "", path_md: str = "") -> str:
+def counters_md(lang: str, totals, regime: str = "", sample=None, pass_md: str = "", path_md: str = "") -> str:
+    """The counters' line; `regime`, `pass_md` and `path_md` are their parts, already said (regime_md…)."""
     acc = "—" if totals.acceptance_rate is None else f"{totals.acceptance_rate:.0%}"
     parts = [t(lang, "playground.tokens_per_s", value=totals.tokens_per_s),
              t(lang, "playground.acceptance", value=acc),
@@ -123,10 +124,7 @@ def counters_md(lang: str, totals, regime: str, sample=None, pass_md: str = "", 
     if pass_md:
         parts.append(pass_md)
     if regime:
-        # the regime is a code value ("memory-bound"); the page names it as its prose does
-        name = lessons.Key(f"playground.regime_name.{regime}")
-        key = "playground.regime_unknown" if regime in UNKNOWN_REGIMES else "playground.regime"
-        parts.append(t(lang, key, regime=name if lessons.template("en", name) != name else regime))
+        parts.append(regime)
     if path_md:
         parts.append(path_md)
     parts.append(device_md(lang, sample))
@@ -134,16 +132,39 @@ def counters_md(lang: str, totals, regime: str, sample=None, pass_md: str = "", 
 
 
 def pass_md(lang: str, last_pass, knee: int | None, measured: bool = False) -> str:
-    """Tokens the latest verify pass processed, beside the knee: the one the pass-time chart measured, else
-    the roofline's estimate for this target here."""
+    """Tokens the latest verify pass carried (rows + verified drafts, as the pass-time chart counts them),
+    what its path computed where that differs, beside the knee: the one the pass-time chart measured, else
+    the roofline's estimate for this target here. `last_pass`: a serve.live.PassShape."""
     if last_pass is None:
         return ""
-    n, batch, _ = last_pass
-    text = t(lang, "playground.pass_tokens", n=n, batch=batch)
+    n, rows = last_pass.real, last_pass.rows
+    text = t(lang, "playground.pass_tokens", n=n, rows=lessons.Said("app.n_rows", n=rows),
+             drafts=lessons.Said("app.n_drafts_verified", n=max(n - rows, 0)))
+    if last_pass.computed != n:
+        text += t(lang, "playground.pass_computed", computed=last_pass.computed)
     if knee is not None:
         side = "below" if n < knee else "past"
         text += t(lang, f"playground.pass_{side}_knee" + ("_measured" if measured else ""), knee=knee)
     return text
+
+
+def regime_md(lang: str, regime: str, last_pass=None, knee: int | None = None, measured: bool = False,
+              estimate: int | None = None) -> str:
+    """The latest step's regime by the roofline (`regime`, a code value such as "memory-bound"). Where the
+    chart's measured knee puts the pass on the other side, the two knees differ and the pass lies between
+    them: the line says so instead of contradicting the knee named beside it."""
+    if not regime:
+        return ""
+    name = lessons.Key(f"playground.regime_name.{regime}")
+    shown = name if lessons.template("en", name) != name else regime
+    if regime in UNKNOWN_REGIMES:
+        return t(lang, "playground.regime_unknown", regime=shown)
+    n = None if last_pass is None else last_pass.real
+    between = (measured and n is not None and knee is not None and estimate is not None
+               and (regime, n < knee) in (("compute-bound", True), ("memory-bound", False)))
+    if between:
+        return t(lang, "playground.regime_between", regime=shown, estimate=estimate, knee=knee)
+    return t(lang, "playground.regime", regime=shown)
 
 
 def batch_md(lang: str, rows: int, users: int, waiting: int = 0) -> str:

@@ -71,9 +71,11 @@ class Streamer:
         zero_gpu = self.app.runner.zero_gpu if zero_gpu is None else zero_gpu
         first = self.views.get(min(self.views)) if self.views else None
         charts = self.live.figures() if final else (gr.skip(),) * 3   # the timer draws them meanwhile
-        text = counters.counters_md(lang, totals, self.live.regime, self.live.latest_sample(),
-                                    counters.pass_md(lang, self.live.last_pass, *self.live.knee_for_counters()),
-                                    counters.path_md(lang, self.live.path, self.fast_status()))
+        live, (knee, measured) = self.live, self.live.knee_for_counters()
+        regime = counters.regime_md(lang, live.regime, live.last_pass, knee, measured, live.knee_estimate())
+        text = counters.counters_md(lang, totals, regime, live.latest_sample(),
+                                    counters.pass_md(lang, live.last_pass, knee, measured),
+                                    counters.path_md(lang, live.path, self.fast_status()))
         text += "\n\n" + (self.note or counters.sharing_md(lang, totals, zero_gpu))
         if final:
             text += "\n\n" + counters.baseline_md(lang, totals, plain, during_warmup, band or counters.Band(),
