@@ -102,6 +102,11 @@ def test_race_same_tokens_two_lanes_one_clock(runs):
         assert v["speedup"] > 0 and v["slowdown"] == pytest.approx(1 / v["speedup"])
         assert last["conclusion"] == race.race_conclusion(v["speedup"])
         lanes = last["lanes"]
+        # end to end (prefill included) and decoding alone (the Playground's measure), each named as such
+        assert v["speedup"] == pytest.approx(lanes["plain"]["wall_s"] / lanes["spec"]["wall_s"])
+        assert 0 < v["decode_speedup"] and v["decode_speedup"] != pytest.approx(v["speedup"], rel=1e-6)
+        said = lessons.text("en", f"chapter.race.{last['conclusion']}", **v)
+        assert "prefill" in said and (f"{v['decode_speedup']:.2f}×" in said or "slower" in last["conclusion"])
         assert lanes["plain"]["tokens"] == lanes["spec"]["tokens"] == 12
         assert lanes["plain"]["steps"] == 12 and lanes["spec"]["steps"] <= 12
         for ln in ("plain", "spec"):
@@ -267,7 +272,8 @@ def test_sweep_fills_cell_by_cell_and_finds_crossover(runs):
     cross = sweep.sweep_crossover(last["table"])
     assert last["crossover_batch"] == cross
     assert last["best_depth"] == [{"batch_size": b, "depth": k} for b, k in sweep.sweep_best_depths(last["table"]).items()]
-    assert last["conclusion"] == ("conclusion_no_crossover" if cross is None else "conclusion_crossover")
+    unsettled = bool(sweep.sweep_unsettled(sweep.sweep_best_depths(last["table"]))[0])
+    assert last["conclusion"] == sweep.sweep_conclusion(cross, unsettled)
     assert last["conclusions"][0] == "conclusion_best"
     assert len(last["best_depth"]) == 3 and last["values"]["max_batch"] == 3
     for row in last["table"]:
@@ -299,6 +305,22 @@ def test_sweep_rule():
     r = rows({1: [10, 15, 17], 4: [40, 41, 40], 8: [60, 70, 66], 16: [90, 80, 85]})
     assert sweep.sweep_crossover(r) == 16
     assert sweep.sweep_crossover(rows({1: [10, 15, 17], 2: [20, 25, 30]})) is None
+
+
+def test_a_sweep_that_does_not_settle_says_so():
+    """A reader saw plain decoding win at B = 4 and 16 and a depth win at 8 and 32, under "No crossover:
+    at the largest batch a depth still beat plain, the crossover lies further out". Such a grid is said
+    to be unsettled; a crossover with a plain win below it keeps its sentence and gets that one too."""
+    assert sweep.sweep_conclusion(None, unsettled=True) == "conclusion_unsettled"
+    best = {1: 2, 2: 2, 4: 0, 8: 1, 16: 0, 32: 2}
+    assert sweep.sweep_unsettled(best) == ([4, 16], [8, 32])
+    assert sweep.sweep_unsettled({1: 2, 8: 0, 16: 0}) == ([], [])
+    said = lessons.text("en", "chapter.sweep.conclusion_unsettled", plain_batches=lessons.Listed(["4", "16"]),
+                        spec_batches=lessons.Listed(["8", "32"]))
+    assert "plain decoding was the best at B = 4, 16, yet" in said and "(B = 8, 32)" in said
+    fa = lessons.text("fa", "chapter.sweep.conclusion_unsettled", plain_batches=lessons.Listed(["4", "16"]),
+                      spec_batches=lessons.Listed(["8", "32"]))
+    assert "16" in fa and "32" in fa and "crossover" in fa
 
 
 # --- policies -------------------------------------------------------------------------------------------

@@ -98,8 +98,10 @@ def race_values(plain: TimedRun, spec: TimedRun) -> dict:
     speculative wall when both wrote the same tokens (greedy: they do)."""
     t = spec.totals
     speedup = spec.tokens_per_s / plain.tokens_per_s if plain.tokens_per_s > 0 else 0.0
+    # decoding alone (prefill excluded), the Playground's measure: a reader compares the two figures
+    decode = t.tokens_per_s / plain.totals.tokens_per_s if plain.totals.tokens_per_s > 0 else 0.0
     passes = [ev.tokens_per_pass / ev.batch_size for ev in spec.events]
-    return {"speedup": speedup, "slowdown": 1 / speedup if speedup > 0 else 0.0,
+    return {"speedup": speedup, "slowdown": 1 / speedup if speedup > 0 else 0.0, "decode_speedup": decode,
             "flops_ratio": t.flops_ratio,
             "tokens_per_pass": statistics.fmean(passes) if passes else 0.0,   # slots each verify checked
             "tokens_per_step": t.mean_accepted_length,                         # tokens each verify kept

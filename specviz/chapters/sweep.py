@@ -43,9 +43,20 @@ def sweep_crossover(rows: list[dict]) -> int | None:
     return crossover_from_rows([{"batch_size": b, "depth": k, "tokens_per_s": 1.0} for b, k in best.items()])
 
 
-def sweep_conclusion(crossover: int | None) -> str:
-    """A crossover exists when, from some batch size on, plain decoding (k = 0) was the best depth."""
-    return "conclusion_no_crossover" if crossover is None else "conclusion_crossover"
+def sweep_unsettled(best: dict[int, int]) -> tuple[list[int], list[int]]:
+    """(plain-best batch sizes that a depth beat again at a larger one, those larger ones): a grid that does
+    not settle into one crossover, where a cell's noise is larger than speculation's gain or loss."""
+    plain = [b for b, k in best.items() if k == 0]
+    spec = [b for b, k in best.items() if k > 0]
+    return [b for b in plain if any(s > b for s in spec)], [s for s in spec if any(p < s for p in plain)]
+
+
+def sweep_conclusion(crossover: int | None, unsettled: bool = False) -> str:
+    """A crossover exists when, from some batch size on, plain decoding (k = 0) was the best depth. Without
+    one, a grid where plain won at a smaller batch than a depth did is unsettled, not "crossover further out"."""
+    if crossover is not None:
+        return "conclusion_crossover"
+    return "conclusion_unsettled" if unsettled else "conclusion_no_crossover"
 
 
 # The vLLM blog measured against load (queries per second), not batch size, so its points have no batch;
@@ -108,8 +119,11 @@ def run_sweep(pair, prompt_ids: list[int], batches: Iterable[int] = (1, 2, 4, 8,
     best = sweep_best_depths(rows)
     values = {"best_depths": Listed(f"B={b}: k={k}" for b, k in best.items()),
               "crossover": cross if cross is not None else "—", "max_batch": max(batches), "pays": SWEEP_PAYS - 1}
-    key = sweep_conclusion(cross)
-    keys, vals = ["conclusion_best", key], [values, values]
+    plain_b, spec_b = sweep_unsettled(best)
+    values.update(plain_batches=Listed(map(str, plain_b)), spec_batches=Listed(map(str, spec_b)))
+    key = sweep_conclusion(cross, bool(plain_b))
+    keys = ["conclusion_best", key] + (["conclusion_unsettled"] if plain_b and cross is not None else [])
+    vals = [values] * len(keys)
     if synthetic:
         keys, vals = ["dial_measured", *keys], [sweep_dial_values(rows, acceptance_of(pair)), *vals]
     yield finished(snapshot("sweep", pair, settings, 1.0, rows, **extra), values, key, keys, vals)
