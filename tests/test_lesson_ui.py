@@ -110,6 +110,10 @@ def test_browser_deep_link_and_persian(api, tmp_path):
         assert page.locator("#depth input[type=number]").input_value() == "2"
         assert page.locator("#policy input[value=adaptive]").is_checked()
         page.wait_for_function("document.querySelector('#run').innerText.includes('اجرا')", timeout=30000)
+        # radio groups flow right to left (gradio writes dir="ltr" on each): the first choice at the right
+        first, second = (page.locator("#policy label").nth(i).bounding_box() for i in (0, 1))
+        assert first["x"] > second["x"], (first, second)
+        assert page.evaluate("getComputedStyle(document.querySelector('#chapter')).direction") == "rtl"
         # labels are created in English (the API's names) and still follow the language switch
         fa_label = json.dumps(lessons.text("fa", "app.label_prompt"))
         page.wait_for_function(f"document.querySelector('#prompt').innerText.includes({fa_label})", timeout=30000)
@@ -132,6 +136,8 @@ def test_browser_deep_link_and_persian(api, tmp_path):
         page.wait_for_function("document.querySelector('#run').innerText.includes('Run')", timeout=10000)
         page.wait_for_function(f"document.querySelector({upload!r}).innerText.includes('Click to Upload')",
                                timeout=10000)
+        first, second = (page.locator("#policy label").nth(i).bounding_box() for i in (0, 1))
+        assert first["x"] < second["x"], (first, second)
 
 
 @needs_chromium
