@@ -348,6 +348,14 @@ def test_browser_bad_values_get_one_sentence_and_nothing_covered(app_url):
         said = _toast(page, "must be from")
         assert re.search(r"'Batch size \(rows\)' must be from 1 to \d+, not 999\.", said), said
         _close_toasts(page)
+        # the settings a Run reads only when it starts are refused as they are typed too (the slider ran
+        # with its nearest bound, silently, while the box showed the typo)
+        for box, value, words in (("max-new-tokens", "100000", r"'Max new tokens' must be from 1 to \d+, not 100000\."),
+                                  ("temperature", "-1", r"'Temperature.*' must be from 0 to \d+, not -1\.")):
+            page.locator(f"#{box} input[type=number]").fill(value)
+            page.locator(f"#{box} input[type=number]").press("Enter")
+            _toast(page, words)
+            _close_toasts(page)
         page.locator("#prompt textarea").fill("")
         page.click("#run")
         _toast(page, "the prompt is empty")

@@ -143,6 +143,10 @@ def build(app) -> "Playground":
     policy.change(page.on_policy_pick, [policy, threshold], [threshold], api_name=False, queue=False,
                   show_progress="hidden")
     threshold.change(page.on_policy, [policy, threshold], **knob)
+    # read only at the next Run, but a value typed out of bounds is refused now, as batch and depth are:
+    # gradio's slider would otherwise run with its nearest bound while the box still shows the typo
+    for setting in (temperature, max_new):
+        setting.change(page.on_setting, [setting], **knob)
     stop.click(page.on_stop, [press], None, js=STOP_PRESS_JS, api_name="stop", queue=False)
     page.components = dict(pair=pair, prompt=prompt, batch=batch, depth=depth, policy=policy, acceptance=acceptance)
     return page
