@@ -1,6 +1,7 @@
 """Calibration, the sampler without NVML, derived metrics, knee detection, what-if presets, sweep CLI."""
 import builtins
 import json
+import re
 
 import pytest
 
@@ -177,6 +178,7 @@ def test_roofline_on_a_shape_ref_writes_a_profile(tmp_path):
     p = load_profile(prof)
     assert p.tokens_per_pass == [1, 2, 4] and p.spec.n_layers == 30 and p.predicted_knee > 0
     assert 0 < json.loads(prof.read_text())["mbu_at_1_token"] < 5
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d", p.recorded)          # the day, so a shipped copy can say when
     out = json.loads((tmp_path / "r" / "roofline.json").read_text())      # paired: one ratio per repeat
     assert len(out["pass_vs_roofline_pairs"]) == 1 and out["pass_vs_roofline_1_token"] == out["pass_vs_roofline_pairs"][0]
     bad = cli("generate", "--target", "shape:SmolLM2-135M", "--draft", "ngram", "--prompt", "hi")

@@ -49,11 +49,16 @@ def test_crossover_from_rows_on_synthetic_grids():
 
 
 def test_recorded_profiles_load_with_a_prediction(tmp_path):
+    from specviz.ui import whatif_measured
+
     profiles = load_profiles()
     assert profiles, f"no profiles in {PROFILES_DIR}"
     for p in profiles:
         assert len(p.tokens_per_pass) == len(p.latency_s) >= 4 and all(t > 0 for t in p.latency_s)
         assert p.spec is not None and p.predicted_knee > 0 and p.measured_knee > 0
+        # a first-time reader took a shipped profile for this machine's own measurement: it says it is not
+        md, _ = whatif_measured.profile_view([p], p.label)
+        assert f"Recorded on {p.recorded} and shipped with the app" in md and "not this one" in md
     # a broken file is skipped, not fatal
     shutil.copy(next(PROFILES_DIR.glob("*.json")), tmp_path / "good.json")
     (tmp_path / "broken.json").write_text("{not json")
@@ -281,7 +286,7 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
     cal = gpu_calibration(GPUS["H100 SXM"], [h100])
     assert "rates from" in cal.name and "achieved rates" in cal.source          # the English, for the CLI
     generated += [lessons.say("fa", cal.name), lessons.say("fa", cal.source)]
-    for prof in profiles + [replace(profiles[0], spec=None)]:
+    for prof in profiles + [replace(profiles[0], spec=None), replace(profiles[0], recorded="")]:
         md, fig = whatif_measured.profile_view([prof], prof.label, lang="fa")
         generated += [md, _figure_texts(fig)]
     # a series measured on the base stack (no bookkeeping fitted), and a stack with a single series

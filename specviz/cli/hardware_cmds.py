@@ -104,6 +104,7 @@ def run_roofline(args) -> int:
     secs = measure_latency(loaded.model, ns, args.context, loaded.device, loaded.dtype, args.repeats, new_cache)
     spec = spec_from_config(loaded.config_dict, args.target, 2.0 if loaded.device.type == "cuda" else 4.0)
     result = {"target": args.target, "device": peaks.device, "device_name": device_name(loaded.device),
+              "recorded": time.strftime("%Y-%m-%d"),
               "path": fast.label, "layout": fast.layout or "stock (transformers)",
               "dtype": peaks.dtype, "context": args.context, "model_spec": spec_to_dict(spec),
               "tokens_per_pass": ns, "latency_s": secs, "measured_knee": find_knee(ns, secs),

@@ -32,6 +32,8 @@ def profile_view(profiles: list[Profile], name: str, lang: str = lessons.DEFAULT
     pred = tx(lang, "profile_no_shape") if prof.predicted_knee is None else f"{prof.predicted_knee}"
     md = tx(lang, "profile_md", device=prof.device, bw=prof.bandwidth / 1e9, fl=prof.flops / 1e12,
             context=prof.context, knee=prof.measured_knee, pred=pred)
+    # a shipped profile was measured on another machine of this kind: the page must not pass it off as this one
+    md += tx(lang, "profile_shipped", recorded=prof.recorded) if prof.recorded else tx(lang, "profile_shipped_undated")
     if cal is not None:
         worst = max(abs(c / (1000 * t) - 1) for c, t in zip(cal, prof.latency_s))
         # a fit above 100 % says the calibration's matrix-multiply peak was measured below what these
