@@ -410,6 +410,21 @@ def test_figures_build_for_every_chapter(runs, dark):
         assert BY_KEY[ch].figure(ds[-1], {}, dark).data, name
 
 
+def test_a_race_says_when_its_draft_passes_are_too_thin_to_see():
+    """The n-gram draft's passes take microseconds: the legend named an orange "draft pass" no reader
+    could find. It now says how long they took; a draft pass wide enough to see keeps its plain name."""
+    def result(draft_s):
+        segs = [{"lane": "spec", "kind": "draft", "start_s": 0.1 * i, "end_s": 0.1 * i + draft_s, "tokens": 0}
+                for i in range(5)] + [{"lane": "spec", "kind": "verify", "start_s": 0.1 * i + draft_s,
+                                       "end_s": 0.1 * (i + 1), "tokens": 2} for i in range(5)]
+        return {"segments": segs, "tokens": []}
+    names = {tr.name for tr in race.figure_race(result(20e-6)).data}
+    assert "draft pass (20 µs each: too short to see)" in names
+    assert "draft pass" in {tr.name for tr in race.figure_race(result(0.03)).data}
+    fa = {k: lessons.text("fa", f"chapter.race.{k}") for k in ("legend_draft_thin",)}
+    assert any("20" in n and "µs" in n and "کوتاه" in n for n in (tr.name for tr in race.figure_race(result(20e-6), fa).data))
+
+
 def test_figures_use_the_given_labels(runs):
     fig = race.figure_race(runs["race"][-1], {"lane_plain": "PLAIN-X", "legend_draft": "DRAFT-X"})
     assert "PLAIN-X" in {y for tr in fig.data for y in (tr.y or [])}
