@@ -119,3 +119,19 @@ def test_the_regime_says_where_the_two_knees_disagree():
         assert agreed.startswith("regime: **") and "between" not in agreed
     assert regime_md("en", "uncalibrated", at7, 8, True, 6).startswith("regime: not known yet")
     assert regime_md("en", "") == ""
+
+
+def test_theory_says_which_side_of_the_measurement_the_prediction_lies():
+    """A reader could not read "the prediction is -62% off": it now says "62% below the measurement"."""
+    from specviz.hardware.passcurve import PassCurve
+    from specviz.ui.dialview import theory_md
+
+    curve = PassCurve((1, 2, 4, 8), (0.01, 0.011, 0.012, 0.02), "cpu: 2 cores", "fixed", 256)
+    base = dict(predicted_speedup=1.34, measured_speedup=3.57, tokens_per_step=1.8, rate=0.5, agree=False,
+                main="tokens", f_tokens=1.81)
+    gap = 1.34 / 3.57 - 1
+    below = theory_md("en", {**base, "difference": gap, "abs_difference": -gap}, curve, False)
+    assert "the prediction lies 62% below the measurement" in below and "off" not in below
+    above = theory_md("en", {**base, "difference": 0.25, "abs_difference": 0.25}, curve, False)
+    assert "25% above the measurement" in above
+    assert "پایین‌تر از" in theory_md("fa", {**base, "difference": -0.62, "abs_difference": 0.62}, curve, False)

@@ -4,6 +4,7 @@ a plain baseline, the prediction priced on this machine's pass-time curve beside
 the measured factor that separates them most (`specviz.chapters.theory`). Pure functions of numbers."""
 from __future__ import annotations
 
+from specviz import lessons
 from specviz.chapters import theory
 from specviz.hardware.passcurve import PassCurve
 from specviz.ui.i18n import t
@@ -47,5 +48,8 @@ def theory_md(lang: str, result: dict | None, curve: PassCurve | None, synthetic
         return ""
     head = "playground.theory_synthetic" if synthetic else "playground.theory_real"
     values = {k: v for k, v in result.items() if k not in ("main", "agree")}
+    # "62 % below the measurement", not "-62 % off" (a first-time reader could not tell which way)
+    above = values.get("difference", 0) > 0
+    values["side"] = lessons.Key("playground.theory_above" if above else "playground.theory_below")
     text = f"{t(lang, head, **values)} ({curve_md(lang, curve)})"
     return text + "\n\n" + t(lang, f"playground.theory_reason_{result['main']}", **values)
