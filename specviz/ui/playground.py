@@ -110,7 +110,8 @@ class Playground:
         curve_of = getattr(app.runner, "pass_curve", lambda c: None)
         live = LiveRun(app.runner.control(knobs, args.policy, dial), choice.label, app.peaks,
                        app.sampler, shared=not app.runner.zero_gpu and dial is None, lang=lang,
-                       curve=curve_of(choice), curve_of=lambda: curve_of(choice), acceptance=dial)
+                       curve=curve_of(choice), curve_of=lambda: curve_of(choice), acceptance=dial,
+                       spec=getattr(pair, "target_spec", None))    # the roofline's knee until one is measured
         streamer = Streamer(app, live, pair.tokenizer, session, lang, choice, texts)
         packet = yield from self._run(req, choice, live, streamer, session)
         during_warmup = during_warmup or self._warming(choice)
