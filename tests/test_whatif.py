@@ -442,7 +442,10 @@ def test_browser_whatif_calibrated_published_and_custom(whatif_app):
         page.wait_for_function("document.querySelector('#whatif-draft input').value === 'EAGLE:Llama-3.1-70B'",
                                timeout=30000)
         _summary_has(page, "Llama-3.1-70B")
+        # the two boxes count only for the custom GPU: a preset's are not editable (typing there did nothing)
+        assert page.locator("#whatif-bandwidth input").is_disabled() and page.locator("#whatif-flops input").is_disabled()
         _pick(page, "whatif-gpu", CUSTOM)
+        page.wait_for_function("!document.querySelector('#whatif-bandwidth input').disabled", timeout=10000)
         page.locator("#whatif-bandwidth input").fill("8")
         page.locator("#whatif-bandwidth input").press("Enter")
         _summary_has(page, "custom GPU (8 TB/s")

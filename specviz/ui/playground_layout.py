@@ -131,9 +131,6 @@ def build(app) -> "Playground":
     # a replay mostly sleeps: it never waits for another user's replay or Run (RunStore.replay_slot)
     replay.click(page.replay, [replay_pick, replay_file], outputs, api_name="replay", concurrency_limit=None)
     check.click(page.check_lossless, None, [lossless], api_name="check_lossless", concurrency_limit=2)
-    # a lossless verdict speaks of the run it checked: a new Run or replay clears it
-    for press_ in (run, replay):
-        press_.click(lambda: "", None, [lossless], api_name=False, queue=False, show_progress="hidden")
     # queued, with no limit: a refused value (999 typed into the batch box) is shown only from the queue,
     # and a knob never waits for another event
     knob = dict(outputs=None, api_name=False, concurrency_limit=None, show_progress="hidden")

@@ -18,8 +18,9 @@ from specviz.serve.catalog import pair_options
 from specviz.ui.errors import as_sentences
 from specviz.ui.runs import TempFiles, write_csv
 from specviz.ui.whatif_measured import KNEE_CONTEXT, knee_view, profile_view
-from specviz.ui.whatif_views import (BW_TBS, DEFAULTS, FLOPS_TFLOPS, compute, csv_rows, draft_options, gpu_options,
-                                     is_rtl, lang_of, model_options, model_spec, remap_draft, speedup_view, tx)
+from specviz.ui.whatif_views import (BW_TBS, CUSTOM_GPU, DEFAULTS, FLOPS_TFLOPS, compute, csv_rows, draft_options,
+                                     gpu_options, is_rtl, lang_of, model_options, model_spec, remap_draft,
+                                     speedup_view, tx)
 
 
 def _label(key: str) -> dict:
@@ -72,10 +73,11 @@ def build(app) -> None:
             with gr.Row():
                 # only a floor here: a preset GPU ignores these numbers, whatever an API call sends, and a
                 # custom one is held to its bounds in whatif_views._hardware
+                custom = DEFAULTS["gpu"] == CUSTOM_GPU     # editable only where they count (see on_gpu)
                 bw = tr.add(gr.Number(DEFAULTS["bandwidth_tbs"], label=tx("en", "label.bandwidth"), minimum=BW_TBS[0],
-                                      elem_id="whatif-bandwidth"), **_label("bandwidth"))
+                                      elem_id="whatif-bandwidth", interactive=custom), **_label("bandwidth"))
                 fl = tr.add(gr.Number(DEFAULTS["flops_tflops"], label=tx("en", "label.flops"), minimum=FLOPS_TFLOPS[0],
-                                      elem_id="whatif-flops"), **_label("flops"))
+                                      elem_id="whatif-flops", interactive=custom), **_label("flops"))
         with gr.Column(scale=3, min_width=420):
             vals = list(DEFAULTS.values())
             md0, lat0, x0 = compute(app, *vals)
@@ -120,6 +122,9 @@ def build(app) -> None:
     (target.change(on_target, [target, draft], [draft], show_progress="hidden")
      .success(on_change, inputs, [summary, fig_lat, fig_x], show_progress="hidden")
      .success(on_speedup, inputs, [fig_speedup], show_progress="hidden"))
+    # a preset GPU ignores the two boxes: a reader typed 1 TB/s with the H100 picked and nothing changed
+    gpu.change(lambda g: (gr.update(interactive=g == CUSTOM_GPU),) * 2, [gpu], [bw, fl], api_name=False,
+               queue=False, show_progress="hidden")
     lang_box.change(relabel, [lang_box, *inputs], [summary, fig_lat, fig_x, fig_speedup, draft],
                       api_name=False, show_progress="hidden")
     with gr.Row():
