@@ -73,7 +73,7 @@ def build(app) -> None:
             with gr.Row():
                 # only a floor here: a preset GPU ignores these numbers, whatever an API call sends, and a
                 # custom one is held to its bounds in whatif_views._hardware
-                custom = DEFAULTS["gpu"] == CUSTOM_GPU     # editable only where they count (see on_gpu)
+                custom = DEFAULTS["gpu"] == CUSTOM_GPU     # editable only where they count (gpu.change below)
                 bw = tr.add(gr.Number(DEFAULTS["bandwidth_tbs"], label=tx("en", "label.bandwidth"), minimum=BW_TBS[0],
                                       elem_id="whatif-bandwidth", interactive=custom), **_label("bandwidth"))
                 fl = tr.add(gr.Number(DEFAULTS["flops_tflops"], label=tx("en", "label.flops"), minimum=FLOPS_TFLOPS[0],
