@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
@@ -15,57 +15,17 @@ ACCEPT, REJECT, BONUS, PLAIN = "#1a9850", "#d73027", "#2c7bb6", "#7f7f7f"
 POW2 = dict(dtick=math.log10(2), tick0=0)
 _125 = [m * 10.0 ** e for e in range(-3, 8) for m in (1, 2, 5)]
 ONE_TWO_FIVE = dict(tickvals=_125, ticktext=[f"{v:g}" for v in _125])
+# The legend sits at the figure's foot (container coordinates): placed in plot coordinates, a legend of
+# three long lines grew upwards over the x axis's title once the page took 100 px of the top margin.
+BELOW = dict(orientation="h", yref="container", yanchor="bottom", y=0)
 LAYOUT = dict(margin=dict(l=48, r=16, t=40, b=90), height=330, template="plotly_white",
               paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
-              legend=dict(orientation="h", y=-0.32), font=dict(size=14, color="#8a8a8a"))  # readable on light and dark pages
-
-
-@dataclass
-class Series:
-    """A rolling time series for the live charts: x in seconds since the run started."""
-
-    x: list[float] = field(default_factory=list)
-    y: list[float | None] = field(default_factory=list)
-
-    def add(self, x: float, y: float | None, keep: int = 300) -> None:
-        self.x.append(x)
-        self.y.append(y)
-        if len(self.x) > keep:
-            del self.x[0], self.y[0]
-
-
-# The live figures' words, in English; callers pass the same keys in another language (`labels=`), as
-# specviz/lessons' [playground.chart] table has them.
-LIVE_LABELS = dict(throughput_title="Tokens per second", seconds="seconds", tokens_per_s="tokens/s", row="row {n}",
-                   each_row="each row",
-                   your_rows="your rows", all_rows="all rows", whole_batch="whole shared batch (all users)",
-                   hardware_title="Hardware: busy ≠ used", mbu="MBU (est. bytes ÷ time ÷ peak)",
-                   mfu="MFU (est. FLOPs ÷ time ÷ peak)", accept_title="Accepted drafts per row-step",
-                   accepted_tokens="accepted tokens", row_steps="row-steps",
-                   knee_title="Where each step sits on this machine's pass-time curve",
-                   tokens_per_pass="tokens per pass", ms_per_pass="ms per pass",
-                   curve_measured="pass time, measured here ({context} tokens of context)",
-                   curve_recorded="pass time, recorded on {device} ({name})",
-                   curve_pending="pass time: being measured…", knee_line="measured knee ≈ {knee} tokens",
-                   recent_steps="recent steps", padded="padded width {n}",
-                   this_step="this step: {n} tokens per pass", this_step_one="this step: {n} token per pass",
-                   step_parts="{rows} + {drafts}")
-
-
-def _live_labels(labels: dict | None) -> dict:
-    return {**LIVE_LABELS, **(labels or {})}
+              legend=BELOW, font=dict(size=14, color="#8a8a8a"))  # readable on light and dark pages
 
 
 def _fill(template: str, **values) -> str:
     """A label with its numbers filled in (isolated left-to-right inside a Persian label)."""
     return lessons.chart_fill(template, values)
-
-
-def _markers(fig, markers: list[tuple[float, str]]) -> None:
-    for x, label in markers[-12:]:
-        fig.add_vline(x=x, line_dash="dot", line_color="#999")
-        fig.add_annotation(x=x, y=1, yref="paper", text=label, showarrow=False, textangle=-90,
-                           xanchor="right", yanchor="top", font=dict(size=11, color="#666"))
 
 
 def blank_figure() -> go.Figure:
@@ -75,99 +35,6 @@ def blank_figure() -> go.Figure:
     fig = go.Figure(layout=LAYOUT)
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
-    return fig
-
-
-def throughput_figure(total: Series, per_row: dict[int, Series] | None = None,
-                      markers: list[tuple[float, str]] | None = None, title: str | None = None,
-                      shared: Series | None = None, labels: dict | None = None) -> go.Figure:
-    """Your rows' tokens/s (and each row's); with `shared`, the whole shared batch's (every user)."""
-    lab = _live_labels(labels)
-    fig = go.Figure()
-    rows = sorted((per_row or {}).items())[:8]
-    for i, (row, s) in enumerate(rows):
-        # one legend entry for the rows' faint lines (eight entries squeezed the plot to a strip); the
-        # hover still names each row
-        name = _fill(lab["row"], n=row + 1)
-        grouped = len(rows) > 2
-        fig.add_trace(go.Scatter(x=s.x, y=s.y, mode="lines", line=dict(width=1), opacity=0.5,
-                                 name=lab["each_row"] if grouped else name, legendgroup="rows" if grouped else None,
-                                 showlegend=not grouped or i == 0,
-                                 hovertemplate=f"{name}: %{{y:.1f}}<extra></extra>"))
-    fig.add_trace(go.Scatter(x=total.x, y=total.y, mode="lines", name=lab["your_rows"] if shared else lab["all_rows"],
-                             line=dict(width=3, color=BONUS)))
-    if shared is not None:
-        fig.add_trace(go.Scatter(x=shared.x, y=shared.y, mode="lines", name=lab["whole_batch"],
-                                 line=dict(width=2, color="#762a83", dash="dash")))
-    _markers(fig, markers or [])
-    fig.update_layout(title=title or lab["throughput_title"], xaxis_title=lab["seconds"],
-                      yaxis_title=lab["tokens_per_s"], **LAYOUT)
-    return fig
-
-
-def hardware_figure(util: Series, mbu: Series, mfu: Series, util_label: str, labels: dict | None = None) -> go.Figure:
-    lab = _live_labels(labels)
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(x=util.x, y=util.y, mode="lines", name=util_label, line=dict(color=PLAIN)))
-    fig.add_trace(go.Scatter(x=mbu.x, y=mbu.y, mode="lines+markers", name=lab["mbu"], line=dict(color=BONUS)))
-    fig.add_trace(go.Scatter(x=mfu.x, y=mfu.y, mode="lines+markers", name=lab["mfu"], line=dict(color=REJECT)))
-    fig.update_layout(title=lab["hardware_title"], xaxis_title=lab["seconds"], yaxis_title="%",
-                      yaxis_range=[0, 105], **LAYOUT)
-    return fig
-
-
-def acceptance_histogram(counts: list[int], labels: dict | None = None) -> go.Figure:
-    """counts[n] = row-steps that kept n draft tokens."""
-    lab = _live_labels(labels)
-    fig = go.Figure(go.Bar(x=list(range(len(counts))), y=counts, marker_color=ACCEPT))
-    fig.update_layout(title=lab["accept_title"], xaxis_title=lab["accepted_tokens"],
-                      yaxis_title=lab["row_steps"], **LAYOUT)
-    return fig
-
-
-@dataclass(frozen=True)
-class PassPoint:
-    """One step on the pass-time chart: the tokens its verify pass carried (rows + verified drafts), the
-    width the forward path computed (StepEvent.padded_tokens), and the pass's measured seconds."""
-
-    real: int
-    padded: int
-    seconds: float
-
-
-def knee_live_figure(curve: tuple[list[int], list[float]] | None, curve_name: str, knee: float | None,
-                     steps: list[PassPoint], step_label: str, labels: dict | None = None,
-                     rtl: bool = False) -> go.Figure:
-    """The knee chapter's curve (pass time against tokens per pass, log-log: the flat part and the slope
-    both readable, a slow outlier squashes nothing) with the current step as a big dot at its real tokens
-    per pass, its padded width beside it where that differs, a faint trail of the steps before it, and
-    `step_label` written in the plot's top corner (right-hand in a right-to-left page)."""
-    lab = _live_labels(labels)
-    fig = go.Figure()
-    if curve is not None:
-        fig.add_trace(go.Scatter(x=curve[0], y=[1000 * t for t in curve[1]], mode="lines+markers", name=curve_name,
-                                 line=dict(color=PLAIN, width=2), marker=dict(size=5)))
-    if knee is not None and 0 < knee < float("inf"):
-        _vline(fig, knee, _fill(lab["knee_line"], knee=round(knee)), REJECT, "dot")
-    if len(steps) > 1:
-        fig.add_trace(go.Scatter(x=[p.real for p in steps[:-1]], y=[1000 * p.seconds for p in steps[:-1]],
-                                 mode="markers", name=lab["recent_steps"], opacity=0.35,
-                                 marker=dict(size=7, color=BONUS)))
-    if steps:
-        now = steps[-1]
-        if now.padded != now.real:
-            fig.add_trace(go.Scatter(x=[now.padded], y=[1000 * now.seconds], mode="markers",
-                                     name=_fill(lab["padded"], n=now.padded),
-                                     marker=dict(size=13, symbol="circle-open", color=BONUS, line=dict(width=2))))
-        fig.add_trace(go.Scatter(x=[now.real], y=[1000 * now.seconds], mode="markers", meta="this-step",
-                                 name=_fill(lab["this_step_one" if now.real == 1 else "this_step"], n=now.real),
-                                 marker=dict(size=16, color=ACCEPT, line=dict(color="white", width=1))))
-        fig.add_annotation(text=step_label, xref="paper", yref="paper", x=0.99 if rtl else 0.01, y=0.99,
-                           xanchor="right" if rtl else "left", yanchor="top", showarrow=False,
-                           font=dict(size=13, color=ACCEPT))
-    fig.update_layout(title=lab["knee_title"], xaxis_type="log", yaxis_type="log",
-                      xaxis_title=lab["tokens_per_pass"], yaxis_title=lab["ms_per_pass"],
-                      xaxis=POW2, yaxis=ONE_TWO_FIVE, **{**LAYOUT, "height": 400})
     return fig
 
 
@@ -302,7 +169,7 @@ def speedup_figure(curves: dict[str, list[dict]], depths: list[int], points: lis
     if xs:
         fig.add_trace(go.Scatter(x=[min(xs), max(xs)], y=[1, 1], mode="lines", name=lab["break_even"],
                                  line=dict(color=PLAIN, width=1), hoverinfo="skip"))
-    layout = {**LAYOUT, "height": 440, "legend": dict(orientation="h", y=-0.22)}   # room for long sources
+    layout = {**LAYOUT, "height": 440}   # room for long sources
     fig.update_layout(title=title, xaxis_type="log", xaxis_title=lab["batch_size"],
                       yaxis_title=lab["speedup_axis"], xaxis=POW2, **layout)
     return fig

@@ -2,7 +2,7 @@
 another, at module level or inside a function, needs an arrow in the map; every arrow in the map is used;
 the arrows point one way; and gradio is imported in ui/ only, as the README says.
 
-A part is a folder of specviz/ or a top-level module (limits, machine, charts); specviz/__main__.py counts
+A part is a folder of specviz/ or a top-level module (limits, machine, charts, live_charts); specviz/__main__.py counts
 as `cli`. The map is the README's bullet lines of the form "- `ui` → `serve`, `chapters`, …" ("→ nothing"
 for a part that imports none)."""
 from __future__ import annotations

@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
-from specviz import charts, lessons
+from specviz import lessons, live_charts
 from specviz.engine.request import StepEvent
 from specviz.hardware.device import UNKNOWN_REGIMES, Peaks, Sample, Sampler, step_metrics
 from specviz.hardware.passcurve import PassCurve
@@ -35,11 +35,11 @@ class LiveRun:
     peaks: Peaks | None
     sampler: Sampler | None
     t0: float = field(default_factory=time.perf_counter)
-    tps: charts.Series = field(default_factory=charts.Series)
+    tps: live_charts.Series = field(default_factory=live_charts.Series)
     per_row: dict = field(default_factory=dict)
-    util: charts.Series = field(default_factory=charts.Series)
-    mbu: charts.Series = field(default_factory=charts.Series)
-    mfu: charts.Series = field(default_factory=charts.Series)
+    util: live_charts.Series = field(default_factory=live_charts.Series)
+    mbu: live_charts.Series = field(default_factory=live_charts.Series)
+    mfu: live_charts.Series = field(default_factory=live_charts.Series)
     markers: list = field(default_factory=list)
     hist: list = field(default_factory=lambda: [0] * 17)
     recent: deque = field(default_factory=lambda: deque(maxlen=6))
@@ -50,11 +50,11 @@ class LiveRun:
     last_pass: PassShape | None = None   # the latest verify pass: what it carried and computed
     path: str = ""                                  # the forward path that ran the latest step
     shared: bool = False                   # the run shares its batch with other users: chart the whole batch too
-    shared_tps: charts.Series = field(default_factory=charts.Series)
+    shared_tps: live_charts.Series = field(default_factory=live_charts.Series)
     lang: str = lessons.DEFAULT_LANG       # the reader's language, for the charts' words
     curve: PassCurve | None = None         # this machine's pass-time curve (the knee chart), if known yet
     curve_of: Callable[[], PassCurve | None] | None = None   # asks again until a curve measured here arrives
-    passes: deque = field(default_factory=lambda: deque(maxlen=TRAIL))   # charts.PassPoint of recent steps
+    passes: deque = field(default_factory=lambda: deque(maxlen=TRAIL))   # live_charts.PassPoint of recent steps
     last_rows: tuple[int, int] = (0, 0)    # (rows, verified drafts) of the latest step's pass
     acceptance: float | None = None        # a synthetic Run's dial A (latest)
     rates: list = field(default_factory=list)   # the dial's A at each recorded step (synthetic Runs)
@@ -83,7 +83,7 @@ class LiveRun:
             all_toks = sum(e.shared_emitted for e in self.recent)
             self.shared_tps.add(now, all_toks / secs if secs else None)
         for r in ev.rows:
-            s = self.per_row.setdefault(r.row, charts.Series())
+            s = self.per_row.setdefault(r.row, live_charts.Series())
             s.add(now, len(r.emitted) / ev.wall_s if ev.wall_s else None)
             if r.drafted:
                 self.hist[min(r.accepted, 16)] += 1
@@ -98,7 +98,7 @@ class LiveRun:
         # recording older than those fields has only the pass's width, unpadded then
         real = ev.real_tokens or ev.tokens_per_pass or ev.batch_size + ev.slots_verified
         self.last_pass = PassShape(real, ev.batch_size, ev.context, ev.padded_tokens or real)
-        self.passes.append(charts.PassPoint(real, ev.padded_tokens or real, ev.verify_s))
+        self.passes.append(live_charts.PassPoint(real, ev.padded_tokens or real, ev.verify_s))
         self.last_rows = (ev.batch_size, max(real - ev.batch_size, 0))
         self.mbu.add(now, None if m.mbu is None else 100 * m.mbu)
         self.mfu.add(now, None if m.mfu is None else 100 * m.mfu)
@@ -163,7 +163,7 @@ class LiveRun:
             self.util.add(self.elapsed(), sample.util)
 
     def figures(self):
-        """The three live figures (called by the chart timer's thread, ~4 times a second)."""
+        """The three live figures (called by the chart timer's thread, twice a second)."""
         with self.lock:
             latest = self._latest_sample()
             if latest is not None:
@@ -190,14 +190,12 @@ class LiveRun:
     def _figures(self):
         labels = live_labels(self.lang)
         util_label = labels["util_" + self._source()] if self._source() in ("nvml", "psutil") else labels["util_none"]
-        figs = (charts.throughput_figure(self.tps, self.per_row, self.markers,
-                                         shared=self.shared_tps if self.shared else None, labels=labels),
-                charts.hardware_figure(self.util, self.mbu, self.mfu, util_label, labels=labels),
-                charts.acceptance_histogram(self.hist[: max(2, _last_nonzero(self.hist) + 2)], labels=labels))
-        if lessons.direction(self.lang) == "rtl":      # a Persian title starts at the right, where it is read
-            for fig in figs:
-                fig.update_layout(title_x=0.98, title_xanchor="right", title_font_size=14)
-        return figs
+        rtl = lessons.direction(self.lang) == "rtl"
+        return (live_charts.throughput_figure(self.tps, self.per_row, self.markers,
+                                              shared=self.shared_tps if self.shared else None, labels=labels, rtl=rtl),
+                live_charts.hardware_figure(self.util, self.mbu, self.mfu, util_label, labels=labels, rtl=rtl),
+                live_charts.acceptance_histogram(self.hist[: max(2, _last_nonzero(self.hist) + 2)], labels=labels,
+                                                 rtl=rtl))
 
 
     def current_curve(self) -> PassCurve | None:
@@ -222,11 +220,8 @@ class LiveRun:
                                                            name=curve.recorded))
                 knee = curve.knee
             rtl = lessons.direction(self.lang) == "rtl"
-            fig = charts.knee_live_figure(None if curve is None else (list(curve.tokens), list(curve.seconds)),
-                                          name, knee, steps, self._step_label(labels, knee), labels, rtl)
-        if rtl:
-            fig.update_layout(title_x=0.98, title_xanchor="right", title_font_size=14)
-        return fig
+            return live_charts.knee_live_figure(None if curve is None else (list(curve.tokens), list(curve.seconds)),
+                                                name, knee, steps, self._step_label(labels, knee), labels, rtl)
 
     def _step_label(self, labels: dict, knee: float | None) -> str:
         """ "this step: 48 tokens per pass (16 rows + 32 verified drafts) · past the knee · compute-bound"."""
@@ -255,7 +250,7 @@ class LiveRun:
 def live_labels(lang: str) -> dict:
     """The live charts' words in `lang` ([playground.chart]); a Persian label is right-to-left as a whole,
     since plotly lays its text out left-to-right."""
-    keys = [*charts.LIVE_LABELS, "util_nvml", "util_psutil", "util_none", "below_knee", "past_knee"]
+    keys = [*live_charts.LIVE_LABELS, "util_nvml", "util_psutil", "util_none", "below_knee", "past_knee"]
     return {k: lessons.isolate_rtl(lessons.text(lang, f"playground.chart.{k}")) for k in keys}
 
 

@@ -168,7 +168,7 @@ def regime_md(lang: str, regime: str, last_pass=None, knee: int | None = None, m
 
 
 def batch_md(lang: str, rows: int, users: int, waiting: int = 0) -> str:
-    """ "Batch now: N rows from M users" for the selected pair (the 4 Hz timer's line)."""
+    """ "Batch now: N rows from M users" for the selected pair (the chart timer's line)."""
     if rows == 0 and waiting == 0:
         return t(lang, "playground.batch_empty")
     return t(lang, "playground.batch_waiting" if waiting else "app.batch_now", waiting=waiting,

@@ -35,7 +35,9 @@ from specviz.ui.runs import RunStore
 from specviz.ui.stream import OUTPUTS, Streamer, pack
 
 MIN_UPDATE_S = 0.2        # ≤ 5 updates a second: faster only makes the browser steal the CPU
-CHART_PERIOD_S = 0.25     # charts refresh at 4 Hz (gr.Timer); tokens at up to 5 Hz
+# charts refresh at 2 Hz (gr.Timer); tokens at up to 5 Hz. Each chart update costs the page a plotly
+# redraw (25-45 ms each on these cores): at 4 Hz the four took 0.4-0.7 of a core by themselves
+CHART_PERIOD_S = 0.5
 BASELINE_MAX_NEW = 128    # the automatic plain-decoding baseline decodes at most this many tokens
 # A Run that arrives while the app warms up its fast path waits for it: beside the warm-up (which times
 # layouts on the same cores) a Run's verdict reads far below the same Run's once warm.
@@ -359,7 +361,7 @@ class Playground:
     def on_arm(self, press=None, request: gr.Request = None):
         self.app.runs.arm(_session(request), press)
 
-    # --- the 4 Hz timer --------------------------------------------------------------------------------
+    # --- the chart timer --------------------------------------------------------------------------------
     def figures(self, session: str):
         live = self.app.runs.get(session)
         return live.figures() if live is not None else (gr.skip(),) * 3

@@ -116,7 +116,7 @@ def build(app) -> "Playground":
             tr.add(examples.dataset, label="playground.examples")
 
     outputs = [tokens, rows, counters_box, chart_t, chart_h, chart_a, status, csv, save, result]   # as OUTPUTS
-    # charts refresh on their own clock (4 Hz), independent of how long a decoding step takes
+    # charts refresh on their own clock (2 Hz), independent of how long a decoding step takes
     timer = gr.Timer(CHART_PERIOD_S)
     timer.tick(page.on_tick, [pair], [chart_t, chart_h, chart_a, chart_k, batch_now], api_name=False, queue=False,
                show_progress="hidden")

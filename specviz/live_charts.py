@@ -1,0 +1,215 @@
+"""The Playground's four live figures (throughput, hardware, acceptance, pass time), rebuilt twice a
+second for every page that watches a Run. No gradio, no torch.
+
+They are built as plain dicts and wrapped unchecked: plotly's property checks and its template copy cost
+about 25 ms a figure, with the GIL held beside the decoding thread; unchecked, about 3. A test runs every
+figure through plotly's checks, so a misspelt property still fails there."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cache
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from specviz import lessons
+from specviz.charts import ACCEPT, BONUS, LAYOUT, PLAIN, POW2, REJECT
+
+
+@dataclass
+class Series:
+    """A rolling time series for the live charts: x in seconds since the run started."""
+
+    x: list[float] = field(default_factory=list)
+    y: list[float | None] = field(default_factory=list)
+
+    def add(self, x: float, y: float | None, keep: int = 300) -> None:
+        self.x.append(x)
+        self.y.append(y)
+        if len(self.x) > keep:
+            del self.x[0], self.y[0]
+
+
+@dataclass(frozen=True)
+class PassPoint:
+    """One step on the pass-time chart: the tokens its verify pass carried (rows + verified drafts), the
+    width the forward path computed (StepEvent.padded_tokens), and the pass's measured seconds."""
+
+    real: int
+    padded: int
+    seconds: float
+
+
+# The live figures' words, in English; callers pass the same keys in another language (`labels=`), as
+# specviz/lessons' [playground.chart] table has them.
+LIVE_LABELS = dict(throughput_title="Tokens per second", seconds="seconds", tokens_per_s="tokens/s", row="row {n}",
+                   each_row="each row",
+                   your_rows="your rows", all_rows="all rows", whole_batch="whole shared batch (all users)",
+                   hardware_title="Hardware: busy ≠ used", mbu="MBU (est. bytes ÷ time ÷ peak)",
+                   mfu="MFU (est. FLOPs ÷ time ÷ peak)", accept_title="Accepted drafts per row-step",
+                   accepted_tokens="accepted tokens", row_steps="row-steps",
+                   knee_title="Where each step sits on this machine's pass-time curve",
+                   tokens_per_pass="tokens per pass", ms_per_pass="ms per pass",
+                   curve_measured="pass time, measured here ({context} tokens of context)",
+                   curve_recorded="pass time, recorded on {device} ({name})",
+                   curve_pending="pass time: being measured…", knee_line="measured knee ≈ {knee} tokens",
+                   recent_steps="recent steps", padded="padded width {n}",
+                   this_step="this step: {n} tokens per pass", this_step_one="this step: {n} token per pass",
+                   step_parts="{rows} + {drafts}")
+
+SPARSE = 60           # the hardware chart marks each step's estimate up to this many steps
+MARKER_GAP = 0.06      # change markers closer than this share of the time axis keep one label (the last)
+
+
+def _labels(labels: dict | None) -> dict:
+    return {**LIVE_LABELS, **(labels or {})}
+
+
+def _fill(template: str, **values) -> str:
+    return lessons.chart_fill(template, values)
+
+
+@cache
+def _template() -> dict:
+    """plotly_white spelled out once: an unchecked figure sends its template as given, and plotly.js knows
+    no template by name. Read-only after this (every figure shares it)."""
+    return pio.templates["plotly_white"].to_plotly_json()
+
+
+def _r(values: list) -> list:
+    """Two decimals: the same chart with half the bytes (a page receives every figure twice a second)."""
+    return [None if v is None else round(v, 2) for v in values]
+
+
+def _figure(data: list[dict], title: str, x_title: str, y_title: str, rtl: bool, **layout) -> go.Figure:
+    """The figure, unchecked; a right-to-left page's title starts at the right, where it is read."""
+    head = dict(text=title, x=0.98, xanchor="right", font=dict(size=14)) if rtl else dict(text=title)
+    xaxis, yaxis = layout.pop("xaxis", {}), layout.pop("yaxis", {})
+    full = {**LAYOUT, "template": _template(), "title": head, **layout,
+            "xaxis": {**xaxis, "title": dict(text=x_title)}, "yaxis": {**yaxis, "title": dict(text=y_title)}}
+    return go.Figure(data=data, layout=full, _validate=False)
+
+
+def _line(s: Series, name: str, **style) -> dict:
+    return dict(type="scatter", x=_r(s.x), y=_r(s.y), mode="lines", name=name, **style)
+
+
+def _markers(markers: list[tuple[float, str]], span: float) -> tuple[list[dict], list[dict]]:
+    """A dotted line at each change of depth or batch; where several crowd together (a slider dragged
+    through its range) only the last of them keeps its label, so the labels never print over each other."""
+    shapes, notes, last_x = [], [], None
+    for x, label in reversed(markers[-12:]):
+        shapes.append(dict(type="line", x0=x, x1=x, xref="x", y0=0, y1=1, yref="paper",
+                           line=dict(dash="dot", color="#999")))
+        if last_x is None or last_x - x >= MARKER_GAP * span:
+            notes.append(dict(x=x, y=1, yref="paper", text=label, showarrow=False, textangle=-90,
+                              xanchor="right", yanchor="top", font=dict(size=11, color="#666")))
+            last_x = x
+    return shapes, notes
+
+
+def throughput_figure(total: Series, per_row: dict[int, Series] | None = None,
+                      markers: list[tuple[float, str]] | None = None, shared: Series | None = None,
+                      labels: dict | None = None, rtl: bool = False) -> go.Figure:
+    """Your rows' tokens/s (and each row's); with `shared`, the whole shared batch's (every user)."""
+    lab = _labels(labels)
+    rows = sorted((per_row or {}).items())[:8]
+    grouped, data = len(rows) > 2, []
+    for i, (row, s) in enumerate(rows):
+        # one legend entry for the rows' faint lines (eight entries squeezed the plot to a strip); the
+        # hover still names each row
+        name = _fill(lab["row"], n=row + 1)
+        data.append(_line(s, lab["each_row"] if grouped else name, line=dict(width=1), opacity=0.5,
+                          legendgroup="rows" if grouped else None, showlegend=not grouped or i == 0,
+                          hovertemplate=f"{name}: %{{y:.1f}}<extra></extra>"))
+    data.append(_line(total, lab["your_rows"] if shared else lab["all_rows"], line=dict(width=3, color=BONUS)))
+    if shared is not None:
+        data.append(_line(shared, lab["whole_batch"], line=dict(width=2, color="#762a83", dash="dash")))
+    span = max(total.x[-1] - total.x[0], 1e-9) if len(total.x) > 1 else 1.0
+    shapes, notes = _markers(markers or [], span)
+    return _figure(data, lab["throughput_title"], lab["seconds"], lab["tokens_per_s"], rtl,
+                   shapes=shapes, annotations=notes)
+
+
+def hardware_figure(util: Series, mbu: Series, mfu: Series, util_label: str, labels: dict | None = None,
+                    rtl: bool = False) -> go.Figure:
+    lab = _labels(labels)
+    # a marker per step shows where the estimates were taken while steps are sparse; hundreds of them
+    # were the page's dearest drawing, redrawn every tick
+    mode = "lines+markers" if len(mbu.x) <= SPARSE else "lines"
+    data = [_line(util, util_label, line=dict(color=PLAIN)),
+            {**_line(mbu, lab["mbu"], line=dict(color=BONUS)), "mode": mode},
+            {**_line(mfu, lab["mfu"], line=dict(color=REJECT)), "mode": mode}]
+    return _figure(data, lab["hardware_title"], lab["seconds"], "%", rtl, yaxis=dict(range=[0, 105]))
+
+
+def acceptance_histogram(counts: list[int], labels: dict | None = None, rtl: bool = False) -> go.Figure:
+    """counts[n] = row-steps that kept n draft tokens; one tick per whole token (a count of 0.5 tokens
+    does not exist)."""
+    lab = _labels(labels)
+    data = [dict(type="bar", x=list(range(len(counts))), y=list(counts), marker=dict(color=ACCEPT))]
+    return _figure(data, lab["accept_title"], lab["accepted_tokens"], lab["row_steps"], rtl,
+                   xaxis=dict(dtick=1, tick0=0))
+
+
+def log_ticks(lo: float, hi: float) -> dict:
+    """Tick values for a log axis spanning lo..hi: 1-2-5 steps, else 1-2-3-4-5-6-8, else evenly spaced
+    round numbers, whichever first puts two ticks inside the data (a flat curve between 3.1 and 4.4 ms
+    showed no tick at all with 1-2-5 alone)."""
+    if not (lo > 0 and hi >= lo):
+        return {}
+    decades = [10.0 ** e for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 2)]
+    for mantissas in ((1, 2, 5), (1, 2, 3, 4, 5, 6, 8)):
+        vals = [float(f"{m * d:.6g}") for d in decades for m in mantissas if lo / 1.5 <= m * d <= hi * 1.5]
+        if len([v for v in vals if lo <= v <= hi]) >= 2:
+            break
+    else:
+        step = _nice((hi - lo) / 3) if hi > lo else _nice(lo / 10)
+        first = math.floor(lo / step) * step
+        vals = [float(f"{first + i * step:.6g}") for i in range(8) if first + i * step <= hi + step]
+    return dict(tickvals=vals, ticktext=[f"{v:g}" for v in vals])
+
+
+def _nice(x: float) -> float:
+    """The round step (1, 2 or 5 times a power of ten) at or just below x."""
+    d = 10.0 ** math.floor(math.log10(x))
+    return next(m * d for m in (5, 2, 1) if m * d <= x)
+
+
+def knee_live_figure(curve: tuple[list[int], list[float]] | None, curve_name: str, knee: float | None,
+                     steps: list[PassPoint], step_label: str, labels: dict | None = None,
+                     rtl: bool = False) -> go.Figure:
+    """The knee chapter's curve (pass time against tokens per pass, log-log: the flat part and the slope
+    both readable, a slow outlier squashes nothing) with the current step as a big dot at its real tokens
+    per pass, its padded width beside it where that differs, a faint trail of the steps before it, and
+    `step_label` written in the plot's top corner (right-hand in a right-to-left page)."""
+    lab, data, notes = _labels(labels), [], []
+    if curve is not None:
+        data.append(dict(type="scatter", x=list(curve[0]), y=[round(1000 * t, 4) for t in curve[1]],
+                         mode="lines+markers", name=curve_name, line=dict(color=PLAIN, width=2), marker=dict(size=5)))
+    if knee is not None and 0 < knee < float("inf"):
+        # drawn as a trace on a hidden 0..1 axis, so it sits right on the log axis and is named in the legend
+        data.append(dict(type="scatter", x=[knee, knee], y=[0, 1], yaxis="y2", mode="lines",
+                         name=_fill(lab["knee_line"], knee=round(knee)),
+                         line=dict(color=REJECT, dash="dot", width=2), hoverinfo="name"))
+    if len(steps) > 1:
+        data.append(dict(type="scatter", x=[p.real for p in steps[:-1]], y=[round(1000 * p.seconds, 4) for p in steps[:-1]],
+                         mode="markers", name=lab["recent_steps"], opacity=0.35, marker=dict(size=7, color=BONUS)))
+    if steps:
+        now = steps[-1]
+        if now.padded != now.real:
+            data.append(dict(type="scatter", x=[now.padded], y=[1000 * now.seconds], mode="markers",
+                             name=_fill(lab["padded"], n=now.padded),
+                             marker=dict(size=13, symbol="circle-open", color=BONUS, line=dict(width=2))))
+        data.append(dict(type="scatter", x=[now.real], y=[1000 * now.seconds], mode="markers", meta="this-step",
+                         name=_fill(lab["this_step_one" if now.real == 1 else "this_step"], n=now.real),
+                         marker=dict(size=16, color=ACCEPT, line=dict(color="white", width=1))))
+        notes.append(dict(text=step_label, xref="paper", yref="paper", x=0.99 if rtl else 0.01, y=0.99,
+                          xanchor="right" if rtl else "left", yanchor="top", showarrow=False,
+                          font=dict(size=13, color=ACCEPT)))
+    ms = [y for d in data if d.get("yaxis") != "y2" for y in d["y"] if y and y > 0]
+    return _figure(data, lab["knee_title"], lab["tokens_per_pass"], lab["ms_per_pass"], rtl, height=400,
+                   annotations=notes, xaxis=dict(type="log", **POW2),
+                   yaxis=dict(type="log", **(log_ticks(min(ms), max(ms)) if ms else {})),
+                   yaxis2=dict(overlaying="y", range=[0, 1], visible=False))

@@ -1,0 +1,96 @@
+"""The Playground's live figures: built unchecked for speed, so each one is put through plotly's own checks
+here, in both languages; and what a reader saw wrong in them (crowded change labels, half-token ticks, a
+pass-time axis with no tick)."""
+import json
+
+import plotly.graph_objects as go
+import pytest
+
+from specviz import live_charts as lc
+from specviz.serve.live import live_labels
+
+
+def _series(n: int, step: float = 0.25, value: float = 120.0) -> lc.Series:
+    s = lc.Series()
+    for i in range(n):
+        s.add(i * step, value + i % 7)
+    return s
+
+
+def _all_figures(lang: str):
+    labels, rtl = live_labels(lang), lang == "fa"
+    steps = [lc.PassPoint(9, 9, 0.0041), lc.PassPoint(12, 16, 0.0043)]
+    return [lc.throughput_figure(_series(80), {r: _series(80) for r in range(8)}, [(3.0, "k = 4"), (9.0, "batch 8")],
+                                 shared=_series(80), labels=labels, rtl=rtl),
+            lc.hardware_figure(_series(40, value=50), _series(40, value=2), _series(40, value=1),
+                               labels["util_psutil"], labels=labels, rtl=rtl),
+            lc.acceptance_histogram([30, 12, 4, 0], labels=labels, rtl=rtl),
+            lc.knee_live_figure(([1, 2, 4, 8, 16, 32, 64], [0.004] * 5 + [0.006, 0.011]), "curve", 32.0, steps,
+                                "this step", labels, rtl),
+            lc.knee_live_figure(None, "pending", None, [], "", labels, rtl)]
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_every_live_figure_passes_plotlys_checks(lang):
+    for fig in _all_figures(lang):
+        checked = go.Figure(fig.to_plotly_json())          # raises on a misspelt or invalid property
+        assert checked.layout.template.layout.paper_bgcolor is not None   # the template travelled, spelt out
+        assert checked.layout.paper_bgcolor == "rgba(0,0,0,0)"
+        assert json.loads(fig.to_json())["layout"]["title"]["text"]
+        if lang == "fa":                                   # a Persian title starts at the right
+            assert checked.layout.title.xanchor == "right" and checked.layout.title.x > 0.9
+        else:
+            assert checked.layout.title.xanchor is None
+
+
+def test_the_figures_share_a_template_none_of_them_changes():
+    before = json.dumps(lc._template(), sort_keys=True)
+    for fig in _all_figures("en"):
+        fig.update_layout(template_layout_paper_bgcolor="red")   # what a caller might do to its own figure
+        fig.to_json()
+    assert json.dumps(lc._template(), sort_keys=True) == before
+
+
+def test_crowded_change_markers_keep_one_label_each():
+    """Dragging the depth slider through its range left a pile of rotated labels printed over each other;
+    every change keeps its dotted line, and labels closer than MARKER_GAP of the axis keep only the last."""
+    total = _series(41, step=0.5)                             # a 20 s axis
+    marks = [(5.0, "k = 1"), (5.2, "k = 2"), (5.4, "k = 3"), (12.0, "batch 4")]
+    fig = lc.throughput_figure(total, {}, marks)
+    assert len(fig.layout.shapes) == 4
+    assert [a.text for a in fig.layout.annotations] == ["batch 4", "k = 3"]
+    apart = lc.throughput_figure(total, {}, [(2.0, "k = 1"), (8.0, "k = 2")])
+    assert sorted(a.text for a in apart.layout.annotations) == ["k = 1", "k = 2"]
+
+
+def test_acceptance_ticks_are_whole_tokens():
+    fig = lc.acceptance_histogram([10, 3])
+    assert fig.layout.xaxis.dtick == 1 and list(fig.data[0].x) == [0, 1]
+
+
+@pytest.mark.parametrize("lo, hi", [(3.1, 4.4), (0.021, 0.034), (1.0, 900.0), (11.0, 12.5)])
+def test_a_log_axis_always_has_two_ticks_inside_its_data(lo, hi):
+    """A recorded pass-time curve that stayed between 3 and 4.5 ms drew no y tick at all (1-2-5 only)."""
+    ticks = lc.log_ticks(lo, hi)
+    inside = [v for v in ticks["tickvals"] if lo <= v <= hi]
+    assert len(inside) >= 2, ticks
+    assert ticks["ticktext"] == [f"{v:g}" for v in ticks["tickvals"]]
+    if hi / lo > 100:                                       # a wide range keeps the sparse 1-2-5 ticks
+        assert 3.0 not in ticks["tickvals"]
+
+
+def test_the_pass_time_figure_keeps_its_dot_and_knee():
+    fig = _all_figures("en")[3]
+    dot = next(t for t in fig.data if t.meta == "this-step")
+    assert list(dot.x) == [12]
+    assert any(t.yaxis == "y2" and list(t.x) == [32.0, 32.0] for t in fig.data)
+    assert any(t.name == "padded width 16" for t in fig.data)
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log" and fig.layout.yaxis.tickvals
+
+
+def test_numbers_are_sent_rounded():
+    s = lc.Series()
+    s.add(1.23456789, 101.98765)
+    s.add(2.0, None)
+    fig = lc.throughput_figure(s)
+    assert list(fig.data[0].x) == [1.23, 2.0] and list(fig.data[0].y) == [101.99, None]
