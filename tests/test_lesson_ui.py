@@ -3,6 +3,7 @@ experiment runs and renders, the lossless check, save and replay, deep links, En
 import json
 import re
 import shutil
+import time
 
 import pytest
 from apphelp import client, pair_label
@@ -83,6 +84,24 @@ def test_saved_run_replays_the_same_tokens(api):
     assert replay[0] == tokens_live                      # the same coloured tokens, rebuilt from the file
     assert replay[-1]["outputs"] == result["outputs"] and replay[-1]["replay"]
     assert "Replay · recorded on" in replay[6]
+    # the page now shows the recording: the check does not answer for the Run before it, until a new Run
+    assert c.predict(api_name="/check_lossless").startswith("The page shows a recording")
+    c.predict("a small draft model guesses and the", label, 1, 3, "fixed", 8, 0, 12, False, api_name="/generate")
+    assert c.predict(api_name="/check_lossless").startswith("Identical")
+
+
+def test_lossless_check_waits_for_a_run_still_going(api):
+    """Check pressed mid-Run answered for the previous Run under the new Run's tokens."""
+    c, label, url = api
+    job = c.submit("the quick brown", label, 4, 6, "fixed", 8, 0, 512, False, api_name="/generate")
+    deadline = time.time() + 60
+    while not job.outputs() and time.time() < deadline:      # the Run has started streaming
+        time.sleep(0.1)
+    msg = c.predict(api_name="/check_lossless")
+    done = job.done()
+    job.cancel()
+    c.predict(api_name="/stop")
+    assert done or msg == "A Run is still going in this tab: check it once it is done.", msg
 
 
 def test_bad_recording_is_a_sentence(api, tmp_path):
@@ -96,6 +115,31 @@ def test_bad_recording_is_a_sentence(api, tmp_path):
         c.predict(None, handle_file(str(bad)), api_name="/replay")
     with pytest.raises(AppError, match="Pick a recorded run"):
         c.predict(None, None, api_name="/replay")
+
+
+@needs_chromium
+def test_browser_a_new_run_or_replay_clears_the_lossless_verdict(api):
+    """The verdict spoke of the run it checked: "Identical: 27 of 27" stayed under a later Run or replay."""
+    _, _, url = api
+    with browser_page(1000) as page:
+        page.goto(url + "?tab=playground")
+        page.wait_for_selector("#chart-throughput .js-plotly-plot", timeout=60000)
+        page.locator("#max-new-tokens input[type=number]").fill("16")
+        page.locator("#max-new-tokens input[type=number]").press("Enter")
+        verdict = "document.querySelector('#lossless').innerText"
+        for press in ("run", "replay"):
+            page.locator("#run").click()
+            page.wait_for_function("document.querySelector('#status').innerText.includes('Done')", timeout=120000)
+            page.locator("#check-lossless").click()
+            page.wait_for_function(f"{verdict}.includes('Identical')", timeout=60000)
+            if press == "replay":
+                page.locator("#replay-pick input").click()
+                page.get_by_role("option").first.click()
+            page.locator("#" + press).click()
+            page.wait_for_function(f"{verdict}.trim() === ''", timeout=30000)
+        page.wait_for_function("document.querySelector('#status').innerText.includes('Replay')", timeout=60000)
+        page.locator("#check-lossless").click()
+        page.wait_for_function(f"{verdict}.includes('shows a recording')", timeout=30000)
 
 
 @needs_chromium

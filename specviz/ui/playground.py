@@ -276,6 +276,7 @@ class Playground:
         lang = self.lang(session)
         with as_sentences(lang):
             rec = self.runs.open_recording(title, upload, lang)
+        self.runs.replayed(session)
         with self.runs.replay_slot(lang):
             yield from self.runs.play(rec, self.app, lang, session, Streamer, pack)
 
@@ -360,6 +361,10 @@ class Playground:
 
     def on_arm(self, press=None, request: gr.Request = None):
         self.app.runs.arm(_session(request), press)
+        return ""          # the lossless verdict spoke of the run before this one
+
+    def on_replay_press(self):
+        return ""          # as on_arm: the verdict spoke of what the page showed before
 
     # --- the chart timer --------------------------------------------------------------------------------
     def figures(self, session: str):

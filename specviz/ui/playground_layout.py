@@ -123,13 +123,15 @@ def build(app) -> "Playground":
     # preprocess=False: the API bypasses the sliders, so the raw values go straight to our one check
     # (`serve.door.check_run`), whose sentences a student understands — not to gradio's type errors
     # the press is noted at once (queue=False), so a Stop pressed before the queued Run starts stops it
-    run.click(page.on_arm, [press], None, js=RUN_PRESS_JS, api_name=False, queue=False, show_progress="hidden").then(
+    # the press also clears the lossless verdict, which spoke of the run before (one listener: see RUN_PRESS_JS)
+    run.click(page.on_arm, [press], [lossless], js=RUN_PRESS_JS, api_name=False, queue=False, show_progress="hidden").then(
               page.generate, [prompt, pair, batch, depth, policy, threshold, temperature, max_new, same, acceptance],
               outputs,
               api_name="generate", concurrency_limit=app.limits.max_shared_rows + app.limits.max_queue,
               preprocess=False)
     # a replay mostly sleeps: it never waits for another user's replay or Run (RunStore.replay_slot)
-    replay.click(page.replay, [replay_pick, replay_file], outputs, api_name="replay", concurrency_limit=None)
+    replay.click(page.on_replay_press, None, [lossless], api_name=False, queue=False, show_progress="hidden").then(
+                 page.replay, [replay_pick, replay_file], outputs, api_name="replay", concurrency_limit=None)
     check.click(page.check_lossless, None, [lossless], api_name="check_lossless", concurrency_limit=2)
     # queued, with no limit: a refused value (999 typed into the batch box) is shown only from the queue,
     # and a knob never waits for another event

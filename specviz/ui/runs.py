@@ -94,6 +94,7 @@ class RunStore:
     def __init__(self):
         self._lock = threading.Lock()
         self._last: dict[str, FinishedRun] = {}
+        self._replayed: dict[str, None] = {}      # sessions whose page shows a replay, not their last Run
         self._files = TempFiles()
         self._replaying = 0
         self._uploads = UploadSweeper(float(os.environ.get("SPECVIZ_UPLOAD_KEEP_S", "") or 60.0))
@@ -134,9 +135,18 @@ class RunStore:
         with self._lock:
             self._last.pop(session, None)
             self._last[session] = run            # newest last: the oldest tab's run goes first
+            self._replayed.pop(session, None)
             while len(self._last) > KEEP_RUNS:
                 del self._last[next(iter(self._last))]
         return run
+
+    def replayed(self, session: str) -> None:
+        """The page now shows a recording: the lossless check must not answer for the Run before it."""
+        with self._lock:
+            self._replayed.pop(session, None)
+            self._replayed[session] = None
+            while len(self._replayed) > KEEP_RUNS:
+                del self._replayed[next(iter(self._replayed))]
 
     def last(self, session: str) -> FinishedRun | None:
         with self._lock:
@@ -210,6 +220,12 @@ class RunStore:
     def check_lossless(self, session: str, app, lang: str) -> str:
         """Every row (up to LOSSLESS_ROWS) against the target decoding its prompt alone: "identical", or per
         row the first divergence judged by the one near-tie rule (engine.divergence); a bug reads red."""
+        with self._lock:
+            replay = session in self._replayed
+        if replay:
+            return lessons.text(lang, "playground.lossless_replay")
+        if app.runs.get(session) is not None:           # the page shows a Run still going
+            return lessons.text(lang, "playground.lossless_running")
         run = self.last(session)
         if run is None or not run.result.get("outputs"):
             return lessons.text(lang, "playground.lossless_none")
