@@ -394,7 +394,7 @@ CUSTOM = "Custom GPU (bandwidth and FLOP/s below)"
 
 
 @contextmanager
-def _page():
+def _page(width: int = 1400, height: int = 1600):
     chromium = shutil.which("chromium")
     if chromium is None:
         pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
@@ -404,7 +404,7 @@ def _page():
         browser = pw.chromium.launch(executable_path=chromium, args=[
             "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
         try:
-            yield browser.new_page(viewport={"width": 1400, "height": 1600})
+            yield browser.new_page(viewport={"width": width, "height": height})
         finally:
             browser.close()
 
@@ -500,3 +500,41 @@ def test_browser_whatif_refused_bandwidth_names_itself_and_the_tab_recovers(what
         box.press("Enter")
         _summary_has(page, "custom GPU (2 TB/s")
         _summary_has(page, "Llama-3-70B")
+
+
+def test_titles_wrap_between_words_never_inside_a_number_or_an_isolate():
+    """Plotly never wraps a title: on a phone a long one lost its end, or vanished."""
+    from specviz import lessons
+    from specviz.ui.whatif_views import TITLE_CHARS, _for_reader, wrap_title
+
+    lines = wrap_title("Tokens/s by batch and depth, α = 0.70 (calibrated (vLLM) estimate)")
+    assert lines == ["Tokens/s by batch and depth, α = 0.70", "(calibrated (vLLM) estimate)"]
+    assert all(len(line) <= TITLE_CHARS for line in lines)
+    fa = "speed-up نسبت به decoding معمولی، " + lessons.LRI + "k = 3" + lessons.PDI + " در برابر اندازه‌گیری منتشرشده (تخمین)"
+    for line in wrap_title(fa, width=36):      # an isolate stays whole on one line, opened and closed there
+        assert line.count(lessons.LRI) == line.count(lessons.PDI)
+    import plotly.graph_objects as go
+
+    fig = _for_reader(go.Figure(layout=dict(title=dict(text=fa))), "fa")
+    parts = fig.layout.title.text.split("<br>")
+    assert len(parts) == 2 and all(p.startswith(lessons.RLI) and p.endswith(lessons.PDI) for p in parts)
+    assert fig.layout.title.xanchor == "right"
+
+
+def test_browser_whatif_on_a_phone_keeps_numbers_and_titles_whole(whatif_app):
+    """On a 390 px phone the table broke "128" into "12 / 8" and the chart titles ran off the chart."""
+    with _page(390, 844) as page:
+        page.goto(whatif_app + "?tab=whatif")
+        page.wait_for_selector("#whatif-crossover .js-plotly-plot", timeout=30000)
+        _summary_has(page, "calibrated model")
+        # every cell's text lies on one line
+        broken = page.evaluate("""() => [...document.querySelectorAll('#whatif-summary td')].filter((td) => {
+            const r = document.createRange(); r.selectNodeContents(td);
+            return new Set([...r.getClientRects()].map((x) => Math.round(x.top))).size > 1; }).map((td) => td.innerText)""")
+        assert not broken, broken
+        # each chart's title lies inside its chart
+        for chart in ("whatif-latency", "whatif-crossover"):
+            widths = page.evaluate(f"""() => {{ const svg = document.querySelector('#{chart} .main-svg');
+                const t = document.querySelector('#{chart} .gtitle'); const b = t.getBoundingClientRect();
+                const s = svg.getBoundingClientRect(); return [b.left - s.left, b.right - s.right, t.textContent]; }}""")
+            assert widths[0] >= -1 and widths[1] <= 1, (chart, widths)

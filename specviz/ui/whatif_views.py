@@ -78,14 +78,50 @@ def chart_labels(lang: str) -> dict:
     return {**labels, **{f"model_{k}": model_name(lang, k) for k in KINDS}}
 
 
+TITLE_CHARS = 42    # a chart title's line: what a phone's chart (about 340 px) shows whole, at 15 px
+
+
+def wrap_title(text: str, width: int = TITLE_CHARS) -> list[str]:
+    """A title's lines, broken between words: plotly never wraps one, and cut a long title at the
+    chart's edge (on a phone, a whole title vanished)."""
+    lines: list[str] = []
+    for word in _glued(text).split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return [line.replace(GLUE, " ") for line in lines if line]
+
+
+GLUE = "\x00"
+
+
+def _glued(text: str) -> str:
+    """`text` with the spaces no line may break at glued: those inside a directional isolate (a Persian
+    title's "k = 3") and those around "=" in any language."""
+    out, depth = [], 0
+    for ch in text:
+        depth += ch in "\u2066\u2067\u2068"
+        depth -= ch == "\u2069" and depth > 0
+        out.append(GLUE if ch == " " and depth else ch)
+    return "".join(out).replace(" = ", GLUE + "=" + GLUE)
+
+
 def _for_reader(fig, lang: str):
-    """A Persian title starts where Persian text starts, at the right (as the playground's live charts do):
-    on a phone a long title then loses its end, not its beginning. (Plotly measures text in a hidden SVG
-    that style.css keeps left-to-right, so its anchors are where they say.)"""
+    """The title in lines a phone shows whole; a Persian one starts where Persian text starts, at the right
+    (as the playground's live charts do), each line isolated right-to-left by itself, since plotly lays
+    every line out on its own. (Plotly measures text in a hidden SVG that style.css keeps left-to-right,
+    so its anchors are where they say.)"""
+    title = fig.layout.title.text
+    if not title:
+        return fig
+    lines = wrap_title(title)
     if is_rtl(lang):
-        title = fig.layout.title.text
-        fig.update_layout(title_x=0.98, title_xanchor="right", title_font_size=14,   # Persian titles run longer
-                          title_text=lessons.isolate_rtl(title) if title else title)   # plotly: LTR text
+        fig.update_layout(title_x=0.98, title_xanchor="right",
+                          title_text="<br>".join(lessons.isolate_rtl(line) for line in lines))   # plotly: LTR text
+    else:
+        fig.update_layout(title_text="<br>".join(lines))
+    fig.update_layout(title_font_size=15)     # plotly's 20 px fit 30 characters across a phone
     return fig
 
 
