@@ -200,6 +200,18 @@ def _whatif(capsys, *args):
     return rc, out.out, out.err
 
 
+def test_whatif_cli_says_whether_the_pair_fits_the_gpu(capsys):
+    args = ["--target", "Llama-3.1-8B", "--draft", "EAGLE:Llama-3.1-8B", "--context", "800", "--batch-sizes", "1,8",
+            "--depths", "0,2"]
+    rc, out, _ = _whatif(capsys, "--gpu", "T4", *args)
+    assert rc == 0 and "the weights do not fit" in out
+    rc, out, _ = _whatif(capsys, "--gpu", "L4", *args, "--json")
+    mem = json.loads(out)["memory"]
+    assert mem["max_rows"] == 68 and 16 < mem["weights_gb"] < 17 and mem["gpu_gb"] == 24
+    rc, out, _ = _whatif(capsys, "--bandwidth", "2e12", "--flops", "4e14", *args, "--json")
+    assert rc == 0 and json.loads(out)["memory"] is None             # a custom GPU's memory is unknown
+
+
 def test_whatif_cli_prints_the_contract(capsys):
     args = ["--target", "Llama-3.1-8B", "--draft", "EAGLE:Llama-3.1-8B", "--alpha", "0.7", "--context", "800",
             "--batch-sizes", "1,2,16,64,512", "--depths", "0,1,3", "--json"]

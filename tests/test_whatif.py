@@ -274,7 +274,9 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
                     (tiny_cpu, [whatif_views.THIS_MACHINE, "SmolLM2-135M", whatif_views.NGRAM, 0.6, 256, 0]),
                     (tiny_gpu, [whatif_views.THIS_MACHINE, "SmolLM2-135M", whatif_views.NGRAM, 0.6, 256, 0]),
                     (app, ["H100 SXM", "Llama-3.1-8B", "EAGLE:Llama-3.1-8B", 0.71, 800, 0, whatif_views.SGLANG]),
-                    (tiny_cpu, [whatif_views.THIS_MACHINE, "SmolLM2-135M", whatif_views.NGRAM, 0.6, 256, 0, whatif_views.SGLANG])]:
+                    (tiny_cpu, [whatif_views.THIS_MACHINE, "SmolLM2-135M", whatif_views.NGRAM, 0.6, 256, 0, whatif_views.SGLANG]),
+                    (app, ["T4", "Llama-3.1-8B", "EAGLE:Llama-3.1-8B", 0.7, 800, 0]),        # does not fit
+                    (app, ["L4", "Llama-3.1-8B", whatif_views.NGRAM, 0.7, 800, 0])]:         # fits 70-odd rows
         md, lat, cross = whatif_views.compute(a, *args, lang="fa")
         generated += [md, _figure_texts(lat), _figure_texts(cross),
                       _figure_texts(whatif_views.speedup_view(a, *args, lang="fa"))]
@@ -538,3 +540,26 @@ def test_browser_whatif_on_a_phone_keeps_numbers_and_titles_whole(whatif_app):
                 const t = document.querySelector('#{chart} .gtitle'); const b = t.getBoundingClientRect();
                 const s = svg.getBoundingClientRect(); return [b.left - s.left, b.right - s.right, t.textContent]; }}""")
             assert widths[0] >= -1 and widths[1] <= 1, (chart, widths)
+
+
+def test_the_summary_says_when_the_pair_does_not_fit_the_gpu():
+    """A T4 (16 GB) 'ran' Llama-3.1-8B in bf16 (16.6 GB of weights) with speed-ups up to batch 512."""
+    from specviz.hardware.costmodel import Setup, memory_fit
+    from specviz.hardware.presets import GPUS, MODELS, eagle_head
+    from specviz.ui.whatif_views import memory_md
+
+    def setup(gpu, target, context=800):
+        t = MODELS[target]
+        return Setup(t, eagle_head(t), GPUS[gpu].bandwidth, GPUS[gpu].flops, context)
+
+    t4 = memory_fit(setup("T4", "Llama-3.1-8B"), GPUS["T4"].memory)
+    assert t4.max_rows == 0 and t4.weights > GPUS["T4"].memory
+    assert "does not fit" in memory_md(setup("T4", "Llama-3.1-8B"), GPUS["T4"])
+    # the EAGLE head's lm_head is the target's: counted once (8.03 B + one layer and its fc, in bf16)
+    assert 16.0e9 < t4.weights < 17.0e9
+    l4 = memory_md(setup("L4", "Llama-3.1-8B"), GPUS["L4"])
+    assert "about **68** rows fit" in l4 and "context 800 takes 0.11 GB" in l4
+    assert "every batch in the table fit" in memory_md(setup("H200", "Llama-3.1-8B"), GPUS["H200"])
+    assert memory_md(setup("H200", "Llama-3.1-8B"), None) == ""          # a custom GPU: memory unknown
+    fa = memory_md(setup("T4", "Llama-3.1-70B"), GPUS["T4"], "fa")
+    assert "جا نمی" in fa and "143.1" in fa

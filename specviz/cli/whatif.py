@@ -157,7 +157,10 @@ def grid(args) -> dict:
     held = None if curve is None else gpu_records.hold_against(
         curve, setup.bandwidth, setup.flops, setup.target, None if setup.calibration.is_ideal else setup.calibration,
         setup.overhead_s).as_dict()
-    return {"label": ESTIMATE, "recorded": held,
+    fit = costmodel.memory_fit(setup, gpu.memory)
+    memory = None if fit is None else {"gpu_gb": fit.memory / 1e9, "weights_gb": fit.weights / 1e9,
+                                       "kv_per_row_gb": fit.kv_per_row / 1e9, "max_rows": fit.max_rows}
+    return {"label": ESTIMATE, "recorded": held, "memory": memory,
             "model": args.model, "stack": None if args.model == "ideal" else stack_name(args.stack),
             "calibration": setup.calibration.name,
             "calibration_source": setup.calibration.source, "gpu": gpu.name, "target": args.target,
@@ -263,6 +266,8 @@ def render(out: dict) -> str:
         cross = out["crossover_batch"]
         lines.append(f"speculation stops paying from batch {cross}" if cross else
                      "speculation still pays at the largest batch")
+        if out.get("memory"):
+            lines.append(_memory_line(out["gpu"], out["context"], out["memory"]))
         if out.get("recorded"):
             lines.append(_recorded_line(out["model"], out["recorded"]))
         return "\n".join(lines)
@@ -281,6 +286,14 @@ def render(out: dict) -> str:
             lines.append(f"{c['model']:>10} {c['sweep']}: tokens/s mean error {100 * c['mean_abs_error']:.0f} %, "
                          f"max {100 * c['max_abs_error']:.0f} %; speed-up mean {100 * c['speedup_mean_abs_error']:.0f} %")
     return "\n".join(lines)
+
+
+def _memory_line(gpu: str, context: int, m: dict) -> str:
+    """The estimate's memory check (weights in bf16 and KV caches only): does the pair fit, how many rows."""
+    head = f"memory ({ESTIMATE}, weights and KV cache only): weights {m['weights_gb']:.1f} GB of {gpu}'s {m['gpu_gb']:.0f} GB"
+    if not m["max_rows"]:
+        return head + ": the weights do not fit; every row above describes a GPU with more memory"
+    return head + f"; {m['kv_per_row_gb']:.2f} GB of KV cache a row at context {context}: {m['max_rows']} rows fit"
 
 
 def _recorded_line(model: str, r: dict) -> str:

@@ -254,3 +254,32 @@ def crossover_from_rows(rows: list[dict]) -> int | None:
         if all(best[x] == 0 for x in best if x >= b):
             return b
     return None
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    """What a GPU's memory holds of a what-if question (an estimate: weights and KV cache only, no
+    activations, no engine buffers): the weights' bytes, one row's KV cache at the context, and the most
+    rows whose caches fit beside the weights (0 when the weights alone do not fit)."""
+
+    memory: float
+    weights: float
+    kv_per_row: float
+    max_rows: int
+
+
+def memory_fit(setup: Setup, memory: float) -> MemoryFit | None:
+    """The fit on a GPU with `memory` bytes (None where the memory is unknown). An EAGLE head reuses the
+    target's lm_head, so it is not counted twice."""
+    if memory <= 0:
+        return None
+    t, d = setup.target, setup.draft
+    weights = t.params * t.bytes_per_param
+    kv = t.kv_bytes_per_token()
+    if d is not None:
+        shared = d.head_params if d.name.startswith("EAGLE:") else 0
+        weights += (d.params - shared) * d.bytes_per_param
+        kv += d.kv_bytes_per_token()
+    per_row = kv * setup.context
+    rows = int((memory - weights) // per_row) if memory > weights and per_row > 0 else 0
+    return MemoryFit(memory, weights, per_row, rows)

@@ -15,6 +15,7 @@ class GpuSpec:
     bandwidth: float   # bytes/s
     flops: float       # dense bf16 FLOP/s
     source: str
+    memory: float = 0.0   # bytes of device memory (datasheet); 0 where unknown (a custom GPU, this machine)
 
     @property
     def ridge(self) -> float:
@@ -22,14 +23,15 @@ class GpuSpec:
 
 
 GPUS = {g.name: g for g in [
-    GpuSpec("H100 SXM", 3.35e12, 989e12, "NVIDIA H100 datasheet: 3.35 TB/s HBM3, 989 TFLOPS bf16 dense"),
-    GpuSpec("H200", 4.8e12, 989e12, "NVIDIA H200 datasheet: 4.8 TB/s HBM3e, 989 TFLOPS bf16 dense"),
-    GpuSpec("A100 80GB", 2.039e12, 312e12, "NVIDIA A100 datasheet: 2,039 GB/s (SXM), 312 TFLOPS bf16"),
-    GpuSpec("L4", 300e9, 121e12, "NVIDIA L4 datasheet: 300 GB/s, 242 TFLOPS bf16 with sparsity → 121 dense"),
-    GpuSpec("T4", 320e9, 65e12, "NVIDIA T4 datasheet: 320 GB/s, 65 TFLOPS fp16 (no bf16)"),
-    GpuSpec("A10G", 600e9, 70e12, "AWS/NVIDIA A10G: 600 GB/s, ~70 TFLOPS bf16 dense"),
+    GpuSpec("H100 SXM", 3.35e12, 989e12, "NVIDIA H100 datasheet: 3.35 TB/s HBM3, 989 TFLOPS bf16 dense", memory=80e9),
+    GpuSpec("H200", 4.8e12, 989e12, "NVIDIA H200 datasheet: 4.8 TB/s HBM3e, 989 TFLOPS bf16 dense", memory=141e9),
+    GpuSpec("A100 80GB", 2.039e12, 312e12, "NVIDIA A100 datasheet: 2,039 GB/s (SXM), 312 TFLOPS bf16", memory=80e9),
+    GpuSpec("L4", 300e9, 121e12, "NVIDIA L4 datasheet: 300 GB/s, 242 TFLOPS bf16 with sparsity → 121 dense", memory=24e9),
+    GpuSpec("T4", 320e9, 65e12, "NVIDIA T4 datasheet: 320 GB/s, 65 TFLOPS fp16 (no bf16)", memory=16e9),
+    GpuSpec("A10G", 600e9, 70e12, "AWS/NVIDIA A10G: 600 GB/s, ~70 TFLOPS bf16 dense", memory=24e9),
     GpuSpec("RTX PRO 6000 Blackwell", 1.792e12, 503.8e12,
-            "NVIDIA RTX PRO 6000 Blackwell datasheet: 1,792 GB/s; 4 PFLOPS fp4 sparse → ~504 TFLOPS bf16 dense"),
+            "NVIDIA RTX PRO 6000 Blackwell datasheet: 1,792 GB/s; 4 PFLOPS fp4 sparse → ~504 TFLOPS bf16 dense",
+            memory=96e9),
 ]}
 
 MODELS = {m.name: m for m in [

@@ -268,6 +268,7 @@ def compute(app, gpu, target, draft, alpha, context, overhead_ms, model=CALIBRAT
     fig_x = charts.crossover_figure([r for r in rows if r["depth"] in PLOT_DEPTHS],
                                     tx(lang, "crossover_title", alpha=alpha, kind=model_name(lang, kind)), labels)
     md = summary_md(rows, hw_desc, setup, draft, knee, alpha, kind, note, ideal_ms, cal_ms, lang)
+    md += memory_md(setup, GPUS[gpu] if gpu in GPUS else None, lang)
     md += recorded_md(gpu, target, curve, setup, kind, lang)
     md += "\n\n" + published_md(setup, gpu, target, draft, alpha, kind, lang)
     return md, _for_reader(fig_lat, lang), _for_reader(fig_x, lang)
@@ -331,6 +332,19 @@ def summary_md(rows, hw_desc, setup, draft, knee, alpha, kind, note, ideal_ms, c
     lines.append(tx(lang, "crossover", drafter=drafter, alpha=alpha, cross=cross) if cross else
                  tx(lang, "no_crossover", drafter=drafter, alpha=alpha, last=BATCHES[-1]))
     return "\n".join(lines)
+
+
+def memory_md(setup: costmodel.Setup, g: presets.GpuSpec | None, lang: str = lessons.DEFAULT_LANG) -> str:
+    """Whether the pair fits the GPU's memory, and how many rows' KV caches do beside it: an estimate of a
+    pair that cannot run there is still drawn, so it says so. Empty where the memory is unknown."""
+    fit = costmodel.memory_fit(setup, g.memory) if g is not None else None
+    if fit is None:
+        return ""
+    values = dict(gpu=g.name, memory=fit.memory / 1e9, weights=fit.weights / 1e9, kv=fit.kv_per_row / 1e9,
+                  context=setup.context, rows=fit.max_rows, last=BATCHES[-1],
+                  kv_last=fit.kv_per_row * BATCHES[-1] / 1e9)
+    key = "memory_over" if fit.max_rows == 0 else "memory_rows" if fit.max_rows < BATCHES[-1] else "memory_fits"
+    return "\n\n" + tx(lang, key, **values)
 
 
 def best_depth_table(rows, lang: str = lessons.DEFAULT_LANG) -> list[str]:
