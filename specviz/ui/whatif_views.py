@@ -329,8 +329,9 @@ def summary_md(rows, hw_desc, setup, draft, knee, alpha, kind, note, ideal_ms, c
                         grow=cal_ms[n] / cal_ms[0] - 1, ideal_grow=ideal_ms[n] / ideal_ms[0] - 1))
     lines = ["\n\n".join(lines), "", *best_depth_table(rows, lang), ""]
     drafter = tx(lang, "drafter_ngram") if setup.draft is None else draft
-    lines.append(tx(lang, "crossover", drafter=drafter, alpha=alpha, cross=cross) if cross else
-                 tx(lang, "no_crossover", drafter=drafter, alpha=alpha, last=BATCHES[-1]))
+    model = model_name(lang, kind)            # an estimate's verdict names the model that made it
+    lines.append(tx(lang, "crossover", model=model, drafter=drafter, alpha=alpha, cross=cross) if cross else
+                 tx(lang, "no_crossover", model=model, drafter=drafter, alpha=alpha, last=BATCHES[-1]))
     return "\n".join(lines)
 
 
