@@ -23,7 +23,7 @@ LAYOUT = dict(margin=dict(l=48, r=16, t=40, b=90), height=330, template="plotly_
               legend=BELOW, font=dict(size=14, color="#8a8a8a"))  # readable on light and dark pages
 
 
-def _fill(template: str, **values) -> str:
+def fill(template: str, **values) -> str:
     """A label with its numbers filled in (isolated left-to-right inside a Persian label)."""
     return lessons.chart_fill(template, values)
 
@@ -94,7 +94,7 @@ def crossover_figure(rows: list[dict], title: str, labels: dict | None = None) -
     for i, k in enumerate(depths):
         pts = sorted((r["batch_size"], r["tokens_per_s"]) for r in rows if r["depth"] == k)
         fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[t for _, t in pts], mode="lines+markers",
-                                 name=lab["plain"] if k == 0 else _fill(lab["depth"], k=k),
+                                 name=lab["plain"] if k == 0 else fill(lab["depth"], k=k),
                                  line=dict(color=DEPTH_COLOURS[i % len(DEPTH_COLOURS)], width=3 if k == 0 else 2)))
     by = {(r["batch_size"], r["depth"]): r["tokens_per_s"] for r in rows}
     pts = sorted(best_depths(rows).items())
@@ -124,9 +124,9 @@ def latency_figure(tokens: list[int], estimate_ms: list[float], predicted: float
         fig.add_trace(go.Scatter(x=measured[0], y=[1000 * s for s in measured[1]], mode="lines+markers",
                                  name=lab["measured"], line=dict(color=BONUS, width=3)))
     if predicted is not None:
-        _vline(fig, predicted, _fill(lab["predicted_knee"], knee=predicted), PLAIN, "dash")
+        _vline(fig, predicted, fill(lab["predicted_knee"], knee=predicted), PLAIN, "dash")
     if measured_knee is not None:
-        _vline(fig, measured_knee, _fill(lab["measured_knee"], knee=measured_knee), REJECT, "dot")
+        _vline(fig, measured_knee, fill(lab["measured_knee"], knee=measured_knee), REJECT, "dot")
     fig.update_layout(title=title, xaxis_type="log", yaxis_type="log", xaxis_title=lab["tokens_per_pass"],
                       yaxis_title=lab["ms_per_pass"], xaxis=POW2, yaxis=ONE_TWO_FIVE, **LAYOUT)
     return fig
@@ -156,7 +156,7 @@ def speedup_figure(curves: dict[str, list[dict]], depths: list[int], points: lis
         for i, k in enumerate(depths):
             pts = sorted((r["batch_size"], r["speedup"]) for r in rows if r["depth"] == k)
             fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[s for _, s in pts], mode="lines",
-                                     name=_fill(lab["estimate_line"], k=k, model=lab.get(f"model_{model}", model)),
+                                     name=fill(lab["estimate_line"], k=k, model=lab.get(f"model_{model}", model)),
                                      line=dict(color=DEPTH_COLOURS[(i + 1) % len(DEPTH_COLOURS)],
                                                dash=ESTIMATE_DASH.get(model, "dot"),
                                                width=3 if model.startswith("calibrated") else 2)))

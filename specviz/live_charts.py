@@ -13,8 +13,7 @@ from functools import cache
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from specviz import lessons
-from specviz.charts import ACCEPT, BONUS, LAYOUT, PLAIN, POW2, REJECT
+from specviz.charts import ACCEPT, BONUS, LAYOUT, PLAIN, POW2, REJECT, fill
 
 
 @dataclass
@@ -66,10 +65,6 @@ def _labels(labels: dict | None) -> dict:
     return {**LIVE_LABELS, **(labels or {})}
 
 
-def _fill(template: str, **values) -> str:
-    return lessons.chart_fill(template, values)
-
-
 @cache
 def _template() -> dict:
     """plotly_white spelled out once: an unchecked figure sends its template as given, and plotly.js knows
@@ -119,7 +114,7 @@ def throughput_figure(total: Series, per_row: dict[int, Series] | None = None,
     for i, (row, s) in enumerate(rows):
         # one legend entry for the rows' faint lines (eight entries squeezed the plot to a strip); the
         # hover still names each row
-        name = _fill(lab["row"], n=row + 1)
+        name = fill(lab["row"], n=row + 1)
         data.append(_line(s, lab["each_row"] if grouped else name, line=dict(width=1), opacity=0.5,
                           legendgroup="rows" if grouped else None, showlegend=not grouped or i == 0,
                           hovertemplate=f"{name}: %{{y:.1f}}<extra></extra>"))
@@ -191,7 +186,7 @@ def knee_live_figure(curve: tuple[list[int], list[float]] | None, curve_name: st
     if knee is not None and 0 < knee < float("inf"):
         # drawn as a trace on a hidden 0..1 axis, so it sits right on the log axis and is named in the legend
         data.append(dict(type="scatter", x=[knee, knee], y=[0, 1], yaxis="y2", mode="lines",
-                         name=_fill(lab["knee_line"], knee=round(knee)),
+                         name=fill(lab["knee_line"], knee=round(knee)),
                          line=dict(color=REJECT, dash="dot", width=2), hoverinfo="name"))
     if len(steps) > 1:
         data.append(dict(type="scatter", x=[p.real for p in steps[:-1]], y=[round(1000 * p.seconds, 4) for p in steps[:-1]],
@@ -200,10 +195,10 @@ def knee_live_figure(curve: tuple[list[int], list[float]] | None, curve_name: st
         now = steps[-1]
         if now.padded != now.real:
             data.append(dict(type="scatter", x=[now.padded], y=[1000 * now.seconds], mode="markers",
-                             name=_fill(lab["padded"], n=now.padded),
+                             name=fill(lab["padded"], n=now.padded),
                              marker=dict(size=13, symbol="circle-open", color=BONUS, line=dict(width=2))))
         data.append(dict(type="scatter", x=[now.real], y=[1000 * now.seconds], mode="markers", meta="this-step",
-                         name=_fill(lab["this_step_one" if now.real == 1 else "this_step"], n=now.real),
+                         name=fill(lab["this_step_one" if now.real == 1 else "this_step"], n=now.real),
                          marker=dict(size=16, color=ACCEPT, line=dict(color="white", width=1))))
         notes.append(dict(text=step_label, xref="paper", yref="paper", x=0.99 if rtl else 0.01, y=0.99,
                           xanchor="right" if rtl else "left", yanchor="top", showarrow=False,

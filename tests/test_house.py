@@ -21,7 +21,7 @@ ALLOWED = {
     "pairs": {"engine", "fastpath", "hardware", "lessons", "limits", "machine"},
     "chapters": {"engine", "hardware", "lessons", "limits"},
     "charts": {"hardware", "lessons"},
-    "live_charts": {"charts", "lessons"},
+    "live_charts": {"charts"},
     "vllm": {"engine", "pairs", "lessons", "limits"},
     "serve": {"engine", "pairs", "fastpath", "hardware", "vllm", "live_charts", "lessons", "limits", "machine"},
     "ui": {"serve", "chapters", "charts", "engine", "pairs", "hardware", "lessons", "limits", "vllm"},

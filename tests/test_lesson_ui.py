@@ -70,7 +70,7 @@ def test_lossless_check_needs_greedy(api):
 
 
 def test_saved_run_replays_the_same_tokens(api):
-    c, label, _ = api
+    c, label, url = api
     live = c.predict("a small draft model guesses and the", label, 2, 3, "fixed", 8, 0, 24, False,
                      api_name="/generate")
     tokens_live, save, result = live[0], live[-2], live[-1]
@@ -84,8 +84,12 @@ def test_saved_run_replays_the_same_tokens(api):
     assert replay[0] == tokens_live                      # the same coloured tokens, rebuilt from the file
     assert replay[-1]["outputs"] == result["outputs"] and replay[-1]["replay"]
     assert "Replay · recorded on" in replay[6]
-    # the page now shows the recording: the check does not answer for the Run before it, until a new Run
+    # the page now shows the recording: the check does not answer for the Run before it, until a new Run;
+    # another student's check, meanwhile, still answers for their own Run
+    other = client(url)
+    other.predict("the quick brown", label, 1, 2, "fixed", 8, 0, 12, False, api_name="/generate")
     assert c.predict(api_name="/check_lossless").startswith("The page shows a recording")
+    assert other.predict(api_name="/check_lossless").startswith("Identical")
     c.predict("a small draft model guesses and the", label, 1, 3, "fixed", 8, 0, 12, False, api_name="/generate")
     assert c.predict(api_name="/check_lossless").startswith("Identical")
 
