@@ -2,8 +2,8 @@
 second for every page that watches a Run. No gradio, no torch.
 
 They are built as plain dicts and wrapped unchecked: plotly's property checks and its template copy cost
-about 25 ms a figure, with the GIL held beside the decoding thread; unchecked, about 3. A test runs every
-figure through plotly's checks, so a misspelt property still fails there."""
+several times the build itself, with the GIL held beside the decoding thread (scripts/chart-tick-cost.py
+measures both). A test runs every figure through plotly's checks, so a misspelt property still fails there."""
 from __future__ import annotations
 
 import math

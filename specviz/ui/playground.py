@@ -35,8 +35,8 @@ from specviz.ui.runs import RunStore
 from specviz.ui.stream import OUTPUTS, Streamer, pack
 
 MIN_UPDATE_S = 0.2        # ≤ 5 updates a second: faster only makes the browser steal the CPU
-# charts refresh at 2 Hz (gr.Timer); tokens at up to 5 Hz. Each chart update costs the page a plotly
-# redraw (25-45 ms each on these cores): at 4 Hz the four took 0.4-0.7 of a core by themselves
+# charts refresh at 2 Hz (gr.Timer); tokens at up to 5 Hz. Each chart update is a full plotly redraw in
+# the page, four of them a tick: faster kept a small machine's browser too busy to follow the sliders
 CHART_PERIOD_S = 0.5
 BASELINE_MAX_NEW = 128    # the automatic plain-decoding baseline decodes at most this many tokens
 # A Run that arrives while the app warms up its fast path waits for it: beside the warm-up (which times
