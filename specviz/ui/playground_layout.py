@@ -123,7 +123,7 @@ def build(app) -> "Playground":
     # preprocess=False: the API bypasses the sliders, so the raw values go straight to our one check
     # (`serve.door.check_run`), whose sentences a student understands — not to gradio's type errors
     # the press is noted at once (queue=False), so a Stop pressed before the queued Run starts stops it
-    # the press also clears the lossless verdict, which spoke of the run before (one listener: see RUN_PRESS_JS)
+    # the same press also clears the lossless verdict, which spoke of the run before (no second listener on Run)
     run.click(page.on_arm, [press], [lossless], js=RUN_PRESS_JS, api_name=False, queue=False, show_progress="hidden").then(
               page.generate, [prompt, pair, batch, depth, policy, threshold, temperature, max_new, same, acceptance],
               outputs,

@@ -90,6 +90,14 @@ def replay_title(lang: str, rec) -> str:
     return lessons.isolate_ltr(lessons.isolate_rtl(text)) if lessons.direction(lang) == "rtl" else text
 
 
+def _keep_newest(table: dict, session: str, value) -> None:
+    """Set `session`'s entry as the newest; past KEEP_RUNS sessions the oldest tab's entry goes first."""
+    table.pop(session, None)
+    table[session] = value
+    while len(table) > KEEP_RUNS:
+        del table[next(iter(table))]
+
+
 class RunStore:
     def __init__(self):
         self._lock = threading.Lock()
@@ -133,20 +141,14 @@ class RunStore:
             f.write(rec.to_json())
         run = FinishedRun(choice, prompt_text, req, result, csv_path, rec_path)
         with self._lock:
-            self._last.pop(session, None)
-            self._last[session] = run            # newest last: the oldest tab's run goes first
+            _keep_newest(self._last, session, run)
             self._replayed.pop(session, None)
-            while len(self._last) > KEEP_RUNS:
-                del self._last[next(iter(self._last))]
         return run
 
     def replayed(self, session: str) -> None:
         """The page now shows a recording: the lossless check must not answer for the Run before it."""
         with self._lock:
-            self._replayed.pop(session, None)
-            self._replayed[session] = None
-            while len(self._replayed) > KEEP_RUNS:
-                del self._replayed[next(iter(self._replayed))]
+            _keep_newest(self._replayed, session, None)
 
     def last(self, session: str) -> FinishedRun | None:
         with self._lock:
