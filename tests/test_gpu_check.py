@@ -136,9 +136,13 @@ def test_goals_read_the_issue_targets_from_the_steps(gc):
     assert not any(g["goal"].startswith("graph path: auto's forward") for g in gc.goals(steps, 250))
     other = {"name": "roofline-1.7b-graph-other", "result": {"latency_s": [0.8e-3], "graphs": {"forward": "eager"}}}
     steps[0]["result"]["graphs"] = {"forward": "compiled"}
-    assert gc.step_env("roofline-1.7b-graph-other", steps, False) == ({"SPECVIZ_GRAPH_FORWARD": "eager"}, None)
-    assert gc.step_env("sweep", steps, False) == ({}, None)
-    assert gc.step_env("roofline-1.7b-graph-other", steps[1:], False) == ({}, gc.NO_BASIS)   # no basis: skipped
+    assert gc.step_env("roofline-1.7b-graph-other", "graph", steps, False) == ({"SPECVIZ_GRAPH_FORWARD": "eager"}, None)
+    # later graph steps run the forward auto kept, instead of each timing both again (and compiling one)
+    assert gc.step_env("sweep", "graph", steps, False) == ({"SPECVIZ_GRAPH_FORWARD": "compiled"}, None)
+    assert gc.step_env("roofline-27b-graph", "graph", steps, False) == ({"SPECVIZ_GRAPH_FORWARD": "compiled"}, None)
+    assert gc.step_env("roofline-1.7b-eager", "eager", steps, False) == ({}, None)
+    assert gc.step_env("sweep", "graph", steps[1:], False) == ({}, None)                  # auto decides itself
+    assert gc.step_env("roofline-1.7b-graph-other", "graph", steps[1:], False) == ({}, gc.NO_BASIS)   # skipped
     fwd = next(g for g in gc.goals(steps + [other], 250) if g["goal"].startswith("graph path: auto's forward"))
     assert fwd["goal"].startswith("graph path: auto's forward (compiled)")
     assert fwd["met"] is False and fwd["value"] == {"compiled": 1.0, "eager": 0.8}     # the other measured faster

@@ -46,6 +46,12 @@ def test_sampler_with_nothing_reports_unavailable_not_zero(monkeypatch):
         s.stop()
 
 
+def test_a_sampler_keeps_as_many_samples_as_it_is_told():
+    """gpu-check keeps the whole run's NVML samples (4 Hz for 290 s): a fixed 600 kept its last 150 s."""
+    s = hw.Sampler(hz=50, keep=1500)
+    assert s.samples.maxlen == 1500 and hw.Sampler(hz=50).samples.maxlen == 600
+
+
 def test_calibration_turns_its_timings_into_the_right_rates(monkeypatch):
     """The figures follow from what was timed: a copy of size_mb (read + write) and an n × n matmul.
     The timer is replaced (a rate on a shared machine has no bound worth asserting); each timed

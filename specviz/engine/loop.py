@@ -94,6 +94,8 @@ class SpeculativeEngine:
 
     # --- requests joining and leaving ----------------------------------------------------------------
     def add(self, req: Request) -> None:
+        if req.device is None:      # a sampled row's generator lives where the logits do (CUDA's not the CPU's)
+            req.device = self.device
         self.requests.append(req)
 
     def remove(self, req: Request, finish: str = "stopped") -> None:

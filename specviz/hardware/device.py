@@ -329,9 +329,10 @@ class Sampler:
     keep: int = 600
     prefer_gpu: bool = True
     cpu_fallback: bool = True      # False where the work runs on a GPU: CPU load would mislead
-    samples: deque = field(default_factory=lambda: deque(maxlen=600))
+    samples: deque = field(default_factory=deque)
 
     def __post_init__(self):
+        self.samples = deque(self.samples, maxlen=self.keep)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._read, self.source = None, "none"
