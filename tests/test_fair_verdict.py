@@ -2,6 +2,7 @@
 warm-up (a Run arriving then waits for it, saying so), the plain baseline streams to the page as the
 Run did, and "faster"/"slower" only outside the noise band ("about the same" inside it)."""
 import re
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -66,6 +67,18 @@ def _outs(app):
 
     gen = app.page.stream("the quick brown", app.choices[0].label, 1, 4, "fixed", 8, 0, 24, "s1")
     return [dict(zip(OUTPUTS, out)) for out in gen]
+
+
+def test_the_runs_end_draws_the_pass_time_chart_with_its_last_step(local_app, monkeypatch):
+    """The timer draws the pass-time chart during a Run and stops with it: a Run over between two ticks
+    left the chart with no step on it."""
+    _states(local_app, monkeypatch, ["ready"])
+    _outs(local_app)
+    tab, other = SimpleNamespace(session_hash="s1"), SimpleNamespace(session_hash="s2")
+    assert not hasattr(local_app.page.on_tick(local_app.choices[0].label, other)[3], "data")   # not another tab's
+    knee = local_app.page.on_tick(local_app.choices[0].label, tab)[3]
+    assert len([t for t in knee.data if t.meta == "this-step"]) == 1 and knee.layout.annotations
+    assert not hasattr(local_app.page.on_tick(local_app.choices[0].label, tab)[3], "data")   # drawn once
 
 
 def test_a_run_during_the_warm_up_waits_for_it_and_says_so(local_app, monkeypatch):
@@ -189,35 +202,57 @@ def test_a_run_paused_by_a_timed_experiment_says_why_and_goes_on(tiny_paths, mon
 
 
 @pytest.mark.parametrize("draft", ["draft", "synthetic:0.7"])
-def test_stop_during_a_pause_says_when_the_run_ends(tiny_paths, monkeypatch, draft):
-    """Stop pressed while a timed experiment holds the device: the status says at once that the Run ends
-    when the device comes back (it had kept saying "paused"), and the Run then ends stopped."""
+def test_stop_during_a_pause_ends_the_run_at_once(tiny_paths, monkeypatch, draft):
+    """A timed experiment takes the device in the middle of a Run, and Stop is pressed while the Run is
+    paused: the Run ends stopped, with its tokens so far, while the experiment still holds the device
+    (it used to wait for the experiment's end: up to a minute for a lesson chapter)."""
     import threading
 
     from specviz import lessons
     from specviz.ui.playground import OUTPUTS
+    from specviz.ui.render import tokens_html
 
     app = _app(tiny_paths["target"], tiny_paths.get(draft, draft), monkeypatch)
     _states(app, monkeypatch, ["ready"])
-    th, release = _holding_the_device(app)
     paused = lessons.text("en", "playground.status_device_wait").split("(")[0].strip()
-    stopping = lessons.text("en", "playground.status_device_wait_stopping")
-    outs, said = [], []
-    timer = threading.Timer(10.0, release.set)       # unheard, the Stop would wait for the experiment's end
-    timer.start()
+    holding, release, let_go = threading.Event(), threading.Event(), threading.Event()
+    ticket, th, step = None, None, app.gate.step
+
+    def slow_step(*args, **kwargs):        # the tiny models' whole Run would be over before the page saw it
+        time.sleep(0.02)
+        return step(*args, **kwargs)
+    monkeypatch.setattr(app.gate, "step", slow_step)
+    monkeypatch.setattr(app.gate, "turn_s", 0.0)      # no class's turn after the app's own pass-curve measurement
+
+    def experiment():
+        while not ticket.acquire():
+            pass
+        holding.set()
+        release.wait(30)
+        ticket.release()
+        let_go.set()
+    outs = []
     try:
-        for out in app.page.stream("the quick brown", app.choices[0].label, 1, 4, "fixed", 8, 0, 24, "s1"):
+        for out in app.page.stream("the quick brown", app.choices[0].label, 2, 4, "fixed", 8, 0, 96, "s1"):
             outs.append(dict(zip(OUTPUTS, out)))
-            status = outs[-1]["status"]
-            said.append(status)
+            tokens, status = outs[-1]["tokens"], outs[-1]["status"]
+            if ticket is None and isinstance(tokens, str) and '<span class="tok-' in tokens:
+                ticket = app.gate.enqueue()       # from here the steps wait (after the one running)
+                th = threading.Thread(target=experiment)
+                th.start()
             if isinstance(status, str) and paused in status:
                 app.runs.stop("s1")
-            if status == stopping:
-                release.set()
+        ended_while_held = holding.is_set() and not let_go.is_set()
     finally:
-        _let_go(th, release, timer)
-    assert stopping in said, said
-    assert outs[-1]["result"]["done"] and outs[-1]["result"]["stopped"]
+        release.set()
+        if th is not None:
+            th.join(10)
+    assert ticket is not None, "no token reached the page before the Run ended"
+    assert any(isinstance(o["status"], str) and paused in o["status"] for o in outs)
+    assert ended_while_held
+    result = outs[-1]["result"]
+    assert result["done"] and result["stopped"]
+    assert any(result["outputs"]) and all(len(o) < 96 for o in result["outputs"])
 
 
 def _holding_the_device(app):

@@ -106,6 +106,8 @@ def test_seeded_sampling_does_not_depend_on_batch_mates(make_pair, prompts):
     b = results[1][1]
     assert b.totals.shared_batch_max > 2
     assert a.outputs == b.outputs
+    # the rows' generators live on the engine's device (a CPU generator cannot sample CUDA logits)
+    assert again.device == sched.engine.device and all(r.device == sched.engine.device for r in others)
     sched.close()
 
 
@@ -543,42 +545,50 @@ def test_a_request_waiting_for_room_keeps_its_queue_line_during_a_pause(make_pai
         assert ([after] + list(waiting))[-1].final
 
 
-def test_a_stop_during_a_pause_is_heard_and_ends_the_request_once_the_device_is_back(make_pair, prompts):
-    """Stop pressed while a timed experiment holds the device: the consumer hears it at once (a new
-    pause update, so the page can say the Run ends once the device comes back), then the stopped end."""
+def test_a_stop_during_a_pause_ends_the_request_while_the_device_is_held(make_pair, prompts):
+    """Stop pressed while a timed experiment holds the device: the request ends stopped at once, with its
+    tokens so far (a lesson chapter may hold the device for a minute); its rows leave the batch at the
+    next step, and the scheduler goes on serving once the device is back."""
     gate = DeviceGate()
     sched = make_scheduler(make_pair("draft"), gate=gate)
+    ticket, other = sched.submit_all([Request([prompts[0]], Knobs(depth=2, batch_size=1), 512),
+                                      Request([prompts[1]], Knobs(depth=2, batch_size=1), 512)])
+    it = ticket.updates()
+    while not next(it).events:                   # a step ran: the request has tokens to keep
+        pass
     held = gate.enqueue()
-    assert held.acquire(5.0)
-    timer = threading.Timer(5.0, held.release)      # unheard, the next update would wait for the device
+    timer = threading.Timer(10.0, held.release)   # unheard, the Stop would wait for the device
     try:
-        ticket = sched.submit(Request([prompts[0]], Knobs(depth=2, batch_size=1), 64))
-        it = ticket.updates()
-        assert next(it).device_wait == 1
+        assert held.acquire(10.0)                # after the request's current step
         ticket.cancel()
         timer.start()
-        assert next(it).device_wait == 1           # said again, at once: the request is stopping
+        rest = [u for u in it if not u.device_wait]
+        assert held.held                         # the experiment still has the device
     finally:
         timer.cancel()
         held.release()
-    rest = list(it)
-    assert rest[-1].final and rest[-1].stopped and not rest[-1].error
+    end = rest[-1]
+    assert end.final and end.stopped and not end.error
+    assert 0 < len(end.outputs[0]) < 512 and end.totals.tokens == len(end.outputs[0])
+    theirs = list(other.updates())[-1]           # another student's Run was not stopped: it goes on to its end
+    assert theirs.final and not theirs.stopped and not theirs.error
+    assert theirs.totals.tokens == sum(map(len, theirs.outputs.values())) > 0
+    after = sched.submit(Request([prompts[1]], Knobs(depth=2, batch_size=1), 6))
+    assert list(after.updates())[-1].outputs
+    assert sched.info().rows == 0                # the stopped request's rows left with that step
     sched.close()
 
 
-def test_a_queued_request_stopped_during_a_pause_hears_it_at_once(make_pair, prompts):
-    """A request waiting for room is stopped while a timed experiment holds the device: its consumer hears
-    the Stop at once (a pause update), not only once the device is back and the queue moves."""
-    # unheard, the Stop would wait for the device (5 s)
+def test_a_queued_request_stopped_during_a_pause_ends_at_once(make_pair, prompts):
+    """A request waiting for room is stopped while a timed experiment holds the device: it ends stopped at
+    once, not once the device is back and the queue moves."""
     with _paused_with_one_queued(make_pair, prompts, 5.0) as (long, running, queued, waiting, timer):
         queued.cancel()
-        timer.start()
-        assert next(waiting).device_wait == 1
-        long.cancel()
-        timer.cancel()
-        timer.function()                         # the device goes back now
+        timer.start()                            # unheard, the Stop would wait for the device
         rest = list(waiting)
         assert rest[-1].final and rest[-1].stopped
+        assert long.scheduler.gate.measurements() == 1       # the experiment still has the device
+        long.cancel()
         assert list(running)[-1].final
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
+from typing import Callable
 
 POLL_S = 0.5          # how often a waiting consumer wakes to show it is still there
 TURN_S = 5.0          # after an experiment, waiting steps may run this long before the next one starts...
@@ -50,11 +51,24 @@ class DeviceGate:
         self._last_step = 0.0           # when the last step let go
 
     @contextmanager
-    def step(self):
+    def step(self, idle: Callable[[], None] | None = None):
+        """Hold the device for one step. `idle` runs every POLL_S while the step waits, in the waiting
+        thread and outside the gate's lock: a Stop pressed meanwhile need not wait for the experiment
+        (it may raise, and the step is then given up)."""
         with self._cond:
             self._stepping += 1
-            self._cond.wait_for(lambda: not self._busy and (not self._queue or self._class_turn()))
-            self._busy = True
+        try:
+            while True:
+                with self._cond:
+                    if self._cond.wait_for(self._may_step, timeout=None if idle is None else POLL_S):
+                        self._busy = True
+                        break
+                idle()
+        except BaseException:
+            with self._cond:
+                self._stepping -= 1
+                self._cond.notify_all()
+            raise
         try:
             yield
         finally:
@@ -86,6 +100,9 @@ class DeviceGate:
         the app's own calibration (steps wait while there are any, but for the class's turn)."""
         with self._cond:
             return len(self._queue)
+
+    def _may_step(self) -> bool:
+        return not self._busy and (not self._queue or self._class_turn())
 
     def _class_turn(self) -> bool:
         """Steps may run although an experiment is queued: the class's turn after the last one."""
@@ -127,18 +144,15 @@ class DeviceGate:
 
 class Pauses:
     """Why a consumer got nothing for a while, said once a change: `idle()` → the timed measurements that
-    hold up its steps now (0: the pause it was told of is over), or None when there is nothing new to say.
-    A Stop pressed meanwhile is a change too (the page then says the Run ends once the device comes back)."""
+    hold up its steps now (0: the pause it was told of is over), or None when there is nothing new to say."""
 
-    def __init__(self, gate: DeviceGate, stop: threading.Event | None = None):
-        self.gate, self.stop, self._said = gate, stop, (0, False)
+    def __init__(self, gate: DeviceGate):
+        self.gate, self._said = gate, 0
 
     def idle(self) -> int | None:
-        now = (self.gate.measurements(), self.stop is not None and self.stop.is_set())
-        said, self._said = self._said, now
-        if now == said or now[0] == said[0] == 0:
-            return None
-        return now[0]
+        now, said = self.gate.measurements(), self._said
+        self._said = now
+        return None if now == said else now
 
     def progressed(self) -> None:
-        self._said = (0, False)
+        self._said = 0

@@ -271,6 +271,9 @@ def _seq(value) -> int | None:
     return None if n == 0 else max(n, 0)
 
 
+ENDED_KEEP = 256      # ended Runs whose last pass-time chart no timer has drawn yet (one a tab)
+
+
 class LiveRuns:
     """Session id → its current LiveRun, and the Stops that arrived before their Run did.
 
@@ -289,6 +292,7 @@ class LiveRuns:
         self._runs: dict[str, LiveRun] = {}
         self._armed: dict[str, tuple[float, int | None]] = {}   # session → (when, press number) of its Run
         self._stops: dict[str, tuple[float, int | None]] = {}   # session → (when, press number) of a pending Stop
+        self._ended: dict[str, LiveRun] = {}     # session → its Run that ended, until the chart timer draws it
 
     def arm(self, session: str, seq=None) -> None:
         with self._lock:
@@ -326,6 +330,7 @@ class LiveRuns:
         with self._lock:
             old = self._runs.get(session)
             self._runs[session] = run
+            self._ended.pop(session, None)
             stop_now = self._take_stop(session)
             self._armed.pop(session, None)
         if old is not None:
@@ -353,3 +358,12 @@ class LiveRuns:
         with self._lock:
             if self._runs.get(session) is run:
                 del self._runs[session]
+                # the chart timer draws its pass-time chart once more: the Run may end between two ticks
+                self._ended[session] = run
+                while len(self._ended) > ENDED_KEEP:       # tabs closed before their next tick
+                    del self._ended[next(iter(self._ended))]
+
+    def take_ended(self, session: str) -> LiveRun | None:
+        """The session's Run that ended since the timer last asked (once), or None."""
+        with self._lock:
+            return self._ended.pop(session, None)

@@ -22,15 +22,29 @@ def reference_prompts(prompts: list[list[int]], max_batch: int) -> list[list[int
 
 def gated(steps: Iterator[StepEvent], gate: DeviceGate | None, stop=None) -> Iterator[StepEvent]:
     """Each step of `steps` run while holding `gate` (as a scheduler step holds it); ends early once
-    `stop` (an Event) is set."""
+    `stop` (an Event) is set, also while a step waits for the device: a timed experiment may hold it for
+    a minute, and the engine's rows then all leave, which copies nothing."""
+    idle = None if stop is None else lambda: _raise_if_set(stop)
     while stop is None or not stop.is_set():
-        with gate.step() if gate is not None else nullcontext():
-            try:
-                ev = next(steps)
-            except StopIteration:
-                return
+        try:
+            with gate.step(idle) if gate is not None else nullcontext():
+                try:
+                    ev = next(steps)
+                except StopIteration:
+                    return
+        except _StoppedWaiting:
+            break
         yield ev
     steps.close()
+
+
+class _StoppedWaiting(Exception):
+    """Stop was pressed while a step waited for the device."""
+
+
+def _raise_if_set(stop: threading.Event) -> None:
+    if stop.is_set():
+        raise _StoppedWaiting
 
 
 class with_gate:      # noqa: N801 (read as a function: with_gate(engine, gate, stop))

@@ -130,7 +130,7 @@ def run_packets(req: RunRequest, pair, knobs: Knobs, control: "ControlFile | Non
         distinct = reference_prompts(prompts, knobs.max_batch)
         refs, reference_s = reference_run(with_gate(engine, gate, knobs.stop), distinct, len(distinct), req.max_new)
     steps = engine.generate(prompts, knobs, req.max_new, req.temperature, seed=req.seed, references=refs)
-    for ev in gated(steps, gate):
+    for ev in gated(steps, gate, knobs.stop):
         pending.append(ev)
         if synthetic:
             rates.append(engine.drafter.rate)
@@ -249,7 +249,7 @@ class LocalRunner:
             if not control.knobs.stop.is_set():
                 yield from self._said_paused(own_thread_iter(
                     lambda: run_packets(req, pair, control.knobs, gate=self.gate, dial=control.dial), idle_s=POLL_S),
-                    Pauses(self.gate, control.knobs.stop))
+                    Pauses(self.gate))
                 return
             yield Packet([], RunTotals(), final=True, stopped=True, outputs={}, worker_pid=os.getpid())
         finally:

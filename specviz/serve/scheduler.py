@@ -90,7 +90,7 @@ class Ticket:
 
     def updates(self, flush_s: float = 0.05) -> Iterator[Update]:
         """Updates until the final one; events that arrive within `flush_s` are merged."""
-        pauses = Pauses(self.scheduler.gate, self.request.knobs.stop)
+        pauses = Pauses(self.scheduler.gate)
         while True:
             self.last_pull = time.monotonic()
             try:
@@ -252,7 +252,7 @@ class Scheduler:
                     with self._cond:
                         self._cond.wait(0.05)    # only queued requests that cannot start yet
                     continue
-                with self.gate.step():
+                with self.gate.step(idle=self._end_stopped):
                     self._step_once()
                 self._used = True
             except Exception as exc:          # never let the loop die: end what runs, keep serving
@@ -304,6 +304,21 @@ class Scheduler:
             if rid not in live:
                 req = t.request
                 t.put(Update([], req.totals.copy(), None, True, req.stopped, req.outputs(), req.error))
+                del self._active[rid]
+
+    def _end_stopped(self) -> None:
+        """While the next step waits for the device (a timed experiment holds it), stopped requests end
+        now, with their tokens so far: their rows leave the batch at that step, which needs the device."""
+        with self._cond:
+            waiting = [t for t in self._pending if t.request.stopped]
+            for t in waiting:
+                self._pending.remove(t)
+        for t in waiting:
+            t.put(Update([], RunTotals(), None, True, True, {}, None))
+        for rid, t in list(self._active.items()):
+            req = t.request
+            if req.stopped:
+                t.put(Update([], req.totals.copy(), None, True, True, req.outputs(), req.error))
                 del self._active[rid]
 
     def _reap(self) -> None:

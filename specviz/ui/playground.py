@@ -175,7 +175,7 @@ class Playground:
                         yield pack(status=t(lang, key, pos=packet.position, limit=runner.OWN_ENGINES))
                         continue
                     if packet.device_wait:
-                        yield pack(status=self._paused_line(lang, packet, live))
+                        yield pack(status=self._paused_line(lang, packet))
                         first = True            # the running line comes back with the next tokens
                         continue
                     streamer.note = self._dial_note(lang, live, packet)
@@ -196,8 +196,8 @@ class Playground:
             raise error(lang, "errors.generation_no_result")
         return packet
 
-    def _paused_line(self, lang: str, packet, live: LiveRun) -> str:
-        return device_wait_line(lang, packet.device_wait, self.app.gate.turn_s, live.control.knobs.stop.is_set())
+    def _paused_line(self, lang: str, packet) -> str:
+        return device_wait_line(lang, packet.device_wait, self.app.gate.turn_s)
 
     def _warming(self, choice) -> bool:
         fast = getattr(self.app.pairs, "fast_status", lambda c: None)(choice)
@@ -234,7 +234,7 @@ class Playground:
                     if packet.position:
                         continue
                     if packet.device_wait:
-                        yield pack(status=self._paused_line(lang, packet, live))
+                        yield pack(status=self._paused_line(lang, packet))
                         continue
                     self._fold(packet, live, streamer, keep_peaks=False)
                     now = time.perf_counter()
@@ -373,7 +373,7 @@ class Playground:
 
     def on_tick(self, pair_label, request: gr.Request):
         session = _session(request)
-        live = self.app.runs.get(session)
+        live = self.app.runs.get(session) or self.app.runs.take_ended(session)
         knee = live.knee_figure() if live is not None else gr.skip()
         return (*self.figures(session), knee, self._batch_now(session, pair_label))
 
@@ -407,9 +407,6 @@ def _dial_result(packet, live: LiveRun, dial: float | None) -> dict:
             "reference_s": packet.reference_s, "realigned": packet.realigned, "unreferenced": packet.unreferenced}
 
 
-def device_wait_line(lang: str, measurements: int, turn_s: float, stopping: bool) -> str:
-    """Why a Run's tokens stopped coming: timed measurements have the device (serve/gate.py); once
-    stopped, that its end waits for the device too."""
-    if stopping:
-        return t(lang, "playground.status_device_wait_stopping")
+def device_wait_line(lang: str, measurements: int, turn_s: float) -> str:
+    """Why a Run's tokens stopped coming: timed measurements have the device (serve/gate.py)."""
     return t(lang, "playground.status_device_wait", n=measurements, turn=turn_s)
