@@ -28,6 +28,87 @@ def fill(template: str, **values) -> str:
     return lessons.chart_fill(template, values)
 
 
+TITLE_CHARS = 42    # a chart title's line: what a phone's chart (about 340 px) shows whole, at 15 px
+LEGEND_CHARS = 36   # a legend entry's line: what a phone's chart shows beside the entry's symbol (14 px)
+MIN_HEAD = 8        # a line that ends before a parenthesis is at least this long ("k (depth)" stays whole)
+
+
+def wrap_title(text: str, width: int = TITLE_CHARS) -> list[str]:
+    """A title's lines, broken between words: plotly never wraps one, and cut a long title at the
+    chart's edge (on a phone, a whole title vanished). As few lines as `width` allows, as even as they
+    can be (a 45-character title is two lines of 22, not 42 and one word); a line breaks before a
+    parenthesis where what comes before it fits, for one line more at most ("pass time, measured here /
+    (64 tokens of context)"): a Persian line that ended in "(" showed the bracket turned the wrong way."""
+    glued = _glued(text)
+    words = glued.split(" ")
+    lines = _greedy(words, width)
+    cut = glued.find(" (")
+    if len(lines) > 1 and cut > 0 and MIN_HEAD <= text_width(glued[:cut]) <= width:
+        rest = wrap_title(glued[cut + 1:].replace(GLUE, " "), width)
+        if len(rest) <= len(lines):          # the head's line and the rest's: one line more at most
+            return [glued[:cut].replace(GLUE, " "), *rest]
+    while width > 1 and len(_greedy(words, width - 1)) == len(lines):
+        width -= 1
+        lines = _greedy(words, width)
+    return [line.replace(GLUE, " ") for line in lines if line]
+
+
+def text_width(text: str) -> int:
+    """Characters that take room: not Persian's zero-width non-joiner, nor the directional marks."""
+    return len(text) - sum(text.count(c) for c in INVISIBLE)
+
+
+INVISIBLE = "\u200c\u200d\u2066\u2067\u2068\u2069"
+
+
+def _greedy(words: list[str], width: int) -> list[str]:
+    lines: list[str] = []
+    for word in words:
+        if lines and text_width(lines[-1]) + 1 + text_width(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
+
+
+GLUE = "\x00"
+
+
+def _glued(text: str) -> str:
+    """`text` with the spaces no line may break at glued: those inside a directional isolate (a Persian
+    title's "k = 3") and those around "=" in any language."""
+    out, depth = [], 0
+    for ch in text:
+        depth += ch in "\u2066\u2067\u2068"
+        depth -= ch == "\u2069" and depth > 0
+        out.append(GLUE if ch == " " and depth else ch)
+    return "".join(out).replace(" = ", GLUE + "=" + GLUE)
+
+
+def lines_for(text: str, rtl: bool, width: int = TITLE_CHARS) -> str:
+    """`text` in plotly's <br> lines of at most `width` characters; a right-to-left page's lines each
+    isolated right-to-left (plotly lays every line out by itself, left-to-right), its text's own
+    isolate around the whole taken off first (inside one, no line may break)."""
+    lines = wrap_title(_unwrapped(text) if rtl else text, width)
+    if not (rtl and lessons.ARABIC_SCRIPT.search(text)):
+        return "<br>".join(lines)
+    # every line of a Persian text, also one that holds no Persian word ("SpecDecode-Bench)")
+    return "<br>".join(lessons.RLI + line + lessons.PDI for line in lines)
+
+
+def _unwrapped(text: str) -> str:
+    """`text` without a right-to-left isolate that spans the whole of it."""
+    if not (text.startswith(lessons.RLI) and text.endswith(lessons.PDI)):
+        return text
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch in "\u2066\u2067\u2068"
+        depth -= ch == "\u2069"
+        if depth == 0:
+            return text[1:-1] if i == len(text) - 1 else text
+    return text
+
+
 def blank_figure() -> go.Figure:
     """An empty chart of the live charts' size, with no words (so no language): the Playground's charts
     start with it, so the page loads its plotting library while it opens, not with the first Run's first

@@ -13,7 +13,7 @@ from functools import cache
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from specviz.charts import ACCEPT, BONUS, LAYOUT, PLAIN, POW2, REJECT, fill
+from specviz.charts import ACCEPT, BONUS, LAYOUT, LEGEND_CHARS, PLAIN, POW2, REJECT, fill, lines_for, text_width
 
 
 @dataclass
@@ -58,6 +58,10 @@ LIVE_LABELS = dict(throughput_title="Tokens per second", seconds="seconds", toke
                    step_parts="{rows} + {drafts}")
 
 SPARSE = 60           # the hardware chart marks each step's estimate up to this many steps
+# a live chart's title: its first line's baseline from the figure's top (below gradio's label, which sits
+# over the plot's top left corner), each further line, and room under the last before the plot (15 px text)
+TITLE_TOP, TITLE_LINE, TITLE_GAP = 56, 20, 14
+STEP_CHARS, STEP_LINE = 48, 16     # the pass-time chart's step label: a line's characters (12 px), its height
 MARKER_GAP = 0.06      # change markers closer than this share of the time axis keep one label (the last)
 
 
@@ -77,11 +81,17 @@ def _r(values: list) -> list:
     return [None if v is None else round(v, 2) for v in values]
 
 
-def _figure(data: list[dict], title: str, x_title: str, y_title: str, rtl: bool, **layout) -> go.Figure:
-    """The figure, unchecked; a right-to-left page's title starts at the right, where it is read."""
-    head = dict(text=title, x=0.98, xanchor="right", font=dict(size=14)) if rtl else dict(text=title)
+def _figure(data: list[dict], title: str, x_title: str, y_title: str, rtl: bool, below_title: int = 0,
+            **layout) -> go.Figure:
+    """The figure, unchecked. The title in lines a phone shows whole, from the figure's top, with
+    `below_title` px of room under it before the plot; a right-to-left page's starts at the right."""
+    text = lines_for(title, rtl)
+    head = dict(text=text, font=dict(size=15), yref="container", y=1, yanchor="top", pad=dict(t=TITLE_TOP))
+    if rtl:
+        head.update(x=0.98, xanchor="right")
+    margin = {**LAYOUT["margin"], "t": TITLE_TOP + TITLE_LINE * text.count("<br>") + TITLE_GAP + below_title}
     xaxis, yaxis = layout.pop("xaxis", {}), layout.pop("yaxis", {})
-    full = {**LAYOUT, "template": _template(), "title": head, **layout,
+    full = {**LAYOUT, "template": _template(), "title": head, "margin": margin, **layout,
             "xaxis": {**xaxis, "title": dict(text=x_title)}, "yaxis": {**yaxis, "title": dict(text=y_title)}}
     return go.Figure(data=data, layout=full, _validate=False)
 
@@ -172,17 +182,30 @@ def _nice(x: float) -> float:
     return next(m * d for m in (5, 2, 1) if m * d <= x)
 
 
+def _step_lines(label: str, rtl: bool) -> str:
+    """The step label's " · " parts packed into lines of STEP_CHARS, a line breaking between two parts
+    where it can (a part longer than a line breaks between its words)."""
+    lines: list[str] = []
+    for part in label.split(" · "):
+        if lines and text_width(lines[-1]) + 3 + text_width(part) <= STEP_CHARS:
+            lines[-1] += " · " + part
+        else:
+            lines.append(part)
+    return "<br>".join(lines_for(line, rtl, STEP_CHARS) for line in lines)
+
+
 def knee_live_figure(curve: tuple[list[int], list[float]] | None, curve_name: str, knee: float | None,
                      steps: list[PassPoint], step_label: str, labels: dict | None = None,
                      rtl: bool = False) -> go.Figure:
     """The knee chapter's curve (pass time against tokens per pass, log-log: the flat part and the slope
     both readable, a slow outlier squashes nothing) with the current step as a big dot at its real tokens
     per pass, its padded width beside it where that differs, a faint trail of the steps before it, and
-    `step_label` written in the plot's top corner (right-hand in a right-to-left page)."""
+    `step_label` written above the plot (from the right in a right-to-left page)."""
     lab, data, notes = _labels(labels), [], []
     if curve is not None:
         data.append(dict(type="scatter", x=list(curve[0]), y=[round(1000 * t, 4) for t in curve[1]],
-                         mode="lines+markers", name=curve_name, line=dict(color=PLAIN, width=2), marker=dict(size=5)))
+                         mode="lines+markers", name=lines_for(curve_name, rtl, LEGEND_CHARS),
+                         line=dict(color=PLAIN, width=2), marker=dict(size=5)))
     if knee is not None and 0 < knee < float("inf"):
         # drawn as a trace on a hidden 0..1 axis, so it sits right on the log axis and is named in the legend
         data.append(dict(type="scatter", x=[knee, knee], y=[0, 1], yaxis="y2", mode="lines",
@@ -200,11 +223,16 @@ def knee_live_figure(curve: tuple[list[int], list[float]] | None, curve_name: st
         data.append(dict(type="scatter", x=[now.real], y=[1000 * now.seconds], mode="markers", meta="this-step",
                          name=fill(lab["this_step_one" if now.real == 1 else "this_step"], n=now.real),
                          marker=dict(size=16, color=ACCEPT, line=dict(color="white", width=1))))
-        notes.append(dict(text=step_label, xref="paper", yref="paper", x=0.99 if rtl else 0.01, y=0.99,
-                          xanchor="right" if rtl else "left", yanchor="top", showarrow=False,
-                          font=dict(size=13, color=ACCEPT)))
+    # the step's words go between the title and the plot, never over the curve (in a right-to-left
+    # page the plot's top right corner is where the curve ends, high), in lines a phone shows whole
+    label = _step_lines(step_label, rtl) if steps and step_label else ""
+    if label:
+        notes.append(dict(text=label, xref="paper", yref="paper", x=1 if rtl else 0, y=1, yshift=4,
+                          xanchor="right" if rtl else "left", yanchor="bottom", align="right" if rtl else "left",
+                          showarrow=False, font=dict(size=12, color=ACCEPT)))
     ms = [y for d in data if d.get("yaxis") != "y2" for y in d["y"] if y and y > 0]
-    return _figure(data, lab["knee_title"], lab["tokens_per_pass"], lab["ms_per_pass"], rtl, height=400,
-                   annotations=notes, xaxis=dict(type="log", **POW2),
+    room = STEP_LINE * (label.count("<br>") + 1) + 8 if label else 0
+    return _figure(data, lab["knee_title"], lab["tokens_per_pass"], lab["ms_per_pass"], rtl, below_title=room,
+                   height=400 + room, annotations=notes, xaxis=dict(type="log", **POW2),
                    yaxis=dict(type="log", **(log_ticks(min(ms), max(ms)) if ms else {})),
                    yaxis2=dict(overlaying="y", range=[0, 1], visible=False))

@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 import pytest
 
 from specviz import live_charts as lc
+from specviz.charts import LEGEND_CHARS
 from specviz.serve.live import live_labels
 
 
@@ -94,3 +95,74 @@ def test_numbers_are_sent_rounded():
     s.add(2.0, None)
     fig = lc.throughput_figure(s)
     assert list(fig.data[0].x) == [1.23, 2.0] and list(fig.data[0].y) == [101.99, None]
+
+
+def _step_figure(lang: str):
+    """The pass-time figure of a Run whose latest step carried 28 tokens (4 rows + 24 verified drafts)
+    past a knee of 8, on a machine whose roofline names its regime: the longest step label there is."""
+    from specviz.hardware.passcurve import PassCurve
+    from specviz.serve.live import LiveRun
+
+    live = LiveRun(control=None, pair_label="pair", peaks=None, sampler=None, lang=lang, regime="overhead-bound")
+    live.curve = PassCurve(tokens=(1, 2, 4, 8, 16, 32, 64), seconds=(0.001,) * 4 + (0.0015, 0.0022, 0.004),
+                           device="cpu: 2 cores", path="eager", context=64)
+    live.passes.extend([lc.PassPoint(8, 8, 0.001), lc.PassPoint(28, 28, 0.002)])
+    live.last_rows = (4, 24)
+    return live.knee_figure()
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_the_step_label_sits_above_the_plot_in_lines_a_phone_shows_whole(lang):
+    """On a 390 px phone the step's one-line label ran off both sides of the chart; in Persian its parts
+    read in reverse order (each part was isolated, the whole was not), and at the plot's top right it
+    covered the curve's high end."""
+    from specviz import lessons
+
+    fig = _step_figure(lang)
+    note = fig.layout.annotations[-1]
+    assert note.yref == "paper" and note.y == 1 and note.yanchor == "bottom"      # above the plot area
+    lines = note.text.split("<br>")
+    assert len(lines) >= 2 and all(len(line) <= lc.STEP_CHARS + 12 for line in lines)
+    assert fig.layout.margin.t >= lc.TITLE_TOP + lc.TITLE_LINE + lc.STEP_LINE * len(lines)
+    curve = fig.data[0].name.split("<br>")          # the curve's long name, in the legend
+    assert len(curve) == 2 and all(len(line) <= LEGEND_CHARS + 12 for line in curve)
+    if lang == "fa":
+        assert note.xanchor == "right"
+        assert all(line.startswith(lessons.RLI) and line.endswith(lessons.PDI) for line in lines)
+        assert "28" in lines[0]              # read from the right: this step's tokens come first
+    else:
+        assert lines[0].startswith("this step: 28 tokens per pass")
+
+
+def test_a_long_live_title_wraps_and_the_plot_makes_room_for_it():
+    long = lc.knee_live_figure(None, "pending", None, [], "", {"knee_title": "word " * 20}, False)
+    short = lc.knee_live_figure(None, "pending", None, [], "", {"knee_title": "Pass time"}, False)
+    assert long.layout.title.text.count("<br>") >= 2
+    assert long.layout.margin.t - short.layout.margin.t == lc.TITLE_LINE * long.layout.title.text.count("<br>")
+
+
+def test_lines_break_before_a_parenthesis_and_count_only_visible_characters():
+    """A reader's review: a legend entry broke inside "همین / دستگاه" and the title inside "زمان / pass";
+    two lines now break before a parenthesis where both halves fit, and Persian's zero-width non-joiners
+    and the directional marks take no room."""
+    from specviz.charts import text_width, wrap_title
+
+    assert wrap_title("pass time, measured here (64 tokens of context)", 36) == [
+        "pass time, measured here", "(64 tokens of context)"]
+    # a parenthesis too long for one line still starts one (a line ending in it showed it turned in Persian)
+    assert wrap_title("EAGLE on SGLang (published measurement, EAGLE-3 paper, Table 4)", 36) == [
+        "EAGLE on SGLang", "(published measurement,", "EAGLE-3 paper, Table 4)"]
+    assert wrap_title("x" * 36 + "y", 36) == ["x" * 36 + "y"]             # one word: never cut
+    assert text_width("\u2067اندازه\u200cگیری\u200cشده\u2069") == len("اندازهگیریشده")
+    assert wrap_title("\u200c" * 30 + "word word", 12) == ["\u200c" * 30 + "word word"]
+
+
+def test_every_line_of_a_persian_label_is_right_to_left():
+    """A Persian legend entry's last line held only "SpecDecode-Bench)": not isolated, plotly laid it out
+    left-to-right and its bracket faced the wrong way."""
+    from specviz import lessons
+    from specviz.charts import lines_for
+
+    text = lines_for("EAGLE روی vLLM (اندازه‌گیری منتشرشده، SpecDecode-Bench)", True, 24)
+    assert all(line.startswith(lessons.RLI) and line.endswith(lessons.PDI) for line in text.split("<br>"))
+    assert lines_for("SpecDecode-Bench (an English name)", True, 20).count(lessons.RLI) == 0

@@ -109,7 +109,7 @@ def test_whatif_tab_states_its_error_against_published_points():
     markers = [t for t in fig.data if t.mode == "markers"]
     assert markers and all("published measurement" in t.name for t in markers)
     assert {"k=3, calibrated (vLLM) estimate", "k=3, calibrated + SGLang bookkeeping (fitted) estimate",
-            "k=3, ideal estimate"} <= {t.name for t in fig.data}
+            "k=3, ideal estimate"} <= {t.name.replace("<br>", " ") for t in fig.data}   # lines a phone shows
     eagle = next(t for t in markers if "EAGLE on SGLang" in t.name)
     assert list(eagle.y)[:2] == [1.40, 1.38]
     # no published setup: the figure has estimates only, and the text says which setups have points
@@ -507,7 +507,8 @@ def test_browser_whatif_refused_bandwidth_names_itself_and_the_tab_recovers(what
 def test_titles_wrap_between_words_never_inside_a_number_or_an_isolate():
     """Plotly never wraps a title: on a phone a long one lost its end, or vanished."""
     from specviz import lessons
-    from specviz.ui.whatif_views import TITLE_CHARS, _for_reader, wrap_title
+    from specviz.charts import TITLE_CHARS, wrap_title
+    from specviz.ui.whatif_views import _for_reader
 
     lines = wrap_title("Tokens/s by batch and depth, α = 0.70 (calibrated (vLLM) estimate)")
     assert lines == ["Tokens/s by batch and depth, α = 0.70", "(calibrated (vLLM) estimate)"]
@@ -540,6 +541,22 @@ def test_browser_whatif_on_a_phone_keeps_numbers_and_titles_whole(whatif_app):
                 const t = document.querySelector('#{chart} .gtitle'); const b = t.getBoundingClientRect();
                 const s = svg.getBoundingClientRect(); return [b.left - s.left, b.right - s.right, t.textContent]; }}""")
             assert widths[0] >= -1 and widths[1] <= 1, (chart, widths)
+    for lang in ("en", "fa"):
+        with _page(390, 844) as page:
+            page.goto(whatif_app + f"?tab=whatif&lang={lang}")
+            page.wait_for_selector("#whatif-crossover .js-plotly-plot", timeout=30000)
+            _plots_keep_their_room(page, lang)
+
+
+def _plots_keep_their_room(page, lang: str) -> None:
+    """On a phone the legend stacks one entry a line: the crossover chart's squashed its plot to a strip;
+    gradio's two-line label covered the speed-up chart's title."""
+    for chart in ("whatif-speedup", "whatif-latency", "whatif-crossover"):
+        box = page.evaluate(f"""() => {{ const b = document.querySelector('#{chart}');
+            const r = (sel) => {{ const q = b.querySelector(sel).getBoundingClientRect(); return [q.top, q.bottom]; }};
+            return {{plot: r('.nsewdrag'), title: r('.gtitle'), label: r('[data-testid=block-label]')}}; }}""")
+        assert box["plot"][1] - box["plot"][0] >= 150, (lang, chart, box)
+        assert box["label"][1] <= box["title"][0] + 1, (lang, chart, box)
 
 
 def test_the_summary_says_when_the_pair_does_not_fit_the_gpu():

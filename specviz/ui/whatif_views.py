@@ -32,6 +32,8 @@ SPEEDUP_DEPTHS = [1, 2, 4, 8]
 TOKENS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
 DEFAULTS = dict(gpu="H100 SXM", target="Llama-3.1-8B", draft="EAGLE:Llama-3.1-8B", alpha=0.7, context=800,
                 overhead=0.0, model=CALIBRATED, bandwidth_tbs=3.35, flops_tflops=989.0)
+PHONE_FRAME = 330     # px of a what-if figure besides its title and legend lines: the plot, axes and margins
+TITLE_LINE, LEGEND_LINE = 20, 21    # px a line of the title (15 px text) and of the legend (14 px) takes
 
 # The tab's words live in the [whatif] table of specviz/lessons/{en,fa}.toml. The constants above are the
 # values the dropdowns and the API exchange (unchanged in every language); only their labels are translated.
@@ -78,50 +80,25 @@ def chart_labels(lang: str) -> dict:
     return {**labels, **{f"model_{k}": model_name(lang, k) for k in KINDS}}
 
 
-TITLE_CHARS = 42    # a chart title's line: what a phone's chart (about 340 px) shows whole, at 15 px
-
-
-def wrap_title(text: str, width: int = TITLE_CHARS) -> list[str]:
-    """A title's lines, broken between words: plotly never wraps one, and cut a long title at the
-    chart's edge (on a phone, a whole title vanished)."""
-    lines: list[str] = []
-    for word in _glued(text).split(" "):
-        if lines and len(lines[-1]) + 1 + len(word) <= width:
-            lines[-1] += " " + word
-        else:
-            lines.append(word)
-    return [line.replace(GLUE, " ") for line in lines if line]
-
-
-GLUE = "\x00"
-
-
-def _glued(text: str) -> str:
-    """`text` with the spaces no line may break at glued: those inside a directional isolate (a Persian
-    title's "k = 3") and those around "=" in any language."""
-    out, depth = [], 0
-    for ch in text:
-        depth += ch in "\u2066\u2067\u2068"
-        depth -= ch == "\u2069" and depth > 0
-        out.append(GLUE if ch == " " and depth else ch)
-    return "".join(out).replace(" = ", GLUE + "=" + GLUE)
-
-
 def _for_reader(fig, lang: str):
-    """The title in lines a phone shows whole; a Persian one starts where Persian text starts, at the right
-    (as the playground's live charts do), each line isolated right-to-left by itself, since plotly lays
-    every line out on its own. (Plotly measures text in a hidden SVG that style.css keeps left-to-right,
-    so its anchors are where they say.)"""
-    title = fig.layout.title.text
-    if not title:
-        return fig
-    lines = wrap_title(title)
-    if is_rtl(lang):
-        fig.update_layout(title_x=0.98, title_xanchor="right",
-                          title_text="<br>".join(lessons.isolate_rtl(line) for line in lines))   # plotly: LTR text
-    else:
-        fig.update_layout(title_text="<br>".join(lines))
-    fig.update_layout(title_font_size=15)     # plotly's 20 px fit 30 characters across a phone
+    """The title and the legend's entries in lines a phone shows whole, and the figure tall enough that a
+    phone's legend, one entry a line, leaves the plot its room (it squashed the crossover chart to a
+    strip). A Persian title starts where Persian text starts, at the right (as the playground's live
+    charts do), each line isolated right-to-left by itself, since plotly lays every line out on its own.
+    (Plotly measures text in a hidden SVG that style.css keeps left-to-right, so its anchors are where
+    they say.)"""
+    rtl, title = is_rtl(lang), fig.layout.title.text
+    entries = [tr for tr in fig.data if tr.name and tr.showlegend is not False]
+    for tr in entries:
+        tr.name = charts.lines_for(tr.name, rtl, charts.LEGEND_CHARS)
+    lines = sum(tr.name.count("<br>") + 1 for tr in entries)
+    if title:
+        fig.update_layout(title_text=charts.lines_for(title, rtl),
+                          title_font_size=15)     # plotly's 20 px fit 30 characters across a phone
+        if rtl:
+            fig.update_layout(title_x=0.98, title_xanchor="right")
+    heads = fig.layout.title.text.count("<br>") + 1 if title else 0
+    fig.update_layout(height=max(fig.layout.height or 0, PHONE_FRAME + TITLE_LINE * heads + LEGEND_LINE * lines))
     return fig
 
 
