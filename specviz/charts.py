@@ -181,8 +181,8 @@ def crossover_figure(rows: list[dict], title: str, labels: dict | None = None) -
     pts = sorted(best_depths(rows).items())
     fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[by[(b, k)] for b, k in pts], mode="markers+text",
                              text=[f"k={k}" for _, k in pts], textposition="top center",
-                             textfont=dict(size=11), name=lab["best_depth"],
-                             marker=dict(symbol="star", size=11, color="#111")))
+                             textfont=dict(size=11), name=lab["best_depth"], cliponaxis=False,   # the top one's
+                             marker=dict(symbol="star", size=11, color="#111")))              # label stays whole
     fig.update_layout(title=title, xaxis_type="log", xaxis_title=lab["batch_size"], yaxis_type="log",
                       yaxis_title=lab["tokens_per_s"], xaxis=POW2, yaxis=ONE_TWO_FIVE, **LAYOUT)
     return fig

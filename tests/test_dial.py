@@ -214,3 +214,26 @@ def test_the_dial_moves_live_and_every_new_row_has_its_reference(make_pair, prom
     for row, out in outs.items():
         assert out == reference(row, 20)
 
+
+
+def test_a_synthetic_run_stopped_in_its_reference_returns_no_tokens(make_pair, prompts):
+    """Stop while the reference was decoded: the final packet gave the reference's tokens and totals as
+    the Run's own (the engine's last request was the reference's)."""
+    from specviz.engine.policies import FIXED
+    from specviz.engine.request import Knobs
+    from specviz.serve.gate import DeviceGate
+    from specviz.serve.runner import RunRequest, run_packets
+
+    knobs = Knobs(3, 1, max_batch=1)
+
+    class StopsAtTheSecondStep(DeviceGate):
+        calls = 0
+
+        def step(self, idle=None):
+            self.calls += 1
+            if self.calls == 2:
+                knobs.stop.set()          # the Stop lands during the reference's second step
+            return super().step(idle)
+    req = RunRequest("t", "synthetic:0.7", (tuple(prompts[0]),), 3, 1, FIXED, 0.0, 20, acceptance=0.7)
+    last = list(run_packets(req, make_pair("synthetic:0.7"), knobs, gate=StopsAtTheSecondStep(), flush_s=0.0))[-1]
+    assert last.final and last.stopped and last.outputs == {} and last.totals.tokens == 0

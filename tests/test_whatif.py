@@ -580,3 +580,12 @@ def test_the_summary_says_when_the_pair_does_not_fit_the_gpu():
     assert memory_md(setup("H200", "Llama-3.1-8B"), None) == ""          # a custom GPU: memory unknown
     fa = memory_md(setup("T4", "Llama-3.1-70B"), GPUS["T4"], "fa")
     assert "جا نمی" in fa and "143.1" in fa
+
+
+def test_the_best_depths_labels_are_never_cut_at_the_plots_edge():
+    """A reader's review on a phone: the "k=1" over the highest star was cut by the plot's top edge."""
+    from specviz.charts import crossover_figure
+
+    rows = [dict(batch_size=b, depth=k, tokens_per_s=b * (100 - 10 * k)) for b in (1, 8, 64) for k in (0, 2)]
+    stars = next(t for t in crossover_figure(rows, "t").data if t.mode == "markers+text")
+    assert stars.cliponaxis is False and list(stars.text) == ["k=0"] * 3

@@ -129,6 +129,10 @@ def run_packets(req: RunRequest, pair, knobs: Knobs, control: "ControlFile | Non
         yield Packet([], RunTotals(), worker_pid=os.getpid(), referencing=True)
         distinct = reference_prompts(prompts, knobs.max_batch)
         refs, reference_s = reference_run(with_gate(engine, gate, knobs.stop), distinct, len(distinct), req.max_new)
+        if knobs.stop.is_set():     # stopped in its reference: the Run made no token (the reference's are not its)
+            yield Packet([], RunTotals(), final=True, stopped=True, outputs={}, worker_pid=os.getpid(),
+                         reference_s=reference_s)
+            return
     steps = engine.generate(prompts, knobs, req.max_new, req.temperature, seed=req.seed, references=refs)
     for ev in gated(steps, gate, knobs.stop):
         pending.append(ev)

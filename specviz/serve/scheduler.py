@@ -221,7 +221,8 @@ class Scheduler:
             thread.join(timeout)
 
     def _retry_after(self) -> float:
-        left = [t.request.max_new for t in self._active.values()]
+        # a copy: the loop's thread changes the table without this lock (between steps and in a pause)
+        left = [t.request.max_new for t in list(self._active.values())]
         return max(5.0, min(600.0, self._step_s * (max(left) if left else 50)))
 
     # --- the loop (the only thread that touches the engine) ---------------------------------------------
@@ -320,6 +321,8 @@ class Scheduler:
             if req.stopped:
                 t.put(Update([], req.totals.copy(), None, True, True, req.outputs(), req.error))
                 del self._active[rid]
+        if waiting:
+            self._publish_info()     # "batch now" stops counting them in the queue
 
     def _reap(self) -> None:
         """Drop requests whose consumer is gone (a closed tab whose generator was never closed)."""
