@@ -58,13 +58,14 @@ class RowView:
             bad_txt = (["✗"] * len(bad) if any(t < 0 for t in bad) else piece_texts(decode, self.ids + ok, bad))
             pieces = [piece_texts(decode, self.ids, ok), bad_txt, piece_texts(decode, self.ids + ok, own)]
         ok_txt, bad_txt, own_txt = pieces
-        if self.parts:
-            self.parts.append('<i class="step-sep"></i>')
         kind = "plain" if rs.last_kind == "plain" else "bonus"
         spans, after_ok = _spans("accepted", ok_txt, title, self.header_left)
         rejected, _ = _spans("rejected", bad_txt, title, after_ok)      # drafts continue the kept prefix
         own_spans, self.header_left = _spans(kind, own_txt, title, after_ok)   # so does the target's own
-        self.parts += spans + rejected + own_spans
+        # one part a step, its tooltip said once for all its tokens: the page receives the whole transcript
+        # five times a second, and a title on every token made it 380 bytes a token
+        sep = '<i class="step-sep"></i>' if self.parts else ""
+        self.parts.append(f'{sep}<i class="step" title="{html.escape(title)}">{"".join(spans + rejected + own_spans)}</i>')
         self.ids += rs.emitted
         self.drafted += len(rs.drafted)
         self.accepted += rs.accepted
@@ -102,14 +103,15 @@ def _spans(kind: str, texts: list[str], title: str, header: int) -> tuple[list[s
 
 
 def _span(kind: str, text: str, title: str, special: str | None = None, role: bool = False) -> str:
-    """One token, one span, one `tok-*` class (a contract); markup keeps its class and is marked by
-    `data-special` (a badge, its raw text in the tooltip) or `data-role` (the role name after it)."""
+    """One token, one span, one `tok-*` class (a contract); its tooltip is its step's (`RowView.add_step`).
+    Markup keeps its class and is marked by `data-special` (a badge, its raw text in a tooltip of its own)
+    or `data-role` (the role name after it)."""
     if special is not None:
         raw = text.strip()      # model output: left-to-right inside a Persian tooltip
         tip = html.escape(f"{title} · {lessons.isolate_ltr(raw) if lessons.ARABIC_SCRIPT.search(title) else raw}")
         return f'<span class="{CLASS[kind]}" data-special="1" title="{tip}">⟨{html.escape(special)}⟩</span>'
     mark = ' data-role="1"' if role else ""
-    return f'<span class="{CLASS[kind]}"{mark} title="{html.escape(title)}">{html.escape(text)}</span>'
+    return f'<span class="{CLASS[kind]}"{mark}>{html.escape(text)}</span>'
 
 
 def tokens_html(view: RowView | None, note: str = "") -> str:

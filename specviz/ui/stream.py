@@ -11,7 +11,7 @@ from specviz.serve.live import LiveRun
 from specviz.ui import counters
 from specviz.ui.render import RowView, rows_html, tokens_html
 
-ROW_TAIL = 48      # a row's last parts (tokens and step marks) the rows view shows while a Run streams
+ROW_TAIL = 12      # a row's last steps the rows view shows while a Run streams
 OUTPUTS = ("tokens", "rows", "counters", "chart_t", "chart_h", "chart_a", "status", "csv", "save", "result")
 
 
