@@ -29,6 +29,10 @@ def test_chat_markup_becomes_badges_with_their_class():
                       ("tok-bonus", "⟨im_end⟩")]             # the role line is markup up to its newline
     assert not any("|" in text for _, _, text in got)           # no markup reads as text
     assert 'title="step 2: kept 1 of 1 drafts · &lt;|im_end|&gt;"' in view.html()   # raw text in the tooltip
+    # a step's tooltip is said once, on the element around its tokens (not a span: every span is a token)
+    step2 = re.search(r'<i class="step" title="step 2: kept 1 of 1 drafts">(.*?)</i>', view.html())[1]
+    assert [text for _, _, text in spans(step2)] == [" sky", "⟨im_end⟩"]
+    assert view.html().count("title=") == 2 + 2 and view.html().count('<i class="step-sep"></i>') == 1
 
 
 def test_ordinary_text_and_look_alikes_stay_text():
