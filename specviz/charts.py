@@ -36,21 +36,34 @@ MIN_HEAD = 8        # a line that ends before a parenthesis is at least this lon
 def wrap_title(text: str, width: int = TITLE_CHARS) -> list[str]:
     """A title's lines, broken between words: plotly never wraps one, and cut a long title at the
     chart's edge (on a phone, a whole title vanished). As few lines as `width` allows, as even as they
-    can be (a 45-character title is two lines of 22, not 42 and one word); a line breaks before a
-    parenthesis where what comes before it fits, for one line more at most ("pass time, measured here /
-    (64 tokens of context)"): a Persian line that ended in "(" showed the bracket turned the wrong way."""
+    can be (a 45-character title is two lines of 22, not 42 and one word). A line breaks after the first
+    colon, else before the first parenthesis, where what comes before fits, for one line more at most
+    ("recorded: / NVIDIA H200, eager path, 2026-12-04" keeps where and when whole; a Persian line that
+    ended in "(" showed the bracket turned the wrong way)."""
     glued = _glued(text)
     words = glued.split(" ")
     lines = _greedy(words, width)
-    cut = glued.find(" (")
-    if len(lines) > 1 and cut > 0 and MIN_HEAD <= text_width(glued[:cut]) <= width:
-        rest = wrap_title(glued[cut + 1:].replace(GLUE, " "), width)
-        if len(rest) <= len(lines):          # the head's line and the rest's: one line more at most
-            return [glued[:cut].replace(GLUE, " "), *rest]
+    for head, rest in _preferred_breaks(glued):
+        if len(lines) > 1 and MIN_HEAD <= text_width(head) <= width:
+            after = wrap_title(rest.replace(GLUE, " "), width)
+            if len(after) <= len(lines):          # the head's line and the rest's: one line more at most
+                return [head.replace(GLUE, " "), *after]
     while width > 1 and len(_greedy(words, width - 1)) == len(lines):
         width -= 1
         lines = _greedy(words, width)
     return [line.replace(GLUE, " ") for line in lines if line]
+
+
+def _preferred_breaks(glued: str) -> list[tuple[str, str]]:
+    """(head, rest) at the first ": " (the colon stays with the head) and at the first " (" (the
+    bracket goes with the rest)."""
+    out = []
+    colon, paren = glued.find(": "), glued.find(" (")
+    if colon > 0:
+        out.append((glued[:colon + 1], glued[colon + 2:]))
+    if paren > 0:
+        out.append((glued[:paren], glued[paren + 1:]))
+    return out
 
 
 def text_width(text: str) -> int:

@@ -153,6 +153,9 @@ def test_lines_break_before_a_parenthesis_and_count_only_visible_characters():
     assert wrap_title("EAGLE on SGLang (published measurement, EAGLE-3 paper, Table 4)", 36) == [
         "EAGLE on SGLang", "(published measurement,", "EAGLE-3 paper, Table 4)"]
     assert wrap_title("x" * 36 + "y", 36) == ["x" * 36 + "y"]             # one word: never cut
+    # after a colon: a recorded curve's where and when stay on one line
+    assert wrap_title("recorded: NVIDIA H200, eager path, 2026-12-04", 36) == [
+        "recorded:", "NVIDIA H200, eager path, 2026-12-04"]
     assert text_width("\u2067اندازه\u200cگیری\u200cشده\u2069") == len("اندازهگیریشده")
     assert wrap_title("\u200c" * 30 + "word word", 12) == ["\u200c" * 30 + "word word"]
 
