@@ -63,7 +63,7 @@ class RowView:
         rejected, _ = _spans("rejected", bad_txt, title, after_ok)      # drafts continue the kept prefix
         own_spans, self.header_left = _spans(kind, own_txt, title, after_ok)   # so does the target's own
         # one part a step, its tooltip said once for all its tokens: the page receives the whole transcript
-        # five times a second, and a title on every token made it 380 bytes a token
+        # five times a second, and a tooltip repeated on every token made most of its bytes
         sep = '<i class="step-sep"></i>' if self.parts else ""
         self.parts.append(f'{sep}<i class="step" title="{html.escape(title)}">{"".join(spans + rejected + own_spans)}</i>')
         self.ids += rs.emitted
