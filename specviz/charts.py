@@ -30,7 +30,7 @@ def fill(template: str, **values) -> str:
 
 TITLE_CHARS = 42    # a chart title's line: what a phone's chart (about 340 px) shows whole, at 15 px
 LEGEND_CHARS = 36   # a legend entry's line: what a phone's chart shows beside the entry's symbol (14 px)
-MIN_HEAD = 8        # a line that ends before a parenthesis is at least this long ("k (depth)" stays whole)
+MIN_HEAD = 8        # a line that ends at a preferred break (a colon, a parenthesis) is at least this long
 
 
 def wrap_title(text: str, width: int = TITLE_CHARS) -> list[str]:
@@ -42,15 +42,15 @@ def wrap_title(text: str, width: int = TITLE_CHARS) -> list[str]:
     ended in "(" showed the bracket turned the wrong way)."""
     glued = _glued(text)
     words = glued.split(" ")
-    lines = _greedy(words, width)
+    lines = pack(words, width)
     for head, rest in _preferred_breaks(glued):
         if len(lines) > 1 and MIN_HEAD <= text_width(head) <= width:
             after = wrap_title(rest.replace(GLUE, " "), width)
             if len(after) <= len(lines):          # the head's line and the rest's: one line more at most
                 return [head.replace(GLUE, " "), *after]
-    while width > 1 and len(_greedy(words, width - 1)) == len(lines):
+    while width > 1 and len(pack(words, width - 1)) == len(lines):
         width -= 1
-        lines = _greedy(words, width)
+        lines = pack(words, width)
     return [line.replace(GLUE, " ") for line in lines if line]
 
 
@@ -74,14 +74,16 @@ def text_width(text: str) -> int:
 INVISIBLE = "\u200c\u200d\u2066\u2067\u2068\u2069"
 
 
-def _greedy(words: list[str], width: int) -> list[str]:
+def pack(words: list[str], width: int, sep: str = " ") -> list[str]:
+    """`words` joined by `sep` into lines of at most `width` (a word longer than that alone on its line)."""
     lines: list[str] = []
     for word in words:
-        if lines and text_width(lines[-1]) + 1 + text_width(word) <= width:
-            lines[-1] += " " + word
+        if lines and text_width(lines[-1]) + len(sep) + text_width(word) <= width:
+            lines[-1] += sep + word
         else:
             lines.append(word)
     return lines
+
 
 
 GLUE = "\x00"

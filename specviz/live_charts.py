@@ -13,7 +13,7 @@ from functools import cache
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from specviz.charts import ACCEPT, BONUS, LAYOUT, LEGEND_CHARS, PLAIN, POW2, REJECT, fill, lines_for, text_width
+from specviz.charts import ACCEPT, BONUS, LAYOUT, LEGEND_CHARS, PLAIN, POW2, REJECT, fill, lines_for, pack
 
 
 @dataclass
@@ -185,12 +185,7 @@ def _nice(x: float) -> float:
 def _step_lines(label: str, rtl: bool) -> str:
     """The step label's " · " parts packed into lines of STEP_CHARS, a line breaking between two parts
     where it can (a part longer than a line breaks between its words)."""
-    lines: list[str] = []
-    for part in label.split(" · "):
-        if lines and text_width(lines[-1]) + 3 + text_width(part) <= STEP_CHARS:
-            lines[-1] += " · " + part
-        else:
-            lines.append(part)
+    lines = pack(label.split(" · "), STEP_CHARS, " · ")
     return "<br>".join(lines_for(line, rtl, STEP_CHARS) for line in lines)
 
 
