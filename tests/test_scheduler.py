@@ -220,6 +220,30 @@ def test_unexpected_exception_becomes_a_sentence_and_the_scheduler_survives(make
     sched.close()
 
 
+def test_a_loop_failure_starts_its_fresh_engine_only_with_the_device(make_pair, prompts, reference):
+    """A failure outside a step (admitting, reaping) rebuilds the engine and frees device memory: that
+    waits for the gate, as a step does, so it cannot race a timed experiment or a graph capture."""
+    gate, built = DeviceGate(), []
+    sched = make_scheduler(make_pair("draft"), gate=gate, engine_hook=lambda eng: built.append(eng))
+    admit, failed = sched._admit, threading.Event()
+
+    def admit_once_wrong(pending):
+        if not failed.is_set():
+            failed.set()
+            raise RuntimeError("admission broke")
+        return admit(pending)
+    sched._admit = admit_once_wrong
+    with gate.exclusive():
+        ticket = sched.submit(Request([prompts[0]], Knobs(depth=1, batch_size=1), 12))
+        assert failed.wait(30)
+        time.sleep(0.3)
+        assert len(built) == 1, "the engine was rebuilt while an experiment held the device"
+    _, last = collect(ticket)
+    assert len(built) == 2
+    assert not last.error and last.outputs[0] == reference(0, 12)
+    sched.close()
+
+
 def test_full_batch_queues_with_positions_then_busy(make_pair, prompts, reference):
     limits = Limits(max_rows_per_user=2, max_shared_rows=2, max_queue=2)
     sched = make_scheduler(make_pair("draft"), limits)

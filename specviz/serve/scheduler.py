@@ -258,7 +258,10 @@ class Scheduler:
                 self._used = True
             except Exception as exc:          # never let the loop die: end what runs, keep serving
                 log.exception("scheduler loop failed")
-                self._fail_all(unexpected(type(exc).__name__))
+                # under the gate, as in a step: a fresh engine and freed device memory must not race a
+                # timed experiment or another pair's graph capture
+                with self.gate.step():
+                    self._fail_all(unexpected(type(exc).__name__))
         for t in list(self._active.values()) + self._pending:
             t.put(Update(final=True, stopped=True, error=Said("errors.shut_down")))
 
