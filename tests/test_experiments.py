@@ -334,10 +334,10 @@ def test_policies_table_and_winners(runs):
     for w in last["winners"]:
         mine = [r for r in rows if r["batch_size"] == w["batch_size"]]
         assert w["tokens_per_s"] == max(r["tokens_per_s"] for r in mine)
-    assert [k in ("conclusion_row", "conclusion_row_level") for k in last["conclusions"][:2]] == [True, True]
     assert last["conclusions"][2:] == [last["conclusion"]]
     for w, key in zip(last["winners"], last["conclusions"]):     # a winner is named only outside the band
-        assert (key == "conclusion_row") == w["clear"] and w["band"] >= policies.POLICIES_CLOSE
+        assert key == policies.row_key(w) and w["band"] >= policies.POLICIES_CLOSE
+        assert (key != "conclusion_row_level") == w["clear"]
     assert all(p["band"] >= policies.POLICIES_CLOSE for p in last["plain"])
     assert [v["batch"] for v in last["conclusion_values"][:2]] == [1, 3]
     for r in rows:    # depth 0 rows are plain decoding: disable-by-batch-size never disables at B ≤ 8
@@ -372,6 +372,22 @@ def test_policies_rule():
                             ("fixed", 16, 50), ("adaptive", 16, 45)]]
     values, key, _ = policies.policies_values(rows, [1, 4, 16])
     assert (values["small_policy"], values["large_policy"], values["batch"]) == ("adaptive", "fixed", 16)
+
+
+def test_policies_never_say_every_batch_size_for_a_winner_at_some():
+    """One clear winner at batch 12 and level elsewhere is not "the fastest at every batch size"; a winner
+    slower than plain decoding says so (disable-by-batch-size at 0.99× plain was "the winner")."""
+    rows = [{"policy": p, "batch_size": b, "tokens_per_s": t, "vs_plain": v}
+            for p, b, t, v in [("fixed", 1, 20, 1.9), ("adaptive", 1, 19.5, 1.85),
+                               ("fixed", 12, 60, 0.6), ("disable-by-batch-size", 12, 88.8, 0.99)]]
+    values, key, per_row = policies.policies_values(rows, [1, 12])
+    assert key == "conclusion_winner_some"
+    assert (str(values["clear_batches"]), str(values["level_batches"])) == ("12", "1")
+    assert [policies.row_key(w) for w in per_row] == ["conclusion_row_level", "conclusion_row_below_plain"]
+    text = lessons.text("en", "chapter.policies." + key, **values)
+    assert "only at batch size 12" in text and "every" not in text
+    assert "disable" in lessons.text("fa", "chapter.policies." + key, **values)
+    assert policies.policies_conclusion({1: "fixed", 12: "fixed"}, 2) == "conclusion_same_winner"
 
 
 def test_race_rule():

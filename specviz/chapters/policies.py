@@ -23,14 +23,22 @@ from specviz.engine.torchmode import inference_steps
 POLICIES_CLOSE = 0.05    # the noise band's floor (the race chapter's ±5 %); each batch measures its own too
 
 
-def policies_conclusion(clear: dict[int, str]) -> str:
-    """`clear`: the batch sizes whose fastest policy beat the next one outside the noise band. None such:
-    the policies were level (any "winner" is noise); else the same winner everywhere; else a switch."""
+def policies_conclusion(clear: dict[int, str], batches: int | None = None) -> str:
+    """`clear`: the batch sizes whose fastest policy beat the next one outside the noise band, of
+    `batches` tried. None such: the policies were level (any "winner" is noise); one winner: at every
+    batch size, or only at those (the others level); else a switch."""
     if not clear:
         return "conclusion_close"
     if len(set(clear.values())) == 1:
-        return "conclusion_same_winner"
+        return "conclusion_same_winner" if batches is None or len(clear) >= batches else "conclusion_winner_some"
     return "conclusion_switch"
+
+
+def row_key(win: dict) -> str:
+    """A batch size's sentence: a winner, a winner that still lost to plain decoding, or level."""
+    if not win["clear"]:
+        return "conclusion_row_level"
+    return "conclusion_row" if win["vs_plain"] >= 1 else "conclusion_row_below_plain"
 
 
 def noise_band(first: float, second: float) -> float:
@@ -81,7 +89,7 @@ def run_policies(pair, prompt_ids_pool: list[list[int]], batches: Iterable[int] 
         extra["winners"] = _winners(rows, bands)
         yield snapshot("policies", pair, settings, done / total, rows, **extra)
     values, key, row_values = policies_values(rows, batches, bands)
-    keys = ["conclusion_row" if w["clear"] else "conclusion_row_level" for w in row_values] + [key]
+    keys = [row_key(w) for w in row_values] + [key]
     yield finished(snapshot("policies", pair, settings, 1.0, rows, **extra), values, key, keys,
                  row_values + [values])
 
@@ -137,10 +145,12 @@ def policies_values(rows: list[dict], batches: list[int],
     values = {"policy": overall, "spread": spread, "small_policy": small, "large_policy": large,
               "batch": ordered[i], "tokens_per_s": next(w["tokens_per_s"] for w in wins if w["policy"] == overall),
               "vs_plain": next(w["vs_plain"] for w in wins if w["policy"] == overall),
-              "band": max(w["band"] for w in wins)}
+              "band": max(w["band"] for w in wins),
+              "clear_batches": lessons.Listed(str(b) for b in batches if b in clear),
+              "level_batches": lessons.Listed(str(b) for b in batches if b not in clear)}
     row_values = [{"batch": w["batch_size"], "policy": w["policy"], "tokens_per_s": w["tokens_per_s"],
                    "vs_plain": w["vs_plain"], "band": w["band"], "clear": w["clear"]} for w in wins]
-    return values, policies_conclusion(clear), row_values
+    return values, policies_conclusion(clear, len({w["batch_size"] for w in wins})), row_values
 
 
 def figure_policies(result: dict, labels: dict | None = None, dark: bool = False) -> go.Figure:
