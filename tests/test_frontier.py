@@ -92,7 +92,7 @@ def test_a_class_where_adaptive_verification_drafted_nothing_says_so_instead_of_
     _, key, keys, vals = V.frontier_conclusions(rows, True)
     assert keys[0] == "row_same" and vals[0]["verdict"] == "level" and key == "conclusion_frontier_level"
     text = lessons.text("en", f"chapter.frontier.{keys[0]}", **_named("en", vals[0]))
-    assert "drafted nothing" in text and "of 0.0" not in text and "1.15×" in text, text
+    assert "drafted nothing" in text and "of 0.0" not in text and "1.15× by the medians" in text, text
     rows[2] = _row(C.AV, 8, 64, 345, verified=0.0, drafted=20.0)      # drafted, verified none: a real verdict
     lines = V.class_lines(rows)
     assert lines[0]["verdict"] == "ahead" and not lines[0]["same_work"]
@@ -492,3 +492,19 @@ def test_the_chapter_judges_an_arm_whose_tokens_differ(make_pair, prompts, monke
                                   class_tokens=8, cell_tokens=16)
         assert last["done"] and last["identical"] is False and last["conclusions"][-1] == want, last["conclusions"]
         assert last["divergence"]["divergences"] and {d["position"] for d in last["divergence"]["divergences"]} == {2}
+
+
+def test_a_line_says_its_ratio_is_class_by_class_where_it_is_not_the_printed_speeds_own():
+    """Paired by class, the verdict's ratio is not the two printed medians' (52.5 against 50.7 read
+    "1.00×"): the line says which ratio it is, in both languages."""
+    from specviz.ui.lesson import _named
+    walls_av, walls_k8 = [[1.0, 1.1, 0.9]], [[1.0, 1.1, 0.9]]        # each class in the same seconds
+    rows = [_row("none", 0, 1, 30), dict(_row("fixed", 8, 1, 50.7, verified=3), class_walls=walls_k8),
+            dict(_row(C.AV, 8, 1, 52.5, verified=3), class_walls=walls_av)]
+    line = V.class_lines(rows)[0]
+    assert line["ratio_how"] == "paired" and line["ratio"] == pytest.approx(1.0)
+    en = lessons.text("en", "chapter.frontier.row_level", **_named("en", line))
+    assert "52.5 tokens/s, fixed k = 8 at 50.7 — level (1.00× class by class" in en, en
+    assert "کلاس‌به‌کلاس" in lessons.text("fa", "chapter.frontier.row_level", **_named("fa", line))
+    old = {k: v for k, v in line.items() if k != "ratio_how"}        # a result from before the field
+    assert "class by class" in lessons.text("en", "chapter.frontier.row_level", **_named("en", old))

@@ -85,7 +85,8 @@ def class_lines(rows: list[dict]) -> list[dict]:
         # each pair met the machine's drift alike) within their own spread; else the medians and the cells'
         ratios = class_ratios(av, best)
         by_medians = av["tokens_per_s"] / best["tokens_per_s"]
-        ratio, width = (statistics.median(ratios), paired_band(ratios)) if len(ratios) >= 2 else \
+        how = "paired" if len(ratios) >= 2 else "medians"
+        ratio, width = (statistics.median(ratios), paired_band(ratios)) if how == "paired" else \
             (by_medians, band(av, best))
         drafted = av.get("drafted_most", av["drafted_per_step"])
         # drafting nothing, adaptive verification did no speculation's work to the token: where that was the
@@ -93,7 +94,7 @@ def class_lines(rows: list[dict]) -> list[dict]:
         # read 1.14× outside a ±5 % band at 4 users on identical work)
         same = not drafted and best["arm"] == "none"
         out.append({"users": n, "best_arm": arm_code(best), "best_tokens_per_s": best["tokens_per_s"],
-                    "av_tokens_per_s": av["tokens_per_s"], "ratio": ratio, "band": width,
+                    "av_tokens_per_s": av["tokens_per_s"], "ratio": ratio, "band": width, "ratio_how": how,
                     "by_medians": by_medians,
                     "paired": paired(av, best), "same_work": same,
                     "verdict": "level" if same else verdict(ratio, width), "verified": av["verified_per_step"],

@@ -67,9 +67,13 @@ GROUNDED = 5                                # the examples that copy their input
 
 
 def _named(lang: str, values: dict) -> dict:
-    """A conclusion's values with each policy (its English name in the result) named for the reader."""
+    """A conclusion's values with each policy (its English name in the result) named for the reader, and
+    how a frontier line's ratio was taken (a result from before it said so: paired where it could be)."""
+    if "av_tokens_per_s" in values and "ratio_how" not in values:
+        values = {**values, "ratio_how": "medians" if values.get("paired") is None else "paired"}
     return {k: lessons.policy_label(lang, v) if k in POLICY_FIELDS and isinstance(v, str)
-            else frontier.arm_name(lang, v) if k in ARM_FIELDS and isinstance(v, str) else v
+            else frontier.arm_name(lang, v) if k in ARM_FIELDS and isinstance(v, str)
+            else lessons.text(lang, f"chapter.frontier.ratio_{v}") if k == "ratio_how" else v
             for k, v in values.items()}
 
 
