@@ -3,6 +3,7 @@ random-weight pairs: every chapter runs to done, yields progressively, and hands
 its conclusion templates in both languages. No timed asserts: timings are whatever this machine gives."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import string
 
@@ -167,6 +168,25 @@ def test_breadth_depth_side_by_side(runs):
     assert last["breakpoint"] == bp
     assert last["conclusion"] == ("conclusion_holds" if bp is None else "conclusion_stops")
     assert last["values"]["n"] == (8 if bp is None else bp)
+
+
+def test_breadth_depth_times_the_path_the_engine_decodes_on(make_pair, one_model_thread):
+    """On the fast path (what the knee chapter and the engine run), not transformers' own modules: a
+    reviewer read a one-token pass of 55 ms here against 25 ms in the knee chapter."""
+    fast = make_pair("layerskip:1-2", compile="static")
+    calls = []
+    real = fast.target_cache
+
+    def counted(batch):
+        calls.append(batch)
+        return real(batch)
+    fast = dataclasses.replace(fast, target_cache=counted)
+    last = collect(breadth_depth.run_breadth_depth(fast, context=16, ns=(1, 2, 8), repeats=1))[-1]
+    assert last["settings"]["forward"] == "fast" and calls == [1, 1]
+    assert [r["tokens_per_pass"] for r in last["table"]] == [1, 2, 8]
+    assert all(r["breadth_ms"] > 0 and r["depth_ms"] > 0 for r in last["table"])
+    assert collect(breadth_depth.run_breadth_depth(make_pair("layerskip:1-2"), context=16, ns=(1,), repeats=1)
+                   )[-1]["settings"]["forward"] == "stock"
 
 
 def test_breadth_depth_breakpoint_rule():

@@ -996,3 +996,25 @@ def test_the_avx512_kernel_variant_gives_the_default_kernel_s_bits(tmp_path, mon
                     lib.specviz_rows(x.data_ptr(), m, k, p.blocks.data_ptr(), y.shape[1], y.data_ptr(), threads)
                     ys.append(y)
                 assert torch.equal(*ys), (n, k, m, threads)
+
+
+def test_truncate_forgets_the_passes_after_a_length(loaded):
+    """A timing loop cuts the static cache back after each pass: the next pass then computes what it
+    computes on the bare context (the breadth-vs-depth chapter times the fast path this way)."""
+    model = loaded["target"].model
+    V = model.config.vocab_size
+    g = torch.Generator().manual_seed(1)
+    ctx, blk = torch.randint(3, V, (2, 9), generator=g), torch.randint(3, V, (2, 4), generator=g)
+    ones = lambda t: torch.ones_like(t, dtype=torch.bool)          # noqa: E731
+    with torch.inference_mode():
+        fresh = StaticCache(CompactLlama(model), 2)
+        fresh.forward(model, ctx, ones(ctx))
+        want = fresh.forward(model, blk, ones(blk))
+        cut = StaticCache(CompactLlama(model), 2)
+        cut.forward(model, ctx, ones(ctx))
+        for _ in range(3):
+            got = cut.forward(model, blk, ones(blk))
+            assert cut.length == 13
+            cut.truncate(9)
+            assert cut.length == 9 and cut.n_valid.tolist() == [9, 9]
+            assert (got - want).abs().max() < 1e-5

@@ -47,20 +47,52 @@ def breadth_depth_breakpoint(ns: list[int], breadth_s: list[float], depth_s: lis
 
 
 def _pass_seconds(model, cache, device, rows: int, tokens: int, context: int, vocab: int, repeats: int) -> float:
-    """Median time of one forward of rows × tokens new tokens on top of `cache` (context slots per row).
-    The cache is cropped back after every pass, so each repeat sees the same context; the first pass is
-    a warm-up and not counted."""
+    """Median time of one forward of rows × tokens new tokens on top of `cache` (context slots per row):
+    a fast-path cache (`truncate`) or transformers' own. The cache is cut back after every pass, so each
+    repeat sees the same context; the first pass is a warm-up and not counted."""
 
     ids = torch.randint(0, vocab, (rows, tokens), device=device)
+    if hasattr(cache, "truncate"):
+        ones = torch.ones_like(ids, dtype=torch.bool)
+        run, cut = (lambda: cache.forward(model, ids, ones)), (lambda: cache.truncate(context))
+    else:
+        run = lambda: model(input_ids=ids, past_key_values=cache, use_cache=True)    # noqa: E731
+        # a negative count means "remove this many" in every transformers 5.x (a positive one meant an
+        # absolute length in older releases and is refused by newer ones)
+        cut = lambda: cache.crop(-(cache.get_seq_length() - context))                # noqa: E731
     times = []
     for r in range(repeats + 1):
-        seconds = timed_once(lambda: model(input_ids=ids, past_key_values=cache, use_cache=True), device)
+        seconds = timed_once(run, device)
         if r:
             times.append(seconds)
-        # drop the pass's new slots; a negative count means "remove this many" in every transformers 5.x
-        # (a positive one meant an absolute length in older releases and is refused by newer ones)
-        cache.crop(-(cache.get_seq_length() - context))
+        cut()
     return statistics.median(times)
+
+
+def _caches(pair, model, device, context: int, vocab: int):
+    """(the one-row cache holding `context` tokens, a function giving n rows of that same context): through
+    the forward path the pair's engine runs (the fast path once the app has switched to it, as the knee
+    chapter times), else transformers' own modules."""
+    ctx = torch.randint(0, vocab, (1, context), device=device)
+    if getattr(pair, "target_cache", None) is None:
+        # on first use: transformers is slow to import
+        from transformers import DynamicCache
+        one = DynamicCache()
+        model(input_ids=ctx, past_key_values=one, use_cache=True, logits_to_keep=1)
+
+        def wide(n: int):
+            cache = copy.deepcopy(one)
+            cache.batch_repeat_interleave(n)            # n rows with the same context, n caches to read
+            return cache
+        return one, wide
+    one, many = pair.target_cache(1), pair.target_cache(1)
+    for cache in (one, many):
+        cache.forward(model, ctx, torch.ones_like(ctx, dtype=torch.bool), 1)
+
+    def wide(n: int):
+        many.select(torch.zeros(n, dtype=torch.long, device=device))     # row 0 copied: n rows, n caches
+        return many
+    return one, wide
 
 
 @inference_steps
@@ -73,13 +105,11 @@ def run_breadth_depth(pair, context: int = 256, ns: Iterable[int] = (1, 2, 4, 8,
     (chapters.dial). With a synthetic draft, each n in DIAL_NS also decodes `prompt_ids` for real at depth
     n − 1 (DIAL_ROWS rows, `max_new` tokens, after their untimed reference): rows gain
     `depth_tokens_per_pass`."""
-    # on first use: transformers is slow to import
-    from transformers import DynamicCache
-
     model, device = pair.target.model, pair.target.device
     ns = sorted({int(n) for n in ns if int(n) >= 1})
     vocab = model.get_input_embeddings().weight.shape[0]
-    settings = settings_of(pair, context=context, ns=ns, repeats=repeats)
+    settings = settings_of(pair, context=context, ns=ns, repeats=repeats,
+                           forward="fast" if getattr(pair, "target_cache", None) is not None else "stock")
     refs, engine, ref = References(), None, None
     if acceptance_of(pair) is not None:
         settings.update(max_new=max_new, rows=DIAL_ROWS)
@@ -87,15 +117,10 @@ def run_breadth_depth(pair, context: int = 256, ns: Iterable[int] = (1, 2, 4, 8,
         engine, ref = refs.engine(pair, [prompt_ids], DIAL_ROWS, max_new, eos_ids=[])
     yield snapshot("breadth_depth", pair, settings, 0.0, [], breakpoint=None, **dial_keys(pair, refs))
     rows: list[dict] = []
-    one = DynamicCache()
-    model(input_ids=torch.randint(0, vocab, (1, context), device=device), past_key_values=one,
-          use_cache=True, logits_to_keep=1)
+    one, wide = _caches(pair, model, device, context, vocab)
     for i, n in enumerate(ns):
         depth_s = _pass_seconds(model, one, device, 1, n, context, vocab, repeats)
-        wide = copy.deepcopy(one)
-        wide.batch_repeat_interleave(n)            # n rows with the same context, n caches to read
-        breadth_s = _pass_seconds(model, wide, device, n, 1, context, vocab, repeats)
-        del wide
+        breadth_s = _pass_seconds(model, wide(n), device, n, 1, context, vocab, repeats)
         rows.append({"tokens_per_pass": n, "breadth_ms": 1000 * breadth_s, "depth_ms": 1000 * depth_s,
                      "breadth_over_depth": breadth_s / depth_s if depth_s > 0 else None})
         if engine is not None:

@@ -188,6 +188,12 @@ class StaticCache(SlotValidity):
             buf[:B, :, :L - first] = buf[:B, :, first:L].clone()
         self.valid = self.valid[:, first:]
 
+    def truncate(self, length: int) -> None:
+        """Forget the slots from `length` on, as if the passes that wrote them had not run (a timing loop
+        meets the same context on every repeat); the buffers keep their size, the next pass writes over."""
+        self.valid = self.valid[:, :length]
+        self.n_valid = self.valid.sum(dim=1)
+
     def add_rows(self, n: int) -> None:
         """Append n rows that hold nothing yet (every slot a hole)."""
         B, L = self.batch, self.length
