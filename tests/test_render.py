@@ -89,6 +89,10 @@ def test_the_counters_name_the_knee_the_chart_measured_else_the_estimate():
     assert "below the knee measured on the pass-time chart ≈ **18**" in measured and "estimate" not in measured
     estimate = pass_md("en", PassShape(10, 2, 64, 10), 7)
     assert "past this device's knee ≈ **7** (estimate)" in estimate
+    # a pass of the knee's own size is at it, not past it (a reviewer read "8 tokens … past the knee ≈ 8")
+    assert "at the knee measured on the pass-time chart ≈ **10**" in pass_md("en", PassShape(10, 2, 64, 10), 10,
+                                                                            measured=True)
+    assert "درست روی knee" in pass_md("fa", PassShape(10, 2, 64, 10), 10)
     assert "**1** token per target pass (1 row + 0 verified drafts)" in pass_md("en", PassShape(1, 1, 64, 1), None)
 
 

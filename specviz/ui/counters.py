@@ -143,7 +143,7 @@ def pass_md(lang: str, last_pass, knee: int | None, measured: bool = False) -> s
     if last_pass.computed != n:
         text += t(lang, "playground.pass_computed", computed=last_pass.computed)
     if knee is not None:
-        side = "below" if n < knee else "past"
+        side = "below" if n < knee else "at" if n == knee else "past"
         text += t(lang, f"playground.pass_{side}_knee" + ("_measured" if measured else ""), knee=knee)
     return text
 
