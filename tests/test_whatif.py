@@ -589,3 +589,19 @@ def test_the_best_depths_labels_are_never_cut_at_the_plots_edge():
     rows = [dict(batch_size=b, depth=k, tokens_per_s=b * (100 - 10 * k)) for b in (1, 8, 64) for k in (0, 2)]
     stars = next(t for t in crossover_figure(rows, "t").data if t.mode == "markers+text")
     assert stars.cliponaxis is False and list(stars.text) == ["k=0"] * 3
+
+
+def test_speculation_that_still_pays_at_batch_512_says_why():
+    """H200 + SmolLM2-1.7B: the estimate's speed-up grows with the batch, the opposite of the lesson, and
+    said nothing of why (a reviewer's report): the rows' KV caches outweigh the weights there."""
+    from specviz.hardware.costmodel import Setup
+    from specviz.hardware.presets import GPUS, MODELS
+    from specviz.ui.whatif_views import kv_reason
+
+    def setup(target, context):
+        return Setup(MODELS[target], None, GPUS["H200"].bandwidth, GPUS["H200"].flops, context)
+    small = kv_reason(setup("SmolLM2-1.7B", 1024), 218, "en")
+    assert "about 103 GB of KV cache (context 1024) against 3.4 GB of weights" in small
+    assert "memory-bound far past the weights' knee of 218" in small
+    assert kv_reason(setup("Llama-3.1-70B", 512), 218, "en") == ""       # the weights outweigh the caches
+    assert "KV cache" in kv_reason(setup("SmolLM2-1.7B", 1024), 218, "fa")

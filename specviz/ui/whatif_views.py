@@ -308,8 +308,21 @@ def summary_md(rows, hw_desc, setup, draft, knee, alpha, kind, note, ideal_ms, c
     drafter = tx(lang, "drafter_ngram") if setup.draft is None else draft
     model = model_name(lang, kind)            # an estimate's verdict names the model that made it
     lines.append(tx(lang, "crossover", model=model, drafter=drafter, alpha=alpha, cross=cross) if cross else
-                 tx(lang, "no_crossover", model=model, drafter=drafter, alpha=alpha, last=BATCHES[-1]))
+                 tx(lang, "no_crossover", model=model, drafter=drafter, alpha=alpha, last=BATCHES[-1])
+                 + kv_reason(setup, knee, lang))
     return "\n".join(lines)
+
+
+def kv_reason(setup, knee: int, lang: str) -> str:
+    """Why speculation still pays at the largest batch, where that is so because the rows' KV caches
+    outweigh the weights (a small model, many rows): the lesson says big batches end it, so say why not."""
+    t_spec = setup.target
+    weights = t_spec.streamed_params * t_spec.bytes_per_param
+    kv = t_spec.kv_bytes_per_token() * setup.context * BATCHES[-1]
+    if kv <= weights:
+        return ""
+    return " " + tx(lang, "no_crossover_kv", last=BATCHES[-1], kv=kv / 1e9, weights=weights / 1e9, knee=knee,
+                    context=setup.context)
 
 
 def memory_md(setup: costmodel.Setup, g: presets.GpuSpec | None, lang: str = lessons.DEFAULT_LANG) -> str:
