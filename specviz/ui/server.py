@@ -216,7 +216,8 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
                 link = tr.add(gr.Textbox(show_label=False, elem_id="link", interactive=False, max_lines=1,
                                          visible=True, placeholder=None), placeholder="app.link_placeholder")
         tab_state = gr.Textbox("lesson", visible=False, elem_id="tab-state")
-        with gr.Tabs(selected="lesson", elem_id="tabs") as tabs:
+        # "wrap": every tab stays in sight on a phone (gradio's "menu" hid "What if?" behind "…")
+        with gr.Tabs(selected="lesson", elem_id="tabs", overflow_behavior="wrap") as tabs:
             with gr.Tab(lessons.text("en", "app.tab_lesson"), id="lesson", elem_id="lesson") as t_lesson:
                 tr.add(t_lesson, label="app.tab_lesson")
                 taught, chapter, _ = lesson.build(app)
