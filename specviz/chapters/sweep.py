@@ -191,13 +191,15 @@ def _heatmap(fig: go.Figure, result: dict, L: dict, colorbar_x: float, name: str
     cell = {(r["batch_size"], r["depth"]): r.get("speedup") for r in result.get("table", [])}
     best = {(b["batch_size"], b["depth"]) for b in result.get("best_depth", [])}
     z = [[cell.get((b, k)) for b in batches] for k in depths]
-    # the best k per batch size is starred inside its cell (a marker on top would hide the number)
-    text = [["" if cell.get((b, k)) is None else ("★ " if (b, k) in best else "") + f"{cell[(b, k)]:.2f}×"
+    # the best k per batch size is starred inside its cell (a marker on top would hide the number); no "×"
+    # (the colour bar's title says it): plotly shrinks a cell's text to fit, on a phone to about 6 px
+    text = [["" if cell.get((b, k)) is None else ("★" if (b, k) in best else "") + f"{cell[(b, k)]:.2f}"
              for b in batches] for k in depths]
     fig.add_trace(go.Heatmap(z=z, x=[str(b) for b in batches], y=[str(k) for k in depths], text=text,
-                             texttemplate="%{text}", colorscale="RdYlGn", zmid=1.0, showscale=True,
+                             texttemplate="%{text}", textfont=dict(size=11), colorscale="RdYlGn", zmid=1.0,
+                             showscale=True,
                              colorbar=dict(title=dict(text="×", side="top"), x=colorbar_x, len=0.9, thickness=12),
-                             hovertemplate="B=%{x}, k=%{y}: %{text}<extra></extra>",
+                             hovertemplate="B=%{x}, k=%{y}: %{text}×<extra></extra>",
                              name=name, showlegend=name is not None), row=1, col=1)
     if best:
         fig.add_annotation(text="★ " + L["best"], x=0, y=1.0, xref="paper", yref="paper", yanchor="bottom",
