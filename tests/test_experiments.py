@@ -470,3 +470,18 @@ def test_figures_use_the_given_labels(runs):
     assert any("EAGLE-3" in n and "published measurement" in n for n in names)
     fig = ledger.figure_ledger(runs["ledger"][-1], {"part_rejected": "WASTE-X"})
     assert "WASTE-X" in {tr.name for tr in fig.data}
+
+
+def test_every_chapter_says_the_work_it_ran(runs):
+    """The chapters measure different work (one prompt or a pool, rows, tokens, depths), so one batch
+    size's speed-up differs between them: each says what it ran, from its own settings, in both languages."""
+    from specviz.ui.lesson import conclusion_md, workload_md
+    for name, results in runs.items():
+        last = results[-1]
+        for lang, word in (("en", "Workload:"), ("fa", "بار کاری:")):
+            line = workload_md(lang, last)
+            assert line.startswith("_" + word) and "{" not in line, (name, line)
+            assert line in conclusion_md(lang, last)
+    sweep_line = workload_md("en", runs["sweep"][-1])
+    assert "batch sizes 1, 2, 3; depths 0, 1, 2" in sweep_line, sweep_line
+    assert workload_md("en", {**runs["race"][-1], "settings": {}}) == ""        # a result without its settings

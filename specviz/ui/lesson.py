@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import string
 import threading
 import time
 from collections import OrderedDict
@@ -86,12 +87,30 @@ def conclusion_md(lang: str, result: dict) -> str:
     parts += dial_md(lang, result)
     if chapter == "sweep":          # the same curve on real GPUs, from published measurements (right panel)
         parts.append(lessons.text(lang, "chapter.sweep.published_intro"))
+    workload = workload_md(lang, result)
+    if workload:
+        parts.append(workload)
     device = str(result.get("device", "?"))
     if lessons.direction(lang) == "rtl":
         device = lessons.isolate_ltr(device)
     parts.append(f"_{lessons.text(lang, 'app.measured_here')} ({device}) · "
                  f"{lessons.text(lang, 'app.measured_alone')}._")
     return "\n\n".join(parts)
+
+
+def workload_md(lang: str, result: dict) -> str:
+    """What the chapter ran (rows, prompts, tokens, depths) from its settings: the chapters measure
+    different work, so one batch size's speed-up differs between them. Empty for a chapter without the
+    sentence, or a result whose settings lack one of its values."""
+    key = f"chapter.{result['chapter']}.workload"
+    text = lessons.template(lang, key)
+    settings = result.get("settings") or {}
+    names = {f for _, f, _, _ in string.Formatter().parse(text) if f}
+    if text == key or not names <= settings.keys():
+        return ""
+    values = {k: lessons.Listed(str(x) for x in v) if isinstance(v, (list, tuple)) else v
+              for k, v in settings.items() if k in names}
+    return f"_{t(lang, key, **values)}_"
 
 
 def redrawn(lang: str, result: dict) -> tuple:
