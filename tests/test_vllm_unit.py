@@ -3,6 +3,7 @@ alignment with vLLM's per-step arrays, launcher argv, error sentences, labels.""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -290,6 +291,14 @@ def test_recorded_vllm_sweep_as_the_lesson_reads_it(tmp_path):
     points = vl.schedule_points(sw)
     assert [(p["batch"], p["best_k"]) for p in points] == [(1, 4), (4, 1), (16, 1)]
     assert points[0]["ratio"] == pytest.approx(19 / 20) and points[1]["ratio"] == pytest.approx(37 / 36)
+    # drafting the best fixed depth's own k, the schedule's gap is its server's speed, and the note says so
+    from specviz.chapters import policies
+    from specviz import lessons
+    same = {"batch": 1, "ratio": 0.76, "best_k": 4, "mean_depth": 4.0}
+    keys = [k for k, _ in policies.vllm_notes(replace(sw, schedule={**sw.schedule, "mean_depth": [4.0, 2.0, 1.0]}))]
+    assert keys[1:] == ["chapter.policies.vllm_point_same", "chapter.policies.vllm_point",
+                        "chapter.policies.vllm_point_same"]
+    assert "not the depth the schedule chose" in lessons.text("en", keys[1], **same)
 
 
 def test_recorded_vllm_panels_say_version_machine_and_command_in_both_languages(tmp_path):
@@ -535,9 +544,10 @@ def test_our_time_split_adds_up(make_pair, prompts):
 
     with _our_side(make_pair("ngram"), [prompts[0], prompts[1]], 4) as once:
         got = _median_run([once(12) for _ in range(2)])
-    # one run's steps: at most one a token, plus a few for a user admitted late (a tiny model's step is as
-    # short as a thread's wake-up); the warm-up and both runs together took ~3 × that
-    assert len(got["walls"]) == 2 and got["time"]["steps"] <= 12 + 3
+    # one run's steps: at most one a token per user, if the two never shared a step (a user admitted late on
+    # a busy machine: a tiny model's step is as short as a thread's wake-up; 12 + 3 failed once under load);
+    # the warm-up and both runs together took ~3 × 12 at least
+    assert len(got["walls"]) == 2 and got["time"]["steps"] <= 2 * 12
     t = got["time"]
     assert t["steps"] >= 12 / 5 and t["emitted_per_step"] * t["steps"] == pytest.approx(24)
     assert t["tokens_per_step"] >= t["emitted_per_step"]              # a row emits at most what its pass verified
