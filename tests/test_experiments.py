@@ -405,7 +405,7 @@ def test_policies_never_say_every_batch_size_for_a_winner_at_some():
     assert (str(values["clear_batches"]), str(values["level_batches"])) == ("12", "1")
     assert [policies.row_key(w) for w in per_row] == ["conclusion_row_level", "conclusion_row_below_plain"]
     text = lessons.text("en", "chapter.policies." + key, **values)
-    assert "only at batch size 12" in text and "every" not in text
+    assert "only where the batch size was 12; where it was 1," in text and "every" not in text
     assert "disable" in lessons.text("fa", "chapter.policies." + key, **values)
     assert policies.policies_conclusion({1: "fixed", 12: "fixed"}, 2) == "conclusion_same_winner"
 

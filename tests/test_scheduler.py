@@ -244,6 +244,32 @@ def test_a_loop_failure_starts_its_fresh_engine_only_with_the_device(make_pair, 
     sched.close()
 
 
+def test_a_loop_failure_ends_running_requests_at_once_and_hears_closing(make_pair, prompts):
+    """While an experiment holds the device, a failure outside a step ends what runs at once (not when the
+    experiment lets go), and the loop waiting to rebuild its engine still hears the scheduler close."""
+    gate, built = DeviceGate(), []
+    sched = make_scheduler(make_pair("draft"), gate=gate, engine_hook=lambda eng: built.append(eng))
+    updates = sched.submit(Request([prompts[0]], Knobs(depth=1, batch_size=1), 2000)).updates()
+    next(u for u in updates if u.events)                  # it runs
+    end, failed = sched._end_stopped, threading.Event()
+
+    def end_once_wrong():
+        if not failed.is_set():
+            failed.set()
+            raise RuntimeError("idle broke")
+        return end()
+    sched._end_stopped = end_once_wrong
+    with gate.exclusive():
+        last = None
+        for last in updates:
+            pass
+        assert last.final and last.error.startswith("Something went wrong") and failed.is_set()
+        assert len(built) == 1                            # the new engine waits for the device
+        thread, t0 = sched._thread, time.monotonic()
+        sched.close(timeout=30)
+        assert not thread.is_alive() and time.monotonic() - t0 < 10 and len(built) == 1
+
+
 def test_full_batch_queues_with_positions_then_busy(make_pair, prompts, reference):
     limits = Limits(max_rows_per_user=2, max_shared_rows=2, max_queue=2)
     sched = make_scheduler(make_pair("draft"), limits)

@@ -46,13 +46,14 @@ def breadth_depth_breakpoint(ns: list[int], breadth_s: list[float], depth_s: lis
     return ns[i]
 
 
-def _pass_seconds(model, cache, device, rows: int, tokens: int, context: int, vocab: int, repeats: int) -> float:
+def _pass_seconds(model, cache, device, rows: int, tokens: int, context: int, vocab: int, repeats: int,
+                  fast: bool = False) -> float:
     """Median time of one forward of rows × tokens new tokens on top of `cache` (context slots per row):
-    a fast-path cache (`truncate`) or transformers' own. The cache is cut back after every pass, so each
+    a fast-path cache (`fast`) or transformers' own. The cache is cut back after every pass, so each
     repeat sees the same context; the first pass is a warm-up and not counted."""
 
     ids = torch.randint(0, vocab, (rows, tokens), device=device)
-    if hasattr(cache, "truncate"):
+    if fast:
         ones = torch.ones_like(ids, dtype=torch.bool)
         run, cut = (lambda: cache.forward(model, ids, ones)), (lambda: cache.truncate(context))
     else:
@@ -117,10 +118,11 @@ def run_breadth_depth(pair, context: int = 256, ns: Iterable[int] = (1, 2, 4, 8,
         engine, ref = refs.engine(pair, [prompt_ids], DIAL_ROWS, max_new, eos_ids=[])
     yield snapshot("breadth_depth", pair, settings, 0.0, [], breakpoint=None, **dial_keys(pair, refs))
     rows: list[dict] = []
+    fast = settings["forward"] == "fast"
     one, wide = _caches(pair, model, device, context, vocab)
     for i, n in enumerate(ns):
-        depth_s = _pass_seconds(model, one, device, 1, n, context, vocab, repeats)
-        breadth_s = _pass_seconds(model, wide(n), device, n, 1, context, vocab, repeats)
+        depth_s = _pass_seconds(model, one, device, 1, n, context, vocab, repeats, fast)
+        breadth_s = _pass_seconds(model, wide(n), device, n, 1, context, vocab, repeats, fast)
         rows.append({"tokens_per_pass": n, "breadth_ms": 1000 * breadth_s, "depth_ms": 1000 * depth_s,
                      "breadth_over_depth": breadth_s / depth_s if depth_s > 0 else None})
         if engine is not None:

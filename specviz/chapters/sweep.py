@@ -199,7 +199,7 @@ def _heatmap(fig: go.Figure, result: dict, L: dict, colorbar_x: float, name: str
                              texttemplate="%{text}", textfont=dict(size=11), colorscale="RdYlGn", zmid=1.0,
                              showscale=True,
                              colorbar=dict(title=dict(text="×", side="top"), x=colorbar_x, len=0.9, thickness=12),
-                             hovertemplate="B=%{x}, k=%{y}: %{text}×<extra></extra>",
+                             hovertemplate="B=%{x}, k=%{y}: %{z:.2f}×<extra></extra>", hoverongaps=False,
                              name=name, showlegend=name is not None), row=1, col=1)
     if best:
         fig.add_annotation(text="★ " + L["best"], x=0, y=1.0, xref="paper", yref="paper", yanchor="bottom",

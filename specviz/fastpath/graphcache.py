@@ -137,6 +137,10 @@ class GraphCache(StaticCache):
         with self.runner.lock:
             super().select(keep)
 
+    def truncate(self, length: int) -> None:
+        with self.runner.lock:
+            super().truncate(length)
+
     def add_rows(self, n: int) -> None:
         with self.runner.lock:
             super().add_rows(n)

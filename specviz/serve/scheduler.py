@@ -258,10 +258,8 @@ class Scheduler:
                 self._used = True
             except Exception as exc:          # never let the loop die: end what runs, keep serving
                 log.exception("scheduler loop failed")
-                # under the gate, as in a step: a fresh engine and freed device memory must not race a
-                # timed experiment or another pair's graph capture
-                with self.gate.step():
-                    self._fail_all(unexpected(type(exc).__name__))
+                if not self._fail_outside_step(unexpected(type(exc).__name__)):
+                    break
         for t in list(self._active.values()) + self._pending:
             t.put(Update(final=True, stopped=True, error=Said("errors.shut_down")))
 
@@ -408,12 +406,44 @@ class Scheduler:
         self.engine = self.make_engine()     # caches may be half-written: start clean
         _free_cached_memory()
 
+    def _fail_outside_step(self, message: str) -> bool:
+        """A failure outside a step (admitting, reaping): what runs ends now with `message`, on the host (its
+        engine is replaced, caches and all); the new engine is built and device memory freed under the gate,
+        as in a step, so neither races a timed experiment or a graph capture. Stop and closing are heard
+        while it waits. False if the scheduler closed meanwhile."""
+        ended = {r.id for r in self.engine.requests}
+        for req in self.engine.requests:
+            req.error, req.done = message, True
+        for rid, t in list(self._active.items()):
+            if rid in ended:
+                req = t.request
+                t.put(Update([], req.totals.copy(), None, True, req.stopped, req.outputs(), req.error))
+                del self._active[rid]
+        self.engine.requests = []
+        try:
+            with self.gate.step(idle=self._idle_unless_closed):
+                self.engine = self.make_engine()
+                _free_cached_memory()
+        except _Closed:
+            return False
+        self._publish_info()
+        return True
+
+    def _idle_unless_closed(self) -> None:
+        if self._closed:
+            raise _Closed
+        self._end_stopped()
+
     def _publish_info(self) -> None:
         # admitted requests count before their first step gives them rows (it may wait for the device)
         rows = [_rows(r) for r in self.engine.requests]
         info = BatchInfo(sum(rows), sum(map(bool, rows)), len(self._pending))
         with self._cond:
             self._info = info
+
+
+class _Closed(Exception):
+    """The scheduler closed while its loop waited for the device."""
 
 
 def _rows(req: Request) -> int:

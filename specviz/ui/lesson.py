@@ -69,9 +69,10 @@ GROUNDED = 5                                # the examples that copy their input
 
 def _named(lang: str, values: dict) -> dict:
     """A conclusion's values with each policy (its English name in the result) named for the reader, and
-    how a frontier line's ratio was taken (a result from before it said so: paired where it could be)."""
+    how a frontier line's ratio was taken (a result from before it said so: by the medians where it equals
+    theirs)."""
     if "av_tokens_per_s" in values and "ratio_how" not in values:
-        values = {**values, "ratio_how": "medians" if values.get("paired") is None else "paired"}
+        values = {**values, "ratio_how": "medians" if values.get("ratio") == values.get("by_medians") else "paired"}
     return {k: lessons.policy_label(lang, v) if k in POLICY_FIELDS and isinstance(v, str)
             else frontier.arm_name(lang, v) if k in ARM_FIELDS and isinstance(v, str)
             else lessons.text(lang, f"chapter.frontier.ratio_{v}") if k == "ratio_how" else v
@@ -85,11 +86,11 @@ def conclusion_md(lang: str, result: dict) -> str:
     values = result.get("conclusion_values") or [result.get("values", {})] * len(keys)
     parts = [t(lang, f"chapter.{chapter}.{k}", **_named(lang, v)) for k, v in zip(keys, values)]
     parts += dial_md(lang, result)
-    if chapter == "sweep":          # the same curve on real GPUs, from published measurements (right panel)
-        parts.append(lessons.text(lang, "chapter.sweep.published_intro"))
-    workload = workload_md(lang, result)
+    workload = workload_md(lang, result)      # before the sweep's published panel: it is not that panel's work
     if workload:
         parts.append(workload)
+    if chapter == "sweep":          # the same curve on real GPUs, from published measurements (right panel)
+        parts.append(lessons.text(lang, "chapter.sweep.published_intro"))
     device = str(result.get("device", "?"))
     if lessons.direction(lang) == "rtl":
         device = lessons.isolate_ltr(device)
@@ -108,8 +109,9 @@ def workload_md(lang: str, result: dict) -> str:
     names = {f for _, f, _, _ in string.Formatter().parse(text) if f}
     if text == key or not names <= settings.keys():
         return ""
-    values = {k: lessons.Listed(str(x) for x in v) if isinstance(v, (list, tuple)) else v
-              for k, v in settings.items() if k in names}
+    # a list, or a value per class size (a dict in the sizes' order), is said as a list
+    values = {k: lessons.Listed(str(x) for x in (v.values() if isinstance(v, dict) else v))
+              if isinstance(v, (list, tuple, dict)) else v for k, v in settings.items() if k in names}
     return f"_{t(lang, key, **values)}_"
 
 
