@@ -260,9 +260,15 @@ def test_a_loop_failure_ends_running_requests_at_once_and_hears_closing(make_pai
         return end()
     sched._end_stopped = end_once_wrong
     with gate.exclusive():
-        last = None
-        for last in updates:
-            pass
+        box, drained = {}, threading.Event()
+
+        def drain():
+            for upd in updates:
+                box["last"] = upd
+            drained.set()
+        threading.Thread(target=drain, daemon=True).start()
+        assert drained.wait(30), "the running request waited for the experiment to end"
+        last = box["last"]
         assert last.final and last.error.startswith("Something went wrong") and failed.is_set()
         assert len(built) == 1                            # the new engine waits for the device
         thread, t0 = sched._thread, time.monotonic()

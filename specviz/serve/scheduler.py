@@ -396,30 +396,28 @@ class Scheduler:
         self._finish_done()
 
     def _fail_all(self, message: str) -> None:
-        for req in list(self.engine.requests):
-            req.error = message
-            try:
-                self.engine.remove(req, "error")
-            except Exception:
-                req.done = True
-        self._finish_done()
-        self.engine = self.make_engine()     # caches may be half-written: start clean
+        """In a step (the gate held): end what runs with `message`, and start on a clean engine (caches may
+        be half-written)."""
+        self._end_all(message)
+        self.engine = self.make_engine()
         _free_cached_memory()
+
+    def _end_all(self, message: str) -> None:
+        """End every running request with `message` now, on the host: the engine and its caches are
+        about to be replaced, so no row needs to leave them."""
+        for req in self.engine.requests:
+            req.error = message
+            req.end_rows("error")
+            req.done = True
+        self.engine.requests = []
+        self._finish_done()
 
     def _fail_outside_step(self, message: str) -> bool:
         """A failure outside a step (admitting, reaping): what runs ends now with `message`, on the host (its
         engine is replaced, caches and all); the new engine is built and device memory freed under the gate,
         as in a step, so neither races a timed experiment or a graph capture. Stop and closing are heard
         while it waits. False if the scheduler closed meanwhile."""
-        ended = {r.id for r in self.engine.requests}
-        for req in self.engine.requests:
-            req.error, req.done = message, True
-        for rid, t in list(self._active.items()):
-            if rid in ended:
-                req = t.request
-                t.put(Update([], req.totals.copy(), None, True, req.stopped, req.outputs(), req.error))
-                del self._active[rid]
-        self.engine.requests = []
+        self._end_all(message)
         try:
             with self.gate.step(idle=self._idle_unless_closed):
                 self.engine = self.make_engine()
@@ -432,7 +430,10 @@ class Scheduler:
     def _idle_unless_closed(self) -> None:
         if self._closed:
             raise _Closed
-        self._end_stopped()
+        try:
+            self._end_stopped()
+        except Exception:              # the loop is already in its error path: keep waiting, keep serving
+            log.exception("ending stopped requests failed")
 
     def _publish_info(self) -> None:
         # admitted requests count before their first step gives them rows (it may wait for the device)
