@@ -240,7 +240,9 @@ def test_stop_during_a_pause_ends_the_run_at_once(tiny_paths, monkeypatch, draft
                 ticket = app.gate.enqueue()       # from here the steps wait (after the one running)
                 th = threading.Thread(target=experiment)
                 th.start()
-            if isinstance(status, str) and paused in status:
+            # Stop in our experiment's pause: the app's own pass-curve measurement may pause the Run before
+            # it (on a loaded machine it was still running), and a Stop there ends the Run before any token
+            if ticket is not None and isinstance(status, str) and paused in status:
                 app.runs.stop("s1")
         ended_while_held = holding.is_set() and not let_go.is_set()
     finally:
