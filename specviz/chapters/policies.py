@@ -193,8 +193,7 @@ def vllm_notes(sweep) -> list[tuple[str, dict]]:
 
 
 def _point_key(point: dict) -> str:
-    """Where the schedule drafted the best fixed depth's own k, a gap is its server's speed, not its choice
-    (batch 1 read 0.76× "k = 4" while drafting 4.0 tokens a step)."""
+    """Where the schedule drafted the best fixed depth's own k, a gap is its server's speed, not its choice."""
     same = abs(point["mean_depth"] - point["best_k"]) < 0.05
     return "chapter.policies.vllm_point_same" if same else "chapter.policies.vllm_point"
 
