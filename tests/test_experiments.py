@@ -8,6 +8,7 @@ import json
 import string
 
 import pytest
+import torch
 
 from specviz import lessons
 from specviz.chapters import BY_KEY, CHAPTERS, breadth_depth, common, frontier, knee, ledger, policies, race, sweep
@@ -182,11 +183,42 @@ def test_breadth_depth_times_the_path_the_engine_decodes_on(make_pair, one_model
         return real(batch)
     fast = dataclasses.replace(fast, target_cache=counted)
     last = collect(breadth_depth.run_breadth_depth(fast, context=16, ns=(1, 2, 8), repeats=1))[-1]
-    assert last["settings"]["forward"] == "fast" and calls == [1, 1]
+    assert last["settings"]["forward"] == "fast" and calls == [1]      # one cache, prefilled once
     assert [r["tokens_per_pass"] for r in last["table"]] == [1, 2, 8]
     assert all(r["breadth_ms"] > 0 and r["depth_ms"] > 0 for r in last["table"])
     assert collect(breadth_depth.run_breadth_depth(make_pair("layerskip:1-2"), context=16, ns=(1,), repeats=1)
                    )[-1]["settings"]["forward"] == "stock"
+
+
+@pytest.mark.parametrize("compile", ["static", "off"])
+def test_breadth_depth_rows_share_one_prefilled_context(make_pair, compile):
+    """Breadth's n rows and depth's one row come from one prefill: widened to n rows and narrowed back,
+    the cache computes what a fresh one-row cache computes, and every one of the n rows reads that context."""
+    pair = make_pair("layerskip:1-2", compile=compile)
+    model, device = pair.target.model, pair.target.device
+    V = model.config.vocab_size
+    block = torch.randint(3, V, (1, 3))
+
+    def logits(cache, rows: int):
+        ids = block.expand(rows, -1)
+        if compile == "off":
+            out = model(input_ids=ids, past_key_values=cache, use_cache=True).logits
+            cache.crop(-3)
+            return out
+        out = cache.forward(model, ids, torch.ones_like(ids, dtype=torch.bool))
+        cache.truncate(11)
+        return out
+
+    with torch.inference_mode():
+        torch.manual_seed(3)
+        want = logits(breadth_depth._rows_of(pair, model, device, 11, V)(1), 1)
+        torch.manual_seed(3)
+        rows_of = breadth_depth._rows_of(pair, model, device, 11, V)
+        wide = logits(rows_of(5), 5)
+        again = logits(rows_of(1), 1)
+    assert wide.shape[0] == 5 and again.shape[0] == 1
+    assert all((wide[r] - want[0]).abs().max() < 1e-4 for r in range(5))
+    assert (again - want).abs().max() < 1e-5
 
 
 def test_breadth_depth_breakpoint_rule():

@@ -70,10 +70,10 @@ def _pass_seconds(model, cache, device, rows: int, tokens: int, context: int, vo
     return statistics.median(times)
 
 
-def _caches(pair, model, device, context: int, vocab: int):
-    """(the one-row cache holding `context` tokens, a function giving n rows of that same context): through
-    the forward path the pair's engine runs (the fast path once the app has switched to it, as the knee
-    chapter times), else transformers' own modules."""
+def _rows_of(pair, model, device, context: int, vocab: int):
+    """A function giving the cache of n rows that all hold the same `context` tokens, prefilled once:
+    through the forward path the pair's engine runs (the fast path once the app has switched to it, as the
+    knee chapter times), else transformers' own modules."""
     ctx = torch.randint(0, vocab, (1, context), device=device)
     if getattr(pair, "target_cache", None) is None:
         # on first use: transformers is slow to import
@@ -81,19 +81,21 @@ def _caches(pair, model, device, context: int, vocab: int):
         one = DynamicCache()
         model(input_ids=ctx, past_key_values=one, use_cache=True, logits_to_keep=1)
 
-        def wide(n: int):
+        def stock(n: int):
+            if n == 1:
+                return one
             cache = copy.deepcopy(one)
             cache.batch_repeat_interleave(n)            # n rows with the same context, n caches to read
             return cache
-        return one, wide
-    one, many = pair.target_cache(1), pair.target_cache(1)
-    for cache in (one, many):
-        cache.forward(model, ctx, torch.ones_like(ctx, dtype=torch.bool), 1)
+        return stock
+    cache = pair.target_cache(1)
+    cache.forward(model, ctx, torch.ones_like(ctx, dtype=torch.bool), 1)
 
-    def wide(n: int):
-        many.select(torch.zeros(n, dtype=torch.long, device=device))     # row 0 copied: n rows, n caches
-        return many
-    return one, wide
+    def fast(n: int):
+        # row 0 copied n times (n caches to read), or the other rows dropped again: every row is row 0
+        cache.select(torch.zeros(n, dtype=torch.long, device=device))
+        return cache
+    return fast
 
 
 @inference_steps
@@ -119,10 +121,10 @@ def run_breadth_depth(pair, context: int = 256, ns: Iterable[int] = (1, 2, 4, 8,
     yield snapshot("breadth_depth", pair, settings, 0.0, [], breakpoint=None, **dial_keys(pair, refs))
     rows: list[dict] = []
     fast = settings["forward"] == "fast"
-    one, wide = _caches(pair, model, device, context, vocab)
+    rows_of = _rows_of(pair, model, device, context, vocab)
     for i, n in enumerate(ns):
-        depth_s = _pass_seconds(model, one, device, 1, n, context, vocab, repeats, fast)
-        breadth_s = _pass_seconds(model, wide(n), device, n, 1, context, vocab, repeats, fast)
+        depth_s = _pass_seconds(model, rows_of(1), device, 1, n, context, vocab, repeats, fast)
+        breadth_s = _pass_seconds(model, rows_of(n), device, n, 1, context, vocab, repeats, fast)
         rows.append({"tokens_per_pass": n, "breadth_ms": 1000 * breadth_s, "depth_ms": 1000 * depth_s,
                      "breadth_over_depth": breadth_s / depth_s if depth_s > 0 else None})
         if engine is not None:
