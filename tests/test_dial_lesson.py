@@ -4,12 +4,13 @@ and a real browser that moves the slider, runs the sweep and sees the chart and 
 from __future__ import annotations
 
 import csv
+import re
 import shutil
 from types import SimpleNamespace
 
 import gradio as gr
 import pytest
-from test_app import browser_page, needs_chromium
+from test_app import _close_toasts, _toast, browser_page, needs_chromium
 
 from specviz import lessons
 from specviz.chapters import BY_KEY, breadth_depth, sweep
@@ -325,6 +326,13 @@ def test_browser_slider_moves_the_sweep_in_english_and_persian(served, tmp_path)
         assert not page.locator("#dial-on-sweep input").is_checked() and slider.is_disabled()
         page.locator("#dial-on-sweep input").check()
         page.wait_for_function("!document.querySelector('#dial-sweep input[type=range]').disabled", timeout=10000)
+        # read when the sweep starts, yet a typo past the dial's end is refused as it is typed (the slider
+        # alone would move to 1 in silence and the sweep would run at a value nobody chose)
+        page.locator("#dial-sweep input[type=number]").fill("5")
+        page.locator("#dial-sweep input[type=number]").press("Enter")
+        said = _toast(page, "must be from 0 to 1")
+        assert re.search(r"(?i)acceptance.* must be from 0 to 1, not 5\.", said), said
+        _close_toasts(page)
         _set_dial(page, 0.3)
         low = _run_sweep_in(page, "A = 0.3")
         chart_low = _chart(page)

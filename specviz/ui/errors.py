@@ -259,6 +259,20 @@ def _failing_input(block_fn, inputs, state=None) -> tuple[int | None, object]:
     return None, inputs
 
 
+def refuse_as_typed(*components) -> None:
+    """Settings read only when something starts (a Run, an experiment): a number typed outside a slider's
+    bounds is refused as it is typed, by gradio's input check on this event. Without an event the slider
+    moves to its nearest bound in silence, and the next Run uses a value the reader never chose."""
+    for component in components:
+        # queued: gradio's input check, and so its refusal, runs only on the queue's path
+        component.change(_read_when_it_starts, [component], None, api_name=False, concurrency_limit=None,
+                         show_progress="hidden")
+
+
+def _read_when_it_starts(value) -> None:
+    """The value passed gradio's input check; what reads it reads it when it starts."""
+
+
 def guard_blocks(blocks: gr.Blocks, lang_of: Callable[[str | None], str],
                  name_of: Callable[[object, str], str | None] | None = None) -> gr.Blocks:
     """Install the boundary on every handler of the page (call once, after the page is built). `name_of

@@ -30,7 +30,7 @@ from specviz.limits import brief
 from specviz.pairs.pipeline import encode_prompt
 from specviz.serve import runner
 from specviz.serve.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, EXAMPLES, ROW_POOL
-from specviz.ui.errors import as_sentences, error
+from specviz.ui.errors import as_sentences, error, refuse_as_typed
 from specviz.ui.i18n import pick_lang, t
 from specviz.ui.runs import TempFiles, write_csv
 
@@ -432,6 +432,7 @@ def _dial(lesson: Lesson, tr, ch: str) -> tuple:
     said = tr.direction(gr.Markdown("", elem_id=f"dial-said-{ch}", elem_classes=["sv-dial-said"]))
     on.change(lambda v: gr.update(interactive=bool(v)), [on], [a], api_name=False, queue=False,
               show_progress="hidden")
+    refuse_as_typed(a)          # read when the experiment starts; 5 typed is refused, not run at 1
     lesson.dials[ch] = (on, a, said)
     return on, a, said
 

@@ -313,10 +313,6 @@ class Playground:
         """The dial moved: a synthetic Run drafts at the new A from its next step."""
         self.set_knobs(_session(request), acceptance=v)
 
-    def on_setting(self, v) -> None:
-        """Temperature or max new tokens changed: the next Run reads it. Gradio's input check has already
-        refused a value out of bounds with its sentence (errors.py) before this runs."""
-
     def on_policy(self, p, thr, request: gr.Request):
         self.set_knobs(_session(request), policy=p, threshold=thr)
 

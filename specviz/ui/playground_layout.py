@@ -15,6 +15,7 @@ from specviz.engine.policies import FIXED, POLICIES
 from specviz.limits import MAX_DEPTH
 from specviz.serve.catalog import pair_options
 from specviz.serve.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, EXAMPLES
+from specviz.ui.errors import refuse_as_typed
 from specviz.ui.playground import CHART_PERIOD_S, DEFAULT_ACCEPTANCE, Playground
 from specviz.ui.render import legend_html, tokens_html
 
@@ -145,10 +146,7 @@ def build(app) -> "Playground":
     policy.change(page.on_policy_pick, [policy, threshold], [threshold], api_name=False, queue=False,
                   show_progress="hidden")
     threshold.change(page.on_policy, [policy, threshold], **knob)
-    # read only at the next Run, but a value typed out of bounds is refused now, as batch and depth are:
-    # gradio's slider would otherwise run with its nearest bound while the box still shows the typo
-    for setting in (temperature, max_new):
-        setting.change(page.on_setting, [setting], **knob)
+    refuse_as_typed(temperature, max_new)      # read at the next Run; a typo is refused now, as batch's is
     stop.click(page.on_stop, [press], None, js=STOP_PRESS_JS, api_name="stop", queue=False)
     page.components = dict(pair=pair, prompt=prompt, batch=batch, depth=depth, policy=policy, acceptance=acceptance)
     return page
