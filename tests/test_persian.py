@@ -419,6 +419,12 @@ READ_PAGE = """() => {
   const skip = ['.tok-stream', '.gallery', '.row-prompt [dir=auto]', '#link', 'textarea', 'code', '.modebar',
                 'footer'];
   const hidden = (el) => skip.some((s) => el.closest(s));
+  // transparent to a person: gradio's progress text of an event whose progress is hidden ("processing |"
+  // at opacity 0, there while a queued update waits on a loaded machine)
+  const transparent = (el) => {
+    for (let e = el; e; e = e.parentElement) if (getComputedStyle(e).opacity === '0') return true;
+    return getComputedStyle(el).visibility !== 'visible';
+  };
   const out = [];
   const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   while (walk.nextNode()) {
@@ -427,6 +433,7 @@ READ_PAGE = """() => {
     if (el.closest('svg') ? false : el.offsetParent === null && getComputedStyle(el).position !== 'fixed') continue;
     const box = el.getBoundingClientRect();
     if (box.width <= 1 || box.height <= 1) continue;      // visually hidden (screen-reader announcements)
+    if (transparent(el)) continue;
     if (node.data.trim()) out.push(node.data);
   }
   for (const input of document.querySelectorAll('input[role=combobox], input[type=text]')) {
