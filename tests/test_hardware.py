@@ -2,6 +2,7 @@
 import builtins
 import json
 import re
+import time
 
 import pytest
 
@@ -90,7 +91,8 @@ def test_calibration_times_each_operation_and_keeps_the_median(monkeypatch):
         if len(reads) % 2:                     # a duration starts: the operation takes the next one
             now[0] += next(durations, 0.0)
         return reads[-1]
-    monkeypatch.setattr(hw, "time", types.SimpleNamespace(perf_counter=perf_counter))
+    # the wall clock stays real: a hardware sampler left running by an earlier test reads it meanwhile
+    monkeypatch.setattr(hw, "time", types.SimpleNamespace(perf_counter=perf_counter, time=time.time))
     peaks = hw.calibrate(size_mb=4, matmul_n=32, repeats=3)
     assert len(reads) == 2 * (len(copy_s) + len(matmul_s))          # no warm-up run was timed
     assert peaks.bandwidth == pytest.approx(2 * 4 * 2**20 / 0.002)
@@ -122,7 +124,8 @@ def test_on_a_gpu_calibration_times_by_the_device_clock(monkeypatch):
             return 0.1 * (other.at - self.at)
     fake = types.SimpleNamespace(Event=Event, synchronize=lambda d: None, device=lambda d: contextlib.nullcontext())
     monkeypatch.setattr(torch, "cuda", fake)
-    monkeypatch.setattr(hw, "time", types.SimpleNamespace(perf_counter=lambda: pytest.fail("host clock read")))
+    monkeypatch.setattr(hw, "time", types.SimpleNamespace(perf_counter=lambda: pytest.fail("host clock read"),
+                                                          time=time.time))
     secs = hw._timed(lambda: calls.append(1), torch.device("cuda"), repeats=3)
     assert len(calls) == 1 + 3 * hw.CUDA_CALLS and hw.CUDA_CALLS >= 4      # a warm-up call, then 3 timed runs
     assert secs == pytest.approx(1e-4)
