@@ -14,12 +14,14 @@ import os
 
 
 def parse_args(argv=None):
+    from specviz.cli.args import int_in
+
     on_space = bool(os.environ.get("SPACE_ID"))
     p = argparse.ArgumentParser(description="SpecViz: speculative decoding, measured")
     p.add_argument("--target", default=os.environ.get("SPECVIZ_TARGET"))
     p.add_argument("--draft", default=os.environ.get("SPECVIZ_DRAFT"))
     p.add_argument("--host", default=os.environ.get("SPECVIZ_HOST", "0.0.0.0" if on_space else "127.0.0.1"))
-    p.add_argument("--port", type=int, default=int(os.environ.get("SPECVIZ_PORT", "7860")))
+    p.add_argument("--port", type=int_in(1, 65535), default=None, help="default 7860, or SPECVIZ_PORT")
     p.add_argument("--compile", default=os.environ.get("SPECVIZ_COMPILE", "auto"),
                    help="fast path (static KV cache, compact forward; CUDA graphs on CUDA): auto | static | on | off. "
                         "Pairs are served eagerly while it warms up in the background; auto switches where "
@@ -35,6 +37,11 @@ def parse_args(argv=None):
     p.add_argument("--vllm-eager", action="store_true",
                    help="launch it with --enforce-eager: no compile at start (minutes sooner on a busy CPU, slower)")
     args = p.parse_args(argv)
+    if args.port is None:
+        try:
+            args.port = int_in(1, 65535)(os.environ.get("SPECVIZ_PORT", "7860"))
+        except argparse.ArgumentTypeError as exc:
+            p.error(f"SPECVIZ_PORT {exc}")
     if args.vllm_url is None:
         args.vllm_url = [u for u in os.environ.get("SPECVIZ_VLLM_URL", "").split(",") if u.strip()]
     from specviz.fastpath import CompileError, check_compile

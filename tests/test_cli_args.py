@@ -38,6 +38,10 @@ ROOT = Path(__file__).resolve().parents[1]
     (["generate", "--temperature", "-1"], "argument --temperature: temperature must be a number from 0 to 2"),
     (["bench-vllm", "--max-new-tokens", "0"], "argument --max-new-tokens: max new tokens must be from 1 to 512"),
     (["bench-classroom", "--users", "0"], "the number of users (--users) must be from 1 to"),
+    # 1000 threads on a 2-core machine ran for minutes before a word; a port past 65535 reached the launch
+    (["bench-vllm", "--threads", "1000"], "argument --threads: must be a whole number from 0 to"),
+    (["bench-vllm", "--threads", "-5"], "argument --threads: must be a whole number from 0 to"),
+    (["bench-vllm", "--port", "70000"], "argument --port: must be a whole number from 0 to 65535, not '70000'"),
 ])
 def test_bad_values_are_refused_in_one_sentence(argv, said, capsys):
     assert main(argv) == 2
@@ -83,3 +87,27 @@ def test_gpu_check_refuses_before_it_runs(tmp_path):
     assert r.returncode == 2 and "is not a folder" in r.stderr
     r = run("--out", "")
     assert r.returncode == 2 and "needs a folder name" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bench_vllm_without_vllm_says_so_before_our_model_loads(monkeypatch, capsys):
+    from specviz.pairs import pipeline
+    from specviz.vllm import launcher
+
+    monkeypatch.setattr(launcher, "vllm_installed", lambda venv=launcher.VENV: False)
+    monkeypatch.setattr(pipeline, "load_pair", lambda *a, **k: pytest.fail("loaded a model first"))
+    assert main(["bench-vllm", "--users", "1", "--max-new-tokens", "4", "--repeats", "1"]) == 2
+    assert capsys.readouterr().err.strip().startswith("specviz: error: vLLM is not installed (")
+
+
+def test_the_apps_port_is_refused_by_the_flag_or_the_variable_that_set_it(monkeypatch, capsys):
+    import app
+
+    for argv, env, said in ((["--port", "70000"], None, "argument --port: must be a whole number from 1 to 65535"),
+                            ([], "abc", "SPECVIZ_PORT must be a whole number from 1 to 65535, not 'abc'")):
+        if env is not None:
+            monkeypatch.setenv("SPECVIZ_PORT", env)
+        with pytest.raises(SystemExit) as exited:
+            app.parse_args(argv)
+        assert exited.value.code == 2 and said in capsys.readouterr().err
+    monkeypatch.setenv("SPECVIZ_PORT", "9000")
+    assert app.parse_args([]).port == 9000 and app.parse_args(["--port", "8080"]).port == 8080

@@ -26,13 +26,16 @@ from dataclasses import dataclass
 
 import torch
 
+from specviz.cli.args import int_in
 from specviz.cli.classroom import POOL, _pct
 from specviz.cli.common import add_compile_arg, n_users
 from specviz.engine.divergence import first_difference, is_near_tie, target_margins
 from specviz.engine.request import Knobs, Request
+from specviz.lessons import Said
 from specviz.limits import Limits
 from specviz.serve.door import check_count, check_run
 from specviz.vllm.client import VllmClient, VllmError
+from specviz.vllm import launcher
 from specviz.vllm.launcher import LaunchSpec, VllmServer, free_port
 from specviz.vllm.metrics import engine_time
 from specviz.vllm.run import run_all
@@ -66,11 +69,13 @@ def add_parser(sub) -> None:
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--vllm-url", default=None, help="an already running vLLM server (default: launch one)")
     p.add_argument("--vllm-model", default=None, help="its served model name (default: the only one)")
-    p.add_argument("--port", type=int, default=0, help="port for a launched server (default: a free one)")
+    p.add_argument("--port", type=int_in(0, 65535), default=0,
+                   help="port for a launched server (0, the default: a free one)")
     p.add_argument("--vllm-eager", action="store_true",
                    help="launch the server with --enforce-eager (starts in minutes less on a busy CPU; slower)")
-    p.add_argument("--threads", type=int, default=0,
-                   help="our engine's CPU threads (default: all cores but one, as vLLM's CPU build uses)")
+    p.add_argument("--threads", type=int_in(0, os.cpu_count() or 1), default=0,
+                   help="our engine's CPU threads, at most this machine's CPUs (0, the default: all cores but "
+                        "one, as vLLM's CPU build uses)")
     add_compile_arg(p)
     p.add_argument("--repeats", type=int, default=5,
                    help="timed runs per engine, the two engines in turns, the median run reported (1-9; a "
@@ -283,6 +288,8 @@ def run(args) -> int:
     if args.vllm_url:                          # fail fast, before any model loads
         client = VllmClient(args.vllm_url, timeout_s=600)
         served = client.model(args.vllm_model)
+    elif not launcher.vllm_installed():        # read through the module: a test stands in for the venv
+        raise VllmError(Said("errors.vllm.not_installed", venv=str(launcher.VENV)))
     _threads(args.threads)
     # loaded in a thread that ends: ours steps in the scheduler's thread (hardware/threads.py)
     pair = own_thread(load_pair, args.target, "ngram", "cpu", compile=args.compile)
