@@ -42,6 +42,16 @@ ROOT = Path(__file__).resolve().parents[1]
     (["bench-vllm", "--threads", "1000"], "argument --threads: must be a whole number from 0 to"),
     (["bench-vllm", "--threads", "-5"], "argument --threads: must be a whole number from 0 to"),
     (["bench-vllm", "--port", "70000"], "argument --port: must be a whole number from 0 to 65535, not '70000'"),
+    # a flag only another mode reads is refused, not ignored (sweep --repeats 3 ran each cell once)
+    (["sweep", "--repeats", "3"], "--repeats is read only with --engine vllm; our engine takes no such setting"),
+    (["sweep", "--repeats", "99", "--engine", "vllm"], "argument --repeats: must be a whole number from 1 to 9"),
+    (["frontier", "--schedule", "1-4:2", "--vllm-eager"], "--schedule and --vllm-eager are read only with --engine"),
+    (["whatif", "--gpu", "H200", "--model", "ideal", "--stack", "sglang"], "--stack picks the calibrated model's"),
+    (["download", "--all", "--preset", "x"], "argument --preset: not allowed with argument --all"),
+    # a custom GPU's numbers, each by its flag and its bounds (1e16 was "both positive")
+    (["whatif", "--bandwidth", "1e16", "--flops", "1e15"], "--bandwidth must be from 1e+09 to 1e+14 bytes/s, not 1e+16"),
+    (["whatif", "--bandwidth", "3e12", "--flops", "1e20"], "--flops must be from 1e+09 to 1e+17 FLOP/s, not 1e+20"),
+    (["whatif", "--bandwidth", "3e12"], "--bandwidth goes with --flops: a custom GPU needs both"),
 ])
 def test_bad_values_are_refused_in_one_sentence(argv, said, capsys):
     assert main(argv) == 2

@@ -146,6 +146,17 @@ def knobs_for(run: RunArgs) -> Knobs:
 DEFAULT_PROMPTS = ["Explain in two sentences why the sky is blue."]
 
 
+def refuse_vllm_only(args, defaults: dict[str, object]) -> None:
+    """Flags that only `--engine vllm` reads (name → its default), given to our engine: refused, not
+    ignored (`sweep --repeats 3` ran once, and its reader took the median of three)."""
+    if args.engine == "vllm":
+        return
+    given = [f"--{name.replace('_', '-')}" for name, default in defaults.items() if getattr(args, name) != default]
+    if given:
+        verb = "is" if len(given) == 1 else "are"
+        raise LimitError(f"{' and '.join(given)} {verb} read only with --engine vllm; our engine takes no such setting")
+
+
 def n_users(n: int) -> str:
     """'1 user', '4 users': the class sizes the commands print."""
     return f"{n} user" if n == 1 else f"{n} users"

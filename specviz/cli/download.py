@@ -7,10 +7,11 @@ from specviz.pairs.models import HUB_PRESETS, ModelError, convert_gguf, offline_
 
 def add_parser(sub) -> None:
     p = sub.add_parser("download", help="pre-download the preset model pairs for offline use")
-    p.add_argument("--preset", action="append", default=None,
-                   help="a preset name, exactly as listed (repeatable): " + "; ".join(f"'{n}'" for n in HUB_PRESETS)
-                        + "; default: the first")
-    p.add_argument("--all", action="store_true", help="every preset, including the GPU-sized ones")
+    which = p.add_mutually_exclusive_group()        # --all with --preset would fetch every preset in silence
+    which.add_argument("--preset", action="append", default=None,
+                       help="a preset name, exactly as listed (repeatable): " + "; ".join(f"'{n}'" for n in HUB_PRESETS)
+                            + "; default: the first")
+    which.add_argument("--all", action="store_true", help="every preset, including the GPU-sized ones")
     p.set_defaults(func=run)
 
 

@@ -28,7 +28,7 @@ from specviz.chapters.frontier_cells import (WARM_TOKENS, cell_result, divergenc
                                              williams_row)
 from specviz.chapters.frontier_verdict import class_lines
 from specviz.cli.args import out_folder
-from specviz.cli.common import add_compile_arg, add_pair_args, graphs_of, n_users
+from specviz.cli.common import add_compile_arg, add_pair_args, graphs_of, n_users, refuse_vllm_only
 from specviz.cli.dial import Dial, synthetic_note
 from specviz.cli.frontier_common import prompt_texts, write_out
 from specviz.cli.frontier_vllm import add_vllm_args, run_vllm
@@ -92,6 +92,7 @@ def check_args(args) -> tuple[list[int], list[int]]:
         raise LimitError(f"--cell-tokens must be 0-100000; got {args.cell_tokens}")
     if args.prompts not in PROMPT_SETS:
         raise LimitError(f"--prompts must be pool or grounded; got '{args.prompts}'")
+    refuse_vllm_only(args, {"schedule": None, "vllm_eager": False})
     return users, depths
 
 

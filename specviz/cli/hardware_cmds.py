@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from specviz.cli.args import device, int_in, out_file, out_folder
-from specviz.cli.common import DEFAULT_PROMPTS, add_compile_arg, add_pair_args, charts, write_chart
+from specviz.cli.common import DEFAULT_PROMPTS, add_compile_arg, add_pair_args, charts, refuse_vllm_only, write_chart
 from specviz.cli.dial import Dial
 from specviz.cli.sweep_vllm import run_sweep_vllm
 from specviz.engine.request import Knobs
@@ -30,6 +30,10 @@ from specviz.limits import LimitError
 from specviz.pairs.models import load_model, parse_draft_ref, pick_device
 from specviz.serve.heap import freeze_long_lived
 from specviz.vllm.client import VllmError
+
+
+# what only `--engine vllm` reads, and its default
+VLLM_ONLY = {"schedule": "1-4:4,5-8:2,9-256:1", "vllm_eager": False, "repeats": 1}
 
 
 def add_parsers(sub) -> None:
@@ -63,11 +67,12 @@ def add_parsers(sub) -> None:
     p.add_argument("--engine", choices=("specviz", "vllm"), default="specviz",
                    help="vllm: one local vLLM server per depth, launched in turn (needs scripts/vllm-setup; "
                         "--draft ngram or a draft model)")
-    p.add_argument("--schedule", default="1-4:4,5-8:2,9-256:1",
+    p.add_argument("--schedule", default=VLLM_ONLY["schedule"],
                    help="vLLM only: also run vLLM's dynamic schedule (num_speculative_tokens_per_batch_size) "
                         "as LO-HI:K entries; 'none' skips it")
     p.add_argument("--vllm-eager", action="store_true", help="vLLM only: launch with --enforce-eager")
-    p.add_argument("--repeats", type=int, default=1, help="vLLM only: runs per cell, the median kept (1-9)")
+    p.add_argument("--repeats", type=int_in(1, 9), default=VLLM_ONLY["repeats"],
+                   help="vLLM only: runs per cell, the median kept (1-9)")
     add_compile_arg(p)
     p.set_defaults(func=run_sweep)
 
@@ -175,6 +180,7 @@ def run_sweep(args) -> int:
 
     batches = _ints(args.batch_sizes, "batch-sizes", 1, 64)
     depths = _ints(args.depths, "depths", 0, 16)
+    refuse_vllm_only(args, VLLM_ONLY)
     if args.engine == "vllm":
         if parse_draft_ref(args.draft).kind == "synthetic":
             raise VllmError(Said("errors.vllm.no_synthetic", draft=args.draft))

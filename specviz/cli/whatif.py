@@ -123,11 +123,25 @@ def stack_name(text: str) -> str:
     return found[0]
 
 
+def _check_custom(bandwidth: float, flops: float | None) -> None:
+    """A custom GPU's two numbers, each refused by its flag and its bounds."""
+    if flops is None:
+        raise WhatIfError("--bandwidth goes with --flops: a custom GPU needs both")
+    for flag, value, (lo, hi), unit in (("--bandwidth", bandwidth, presets.CUSTOM_BANDWIDTH, "bytes/s"),
+                                        ("--flops", flops, presets.CUSTOM_FLOPS, "FLOP/s")):
+        if not lo <= value <= hi:
+            raise WhatIfError(f"{flag} must be from {lo:g} to {hi:g} {unit}, not {value:g}")
+
+
 def setup_from(args) -> tuple[costmodel.Setup, presets.GpuSpec]:
     if args.gpu is None and args.bandwidth is None:
         raise WhatIfError("give --gpu NAME, or --bandwidth BYTES_PER_S with --flops FLOP_PER_S")
     if args.gpu is not None and args.flops is not None:
         raise WhatIfError("--flops goes with --bandwidth (a custom GPU), not with --gpu")
+    if args.gpu is None:
+        _check_custom(args.bandwidth, args.flops)
+    if args.model == "ideal" and args.stack != args.grid_defaults["stack"]:
+        raise WhatIfError("--stack picks the calibrated model's serving stack; --model ideal reads none")
     gpu = presets.resolve_gpu(args.gpu, args.bandwidth, args.flops)
     if not 0 <= args.alpha < 1:
         raise WhatIfError(f"--alpha must be at least 0 and below 1, got {args.alpha}")

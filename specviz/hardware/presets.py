@@ -114,13 +114,23 @@ def resolve_draft(name: str, target: ModelSpec) -> ModelSpec | None:
     return MODELS[name]
 
 
+# a custom GPU's bounds, bytes/s and FLOP/s (0.001-100 TB/s, 0.001-100000 TFLOP/s): the CLI's flags, the
+# What-if's number boxes and this check share them
+CUSTOM_BANDWIDTH = (1e9, 1e14)
+CUSTOM_FLOPS = (1e9, 1e17)
+
+
+def _within(value: float, bounds: tuple[float, float]) -> bool:
+    return bounds[0] <= value <= bounds[1]
+
+
 def resolve_gpu(name: str | None = None, bandwidth: float | None = None, flops: float | None = None) -> GpuSpec:
     """A GPU preset by name, or one given by its bandwidth (bytes/s) and dense FLOP/s."""
     if name is not None:
         if name not in GPUS:
             raise PresetError(Said("errors.unknown_gpu_preset", name=quoted(name), names=", ".join(GPUS)))
         return GPUS[name]
-    if bandwidth is None or flops is None or not (0 < bandwidth < 1e15 and 0 < flops < 1e18):
+    if bandwidth is None or flops is None or not (_within(bandwidth, CUSTOM_BANDWIDTH) and _within(flops, CUSTOM_FLOPS)):
         raise PresetError(Said("errors.gpu_needs_numbers"))
     return GpuSpec(f"custom GPU ({bandwidth / 1e12:.3g} TB/s, {flops / 1e12:.4g} TFLOP/s)", float(bandwidth),
                    float(flops), "given by the user")

@@ -116,9 +116,9 @@ def draft_options(target: str, lang: str) -> list[tuple[str, str]]:
     return [(tx(lang, "choice_ngram") if d == NGRAM else d, d) for d in draft_choices(target)]
 
 
-# a custom GPU's bounds (TB/s, TFLOP/s): the number boxes and the check share them
-BW_TBS = (1e-3, 100.0)
-FLOPS_TFLOPS = (1e-3, 1e5)
+# a custom GPU's bounds in the boxes' units (TB/s, TFLOP/s)
+BW_TBS = tuple(b / 1e12 for b in presets.CUSTOM_BANDWIDTH)
+FLOPS_TFLOPS = tuple(f / 1e12 for f in presets.CUSTOM_FLOPS)
 
 
 def _hardware(app, gpu: str, bw_tbs: float, flops_tflops: float, lang: str = lessons.DEFAULT_LANG):
