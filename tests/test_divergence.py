@@ -154,6 +154,9 @@ def test_generate_check_reports_and_fails_loudly_on_a_bug(tiny_paths, monkeypatc
     code, out, err = _cli(monkeypatch, capsys, *args)
     assert code == 1 and "Row 2: first difference at token 2" in err and "this is a bug" in err
     assert "--- lossless check ---" in out
+    # the text output says what ran, where, and that its FLOPs are counted, not measured
+    assert f"--- {tiny_paths['target']} with draft {tiny_paths['draft']}, depth 3, 2 rows, on " in out
+    assert "--- forward path: eager" in out and "(counted from the models' shapes)" in out
 
 
 def test_generate_check_needs_greedy(tiny_paths, monkeypatch, capsys):

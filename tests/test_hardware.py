@@ -171,6 +171,9 @@ def test_sweep_cli_end_to_end(tiny_paths, tmp_path):
     assert "plotly" in (out / "sweep.html").read_text()[:20000].lower()
     assert "plotly" in (out / "crossover.html").read_text()[:20000].lower()
     assert "crossover_batch" in data
+    # where it ran and where its files went (a default folder is written over)
+    assert data["cpu"].endswith("cores)") and data["device_name"].startswith("cpu")
+    assert f"wrote sweep.csv, sweep.json, sweep.html, crossover.html in {out}/" in r.stderr
     bad = cli("sweep", "--target", tiny_paths["target"], "--draft", "ngram", "--depths", "0,99")
     assert bad.returncode != 0 and "depths" in bad.stderr
 

@@ -40,6 +40,7 @@ from specviz.cli.common import DEFAULT_PROMPTS, add_compile_arg, add_dtype_arg, 
 from specviz.cli.dial import Dial
 from specviz.engine.divergence import compare_rows
 from specviz.engine.request import Knobs
+from specviz.limits import check_prompt_text
 from specviz.serve.door import check_knobs
 from specviz.serve.heap import freeze_long_lived
 
@@ -125,9 +126,10 @@ def run(args) -> int:
     from specviz.pairs.pipeline import encode_prompt, load_pair
 
     checked = check_knobs(args.depth, args.batch_size)
+    check_prompt_text(args.prompt)             # before the model loads
     pair = load_pair(args.target, args.draft, args.device, compile=args.compile, dtype=exact_dtype(args))
     if pair.fast.note:
-        print(f"specviz: {pair.fast.note}")
+        print(f"specviz: --compile {pair.fast.note}")
     prompt = encode_prompt(pair.tokenizer, args.prompt, raw=args.raw)
     B, k, N = checked.batch, checked.depth, args.max_new_tokens
     prompts = [prompt] * B

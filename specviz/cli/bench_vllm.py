@@ -31,11 +31,12 @@ from specviz.cli.classroom import POOL, _pct
 from specviz.cli.common import add_compile_arg, n_users
 from specviz.engine.divergence import first_difference, is_near_tie, target_margins
 from specviz.engine.request import Knobs, Request
+from specviz.hardware.device import cpu_name
 from specviz.lessons import Said
 from specviz.limits import Limits
 from specviz.serve.door import check_count, check_run
-from specviz.vllm.client import VllmClient, VllmError
 from specviz.vllm import launcher
+from specviz.vllm.client import VllmClient, VllmError
 from specviz.vllm.launcher import LaunchSpec, VllmServer, free_port
 from specviz.vllm.metrics import engine_time
 from specviz.vllm.run import run_all
@@ -233,19 +234,6 @@ def torch_threads() -> int:
     return torch.get_num_threads()
 
 
-def _cpu_name() -> str:
-    """The CPU's model name (as lscpu shows it), reported beside every figure."""
-
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    except OSError:
-        pass
-    return f"cpu ({os.cpu_count()} cores)"
-
-
 def _threads(n: int) -> int:
     """Like for like on a CPU: vLLM's CPU build serves on all cores but one (it logs "Reducing Torch
     threads from 2 to 1" on 2 cores, keeping one for its API server); ours gets the same by default."""
@@ -311,7 +299,7 @@ def run(args) -> int:
               "rows": sizes.users, "identical_rows": sizes.users - len(differ), "differing": differ,
               "users": sizes.users, "depth": k, "max_new_tokens": N, "target": args.target,
               "vllm_model": served.name, "vllm_url": client.url, "launched": args.vllm_url is None,
-              "threads": torch_threads(), "cpu": _cpu_name()}
+              "threads": torch_threads(), "cpu": cpu_name()}
     if not args.json:
         for name, side in (("specviz", s), ("vllm", v)):
             print(f"{name:>8}: {side['tokens_per_s']:.1f} tok/s, p50 {side['p50_s']:.2f} s, p95 {side['p95_s']:.2f} s",

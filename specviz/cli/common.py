@@ -177,6 +177,13 @@ def write_chart(path: Path, make: Callable[[], object]) -> None:
     fig.write_html(path, include_plotlyjs=True)
 
 
+def wrote(folder: Path, *names: str, also: str | None = None) -> None:
+    """Where a command's files went (a default folder is written over without asking), on stderr: the
+    last line of stdout stays the command's JSON."""
+    where = ", ".join(n for n in names if (folder / n).exists())
+    print(f"wrote {where} in {folder}/" + (f", and {also}" if also else ""), file=sys.stderr)
+
+
 def charts():
     """specviz.charts, imported where a chart is drawn: it needs plotly, the measurements do not."""
     from specviz import charts as module

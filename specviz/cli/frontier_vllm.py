@@ -196,7 +196,7 @@ def command_line(args, users, depths, schedule) -> str:
 
 def run_vllm(args, users: list[int], depths: list[int]) -> int:
     # on first use: torch and transformers are slow to import
-    from specviz.cli.bench_vllm import _cpu_name
+    from specviz.hardware.device import cpu_name
     from specviz.pairs.models import load_tokenizer
     from specviz.pairs.pipeline import encode_prompt
 
@@ -206,7 +206,7 @@ def run_vllm(args, users: list[int], depths: list[int]) -> int:
     launcher.speculative_config(args.draft, max(depths))     # an unsupported draft fails before any server starts
     tok = load_tokenizer(args.target)
     prompts = [encode_prompt(tok, t) for t in prompt_texts(args.prompts)]
-    version, cpu = vllm_version(launcher.python_path()), _cpu_name()
+    version, cpu = vllm_version(launcher.python_path()), cpu_name()
 
     def note(text: str) -> None:     # stderr even with --json: server starts take minutes, stdout stays one line
         print(f"frontier (vLLM): {text}", file=sys.stderr, flush=True)

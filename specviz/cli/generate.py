@@ -65,7 +65,7 @@ def run(args) -> int:
 
     pair = load_pair(args.target, args.draft, args.device, compile=args.compile, dtype=exact_dtype(args))
     if pair.fast.note:
-        print(f"specviz: {pair.fast.note}", file=sys.stderr)
+        print(f"specviz: --compile {pair.fast.note}", file=sys.stderr)
     tok = pair.tokenizer
     texts = args.prompt or DEFAULT_PROMPTS
     prompts = [encode_prompt(tok, t, raw=args.raw) for t in texts]
@@ -105,16 +105,28 @@ def run(args) -> int:
         return _verdict(report, decode)
     if tty:
         print(f"\n{DIM}green = accepted draft, red = rejected draft, blue = target's own token{RESET}")
+    rows = "1 row" if run_args.batch == 1 else f"{run_args.batch} rows"
+    print(f"--- {args.target} with draft {args.draft}, depth {run_args.depth}, {rows}, on {_machine(pair.target.device)}"
+          f"\n--- forward path: {pair.fast.shown}")
     for i, text in enumerate(final["texts"]):
         print(f"--- row {i + 1} ---\n{text}")
     acc = "n/a" if t.acceptance_rate is None else f"{t.acceptance_rate:.1%}"
     print(f"--- {t.tokens} tokens in {t.wall_s:.2f} s = {t.tokens_per_s:.1f} tok/s; acceptance {acc}; "
-          f"{t.mean_accepted_length:.2f} tokens per target pass; FLOPs ×{t.flops_ratio:.2f} of plain decoding")
+          f"{t.mean_accepted_length:.2f} tokens per target pass; FLOPs ×{t.flops_ratio:.2f} of plain decoding "
+          f"(counted from the models' shapes)")
     if final["graphs"] is not None:
         print(f"--- graphs: {pair.fast.graph_stats().line()}")
     if report is not None:
         print("--- lossless check ---\n" + "\n".join(report.sentences(decode)))
     return _verdict(report, decode)
+
+
+def _machine(device) -> str:
+    """Where the figures were measured: the GPU's name, or the CPU's model as lscpu shows it."""
+    # on first use: torch is slow to import
+    from specviz.hardware.device import cpu_name, device_name
+
+    return cpu_name() if device.type == "cpu" else device_name(device)
 
 
 def _verdict(report, decode) -> int:

@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from specviz.cli.args import device, int_in, out_file, out_folder
-from specviz.cli.common import DEFAULT_PROMPTS, add_compile_arg, add_pair_args, charts, refuse_vllm_only, write_chart
+from specviz.cli.common import (DEFAULT_PROMPTS, add_compile_arg, add_pair_args, charts, refuse_vllm_only,
+                                write_chart, wrote)
 from specviz.cli.dial import Dial
 from specviz.cli.sweep_vllm import run_sweep_vllm
 from specviz.engine.request import Knobs
@@ -22,11 +23,12 @@ from specviz.fastpath import GRAPH_MODES, cache_factory, forwardchoice, resolve
 from specviz.fastpath.buckets import for_roofline
 from specviz.fastpath.layout import forget
 from specviz.hardware.costmodel import best_depths, crossover_from_rows
-from specviz.hardware.device import cached_peaks, calibrate, device_name, find_knee, measure_latency, paired_roofline
+from specviz.hardware.device import (cached_peaks, calibrate, cpu_name, device_name, find_knee, measure_latency,
+                                     paired_roofline)
 from specviz.hardware.profiles import spec_to_dict
 from specviz.hardware.roofline import pass_cost, predicted_knee, spec_from_config
 from specviz.lessons import Said
-from specviz.limits import LimitError
+from specviz.limits import LimitError, check_prompt_text
 from specviz.pairs.models import load_model, parse_draft_ref, pick_device
 from specviz.serve.heap import freeze_long_lived
 from specviz.vllm.client import VllmError
@@ -50,7 +52,8 @@ def add_parsers(sub) -> None:
                    help="largest tokens per pass (default: CPU 128, GPU 512)")
     p.add_argument("--context", type=int_in(0, 32768), default=256, help="cached tokens each pass attends to")
     p.add_argument("--repeats", type=int_in(1, 50), default=3, help="timed passes per width (median reported)")
-    p.add_argument("--out", default="runs/roofline", type=out_folder, help="folder for JSON and HTML")
+    p.add_argument("--out", default="runs/roofline", type=out_folder,
+                   help="folder for roofline.json and roofline.html, replaced if there (default runs/roofline)")
     p.add_argument("--profile", default=None, type=out_file,
                    help="also write the result as a recorded profile (e.g. assets/profiles/NAME.json)")
     add_compile_arg(p)
@@ -63,7 +66,9 @@ def add_parsers(sub) -> None:
                    help="draft tokens per step, comma-separated (0-16; 0 = plain decoding, which the crossover needs)")
     p.add_argument("--max-new-tokens", type=int_in(1, 4096), default=32, help="tokens each row decodes (1-4096)")
     p.add_argument("--prompt", default=DEFAULT_PROMPTS[0])
-    p.add_argument("--out", default="runs/sweep", type=out_folder, help="folder for CSV, JSON and HTML")
+    p.add_argument("--out", default="runs/sweep", type=out_folder,
+                   help="folder for sweep.csv, sweep.json, sweep.html and crossover.html, replaced if there "
+                        "(default runs/sweep)")
     p.add_argument("--engine", choices=("specviz", "vllm"), default="specviz",
                    help="vllm: one local vLLM server per depth, launched in turn (needs scripts/vllm-setup; "
                         "--draft ngram or a draft model)")
@@ -109,6 +114,7 @@ def run_roofline(args) -> int:
     secs = measure_latency(loaded.model, ns, args.context, loaded.device, loaded.dtype, args.repeats, new_cache)
     spec = spec_from_config(loaded.config_dict, args.target, 2.0 if loaded.device.type == "cuda" else 4.0)
     result = {"target": args.target, "device": peaks.device, "device_name": device_name(loaded.device),
+              "cpu": cpu_name(),
               "recorded": time.strftime("%Y-%m-%d"),
               "path": fast.label, "layout": fast.layout or "stock (transformers)",
               "dtype": peaks.dtype, "context": args.context, "model_spec": spec_to_dict(spec),
@@ -145,6 +151,7 @@ def run_roofline(args) -> int:
         Path(args.profile).write_text(json.dumps(result, indent=1))
     write_chart(out / "roofline.html",
                 lambda: charts().knee_figure(ns, secs, result["measured_knee"], result["predicted_knee"]))
+    wrote(out, "roofline.json", "roofline.html", also=args.profile)
     print(json.dumps({k: result.get(k) for k in ("measured_knee", "predicted_knee", "mbu_at_1_token",
                                                   "pass_vs_roofline_1_token", "pass_vs_roofline_1_token_unpaired",
                                                   "path", "layout", "graph_max_tokens")}))
@@ -181,6 +188,7 @@ def run_sweep(args) -> int:
     batches = _ints(args.batch_sizes, "batch-sizes", 1, 64)
     depths = _ints(args.depths, "depths", 0, 16)
     refuse_vllm_only(args, VLLM_ONLY)
+    check_prompt_text(args.prompt)             # before a model loads or a server starts
     if args.engine == "vllm":
         if parse_draft_ref(args.draft).kind == "synthetic":
             raise VllmError(Said("errors.vllm.no_synthetic", draft=args.draft))
@@ -232,7 +240,8 @@ def run_sweep(args) -> int:
     if stats is not None:
         print(f"graphs: {stats.line()}")
     graphs = stats.as_dict() if stats is not None else None
-    doc = json.dumps({"target": args.target, "draft": args.draft, "path": pair.fast.label,
+    doc = json.dumps({"target": args.target, "draft": args.draft, "device_name": device_name(pair.target.device),
+                      "cpu": cpu_name(), "recorded": time.strftime("%Y-%m-%d"), "path": pair.fast.label,
                       "layout": pair.fast.layout or "stock (transformers)", "graphs": graphs, "rows": rows,
                       "best_depth": best, "crossover_batch": cross, "synthetic": dial.as_dict(),
                       "prompt_ids": prompt, "outputs": None}, indent=1)
@@ -242,6 +251,7 @@ def run_sweep(args) -> int:
     (out / "sweep.json").write_text(doc.replace('"outputs": null', f'"outputs": [\n  {cells}\n ]'))
     write_chart(out / "sweep.html", lambda: charts().sweep_figure(rows, batches, depths))
     write_chart(out / "crossover.html", lambda: charts().crossover_figure(rows, "Measured throughput vs batch size"))
+    wrote(out, "sweep.csv", "sweep.json", "sweep.html", "crossover.html")
     print("batch → best depth: " + ", ".join(f"{b}→{k}" for b, k in best.items()))
     if not (0 in depths and any(depths)):
         print("no crossover: --depths needs 0 (plain decoding) and a depth above 0 to compare them")

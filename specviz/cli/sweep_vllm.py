@@ -113,7 +113,7 @@ def vllm_version(python) -> str:
 
 def run_sweep_vllm(args, batches: list[int], depths: list[int]) -> int:
     # on first use: torch is slow to import
-    from specviz.cli.bench_vllm import _cpu_name
+    from specviz.hardware.device import cpu_name
     # on first use: transformers is slow to import
     from specviz.pairs.pipeline import encode_prompt
 
@@ -122,7 +122,7 @@ def run_sweep_vllm(args, batches: list[int], depths: list[int]) -> int:
         raise VllmError("vLLM is not installed (.venv-vllm is missing): run bash scripts/vllm-setup")
     speculative_config(args.draft, max(depths + [1]))        # an unsupported draft fails before any server starts
     prompt = encode_prompt(load_tokenizer(args.target), args.prompt)
-    version, cpu = vllm_version(python_path()), _cpu_name()
+    version, cpu = vllm_version(python_path()), cpu_name()
 
     def note(text: str) -> None:
         print(f"sweep (vLLM): {text}", file=sys.stderr, flush=True)

@@ -148,6 +148,19 @@ def device_name(device) -> str:
     return f"cpu: {os.cpu_count()} cores"
 
 
+def cpu_name() -> str:
+    """The CPU's model name as lscpu shows it, and its cores: "AMD EPYC (2 cores)" (every CPU figure
+    carries it: the machines here have been both AMD and Intel)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return f"cpu ({os.cpu_count()} cores)"
+
+
 def free_memory(device) -> float | None:
     """Bytes a new request may still use on `device`: free GPU memory, or half of the machine's
     available RAM on CPU (the OS, the browser and the other students' runs need the rest). None when it
