@@ -362,13 +362,13 @@ def test_sampling_keeps_the_targets_distribution(make_pair, prompts, draft):
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--users", "0"], "--users must list whole numbers from 1 to 64"),
-    (["--users", "a,b"], "--users must be whole numbers separated by commas"),
+    (["--users", "0"], "argument --users: must be whole numbers from 1 to 64 separated by commas"),
+    (["--users", "a,b"], "argument --users: must be whole numbers from 1 to 64 separated by commas"),
     (["--depths", "0"], "at least one depth above 0"),
-    (["--depths", "0,99"], "--depths must list whole numbers from 0 to"),
-    (["--prompts", "poem"], "--prompts must be pool or grounded"),
-    (["--repeats", "0"], "--repeats must be 1-9"),
-    (["--max-new-tokens", "0"], "--max-new-tokens must be 1-512"),
+    (["--depths", "0,99"], "argument --depths: must be whole numbers from 0 to"),
+    (["--prompts", "poem"], "argument --prompts: invalid choice: 'poem' (choose from 'pool', 'grounded')"),
+    (["--repeats", "0"], "argument --repeats: must be a whole number from 1 to 9"),
+    (["--max-new-tokens", "0"], "argument --max-new-tokens: must be a whole number from 1 to 512"),
 ])
 def test_frontier_refuses_bad_input_in_one_sentence(capsys, argv, words):
     from specviz.__main__ import main

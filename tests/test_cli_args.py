@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
                                               "it takes no --gpu"),
     (["whatif", "--published", "--sweeps"], "argument --sweeps: not allowed with argument --published"),
     (["kernels", "--quick", "--target", "foo"], "--quick times two small fixed shapes"),
-    (["frontier", "--users", "1,,4"], "--users must be whole numbers separated by commas"),
+    (["frontier", "--users", "1,,4"], "argument --users: must be whole numbers from 1 to 64 separated by commas"),
+    (["sweep", "--depths", "0,99"], "argument --depths: must be whole numbers from 0 to 16 separated by commas"),
     (["bench-classroom", "--url", "http://127.0.0.1:9"], "--url http://127.0.0.1:9: no SpecViz app answered there"),
     # the door's sentences (the page's too), led by the flag that set the value
     (["generate", "--depth", "20"], "argument --depth: speculation depth must be from 0 to 16; 20 is out of range"),

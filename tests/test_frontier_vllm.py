@@ -58,7 +58,7 @@ def test_refusals_exit_2_with_one_sentence_before_any_server(tiny_paths, capsys,
     assert _frontier(tiny_paths, "--users", "1", "--depths", "0,2", "--draft", "layerskip:1-2") == 2
     assert "vLLM has no layer-skipping draft" in capsys.readouterr().err
     assert _frontier(tiny_paths, "--users", "0,4", "--depths", "0,2") == 2             # frontier's own checks
-    assert "--users must list whole numbers from 1 to 64" in capsys.readouterr().err
+    assert "argument --users: must be whole numbers from 1 to 64" in capsys.readouterr().err
 
 
 def _metrics(gen, steps, drafted=None, accepted=None) -> str:

@@ -36,4 +36,5 @@ def test_kernels_quick_prints_every_product_per_shape_and_row_count(tmp_path):
 def test_kernels_bad_rows_is_one_sentence(tmp_path):
     r = _cli("--rows", "0,5", cache=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.strip().splitlines() == ["specviz: error: --rows values must be 1-64, got '0,5'"]
+    assert r.stderr.strip().splitlines() == ["specviz: error: argument --rows: must be whole numbers from 1 to 64 separated "
+                                                "by commas (like 1,64), not '0,5'"]

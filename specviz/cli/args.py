@@ -43,6 +43,30 @@ def int_in(lo: int, hi: int):
     return parse
 
 
+def whole_numbers(text: str, lo: int, hi: int) -> list[int]:
+    """"1,4,16" → [1, 4, 16]: whole numbers from lo to hi separated by commas, sorted, each once; else
+    ValueError with the sentence (without the flag, which its caller names)."""
+    try:
+        values = sorted({int(x) for x in str(text).split(",")})
+    except ValueError:
+        values = []
+    if not values or any(not lo <= v <= hi for v in values):
+        raise ValueError(f"must be whole numbers from {lo} to {hi} separated by commas (like {lo},{hi}), "
+                         f"not {text!r}")
+    return values
+
+
+def int_list(lo: int, hi: int):
+    """`whole_numbers` as an argument type: argparse names the flag in the refusal."""
+    def parse(value: str) -> list[int]:
+        try:
+            return whole_numbers(value, lo, hi)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parse.__name__ = f"whole numbers {lo}-{hi}"
+    return parse
+
+
 def _writable_at(path: Path) -> None:
     """Refuse `path` unless a folder can be made there: its nearest existing parent is a writable folder
     (tried by making and removing a folder in it, which is what counts; permission bits can say yes to

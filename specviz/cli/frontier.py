@@ -27,7 +27,7 @@ from pathlib import Path
 from specviz.chapters.frontier_cells import (WARM_TOKENS, cell_result, divergence_of, measure, policy_for, warm_budget,
                                              williams_row)
 from specviz.chapters.frontier_verdict import class_lines
-from specviz.cli.args import out_folder
+from specviz.cli.args import int_in, int_list, out_folder
 from specviz.cli.common import add_compile_arg, add_pair_args, graphs_of, n_users, refuse_vllm_only
 from specviz.cli.dial import Dial, synthetic_note
 from specviz.cli.frontier_common import prompt_texts, write_out
@@ -51,14 +51,15 @@ def add_parser(sub) -> None:
                                         "adaptive verification")
     add_pair_args(p)
     add_compile_arg(p)
-    p.add_argument("--users", default="1,4,16,64", help=f"class sizes, comma-separated (1-{MAX_USERS})")
-    p.add_argument("--depths", default="0,2,4,8", help=f"fixed depths, comma-separated (0-{MAX_DEPTH}; "
-                                                       "0 = no speculation)")
-    p.add_argument("--max-new-tokens", type=int, default=32)
-    p.add_argument("--prompts", default="pool", help="pool (the row pool) or grounded (input-grounded "
-                                                     "examples, like the first Run's)")
-    p.add_argument("--repeats", type=int, default=1, help="runs per cell, arms interleaved (1-9)")
-    p.add_argument("--cell-tokens", type=int, default=CELL_TOKENS,
+    p.add_argument("--users", default="1,4,16,64", type=int_list(1, MAX_USERS),
+                   help=f"class sizes, comma-separated (1-{MAX_USERS})")
+    p.add_argument("--depths", default="0,2,4,8", type=int_list(0, MAX_DEPTH),
+                   help=f"fixed depths, comma-separated (0-{MAX_DEPTH}; 0 = no speculation)")
+    p.add_argument("--max-new-tokens", type=int_in(1, 512), default=32, help="tokens each user decodes (1-512)")
+    p.add_argument("--prompts", default="pool", choices=PROMPT_SETS,
+                   help="pool (the row pool) or grounded (input-grounded examples, like the first Run's)")
+    p.add_argument("--repeats", type=int_in(1, 9), default=1, help="runs per cell, arms interleaved (1-9)")
+    p.add_argument("--cell-tokens", type=int_in(0, 100_000), default=CELL_TOKENS,
                    help=f"a cell runs classes until its users emitted this many tokens, at least {MIN_CLASSES} "
                         f"classes (default {CELL_TOKENS}; 0: just {MIN_CLASSES} classes a cell)")
     p.add_argument("--with-adaptive", action="store_true", help="also run the older `adaptive` policy")
@@ -68,30 +69,10 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def parse_list(text: str, what: str, lo: int, hi: int) -> list[int]:
-    """"1,4,16" → [1, 4, 16]; anything else is refused with one sentence."""
-    try:
-        values = [int(x) for x in str(text).split(",")]
-    except ValueError:
-        raise LimitError(f"--{what} must be whole numbers separated by commas, like 1,4,16; got '{text}'") from None
-    if not values or any(not lo <= v <= hi for v in values):
-        raise LimitError(f"--{what} must list whole numbers from {lo} to {hi}; got '{text}'")
-    return sorted(set(values))
-
-
 def check_args(args) -> tuple[list[int], list[int]]:
-    users = parse_list(args.users, "users", 1, MAX_USERS)
-    depths = parse_list(args.depths, "depths", 0, MAX_DEPTH)
+    users, depths = args.users, args.depths
     if max(depths) == 0:
         raise LimitError("--depths needs at least one depth above 0 (the adaptive arm drafts up to the largest)")
-    if not 1 <= args.max_new_tokens <= 512:
-        raise LimitError(f"--max-new-tokens must be 1-512; got {args.max_new_tokens}")
-    if not 1 <= args.repeats <= 9:
-        raise LimitError(f"--repeats must be 1-9; got {args.repeats}")
-    if not 0 <= args.cell_tokens <= 100_000:
-        raise LimitError(f"--cell-tokens must be 0-100000; got {args.cell_tokens}")
-    if args.prompts not in PROMPT_SETS:
-        raise LimitError(f"--prompts must be pool or grounded; got '{args.prompts}'")
     refuse_vllm_only(args, {"schedule": None, "vllm_eager": False})
     return users, depths
 

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from specviz.cli.args import device, int_in, out_file, out_folder
+from specviz.cli.args import device, int_in, int_list, out_file, out_folder
 from specviz.cli.common import (DEFAULT_PROMPTS, add_compile_arg, add_pair_args, charts, refuse_vllm_only,
                                 write_chart, wrote)
 from specviz.cli.dial import Dial
@@ -61,8 +61,9 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("sweep", help="measure throughput over batch sizes × depths")
     add_pair_args(p)
-    p.add_argument("--batch-sizes", default="1,2,4,8,16,32,64", help="rows decoded together, comma-separated (1-64)")
-    p.add_argument("--depths", default="0,1,2,4,8",
+    p.add_argument("--batch-sizes", default="1,2,4,8,16,32,64", type=int_list(1, 64),
+                   help="rows decoded together, comma-separated (1-64)")
+    p.add_argument("--depths", default="0,1,2,4,8", type=int_list(0, 16),
                    help="draft tokens per step, comma-separated (0-16; 0 = plain decoding, which the crossover needs)")
     p.add_argument("--max-new-tokens", type=int_in(1, 4096), default=32, help="tokens each row decodes (1-4096)")
     p.add_argument("--prompt", default=DEFAULT_PROMPTS[0])
@@ -80,16 +81,6 @@ def add_parsers(sub) -> None:
                    help="vLLM only: runs per cell, the median kept (1-9)")
     add_compile_arg(p)
     p.set_defaults(func=run_sweep)
-
-
-def _ints(text: str, what: str, lo: int, hi: int) -> list[int]:
-    try:
-        vals = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise LimitError(f"--{what} takes comma-separated whole numbers, got {text!r}")
-    if not vals or any(not lo <= v <= hi for v in vals):
-        raise LimitError(f"--{what} values must be {lo}-{hi}, got {text!r}")
-    return vals
 
 
 def run_calibrate(args) -> int:
@@ -185,8 +176,7 @@ def run_sweep(args) -> int:
     # on first use: transformers is slow to import
     from specviz.pairs.pipeline import encode_prompt, load_pair
 
-    batches = _ints(args.batch_sizes, "batch-sizes", 1, 64)
-    depths = _ints(args.depths, "depths", 0, 16)
+    batches, depths = args.batch_sizes, args.depths
     refuse_vllm_only(args, VLLM_ONLY)
     check_prompt_text(args.prompt)             # before a model loads or a server starts
     if args.engine == "vllm":

@@ -15,6 +15,7 @@ import json
 
 import torch
 
+from specviz.cli.args import int_list
 from specviz.cli.common import DEFAULT_TARGET
 from specviz.limits import LimitError
 
@@ -25,20 +26,11 @@ NAMES = {"stock": "stock", "colmajor": "column-major", "onednn": "oneDNN", "rows
 def add_parser(sub) -> None:
     p = sub.add_parser("kernels", help="per-shape GB/s of each matrix product this CPU offers the fast path")
     p.add_argument("--target", default=None, help=f"model whose matrix shapes are timed (default {DEFAULT_TARGET})")
-    p.add_argument("--rows", default="1,5,16", help="rows multiplied at once (comma-separated, 1-64)")
+    p.add_argument("--rows", default="1,5,16", type=int_list(1, 64),
+                   help="rows multiplied at once (comma-separated, 1-64)")
     p.add_argument("--quick", action="store_true", help="two small shapes, one round (seconds; for tests)")
     p.add_argument("--json", action="store_true", help="only the JSON line")
     p.set_defaults(func=run)
-
-
-def _rows(text: str) -> list[int]:
-    try:
-        vals = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise LimitError(f"--rows takes comma-separated whole numbers, got {text!r}") from None
-    if not vals or any(not 1 <= v <= 64 for v in vals):
-        raise LimitError(f"--rows values must be 1-64, got {text!r}")
-    return vals
 
 
 def model_shapes(target: str) -> dict[tuple[int, int], int]:
@@ -77,7 +69,7 @@ def run(args) -> int:
     from specviz.fastpath import rows as kernel
     from specviz.machine import cpu_model
 
-    rows = _rows(args.rows)
+    rows = args.rows
     if args.quick and args.target is not None:
         raise LimitError("--quick times two small fixed shapes, not a model's: it takes no --target")
     args.target = args.target or DEFAULT_TARGET

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import sys
 
+from specviz.cli.args import whole_numbers
 from specviz.hardware import costmodel, gpu_records, presets, profiles
 
 MODELS = ("calibrated", "ideal")
@@ -94,14 +95,10 @@ def run(args) -> int:
 # --- arguments ----------------------------------------------------------------------------------------
 
 def parse_ints(text: str, what: str) -> list[int]:
-    lo, hi = LIMITS[what]
     try:
-        vals = sorted({int(x) for x in str(text).split(",")})
-    except ValueError:
-        raise WhatIfError(f"--{what} takes comma-separated whole numbers, got {text!r}") from None
-    if not vals or not all(lo <= v <= hi for v in vals):
-        raise WhatIfError(f"--{what} values must be {lo}-{hi}, got {text!r}")
-    return vals
+        return whole_numbers(text, *LIMITS[what])
+    except ValueError as exc:
+        raise WhatIfError(f"--{what} {exc}") from None
 
 
 def calibration(model: str, gpu: presets.GpuSpec, stack: str = "vllm") -> costmodel.Calibration:
