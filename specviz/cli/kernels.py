@@ -84,7 +84,9 @@ def run(args) -> int:
         print(f"CPU: {info['cpu']} · {info['threads']} threads · our kernel: "
               f"{info['our_kernel_isa'] or info['our_kernel']} · C layers can call the library product: "
               f"{'yes' if info['c_layer_library_product'] else 'no'}")
-        print("GB/s of weights read per product (higher is faster; * = fastest)")
+        print("GB/s of weights read per product (higher is faster; * = fastest)"
+              + ("; --quick: two tiny shapes, one round, a smoke test that says nothing of this CPU's speed"
+                 if args.quick else ""))
         print(f"{'shape':>12} {'rows':>4} " + " ".join(f"{NAMES.get(n, n):>12}" for n in names))
         for row in table:
             cells = " ".join(f"{row['GBps'][n]:11.2f}{'*' if n == row['best'] else ' '}" for n in names)

@@ -271,6 +271,7 @@ def render(out: dict) -> str:
     if "rows" in out:
         lines = [f"{ESTIMATE}s ({out['model']}: {out['calibration']}) — {out['target']} + {out['draft']} on "
                  f"{out['gpu']}, α = {out['alpha']}, context {out['context']}",
+                 "tokens/s: all rows together",
                  f"{'batch':>6} {'depth':>5} {'tokens/s':>12} {'speed-up':>9}"]
         lines += [f"{r['batch_size']:>6} {r['depth']:>5} {r['tokens_per_s']:>12.1f} {r['speedup']:>8.2f}×"
                   for r in out["rows"]]
