@@ -53,6 +53,9 @@ ROOT = Path(__file__).resolve().parents[1]
     (["whatif", "--bandwidth", "1e16", "--flops", "1e15"], "--bandwidth must be from 1e+09 to 1e+14 bytes/s, not 1e+16"),
     (["whatif", "--bandwidth", "3e12", "--flops", "1e20"], "--flops must be from 1e+09 to 1e+17 FLOP/s, not 1e+20"),
     (["whatif", "--bandwidth", "3e12"], "--bandwidth goes with --flops: a custom GPU needs both"),
+    # a model written as a path that is not there, named by its flag before the other model loads
+    (["generate", "--draft", "/nonexistent/model"], "argument --draft: there is no model at /nonexistent/model"),
+    (["roofline", "--target", "./no-such-model"], "argument --target: there is no model at ./no-such-model"),
     # before a model loads (bench-hf loaded its pair for 9 s first)
     (["bench-hf", "--prompt", ""], "the prompt is empty"),
     (["sweep", "--prompt", " "], "the prompt is empty"),

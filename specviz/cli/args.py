@@ -67,6 +67,15 @@ def int_list(lo: int, hi: int):
     return parse
 
 
+def model_ref(value: str) -> str:
+    """A model reference; one written as a path (/…, ./…, ../…, ~…) must exist, so a typo is named by its
+    flag at once, not after the other model has loaded."""
+    text = value.strip()
+    if text.startswith(("/", "./", "../", "~")) and not Path(text).expanduser().exists():
+        raise argparse.ArgumentTypeError(f"there is no model at {text}: the path does not exist")
+    return value
+
+
 def _writable_at(path: Path) -> None:
     """Refuse `path` unless a folder can be made there: its nearest existing parent is a writable folder
     (tried by making and removing a folder in it, which is what counts; permission bits can say yes to

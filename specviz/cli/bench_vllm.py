@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specviz.cli.args import int_in
+from specviz.cli.args import int_in, model_ref
 from specviz.cli.classroom import POOL, _pct
 from specviz.cli.common import add_compile_arg, n_users
 from specviz.engine.divergence import first_difference, is_near_tie, target_margins
@@ -64,7 +64,7 @@ def check_sizes(args) -> Sizes:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("bench-vllm", help="our engine vs a vLLM server: same prompts, tokens and k")
-    p.add_argument("--target", default="smollm2-135m-offline", help="the model both engines serve")
+    p.add_argument("--target", default="smollm2-135m-offline", type=model_ref, help="the model both engines serve")
     p.add_argument("--users", type=int, default=16, help="concurrent users, one row each (1-64)")
     p.add_argument("--depth", type=int, default=4, help="draft tokens per step (n-gram draft; 0 = plain)")
     p.add_argument("--max-new-tokens", type=int, default=32)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from specviz.cli.args import device, int_in
+from specviz.cli.args import device, int_in, model_ref
 from specviz.engine.policies import FIXED, POLICY_NAMES, parse_table, reading
 from specviz.engine.request import MAX_BATCH, Knobs
 from specviz.fastpath import CompileError, check_compile
@@ -21,10 +21,10 @@ DEFAULT_DRAFT = "layerskip:12-17"   # measured: agrees with the full 135M model 
 
 
 def add_pair_args(p) -> None:
-    p.add_argument("--target", default=os.environ.get("SPECVIZ_TARGET", DEFAULT_TARGET),
+    p.add_argument("--target", default=os.environ.get("SPECVIZ_TARGET", DEFAULT_TARGET), type=model_ref,
                    help="target model: hub id, local dir, .gguf file or smollm2-135m-offline; shape:NAME@DIR "
                         "(a preset's shape, random weights, the tokenizer in DIR) with a synthetic draft only")
-    p.add_argument("--draft", default=os.environ.get("SPECVIZ_DRAFT", DEFAULT_DRAFT),
+    p.add_argument("--draft", default=os.environ.get("SPECVIZ_DRAFT", DEFAULT_DRAFT), type=model_ref,
                    help=f"draft: a model reference, 'ngram', 'layerskip:A-B', or 'synthetic:A' (the target's own "
                         f"continuation, each drafted token right with probability A; greedy only; its reference run "
                         f"comes first, timed apart) (default {DEFAULT_DRAFT}, a layer-skip view of the target; the "

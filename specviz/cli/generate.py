@@ -106,8 +106,8 @@ def run(args) -> int:
     if tty:
         print(f"\n{DIM}green = accepted draft, red = rejected draft, blue = target's own token{RESET}")
     rows = "1 row" if run_args.batch == 1 else f"{run_args.batch} rows"
-    print(f"--- {args.target} with draft {args.draft}, depth {run_args.depth}, {rows}, on {_machine(pair.target.device)}"
-          f"\n--- forward path: {pair.fast.shown}")
+    print(f"--- {args.target} with draft {args.draft}, depth {run_args.depth}, {rows}, on "
+          f"{_machine(pair.target.device)}\n--- forward path: {pair.fast.shown}")
     for i, text in enumerate(final["texts"]):
         print(f"--- row {i + 1} ---\n{text}")
     acc = "n/a" if t.acceptance_rate is None else f"{t.acceptance_rate:.1%}"

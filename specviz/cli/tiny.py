@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specviz.cli.args import int_in, new_folder
+from specviz.cli.args import int_in, model_ref, new_folder
 from specviz.pairs.models import load_model
 
 HEADS = 4          # attention heads (2 key/value heads): a head's width is hidden / 4, and rotary halves it
@@ -22,8 +22,8 @@ def _hidden(value: str) -> int:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("tiny-draft", help="write a tiny random draft with the target's tokenizer")
-    p.add_argument("--target", default="smollm2-135m-offline", help="the model whose tokenizer and vocabulary "
-                   "the draft takes")
+    p.add_argument("--target", default="smollm2-135m-offline", type=model_ref,
+                   help="the model whose tokenizer and vocabulary the draft takes")
     p.add_argument("--out", required=True, type=new_folder, help="a new or empty folder to write the model into")
     p.add_argument("--layers", type=int_in(1, 32), default=1, help="decoder layers (1-32)")
     p.add_argument("--hidden", type=_hidden, default=64, help=f"hidden width, a multiple of {HEADS * 2} up to 4096")
