@@ -33,9 +33,14 @@ def add_parser(sub) -> None:
     p = sub.add_parser("whatif", help="estimated tokens/s and speed-up over batch sizes × depths on a GPU "
                                       "(calibrated or ideal roofline model)")
     gpu = p.add_mutually_exclusive_group()
-    gpu.add_argument("--gpu", default=None, help="GPU preset: " + ", ".join(presets.GPUS))
-    gpu.add_argument("--bandwidth", type=float, default=None, help="custom GPU: memory bandwidth, bytes/s")
-    p.add_argument("--flops", type=float, default=None, help="custom GPU: dense FLOP/s (with --bandwidth)")
+    gpu.add_argument("--gpu", default=None, help="GPU preset (the grid needs it, or --bandwidth with --flops): "
+                     + ", ".join(presets.GPUS))
+    lo, hi = presets.CUSTOM_BANDWIDTH
+    gpu.add_argument("--bandwidth", type=float, default=None,
+                     help=f"custom GPU: memory bandwidth, bytes/s ({lo:g}-{hi:g})")
+    lo, hi = presets.CUSTOM_FLOPS
+    p.add_argument("--flops", type=float, default=None,
+                   help=f"custom GPU: dense FLOP/s, with --bandwidth ({lo:g}-{hi:g})")
     p.add_argument("--target", default="Llama-3.1-8B", help="model preset: " + ", ".join(presets.MODELS))
     p.add_argument("--draft", default="ngram",
                    help="a model preset, EAGLE:<target>, EAGLE-3:<target>, layerskip:A-B or ngram")
