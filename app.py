@@ -16,12 +16,13 @@ import os
 def parse_args(argv=None):
     from specviz.cli.args import int_in
 
+    port = int_in(1, 65535)
     on_space = bool(os.environ.get("SPACE_ID"))
     p = argparse.ArgumentParser(description="SpecViz: speculative decoding, measured")
     p.add_argument("--target", default=os.environ.get("SPECVIZ_TARGET"))
     p.add_argument("--draft", default=os.environ.get("SPECVIZ_DRAFT"))
     p.add_argument("--host", default=os.environ.get("SPECVIZ_HOST", "0.0.0.0" if on_space else "127.0.0.1"))
-    p.add_argument("--port", type=int_in(1, 65535), default=None, help="default 7860, or SPECVIZ_PORT")
+    p.add_argument("--port", type=port, default=None, help="default 7860, or SPECVIZ_PORT")
     p.add_argument("--compile", default=os.environ.get("SPECVIZ_COMPILE", "auto"),
                    help="fast path (static KV cache, compact forward; CUDA graphs on CUDA): auto | static | on | off. "
                         "Pairs are served eagerly while it warms up in the background; auto switches where "
@@ -39,7 +40,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.port is None:
         try:
-            args.port = int_in(1, 65535)(os.environ.get("SPECVIZ_PORT", "7860"))
+            args.port = port(os.environ.get("SPECVIZ_PORT", "7860"))
         except argparse.ArgumentTypeError as exc:
             p.error(f"SPECVIZ_PORT {exc}")
     if args.vllm_url is None:

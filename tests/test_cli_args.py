@@ -56,9 +56,6 @@ ROOT = Path(__file__).resolve().parents[1]
     # a model written as a path that is not there, named by its flag before the other model loads
     (["generate", "--draft", "/nonexistent/model"], "argument --draft: there is no model at /nonexistent/model"),
     (["roofline", "--target", "./no-such-model"], "argument --target: there is no model at ./no-such-model"),
-    # before a model loads (bench-hf loaded its pair for 9 s first)
-    (["bench-hf", "--prompt", ""], "the prompt is empty"),
-    (["sweep", "--prompt", " "], "the prompt is empty"),
 ])
 def test_bad_values_are_refused_in_one_sentence(argv, said, capsys):
     assert main(argv) == 2
@@ -128,3 +125,24 @@ def test_the_apps_port_is_refused_by_the_flag_or_the_variable_that_set_it(monkey
         assert exited.value.code == 2 and said in capsys.readouterr().err
     monkeypatch.setenv("SPECVIZ_PORT", "9000")
     assert app.parse_args([]).port == 9000 and app.parse_args(["--port", "8080"]).port == 8080
+
+
+@pytest.mark.parametrize("argv", [["bench-hf", "--prompt", ""], ["sweep", "--prompt", " "]])
+def test_an_empty_prompt_is_refused_before_a_model_loads(argv, monkeypatch, capsys):
+    """bench-hf loaded its pair for 9 s before saying the prompt was empty."""
+    from specviz.pairs import pipeline
+
+    monkeypatch.setattr(pipeline, "load_pair", lambda *a, **k: pytest.fail("loaded a model first"))
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == ("specviz: error: the prompt is empty: type something for the model "
+                                               "to continue")
+
+
+def test_a_missing_model_path_names_the_variable_that_gave_it(monkeypatch, capsys):
+    monkeypatch.setenv("SPECVIZ_TARGET", "/nope/model")
+    assert main(["generate"]) == 2
+    assert capsys.readouterr().err.strip() == ("specviz: error: argument --target: there is no model at /nope/model "
+                                               "(given by SPECVIZ_TARGET): the path does not exist")
+    monkeypatch.delenv("SPECVIZ_TARGET")
+    assert main(["generate", "--draft", "~nosuchuser/m"]) == 2          # no home directory: still one sentence
+    assert "argument --draft: there is no model at ~nosuchuser/m" in capsys.readouterr().err

@@ -67,13 +67,29 @@ def int_list(lo: int, hi: int):
     return parse
 
 
-def model_ref(value: str) -> str:
+def model_ref(env: str | None = None):
     """A model reference; one written as a path (/…, ./…, ../…, ~…) must exist, so a typo is named by its
-    flag at once, not after the other model has loaded."""
-    text = value.strip()
-    if text.startswith(("/", "./", "../", "~")) and not Path(text).expanduser().exists():
-        raise argparse.ArgumentTypeError(f"there is no model at {text}: the path does not exist")
-    return value
+    flag at once, not after the other model has loaded (and by `env` where that variable gave it)."""
+    def parse(value: str) -> str:
+        text = value.strip()
+        if text.startswith(("/", "./", "../", "~")) and not _exists(text):
+            given = f" (given by {env})" if env and os.environ.get(env) == value else ""
+            raise argparse.ArgumentTypeError(f"there is no model at {text}{given}: the path does not exist")
+        return value
+    parse.__name__ = "model reference"
+    return parse
+
+
+def _exists(path: str) -> bool:
+    try:
+        return Path(path).expanduser().exists()
+    except RuntimeError:            # ~someone with no home directory here
+        return False
+
+
+def given_flags(args, defaults: dict[str, object]) -> list[str]:
+    """The flags among `defaults` (dest → its default) whose value differs from it, as typed: --batch-sizes."""
+    return ["--" + dest.replace("_", "-") for dest, default in defaults.items() if getattr(args, dest) != default]
 
 
 def _writable_at(path: Path) -> None:

@@ -32,7 +32,6 @@ from specviz.cli.common import add_compile_arg, n_users
 from specviz.engine.divergence import first_difference, is_near_tie, target_margins
 from specviz.engine.request import Knobs, Request
 from specviz.hardware.device import cpu_name
-from specviz.lessons import Said
 from specviz.limits import Limits
 from specviz.serve.door import check_count, check_run
 from specviz.vllm import launcher
@@ -64,7 +63,7 @@ def check_sizes(args) -> Sizes:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("bench-vllm", help="our engine vs a vLLM server: same prompts, tokens and k")
-    p.add_argument("--target", default="smollm2-135m-offline", type=model_ref, help="the model both engines serve")
+    p.add_argument("--target", default="smollm2-135m-offline", type=model_ref(), help="the model both engines serve")
     p.add_argument("--users", type=int, default=16, help="concurrent users, one row each (1-64)")
     p.add_argument("--depth", type=int, default=4, help="draft tokens per step (n-gram draft; 0 = plain)")
     p.add_argument("--max-new-tokens", type=int, default=32)
@@ -276,8 +275,8 @@ def run(args) -> int:
     if args.vllm_url:                          # fail fast, before any model loads
         client = VllmClient(args.vllm_url, timeout_s=600)
         served = client.model(args.vllm_model)
-    elif not launcher.vllm_installed():        # read through the module: a test stands in for the venv
-        raise VllmError(Said("errors.vllm.not_installed", venv=str(launcher.VENV)))
+    else:
+        launcher.require_installed()           # read through the module: a test stands in for the venv
     _threads(args.threads)
     # loaded in a thread that ends: ours steps in the scheduler's thread (hardware/threads.py)
     pair = own_thread(load_pair, args.target, "ngram", "cpu", compile=args.compile)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from specviz.cli.args import device, int_in, model_ref
+from specviz.cli.args import device, given_flags, int_in, model_ref
 from specviz.engine.policies import FIXED, POLICY_NAMES, parse_table, reading
 from specviz.engine.request import MAX_BATCH, Knobs
 from specviz.fastpath import CompileError, check_compile
@@ -21,10 +21,12 @@ DEFAULT_DRAFT = "layerskip:12-17"   # measured: agrees with the full 135M model 
 
 
 def add_pair_args(p) -> None:
-    p.add_argument("--target", default=os.environ.get("SPECVIZ_TARGET", DEFAULT_TARGET), type=model_ref,
+    p.add_argument("--target", default=os.environ.get("SPECVIZ_TARGET", DEFAULT_TARGET),
+                   type=model_ref("SPECVIZ_TARGET"),
                    help="target model: hub id, local dir, .gguf file or smollm2-135m-offline; shape:NAME@DIR "
                         "(a preset's shape, random weights, the tokenizer in DIR) with a synthetic draft only")
-    p.add_argument("--draft", default=os.environ.get("SPECVIZ_DRAFT", DEFAULT_DRAFT), type=model_ref,
+    p.add_argument("--draft", default=os.environ.get("SPECVIZ_DRAFT", DEFAULT_DRAFT),
+                   type=model_ref("SPECVIZ_DRAFT"),
                    help=f"draft: a model reference, 'ngram', 'layerskip:A-B', or 'synthetic:A' (the target's own "
                         f"continuation, each drafted token right with probability A; greedy only; its reference run "
                         f"comes first, timed apart) (default {DEFAULT_DRAFT}, a layer-skip view of the target; the "
@@ -151,7 +153,7 @@ def refuse_vllm_only(args, defaults: dict[str, object]) -> None:
     ignored (`sweep --repeats 3` ran once, and its reader took the median of three)."""
     if args.engine == "vllm":
         return
-    given = [f"--{name.replace('_', '-')}" for name, default in defaults.items() if getattr(args, name) != default]
+    given = given_flags(args, defaults)
     if given:
         verb = "is" if len(given) == 1 else "are"
         raise LimitError(f"{' and '.join(given)} {verb} read only with --engine vllm; our engine takes no such setting")

@@ -201,8 +201,7 @@ def run_vllm(args, users: list[int], depths: list[int]) -> int:
     from specviz.pairs.pipeline import encode_prompt
 
     schedule = check_schedule(args.schedule, users, depths)
-    if not launcher.vllm_installed():
-        raise VllmError("vLLM is not installed (.venv-vllm is missing): run bash scripts/vllm-setup")
+    launcher.require_installed()
     launcher.speculative_config(args.draft, max(depths))     # an unsupported draft fails before any server starts
     tok = load_tokenizer(args.target)
     prompts = [encode_prompt(tok, t) for t in prompt_texts(args.prompts)]

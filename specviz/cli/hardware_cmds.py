@@ -45,7 +45,7 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=run_calibrate)
 
     p = sub.add_parser("roofline", help="measure target latency against tokens per pass and find the knee")
-    p.add_argument("--target", default="smollm2-135m-offline", type=model_ref,
+    p.add_argument("--target", default="smollm2-135m-offline", type=model_ref(),
                    help="the model measured: a model reference, or shape:NAME[@DIR] (a preset's shape, random weights)")
     p.add_argument("--device", default=None, type=device, help="cpu, cuda or cuda:N (default: cuda when available)")
     p.add_argument("--max-tokens", type=int_in(1, 8192), default=None,

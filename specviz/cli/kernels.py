@@ -15,7 +15,7 @@ import json
 
 import torch
 
-from specviz.cli.args import int_list
+from specviz.cli.args import int_list, model_ref
 from specviz.cli.common import DEFAULT_TARGET
 from specviz.limits import LimitError
 
@@ -25,7 +25,8 @@ NAMES = {"stock": "stock", "colmajor": "column-major", "onednn": "oneDNN", "rows
 
 def add_parser(sub) -> None:
     p = sub.add_parser("kernels", help="per-shape GB/s of each matrix product this CPU offers the fast path")
-    p.add_argument("--target", default=None, help=f"model whose matrix shapes are timed (default {DEFAULT_TARGET})")
+    p.add_argument("--target", default=None, type=model_ref(),
+                   help=f"model whose matrix shapes are timed (default {DEFAULT_TARGET})")
     p.add_argument("--rows", default="1,5,16", type=int_list(1, 64),
                    help="rows multiplied at once (comma-separated, 1-64)")
     p.add_argument("--quick", action="store_true", help="two small shapes, one round (seconds; for tests)")

@@ -118,8 +118,7 @@ def run_sweep_vllm(args, batches: list[int], depths: list[int]) -> int:
     from specviz.pairs.pipeline import encode_prompt
 
     schedule = parse_schedule(args.schedule)
-    if not launcher.vllm_installed():      # read through the module: a test stands in for the venv
-        raise VllmError("vLLM is not installed (.venv-vllm is missing): run bash scripts/vllm-setup")
+    launcher.require_installed()           # read through the module: a test stands in for the venv
     speculative_config(args.draft, max(depths + [1]))        # an unsupported draft fails before any server starts
     prompt = encode_prompt(load_tokenizer(args.target), args.prompt)
     version, cpu = vllm_version(python_path()), cpu_name()

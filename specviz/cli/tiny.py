@@ -22,7 +22,7 @@ def _hidden(value: str) -> int:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("tiny-draft", help="write a tiny random draft with the target's tokenizer")
-    p.add_argument("--target", default="smollm2-135m-offline", type=model_ref,
+    p.add_argument("--target", default="smollm2-135m-offline", type=model_ref(),
                    help="the model whose tokenizer and vocabulary the draft takes")
     p.add_argument("--out", required=True, type=new_folder, help="a new or empty folder to write the model into")
     p.add_argument("--layers", type=int_in(1, 32), default=1, help="decoder layers (1-32)")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import sys
 
-from specviz.cli.args import whole_numbers
+from specviz.cli.args import given_flags, whole_numbers
 from specviz.hardware import costmodel, gpu_records, presets, profiles
 
 MODELS = ("calibrated", "ideal")
@@ -72,7 +72,7 @@ GRID = ("gpu", "bandwidth", "flops", "target", "draft", "alpha", "context", "bat
 
 def _ignored(args) -> list[str]:
     """The grid's settings given with a report (--published, --sweeps, --recorded), as flags."""
-    return ["--" + k.replace("_", "-") for k, v in args.grid_defaults.items() if getattr(args, k) != v]
+    return given_flags(args, args.grid_defaults)
 
 
 def run(args) -> int:

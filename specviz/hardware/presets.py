@@ -120,6 +120,12 @@ CUSTOM_BANDWIDTH = (1e9, 1e14)
 CUSTOM_FLOPS = (1e9, 1e17)
 
 
+def custom_bounds() -> Said:
+    """The sentence that gives a custom GPU's bounds, in TB/s and TFLOP/s as the What-if's boxes take them."""
+    (bw_lo, bw_hi), (fl_lo, fl_hi) = ((lo / 1e12, hi / 1e12) for lo, hi in (CUSTOM_BANDWIDTH, CUSTOM_FLOPS))
+    return Said("whatif.bad_custom", bw_lo=bw_lo, bw_hi=bw_hi, fl_lo=fl_lo, fl_hi=fl_hi)
+
+
 def _within(value: float, bounds: tuple[float, float]) -> bool:
     return bounds[0] <= value <= bounds[1]
 
@@ -130,7 +136,9 @@ def resolve_gpu(name: str | None = None, bandwidth: float | None = None, flops: 
         if name not in GPUS:
             raise PresetError(Said("errors.unknown_gpu_preset", name=quoted(name), names=", ".join(GPUS)))
         return GPUS[name]
-    if bandwidth is None or flops is None or not (_within(bandwidth, CUSTOM_BANDWIDTH) and _within(flops, CUSTOM_FLOPS)):
+    if bandwidth is None or flops is None:
         raise PresetError(Said("errors.gpu_needs_numbers"))
+    if not (_within(bandwidth, CUSTOM_BANDWIDTH) and _within(flops, CUSTOM_FLOPS)):
+        raise PresetError(custom_bounds())
     return GpuSpec(f"custom GPU ({bandwidth / 1e12:.3g} TB/s, {flops / 1e12:.4g} TFLOP/s)", float(bandwidth),
                    float(flops), "given by the user")

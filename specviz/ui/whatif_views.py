@@ -131,15 +131,20 @@ def _hardware(app, gpu: str, bw_tbs: float, flops_tflops: float, lang: str = les
         return (presets.GpuSpec(THIS_MACHINE, p.bandwidth, p.flops, "calibrated here"), desc,
                 2.0 if "16" in p.dtype else 4.0, p.device)
     if gpu == CUSTOM_GPU:
-        if not (BW_TBS[0] <= bw_tbs <= BW_TBS[1] and FLOPS_TFLOPS[0] <= flops_tflops <= FLOPS_TFLOPS[1]):
-            raise gr.Error(tx(lang, "bad_custom"))
-        g = presets.resolve_gpu(None, bw_tbs * 1e12, flops_tflops * 1e12)
+        try:                # the bounds are the preset module's (presets.CUSTOM_*), and so is the sentence
+            g = presets.resolve_gpu(None, _scaled(bw_tbs), _scaled(flops_tflops))
+        except presets.PresetError as exc:
+            raise gr.Error(lessons.say(lang, exc)) from None
         return g, tx(lang, "custom_desc", name=g.name), 2.0, "cuda"
     if gpu not in GPUS:
         raise gr.Error(tx(lang, "unknown_gpu", gpu=_short(gpu)))
     g = GPUS[gpu]
     desc = tx(lang, "preset_desc", name=g.name, bw=g.bandwidth / 1e12, fl=g.flops / 1e12, source=g.source)
     return g, desc, 2.0, "cuda"
+
+
+def _scaled(tera: float | None) -> float | None:
+    return None if tera is None else tera * 1e12
 
 
 def _short(value) -> str:

@@ -63,6 +63,12 @@ def vllm_installed(venv: Path = VENV) -> bool:
     return python_path(venv).is_file()
 
 
+def require_installed(venv: Path = VENV) -> None:
+    """Refuse, before anything loads or starts, where vLLM's venv is missing."""
+    if not vllm_installed(venv):
+        raise VllmError(Said("errors.vllm.not_installed", venv=str(venv)))
+
+
 def model_dir(ref: str) -> str:
     """The directory vLLM reads for a model reference (the offline alias → our safetensors copy)."""
 
@@ -131,8 +137,7 @@ class VllmServer:
         with self._lock:
             if self.alive():
                 return self
-            if not vllm_installed(self.venv):
-                raise VllmError(Said("errors.vllm.not_installed", venv=str(self.venv)))
+            require_installed(self.venv)
             argv = server_argv(self.spec, model_dir(self.spec.target), python_path(self.venv))
             fd, path = tempfile.mkstemp(prefix=f"specviz-vllm-{self.spec.port}-", suffix=".log")
             self.log_path = Path(path)
