@@ -190,6 +190,27 @@ def test_recorded_sweeps_compare_end_to_end():
         assert len(cal.estimate) == len(sw.batch_sizes) and len(cal.estimate[0]) == len(sw.depths)
 
 
+def test_a_sweep_names_its_preset_by_shape_and_the_whatif_skips_what_it_cannot_model(tmp_path, capsys, monkeypatch):
+    spec = replace(presets.MODELS["SmolLM2-135M"], name="smollm2-135m-offline", bytes_per_param=4.0)
+    assert presets.named_by_shape(spec, "smollm2-135m-offline") == "SmolLM2-135M"
+    assert presets.named_by_shape(replace(spec, n_layers=3), "/tmp/tiny") == "/tmp/tiny"
+    shipped = {sw.name: sw for sw in profiles.load_sweeps()}["cpu-2core-ngram-fast"]
+    assert profiles.cannot_model(shipped) is None
+    for change, why in ((dict(target="/tmp/tiny"), "its target /tmp/tiny has the shape of no what-if preset"),
+                        (dict(draft="synthetic:0.7"), "its draft synthetic:0.7 is not one the what-if models"),
+                        (dict(acceptance={2: 0.5}), "it has no depth 1, where the models read α")):
+        assert profiles.cannot_model(replace(shipped, **change)) == why
+    odd = replace(shipped, name="odd", target="/tmp/tiny")
+    real = profiles.load_sweeps
+    monkeypatch.setattr(profiles, "load_sweeps", lambda: real() + [odd])
+    rc, out, err = _whatif(capsys, "--sweeps")
+    assert rc == 0, err
+    assert "skipped odd: its target /tmp/tiny has the shape of no what-if preset" in out and "mean error" in out
+    monkeypatch.setattr(profiles, "load_sweeps", lambda: [odd])               # nothing left to compare: one line
+    rc, out, err = _whatif(capsys, "--sweeps")
+    assert rc == 2 and out == "" and err.count("\n") == 1 and "skipped odd: its target /tmp/tiny" in err
+
+
 # --- the CLI ---------------------------------------------------------------------------------------------
 
 def _whatif(capsys, *args):

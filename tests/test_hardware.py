@@ -7,7 +7,7 @@ import time
 import pytest
 
 from specviz.hardware import device as hw
-from specviz.hardware import presets
+from specviz.hardware import presets, profiles
 from specviz.hardware import roofline as rf
 
 
@@ -173,7 +173,20 @@ def test_sweep_cli_end_to_end(tiny_paths, tmp_path):
     assert "crossover_batch" in data
     # where it ran and where its files went (a default folder is written over)
     assert data["cpu"].endswith("cores)") and data["device_name"].startswith("cpu")
-    assert f"wrote sweep.csv, sweep.json, sweep.html, crossover.html in {out}/" in r.stderr
+    assert f"wrote sweep.csv, sweep.json, recorded.json, sweep.html, crossover.html in {out}/" in r.stderr
+    # recorded.json: the sweep as assets/sweeps/ keeps it, with the command that measures it again
+    (tmp_path / "assets").mkdir()
+    (tmp_path / "assets" / "mine.json").write_text((out / "recorded.json").read_text())
+    (sw,) = profiles.load_sweeps(tmp_path / "assets")
+    cell = {(r["batch_size"], r["depth"]): r for r in data["rows"]}
+    assert sw.batch_sizes == [1, 2] and sw.depths == [0, 2] and sw.new_tokens == 4
+    assert sw.tokens_per_s == [[round(cell[b, k]["tokens_per_s"], 2) for k in (0, 2)] for b in (1, 2)]
+    drafted = cell[1, 2]["drafted"] + cell[2, 2]["drafted"]
+    assert drafted and sw.acceptance == {2: round((cell[1, 2]["accepted"] + cell[2, 2]["accepted"]) / drafted, 3)}
+    assert sw.prompt_tokens == len(data["prompt_ids"]) and sw.device == data["device_name"]
+    assert sw.command.startswith("python -m specviz sweep --compile ") and "--batch-sizes 1,2 --depths 0,2" in sw.command
+    # a tiny random model has no preset's shape: the record keeps its path, and the what-if says why it skips it
+    assert sw.target == tiny_paths["target"] and "has the shape of no what-if preset" in profiles.cannot_model(sw)
     bad = cli("sweep", "--target", tiny_paths["target"], "--draft", "ngram", "--depths", "0,99")
     assert bad.returncode != 0 and "depths" in bad.stderr
 

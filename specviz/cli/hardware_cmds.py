@@ -4,7 +4,7 @@ The sweep times every (batch B, depth k) cell on a fresh engine, B rows of one p
 synthetic:A` each batch size's reference (the same B rows at depth 0, specviz.cli.dial) is decoded first,
 untimed, and reported apart in `synthetic`; every row keeps its own coins (seed 0, its row id), so every
 depth draws the same ones. sweep.json also holds each cell's generated rows (`outputs`) and the prompt's ids
-(`prompt_ids`)."""
+(`prompt_ids`); recorded.json is the sweep as `assets/sweeps/` keeps it (specviz.cli.sweep_record)."""
 from __future__ import annotations
 
 import csv
@@ -16,6 +16,7 @@ from pathlib import Path
 from specviz.cli.args import device, int_in, int_list, model_ref, out_file, out_folder
 from specviz.cli.common import (DEFAULT_PROMPTS, add_compile_arg, add_pair_args, charts, refuse_vllm_only,
                                 write_chart, wrote)
+from specviz.cli import sweep_record
 from specviz.cli.dial import Dial
 from specviz.cli.sweep_vllm import run_sweep_vllm
 from specviz.engine.request import Knobs
@@ -25,6 +26,7 @@ from specviz.fastpath.layout import forget
 from specviz.hardware.costmodel import best_depths, crossover_from_rows
 from specviz.hardware.device import (cached_peaks, calibrate, cpu_name, device_name, find_knee, measure_latency,
                                      paired_roofline)
+from specviz.hardware.presets import named_by_shape
 from specviz.hardware.profiles import spec_to_dict
 from specviz.hardware.roofline import pass_cost, predicted_knee, spec_from_config
 from specviz.lessons import Said
@@ -68,8 +70,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--max-new-tokens", type=int_in(1, 4096), default=32, help="tokens each row decodes (1-4096)")
     p.add_argument("--prompt", default=DEFAULT_PROMPTS[0])
     p.add_argument("--out", default="runs/sweep", type=out_folder,
-                   help="folder for sweep.csv, sweep.json, sweep.html and crossover.html, replaced if there "
-                        "(default runs/sweep)")
+                   help="folder for sweep.csv, sweep.json, recorded.json (the layout of assets/sweeps/), sweep.html "
+                        "and crossover.html, replaced if there (default runs/sweep)")
     p.add_argument("--engine", choices=("specviz", "vllm"), default="specviz",
                    help="vllm: one local vLLM server per depth, launched in turn (needs scripts/vllm-setup; "
                         "--draft ngram or a draft model)")
@@ -172,6 +174,16 @@ def _graphed(fast, ns: list[int], context: int) -> list[bool] | None:
     return [target.pick(1, n, context + n) is not None for n in ns]
 
 
+def _write_record(path: Path, args, rows, batches, depths, pair, prompt_tokens: int) -> None:
+    """recorded.json: the sweep as assets/sweeps/ keeps it (what `whatif --sweeps` compares with)."""
+    # the what-if's models need a preset's shape: one of the same shape names it, else the reference stays
+    target = named_by_shape(spec_from_config(pair.target.config_dict), args.target)
+    rec = sweep_record.ours(args, rows, batches, depths, target=target, path=pair.fast.label,
+                            dtype=str(pair.target.dtype).removeprefix("torch."),
+                            device=device_name(pair.target.device), cpu=cpu_name(), prompt_tokens=prompt_tokens)
+    path.write_text(json.dumps(rec, indent=1, ensure_ascii=False))
+
+
 def run_sweep(args) -> int:
     # on first use: transformers is slow to import
     from specviz.pairs.pipeline import encode_prompt, load_pair
@@ -208,7 +220,8 @@ def run_sweep(args) -> int:
             t = eng.totals
             rows.append({"batch_size": b, "depth": k, "tokens_per_s": t.tokens / wall,
                          "decode_tokens_per_s": t.tokens_per_s, "acceptance_rate": t.acceptance_rate,
-                         "flops_ratio": t.flops_ratio, "tokens": t.tokens, **t.per_step_ms(),
+                         "flops_ratio": t.flops_ratio, "tokens": t.tokens, "drafted": t.drafted,
+                         "accepted": t.accepted, **t.per_step_ms(),
                          **(_padding(before, target.stats()) if target else {})})
             outputs.append(list(eng.outputs().values()))
             done += 1
@@ -239,9 +252,10 @@ def run_sweep(args) -> int:
     cells = ",\n  ".join(json.dumps({"batch_size": r["batch_size"], "depth": r["depth"], "rows": o})
                           for r, o in zip(rows, outputs))
     (out / "sweep.json").write_text(doc.replace('"outputs": null', f'"outputs": [\n  {cells}\n ]'))
+    _write_record(out / "recorded.json", args, rows, batches, depths, pair, len(prompt))
     write_chart(out / "sweep.html", lambda: charts().sweep_figure(rows, batches, depths))
     write_chart(out / "crossover.html", lambda: charts().crossover_figure(rows, "Measured throughput vs batch size"))
-    wrote(out, "sweep.csv", "sweep.json", "sweep.html", "crossover.html")
+    wrote(out, "sweep.csv", "sweep.json", "recorded.json", "sweep.html", "crossover.html")
     print("batch → best depth: " + ", ".join(f"{b}→{k}" for b, k in best.items()))
     if not (0 in depths and any(depths)):
         print("no crossover: --depths needs 0 (plain decoding) and a depth above 0 to compare them")

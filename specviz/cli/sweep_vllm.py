@@ -18,13 +18,13 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from specviz.cli.common import charts, write_chart
+from specviz.cli.sweep_record import acceptance, command_line
 from specviz.hardware.costmodel import best_depths, crossover_from_rows
 from specviz.limits import LimitError
 from specviz.pairs.models import load_tokenizer
@@ -170,16 +170,11 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
 def recorded(args, batches, depths, per_depth: dict, schedule, prompt_tokens: int, version: str, cpu: str,
              path: str) -> dict:
     """The sweep in the layout of assets/sweeps/*.json (profiles.load_sweeps reads it), with provenance."""
-    def acceptance(cells: list[dict]) -> float | None:
-        drafted = sum(c["drafted"] for c in cells)
-        return round(sum(c["accepted"] for c in cells) / drafted, 3) if drafted else None
-
-    command = "python -m specviz sweep --engine vllm " + " ".join(
-        f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in (
-            ("target", args.target), ("draft", args.draft), ("prompt", args.prompt),
-            ("batch_sizes", ",".join(map(str, batches))), ("depths", ",".join(map(str, depths))),
-            ("schedule", schedule_text(schedule) or "none"), ("max_new_tokens", args.max_new_tokens),
-            ("repeats", args.repeats)))
+    command = command_line("sweep --engine vllm", [
+        ("target", args.target), ("draft", args.draft), ("prompt", args.prompt),
+        ("batch_sizes", ",".join(map(str, batches))), ("depths", ",".join(map(str, depths))),
+        ("schedule", schedule_text(schedule) or "none"), ("max_new_tokens", args.max_new_tokens),
+        ("repeats", args.repeats)])
     command += " --vllm-eager" if args.vllm_eager else ""
     load = os.getloadavg()[0]
     rec = {"about": f"Measured on vLLM {version} ({cpu}), fp32, one server per depth launched in turn "

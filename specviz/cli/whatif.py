@@ -227,10 +227,20 @@ def stack_fits(series, base: costmodel.Calibration) -> list[dict]:
 
 def sweeps_report() -> dict:
     """Every recorded sweep against three models, each sweep with the profile recorded on its forward path."""
-    sweeps, recorded = profiles.load_sweeps(), profiles.load_profiles()
-    pairs = [(sw, profiles.profile_for_device(recorded, "cpu", sw.path)) for sw in sweeps]
-    if not pairs or any(prof is None for _, prof in pairs):
-        raise WhatIfError("needs a recorded sweep in assets/sweeps/ and a CPU profile in assets/profiles/")
+    recorded, pairs, skipped = profiles.load_profiles(), [], []
+    for sw in profiles.load_sweeps():
+        kind = sw.device.split(":")[0]
+        why = profiles.cannot_model(sw)
+        prof = None if why else profiles.profile_for_device(recorded, kind, sw.path)
+        if why is None and prof is None:
+            why = f"no {kind} profile in assets/profiles/ to take its pass times from"
+        if why:
+            skipped.append({"sweep": sw.name, "why": why})
+        else:
+            pairs.append((sw, prof))
+    if not pairs:
+        raise WhatIfError("needs a recorded sweep in assets/sweeps/ and a profile in assets/profiles/ of its "
+                          "device" + "".join(f"; skipped {s['sweep']}: {s['why']}" for s in skipped))
     out = []
     for model in ("measured pass curve", "calibrated", "ideal"):
         for sw, prof in pairs:
@@ -238,7 +248,8 @@ def sweeps_report() -> dict:
             curve = tuple(zip(prof.tokens_per_pass, prof.latency_s)) if model == "measured pass curve" else ()
             cal = profiles.profile_calibration(prof) if model == "calibrated" else costmodel.IDEAL
             out.append(_sweep_row(model, sw, prof, cal, curve))
-    return {"label": ESTIMATE, "profiles": sorted({prof.name for _, prof in pairs}), "comparisons": out}
+    return {"label": ESTIMATE, "profiles": sorted({prof.name for _, prof in pairs}), "comparisons": out,
+            "skipped": skipped}
 
 
 def _sweep_row(model: str, sw, prof, cal: costmodel.Calibration, curve: tuple) -> dict:
@@ -302,6 +313,7 @@ def render(out: dict) -> str:
         else:
             lines.append(f"{c['model']:>10} {c['sweep']}: tokens/s mean error {100 * c['mean_abs_error']:.0f} %, "
                          f"max {100 * c['max_abs_error']:.0f} %; speed-up mean {100 * c['speedup_mean_abs_error']:.0f} %")
+    lines += [f"skipped {s['sweep']}: {s['why']}" for s in out.get("skipped", [])]
     return "\n".join(lines)
 
 

@@ -90,6 +90,13 @@ def resolve_model(name: str) -> ModelSpec:
     return MODELS[name]
 
 
+def named_by_shape(spec: ModelSpec, otherwise: str) -> str:
+    """The preset of this shape ("SmolLM2-135M" for smollm2-135m-offline's config), else `otherwise`."""
+    def shape(m: ModelSpec) -> tuple:
+        return m.n_layers, m.d_model, m.n_heads, m.n_kv_heads, m.head_dim, m.d_ff, m.vocab, m.tied
+    return next((name for name, m in MODELS.items() if shape(m) == shape(spec)), otherwise)
+
+
 def resolve_draft(name: str, target: ModelSpec) -> ModelSpec | None:
     """A draft preset's shape for `target`: None for n-gram lookup (no model), an EAGLE head (which must
     belong to this target: it reads its features), `layerskip:A-B` (the target minus layers A..B), or a

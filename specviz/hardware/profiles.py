@@ -17,7 +17,7 @@ from pathlib import Path
 
 from specviz.hardware.costmodel import (SERVING, Calibration, Setup, depth_crossover, fit_alpha, fit_calibration,
                                         run_seconds)
-from specviz.hardware.presets import GPUS, GpuSpec, resolve_draft, resolve_gpu, resolve_model
+from specviz.hardware.presets import MODELS, GPUS, GpuSpec, PresetError, resolve_draft, resolve_gpu, resolve_model
 from specviz.hardware.roofline import ModelSpec, predicted_knee
 from specviz.lessons import Said
 
@@ -226,6 +226,20 @@ def load_sweeps(folder: Path = SWEEPS_DIR, engine: str = "specviz") -> list[Reco
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return out
+
+
+def cannot_model(sweep: RecordedSweep) -> str | None:
+    """Why the what-if's models cannot estimate a recorded sweep (None where they can): they need presets
+    for its target and draft, and its acceptance at depth 1 (α)."""
+    if sweep.target not in MODELS:
+        return f"its target {sweep.target} has the shape of no what-if preset"
+    try:
+        resolve_draft(sweep.draft, MODELS[sweep.target])
+    except PresetError:
+        return f"its draft {sweep.draft} is not one the what-if models"
+    if 1 not in sweep.acceptance:
+        return "it has no depth 1, where the models read α"
+    return None
 
 
 def _schedule(d, n_batches: int) -> dict | None:
