@@ -43,8 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
     (["bench-vllm", "--threads", "1000"], "argument --threads: must be a whole number from 0 to"),
     (["bench-vllm", "--threads", "-5"], "argument --threads: must be a whole number from 0 to"),
     (["bench-vllm", "--port", "70000"], "argument --port: must be a whole number from 0 to 65535, not '70000'"),
-    # a flag only another mode reads is refused, not ignored (sweep --repeats 3 ran each cell once)
-    (["sweep", "--repeats", "3"], "--repeats is read only with --engine vllm; our engine takes no such setting"),
+    # a flag only another mode reads is refused, not ignored (sweep --vllm-eager ran our engine as if not given)
+    (["sweep", "--vllm-eager"], "--vllm-eager is read only with --engine vllm; our engine takes no such setting"),
+    (["sweep", "--repeats", "0"], "argument --repeats: must be a whole number from 1 to 9"),
     (["sweep", "--repeats", "99", "--engine", "vllm"], "argument --repeats: must be a whole number from 1 to 9"),
     (["frontier", "--schedule", "1-4:2", "--vllm-eager"], "--schedule and --vllm-eager are read only with --engine"),
     (["whatif", "--gpu", "H200", "--model", "ideal", "--stack", "sglang"], "--stack picks the calibrated model's"),

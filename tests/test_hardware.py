@@ -191,6 +191,27 @@ def test_sweep_cli_end_to_end(tiny_paths, tmp_path):
     assert bad.returncode != 0 and "depths" in bad.stderr
 
 
+def test_sweep_repeats_keep_each_cells_median_run(tiny_paths, tmp_path, monkeypatch):
+    from specviz.__main__ import main
+    from specviz.cli import hardware_cmds
+
+    real, speeds, order = hardware_cmds._sweep_cell, iter([30.0, 10.0, 50.0, 40.0, 20.0, 60.0]), []
+
+    def scripted(pair, prompt, b, k, *rest):
+        row, rows = real(pair, prompt, b, k, *rest)
+        order.append((b, k))
+        return {**row, "tokens_per_s": next(speeds)}, rows
+    monkeypatch.setattr(hardware_cmds, "_sweep_cell", scripted)
+    out = tmp_path / "sw"
+    assert main(["sweep", "--target", tiny_paths["target"], "--draft", "ngram", "--batch-sizes", "1",
+                 "--depths", "0,2", "--max-new-tokens", "3", "--repeats", "3", "--out", str(out)]) == 0
+    assert order == [(1, 0), (1, 2)] * 3                      # rounds over the grid, not one cell thrice
+    rows = json.loads((out / "sweep.json").read_text())["rows"]
+    assert [(r["tokens_per_s"], r["runs"]) for r in rows] == [(30.0, 3), (40.0, 3)]   # medians of 30/50/20, 10/40/60
+    rec = json.loads((out / "recorded.json").read_text())
+    assert rec["tokens_per_s"] == [[30.0, 40.0]] and "--repeats 3" in rec["command"] and "median of 3" in rec["about"]
+
+
 def test_roofline_on_a_shape_ref_writes_a_profile(tmp_path):
     from test_models_and_cli import cli
 

@@ -150,7 +150,7 @@ DEFAULT_PROMPTS = ["Explain in two sentences why the sky is blue."]
 
 def refuse_vllm_only(args, defaults: dict[str, object]) -> None:
     """Flags that only `--engine vllm` reads (name → its default), given to our engine: refused, not
-    ignored (`sweep --repeats 3` ran once, and its reader took the median of three)."""
+    ignored (`sweep --vllm-eager` on our engine ran as if it was not given, and said nothing)."""
     if args.engine == "vllm":
         return
     given = given_flags(args, defaults)

@@ -36,10 +36,11 @@ def ours(args, rows: list[dict], batches: list[int], depths: list[int], *, targe
                                      ("device", args.device), ("prompt", args.prompt),
                                      ("batch_sizes", ",".join(map(str, batches))),
                                      ("depths", ",".join(map(str, depths))),
-                                     ("max_new_tokens", args.max_new_tokens)])
+                                     ("max_new_tokens", args.max_new_tokens),
+                                     ("repeats", args.repeats if args.repeats > 1 else None)])
     return {"about": f"Measured with SpecViz on {cpu}, {dtype}, forward path {path} (load average "
                      f"{os.getloadavg()[0]:.2f} when it ended); tokens/s end to end (prefill included), each cell "
-                     f"one run on a fresh engine after a warm-up.",
+                     f"the median of {args.repeats} run(s) on a fresh engine, after a warm-up.",
             "command": command, "engine": "specviz", "device": device, "cpu": cpu, "path": path,
             "target": target, "draft": args.draft, "prompt_tokens": prompt_tokens,
             "new_tokens": args.max_new_tokens, "recorded_at": time.strftime("%Y-%m-%d"),

@@ -61,7 +61,7 @@ class PassCurve:
 
 def curve_from_profile(prof) -> PassCurve:
     """A recorded profile (`specviz.hardware.profiles.Profile`) as a curve, named after its file."""
-    return PassCurve(tuple(prof.tokens_per_pass), tuple(prof.latency_s), prof.device, prof.path, prof.context,
+    return PassCurve(tuple(prof.tokens_per_pass), tuple(prof.latency_s), prof.where, prof.path, prof.context,
                      recorded=prof.name)
 
 

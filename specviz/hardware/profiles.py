@@ -46,6 +46,12 @@ class Profile:
     spec: ModelSpec | None     # the model shape (for the roofline prediction); None in old files
     path: str = EAGER          # the forward path that ran the passes (`--compile`); eager in old files
     recorded: str = ""         # the day it was measured (YYYY-MM-DD); unknown in old files
+    cpu: str = ""              # lscpu's model name and cores, on a CPU ("AMD EPYC (2 cores)"); not in old files
+
+    @property
+    def where(self) -> str:
+        """The machine to name on a page: the CPU's model where it was recorded, else the device's kind."""
+        return self.cpu or self.device
 
     @property
     def predicted_knee(self) -> int | None:
@@ -70,7 +76,7 @@ def load_profile(path: Path) -> Profile:
     return Profile(Path(path).stem, d.get("device_name") or d["device"], d["target"], int(d["context"]),
                    [int(n) for n in d["tokens_per_pass"]], [float(t) for t in d["latency_s"]],
                    float(d["bandwidth"]), float(d["flops"]), float(d["measured_knee"]), spec,
-                   str(d.get("path") or EAGER), str(d.get("recorded") or ""))
+                   str(d.get("path") or EAGER), str(d.get("recorded") or ""), str(d.get("cpu") or ""))
 
 
 def load_profiles(folder: Path = PROFILES_DIR) -> list[Profile]:

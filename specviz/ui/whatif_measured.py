@@ -27,10 +27,10 @@ def profile_view(profiles: list[Profile], name: str, lang: str = lessons.DEFAULT
                                                prof.context, calibration=fitted)]
     fig = charts.latency_figure(prof.tokens_per_pass, est or [None] * len(prof.tokens_per_pass),
                                 prof.predicted_knee, (prof.tokens_per_pass, prof.latency_s), prof.measured_knee,
-                                title=tx(lang, "profile_title", target=prof.target, device=prof.device),
+                                title=tx(lang, "profile_title", target=prof.target, device=prof.where),
                                 calibrated_ms=cal, labels=chart_labels(lang))
     pred = tx(lang, "profile_no_shape") if prof.predicted_knee is None else f"{prof.predicted_knee}"
-    md = tx(lang, "profile_md", device=prof.device, bw=prof.bandwidth / 1e9, fl=prof.flops / 1e12,
+    md = tx(lang, "profile_md", device=prof.where, bw=prof.bandwidth / 1e9, fl=prof.flops / 1e12,
             context=prof.context, knee=prof.measured_knee, pred=pred)
     # a shipped profile was measured on another machine of this kind: the page must not pass it off as this one
     md += tx(lang, "profile_shipped", recorded=prof.recorded) if prof.recorded else tx(lang, "profile_shipped_undated")
