@@ -197,7 +197,7 @@ def _write_record(path: Path, args, rows, batches, depths, pair, prompt_tokens: 
     rec = sweep_record.ours(args, rows, batches, depths, target=target, path=pair.fast.label,
                             dtype=str(pair.target.dtype).removeprefix("torch."),
                             device=device_name(pair.target.device), cpu=cpu_name(), prompt_tokens=prompt_tokens)
-    path.write_text(json.dumps(rec, indent=1, ensure_ascii=False))
+    path.write_text(sweep_record.dumps(rec))
 
 
 def run_sweep(args) -> int:

@@ -3,9 +3,19 @@ measured: the command, the CPU, the day. Both engines' sweeps write one as `reco
 `assets/sweeps/`, ours is what `whatif --sweeps` holds its models against and vLLM's is what the lesson shows."""
 from __future__ import annotations
 
+import json
 import os
+import re
 import shlex
 import time
+
+_NUMBERS = re.compile(r"\[\s*(-?[\d.e+-]+(?:,\s*-?[\d.e+-]+)*)\s*\]")
+
+
+def dumps(record: dict) -> str:
+    """The record as JSON a person reads: one line per list of numbers (a batch size's row, the depths)."""
+    text = json.dumps(record, indent=1, ensure_ascii=False)
+    return _NUMBERS.sub(lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text)
 
 
 def command_line(sub: str, flags: list[tuple[str, object]]) -> str:

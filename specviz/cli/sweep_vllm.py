@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from specviz.cli.common import charts, write_chart
-from specviz.cli.sweep_record import acceptance, command_line
+from specviz.cli.sweep_record import acceptance, command_line, dumps
 from specviz.hardware.costmodel import best_depths, crossover_from_rows
 from specviz.limits import LimitError
 from specviz.pairs.models import load_tokenizer
@@ -151,7 +151,7 @@ def run_sweep_vllm(args, batches: list[int], depths: list[int]) -> int:
                                                 "schedule_rows": per_depth.get("schedule", []),
                                                 "best_depth": best, "crossover_batch": cross, "cpu": cpu}, indent=1))
     rec = recorded(args, batches, depths, per_depth, schedule, len(prompt), version, cpu, path)
-    (out / "recorded.json").write_text(json.dumps(rec, indent=1, ensure_ascii=False))
+    (out / "recorded.json").write_text(dumps(rec))
     write_chart(out / "sweep.html", lambda: charts().sweep_figure(rows, batches, depths))
     print("batch → best depth: " + ", ".join(f"{b}→{k}" for b, k in best.items()))
     print(json.dumps({"best_depth": best, "crossover_batch": cross, "schedule_tokens_per_s":

@@ -453,6 +453,7 @@ def compare_sweep(sweep: RecordedSweep, cal: Calibration, bandwidth: float, flop
     setup = CurveSetup(target, resolve_draft(sweep.draft, target), bandwidth, flops, sweep.prompt_tokens, cal,
                        curve=tuple(curve))
     alpha = sweep.acceptance[1]
-    est = [[b * sweep.new_tokens / run_seconds(setup, b, k, alpha, sweep.prompt_tokens, sweep.new_tokens)
-            for k in sweep.depths] for b in sweep.batch_sizes]
+    # a sweep's B rows are one prompt, which the engine prefills once (engine.kvcache.prefill)
+    est = [[b * sweep.new_tokens / run_seconds(setup, b, k, alpha, sweep.prompt_tokens, sweep.new_tokens,
+                                               prompts=1) for k in sweep.depths] for b in sweep.batch_sizes]
     return SweepComparison(sweep, cal.name, alpha, est)
