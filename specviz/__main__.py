@@ -9,6 +9,7 @@ import os
 import sys
 
 from specviz.cli import bench, bench_vllm, classroom, download, generate, hardware_cmds, tiny, whatif
+from specviz.cli.args import negatives_attached
 from specviz.cli.common import naming_flag
 from specviz.engine.policies import PolicyError
 from specviz.limits import LimitError
@@ -53,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser().parse_args(negatives_attached(sys.argv[1:] if argv is None else argv))
         _quiet_libraries()
         return int(args.func(args) or 0)
     except (UsageError, ModelError, LimitError, PolicyError) as exc:

@@ -57,6 +57,10 @@ ROOT = Path(__file__).resolve().parents[1]
     # a model written as a path that is not there, named by its flag before the other model loads
     (["generate", "--draft", "/nonexistent/model"], "argument --draft: there is no model at /nonexistent/model"),
     (["roofline", "--target", "./no-such-model"], "argument --target: there is no model at ./no-such-model"),
+    # a list starting with a minus read as a flag: "expected one argument"
+    (["sweep", "--depths", "-1,2"], "argument --depths: must be whole numbers from 0 to 16 separated by commas"),
+    (["whatif", "--gpu", "H200", "--batch-sizes", "-4,8"], "--batch-sizes must be whole numbers from 1 to 65536"),
+    (["generate", "--depth", "-3"], "argument --depth: speculation depth must be from 0 to 16; -3 is out of range"),
 ])
 def test_bad_values_are_refused_in_one_sentence(argv, said, capsys):
     assert main(argv) == 2

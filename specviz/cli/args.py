@@ -10,6 +10,20 @@ import tempfile
 from pathlib import Path
 
 _DEVICE = re.compile(r"(cpu|cuda)(:\d+)?")
+_NEGATIVE = re.compile(r"-\d")
+
+
+def negatives_attached(argv: list[str]) -> list[str]:
+    """`--depths -1,2` as `--depths=-1,2`: argparse reads a value that starts like a negative number list as
+    a flag and says only "expected one argument"; attached, the flag's own check names what is wrong."""
+    out: list[str] = []
+    for tok in argv:
+        prev = out[-1] if out else ""
+        if _NEGATIVE.match(tok) and prev.startswith("--") and "=" not in prev:
+            out[-1] = f"{prev}={tok}"
+        else:
+            out.append(tok)
+    return out
 
 
 def device(value: str) -> str:
