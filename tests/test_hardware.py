@@ -3,6 +3,7 @@ import builtins
 import json
 import re
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -191,6 +192,33 @@ def test_sweep_cli_end_to_end(tiny_paths, tmp_path):
     assert bad.returncode != 0 and "depths" in bad.stderr
 
 
+def test_a_record_names_the_presets_of_its_models_shapes(tmp_path, monkeypatch):
+    """The what-if models presets: a draft model of a preset's shape is named by it, as the target is;
+    a GPU sweep's record names the GPU, not its host CPU."""
+    from types import SimpleNamespace
+
+    from specviz.cli import hardware_cmds
+
+    small, mid = presets.MODELS["SmolLM2-135M"], presets.MODELS["SmolLM2-360M"]
+    args = SimpleNamespace(compile="auto", target="smollm2-360m-local", draft="/models/my-135m", device="cuda",
+                           prompt="hi", max_new_tokens=8, repeats=1)
+    rows = [{"batch_size": 1, "depth": k, "tokens_per_s": 10.0 + k, "drafted": 4 * k, "accepted": k} for k in (0, 1)]
+    pair = SimpleNamespace(target_spec=mid, draft_spec=small, draft=object(), fast=SimpleNamespace(label="graphs"),
+                           target=SimpleNamespace(dtype="torch.bfloat16", device="cuda"))
+    monkeypatch.setattr(hardware_cmds, "device_name", lambda d: "cuda: NVIDIA H200")
+    monkeypatch.setattr(hardware_cmds, "cpu_name", lambda: "AMD EPYC (16 cores)")
+    hardware_cmds._write_record(tmp_path / "r.json", args, rows, [1], [0, 1], pair, 12)
+    rec = json.loads((tmp_path / "r.json").read_text())
+    assert (rec["target"], rec["draft"]) == ("SmolLM2-360M", "SmolLM2-135M")
+    assert rec["about"].startswith("Measured with SpecViz on NVIDIA H200 (host AMD EPYC (16 cores)), bfloat16")
+    assert rec["acceptance_rate"] == {"1": 0.25} and rec["tokens_per_s"] == [[10.0, 11.0]]
+    # a draft that is no model (n-gram, layer-skip) keeps its name
+    lookup = SimpleNamespace(**{**vars(pair), "draft": None, "draft_spec": replace(mid, n_layers=24)})
+    hardware_cmds._write_record(tmp_path / "n.json", SimpleNamespace(**{**vars(args), "draft": "layerskip:12-17",
+                                                                        "device": None}), rows, [1], [0, 1], lookup, 12)
+    assert json.loads((tmp_path / "n.json").read_text())["draft"] == "layerskip:12-17"
+
+
 def test_sweep_repeats_keep_each_cells_median_run(tiny_paths, tmp_path, monkeypatch):
     from specviz.__main__ import main
     from specviz.cli import hardware_cmds
@@ -198,16 +226,20 @@ def test_sweep_repeats_keep_each_cells_median_run(tiny_paths, tmp_path, monkeypa
     real, speeds, order = hardware_cmds._sweep_cell, iter([30.0, 10.0, 50.0, 40.0, 20.0, 60.0]), []
 
     def scripted(pair, prompt, b, k, *rest):
-        row, rows = real(pair, prompt, b, k, *rest)
+        row, rows, drafter = real(pair, prompt, b, k, *rest)
         order.append((b, k))
-        return {**row, "tokens_per_s": next(speeds)}, rows
+        speed = next(speeds)
+        return {**row, "tokens_per_s": speed}, rows, speed          # the run's speed stands for its drafter
     monkeypatch.setattr(hardware_cmds, "_sweep_cell", scripted)
+    counted = []
+    monkeypatch.setattr(hardware_cmds.Dial, "count", lambda self, drafter: counted.append(drafter))
     out = tmp_path / "sw"
     assert main(["sweep", "--target", tiny_paths["target"], "--draft", "ngram", "--batch-sizes", "1",
                  "--depths", "0,2", "--max-new-tokens", "3", "--repeats", "3", "--out", str(out)]) == 0
     assert order == [(1, 0), (1, 2)] * 3                      # rounds over the grid, not one cell thrice
     rows = json.loads((out / "sweep.json").read_text())["rows"]
     assert [(r["tokens_per_s"], r["runs"]) for r in rows] == [(30.0, 3), (40.0, 3)]   # medians of 30/50/20, 10/40/60
+    assert counted == [30.0, 40.0]            # a synthetic draft's counters: the kept runs', not all six
     rec = json.loads((out / "recorded.json").read_text())
     assert rec["tokens_per_s"] == [[30.0, 40.0]] and "--repeats 3" in rec["command"] and "median of 3" in rec["about"]
 

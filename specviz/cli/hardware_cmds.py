@@ -71,7 +71,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--prompt", default=DEFAULT_PROMPTS[0])
     p.add_argument("--out", default="runs/sweep", type=out_folder,
                    help="folder for sweep.csv, sweep.json, recorded.json (the layout of assets/sweeps/), sweep.html "
-                        "and crossover.html, replaced if there (default runs/sweep)")
+                        "and (our engine) crossover.html, replaced if there (default runs/sweep)")
     p.add_argument("--engine", choices=("specviz", "vllm"), default="specviz",
                    help="vllm: one local vLLM server per depth, launched in turn (needs scripts/vllm-setup; "
                         "--draft ngram or a draft model)")
@@ -80,7 +80,9 @@ def add_parsers(sub) -> None:
                         "as LO-HI:K entries; 'none' skips it")
     p.add_argument("--vllm-eager", action="store_true", help="vLLM only: launch with --enforce-eager")
     p.add_argument("--repeats", type=int_in(1, 9), default=1,
-                   help="timed runs per cell, in rounds over the whole grid; the median kept (1-9, default 1)")
+                   help="timed runs per cell, the median kept (for an even number, the faster middle one); our "
+                        "engine runs them in rounds over the whole grid, vLLM back to back on each server "
+                        "(1-9, default 1)")
     add_compile_arg(p)
     p.set_defaults(func=run_sweep)
 
@@ -174,27 +176,27 @@ def _graphed(fast, ns: list[int], context: int) -> list[bool] | None:
     return [target.pick(1, n, context + n) is not None for n in ns]
 
 
-def _sweep_cell(pair, prompt, b: int, k: int, max_new: int, refs, dial, target) -> tuple[dict, list]:
-    """One timed run of a cell on a fresh engine: its row of figures, and the rows it generated."""
+def _sweep_cell(pair, prompt, b: int, k: int, max_new: int, refs, target) -> tuple[dict, list, object]:
+    """One timed run of a cell on a fresh engine: its row of figures, the rows it generated, its drafter."""
     eng = pair.engine()
     before = target.stats() if target else None
     t0 = time.perf_counter()
     list(eng.generate([prompt] * b, Knobs(depth=k, batch_size=b), max_new, references=refs))
     wall = time.perf_counter() - t0
-    dial.count(eng.drafter)
     t = eng.totals
     row = {"batch_size": b, "depth": k, "tokens_per_s": t.tokens / wall, "decode_tokens_per_s": t.tokens_per_s,
            "acceptance_rate": t.acceptance_rate, "flops_ratio": t.flops_ratio, "tokens": t.tokens,
            "drafted": t.drafted, "accepted": t.accepted, **t.per_step_ms(),
            **(_padding(before, target.stats()) if target else {})}
-    return row, list(eng.outputs().values())
+    return row, list(eng.outputs().values()), eng.drafter
 
 
 def _write_record(path: Path, args, rows, batches, depths, pair, prompt_tokens: int) -> None:
     """recorded.json: the sweep as assets/sweeps/ keeps it (what `whatif --sweeps` compares with)."""
-    # the what-if's models need a preset's shape: one of the same shape names it, else the reference stays
-    target = named_by_shape(spec_from_config(pair.target.config_dict), args.target)
-    rec = sweep_record.ours(args, rows, batches, depths, target=target, path=pair.fast.label,
+    # the what-if's models need presets' shapes: a model of the same shape names it, else the reference stays
+    target = named_by_shape(pair.target_spec, args.target)
+    draft = named_by_shape(pair.draft_spec, args.draft) if pair.draft is not None else args.draft
+    rec = sweep_record.ours(args, rows, batches, depths, target=target, draft=draft, path=pair.fast.label,
                             dtype=str(pair.target.dtype).removeprefix("torch."),
                             device=device_name(pair.target.device), cpu=cpu_name(), prompt_tokens=prompt_tokens)
     path.write_text(sweep_record.dumps(rec))
@@ -230,16 +232,20 @@ def run_sweep(args) -> int:
     for _ in range(repeats):
         for b in batches:
             for k in depths:
-                row, rows_out = _sweep_cell(pair, prompt, b, k, args.max_new_tokens, refs[b], dial, target)
-                runs.setdefault((b, k), []).append((row, rows_out))
+                run = _sweep_cell(pair, prompt, b, k, args.max_new_tokens, refs[b], target)
+                runs.setdefault((b, k), []).append(run)
+                row = run[0]
                 done += 1
                 bar = "#" * (30 * done // total)
                 print(f"\r[{bar:<30}] {done}/{total} B={b} k={k}: {row['tokens_per_s']:7.1f} tok/s", end="",
                       file=sys.stderr, flush=True)
-    # each cell the run of median throughput (its rows are the same in every run: greedy, or seeded coins)
+    # each cell the run of median throughput (its rows are the same in every run: greedy, or seeded coins);
+    # the synthetic draft's counters are the kept runs', as its figures are
     kept = [sorted(runs[b, k], key=lambda r: r[0]["tokens_per_s"])[repeats // 2] for b in batches for k in depths]
-    rows = [{**row, "runs": repeats} for row, _ in kept]
-    outputs = [o for _, o in kept]
+    for _, _, drafter in kept:
+        dial.count(drafter)
+    rows = [{**row, "runs": repeats} for row, _, _ in kept]
+    outputs = [o for _, o, _ in kept]
     print(file=sys.stderr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

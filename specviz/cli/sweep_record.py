@@ -9,7 +9,8 @@ import re
 import shlex
 import time
 
-_NUMBERS = re.compile(r"\[\s*(-?[\d.e+-]+(?:,\s*-?[\d.e+-]+)*)\s*\]")
+# a list of numbers as json.dumps(indent=1) lays it out, one per line; no string holds a raw newline
+_NUMBERS = re.compile(r"\[\n\s*(-?[\d.e+-]+(?:,\n\s*-?[\d.e+-]+)*)\n\s*\]")
 
 
 def dumps(record: dict) -> str:
@@ -39,19 +40,21 @@ def table(rows: list[dict], batches: list[int], depths: list[int]) -> dict:
             "tokens_per_s": [[round(cell[b, k]["tokens_per_s"], 2) for k in depths] for b in batches]}
 
 
-def ours(args, rows: list[dict], batches: list[int], depths: list[int], *, target: str, path: str,
+def ours(args, rows: list[dict], batches: list[int], depths: list[int], *, target: str, draft: str, path: str,
          dtype: str, device: str, cpu: str, prompt_tokens: int) -> dict:
-    """Our engine's sweep as a record: each cell one run after the sweep's warm-up, end to end."""
+    """Our engine's sweep as a record: each cell its median run (`--repeats`) after the sweep's warm-up,
+    end to end. `target`/`draft`: the what-if presets of their shapes where there are such."""
     command = command_line("sweep", [("compile", args.compile), ("target", args.target), ("draft", args.draft),
                                      ("device", args.device), ("prompt", args.prompt),
                                      ("batch_sizes", ",".join(map(str, batches))),
                                      ("depths", ",".join(map(str, depths))),
                                      ("max_new_tokens", args.max_new_tokens),
                                      ("repeats", args.repeats if args.repeats > 1 else None)])
-    return {"about": f"Measured with SpecViz on {cpu}, {dtype}, forward path {path} (load average "
+    machine = cpu if device.startswith("cpu") else f"{device.removeprefix('cuda: ')} (host {cpu})"
+    return {"about": f"Measured with SpecViz on {machine}, {dtype}, forward path {path} (load average "
                      f"{os.getloadavg()[0]:.2f} when it ended); tokens/s end to end (prefill included), each cell "
                      f"the median of {args.repeats} run(s) on a fresh engine, after a warm-up.",
             "command": command, "engine": "specviz", "device": device, "cpu": cpu, "path": path,
-            "target": target, "draft": args.draft, "prompt_tokens": prompt_tokens,
+            "target": target, "draft": draft, "prompt_tokens": prompt_tokens,
             "new_tokens": args.max_new_tokens, "recorded_at": time.strftime("%Y-%m-%d"),
             **table(rows, batches, depths)}

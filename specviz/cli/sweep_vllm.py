@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from specviz.cli.common import charts, write_chart
-from specviz.cli.sweep_record import acceptance, command_line, dumps
+from specviz.cli.sweep_record import acceptance, command_line, dumps, table
 from specviz.hardware.costmodel import best_depths, crossover_from_rows
 from specviz.limits import LimitError
 from specviz.pairs.models import load_tokenizer
@@ -183,10 +183,7 @@ def recorded(args, batches, depths, per_depth: dict, schedule, prompt_tokens: in
            "command": command, "engine": "vllm", "engine_version": version, "device": f"cpu: {cpu}",
            "path": path, "target": args.target, "draft": args.draft, "prompt_tokens": prompt_tokens,
            "new_tokens": args.max_new_tokens, "recorded_at": time.strftime("%Y-%m-%d"),
-           "acceptance_rate": {str(k): a for k in depths if k > 0 and (a := acceptance(per_depth[k])) is not None},
-           "batch_sizes": batches, "depths": depths,
-           "tokens_per_s": [[round(next(c["tokens_per_s"] for c in per_depth[k] if c["batch_size"] == b), 2)
-                             for k in depths] for b in batches]}
+           **table([{**c, "depth": k} for k in depths for c in per_depth[k]], batches, depths)}
     if schedule:
         cells = per_depth["schedule"]
         rec["schedule"] = {"rows": [list(r) for r in schedule],

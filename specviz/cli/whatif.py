@@ -229,17 +229,16 @@ def sweeps_report() -> dict:
     """Every recorded sweep against three models, each sweep with the profile recorded on its forward path."""
     recorded, pairs, skipped = profiles.load_profiles(), [], []
     for sw in profiles.load_sweeps():
-        kind = sw.device.split(":")[0]
         why = profiles.cannot_model(sw)
-        prof = None if why else profiles.profile_for_device(recorded, kind, sw.path)
+        prof = None if why else profiles.profile_for_sweep(recorded, sw)
         if why is None and prof is None:
-            why = f"no {kind} profile in assets/profiles/ to take its pass times from"
+            why = f"no profile in assets/profiles/ of {sw.target} on {sw.device} to take its pass times from"
         if why:
             skipped.append({"sweep": sw.name, "why": why})
         else:
             pairs.append((sw, prof))
     if not pairs:
-        raise WhatIfError("needs a recorded sweep in assets/sweeps/ and a profile in assets/profiles/ of its "
+        raise WhatIfError("needs a recorded sweep in assets/sweeps/ and a profile in assets/profiles/ of its model on its "
                           "device" + "".join(f"; skipped {s['sweep']}: {s['why']}" for s in skipped))
     out = []
     for model in ("measured pass curve", "calibrated", "ideal"):

@@ -228,14 +228,14 @@ def depth_crossover(setup: Setup, alpha: float, depth: int, max_batch: int = 409
 
 def run_seconds(setup: Setup, batch: int, depth: int, alpha: float, prompt_tokens: int, new_tokens: int,
                 prompts: int | None = None) -> float:
-    """End-to-end time of a whole run as `python -m specviz sweep` measures it: the prefill of each
-    distinct prompt (`prompts`, default one per row; the engine computes rows of the same prompt once and
-    copies them), target and a draft model's own, then new_tokens ÷ E[tokens per step] steps at the mean
-    context."""
+    """End-to-end time of a whole run as `python -m specviz sweep` measures it: the target's prefill of
+    each distinct prompt (`prompts`, default one per row: the engine computes rows of the same prompt once
+    and copies them), a draft model's catch-up on every row's prompt (its first drafting step feeds each
+    row whole), then new_tokens ÷ E[tokens per step] steps at the mean context."""
     rows = batch if prompts is None else min(prompts, batch)
     prefill = setup.pass_s(setup.target, rows, prompt_tokens, context=0)
     if setup.draft is not None and depth > 0:
-        prefill += setup.pass_s(setup.draft, rows, prompt_tokens, context=0)
+        prefill += setup.pass_s(setup.draft, batch, prompt_tokens, context=0)
     mean_ctx = prompt_tokens + new_tokens // 2
     steps = new_tokens / expected_tokens_per_pass(alpha, depth)
     return prefill + steps * replace(setup, context=mean_ctx).step_s(batch, depth)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from specviz.hardware.costmodel import (SERVING, Calibration, Setup, depth_crossover, fit_alpha, fit_calibration,
                                         run_seconds)
-from specviz.hardware.presets import MODELS, GPUS, GpuSpec, PresetError, resolve_draft, resolve_gpu, resolve_model
+from specviz.hardware.presets import (GPUS, MODELS, GpuSpec, PresetError, named_by_shape, resolve_draft, resolve_gpu,
+                                      resolve_model)
 from specviz.hardware.roofline import ModelSpec, predicted_knee
 from specviz.lessons import Said
 
@@ -50,8 +51,9 @@ class Profile:
 
     @property
     def where(self) -> str:
-        """The machine to name on a page: the CPU's model where it was recorded, else the device's kind."""
-        return self.cpu or self.device
+        """The machine to name on a page: a CPU's model where it was recorded ("AMD EPYC (2 cores)"), else
+        the device's name (a GPU profile's `cpu` is its host's, not what it measured)."""
+        return self.cpu if self.cpu and self.device.startswith("cpu") else self.device
 
     @property
     def predicted_knee(self) -> int | None:
@@ -109,6 +111,14 @@ def profile_for_device(profiles: list[Profile], device_kind: str, path: str | No
     if path is not None:
         found = [p for p in found if p.path == path] or found
     return min(found, key=lambda p: p.path == EAGER, default=None)
+
+
+def profile_for_sweep(profiles: list[Profile], sweep: RecordedSweep) -> Profile | None:
+    """The profile whose pass times a recorded sweep's estimate takes: the same device ("cpu: 2 cores",
+    "cuda: NVIDIA H200") and the same model shape, on the sweep's forward path where one was recorded."""
+    mine = [p for p in profiles if p.device == sweep.device and p.spec is not None
+            and named_by_shape(p.spec, p.target) == sweep.target]
+    return profile_for_device(mine, sweep.device.split(":")[0], sweep.path)
 
 
 def gpu_calibration(gpu: GpuSpec, profiles: list[Profile]) -> Calibration:
@@ -243,8 +253,10 @@ def cannot_model(sweep: RecordedSweep) -> str | None:
         resolve_draft(sweep.draft, MODELS[sweep.target])
     except PresetError:
         return f"its draft {sweep.draft} is not one the what-if models"
+    if 0 not in sweep.depths:
+        return "it has no depth 0, the plain decoding its speed-ups are measured against"
     if 1 not in sweep.acceptance:
-        return "it has no depth 1, where the models read α"
+        return "it measured no acceptance at depth 1, where the models read α"
     return None
 
 
@@ -453,7 +465,8 @@ def compare_sweep(sweep: RecordedSweep, cal: Calibration, bandwidth: float, flop
     setup = CurveSetup(target, resolve_draft(sweep.draft, target), bandwidth, flops, sweep.prompt_tokens, cal,
                        curve=tuple(curve))
     alpha = sweep.acceptance[1]
-    # a sweep's B rows are one prompt, which the engine prefills once (engine.kvcache.prefill)
+    # a sweep's B rows are one prompt: the target prefills it once (engine.kvcache.prefill), a draft
+    # model catches up on every row
     est = [[b * sweep.new_tokens / run_seconds(setup, b, k, alpha, sweep.prompt_tokens, sweep.new_tokens,
                                                prompts=1) for k in sweep.depths] for b in sweep.batch_sizes]
     return SweepComparison(sweep, cal.name, alpha, est)
