@@ -176,27 +176,26 @@ def test_curve_setup_costs_what_the_profile_measured():
 
 def test_a_sweep_of_one_prompt_is_charged_one_prefill():
     """The engine prefills rows of the same prompt once and copies them (engine.kvcache.prefill); a sweep's
-    B rows are one prompt, so its estimate charges one row's prefill, not B (which was 40 % of a B = 16 run)."""
+    B rows are one prompt, so its estimate charges one row's prefill, not B (which was 40 % of a B = 16 run).
+    A draft model has no prefill of its own: its first drafting step feeds every row's prompt."""
     target = replace(presets.MODELS["SmolLM2-135M"], bytes_per_param=4.0)
-    setup = costmodel.Setup(target, None, 23e9, 0.2e12, 45, costmodel.IDEAL)
-    every = costmodel.run_seconds(setup, 16, 0, 0.8, 45, 64)
-    once = costmodel.run_seconds(setup, 16, 0, 0.8, 45, 64, prompts=1)
-    assert every - once == pytest.approx(setup.pass_s(target, 16, 45, context=0) - setup.pass_s(target, 1, 45, context=0))
-    assert costmodel.run_seconds(setup, 4, 0, 0.8, 45, 64, prompts=9) == costmodel.run_seconds(setup, 4, 0, 0.8, 45, 64)
-    # a draft model has no prefill of its own: its first drafting step feeds every row's prompt, copies or not
     skip = presets.resolve_draft("layerskip:12-17", target)
-    drafting = costmodel.Setup(target, skip, 23e9, 0.2e12, 45, costmodel.IDEAL)
-    every = costmodel.run_seconds(drafting, 16, 2, 0.3, 45, 24)
-    once = costmodel.run_seconds(drafting, 16, 2, 0.3, 45, 24, prompts=1)
-    assert every - once == pytest.approx(setup.pass_s(target, 16, 45, context=0) - setup.pass_s(target, 1, 45, context=0))
+    setup = costmodel.Setup(target, skip, 23e9, 0.2e12, 45, costmodel.IDEAL)
+
+    def prefill(b: int, k: int) -> float:          # a run of no new tokens is its prefill alone
+        return costmodel.run_seconds(setup, b, k, 0.3, 45, 0)
+    one = setup.pass_s(target, 1, 45, context=0)
+    assert prefill(16, 0) == pytest.approx(one) and prefill(1, 0) == pytest.approx(one)
+    assert prefill(16, 2) == pytest.approx(one + setup.pass_s(skip, 16, 45, context=0))
+    assert costmodel.run_seconds(setup, 16, 0, 0.3, 45, 64) > prefill(16, 0)
     sw = {s.name: s for s in profiles.load_sweeps()}["cpu-2core-ngram-fast"]
     prof = profiles.profile_for_device(profiles.load_profiles(), "cpu", sw.path)
     got = profiles.compare_sweep(sw, costmodel.IDEAL, prof.bandwidth, prof.flops)
     b = sw.batch_sizes.index(16)
-    setup = costmodel.Setup(replace(presets.MODELS[sw.target], bytes_per_param=4.0), None, prof.bandwidth, prof.flops,
+    plain = costmodel.Setup(replace(presets.MODELS[sw.target], bytes_per_param=4.0), None, prof.bandwidth, prof.flops,
                             sw.prompt_tokens, costmodel.IDEAL)
     assert got.estimate[b][0] == pytest.approx(16 * sw.new_tokens / costmodel.run_seconds(
-        setup, 16, 0, sw.acceptance[1], sw.prompt_tokens, sw.new_tokens, prompts=1))
+        plain, 16, 0, sw.acceptance[1], sw.prompt_tokens, sw.new_tokens))
 
 
 def test_recorded_sweeps_compare_end_to_end():

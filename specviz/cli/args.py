@@ -19,7 +19,7 @@ def negatives_attached(argv: list[str]) -> list[str]:
     out: list[str] = []
     for tok in argv:
         prev = out[-1] if out else ""
-        if _NEGATIVE.match(tok) and prev.startswith("--") and "=" not in prev:
+        if _NEGATIVE.match(tok) and prev.startswith("--") and prev != "--" and "=" not in prev:
             out[-1] = f"{prev}={tok}"
         else:
             out.append(tok)

@@ -226,14 +226,12 @@ def depth_crossover(setup: Setup, alpha: float, depth: int, max_batch: int = 409
     return None
 
 
-def run_seconds(setup: Setup, batch: int, depth: int, alpha: float, prompt_tokens: int, new_tokens: int,
-                prompts: int | None = None) -> float:
-    """End-to-end time of a whole run as `python -m specviz sweep` measures it: the target's prefill of
-    each distinct prompt (`prompts`, default one per row: the engine computes rows of the same prompt once
-    and copies them), a draft model's catch-up on every row's prompt (its first drafting step feeds each
-    row whole), then new_tokens ÷ E[tokens per step] steps at the mean context."""
-    rows = batch if prompts is None else min(prompts, batch)
-    prefill = setup.pass_s(setup.target, rows, prompt_tokens, context=0)
+def run_seconds(setup: Setup, batch: int, depth: int, alpha: float, prompt_tokens: int, new_tokens: int) -> float:
+    """End-to-end time of a whole run as `python -m specviz sweep` measures it, B rows of one prompt: the
+    target's prefill of that prompt once (the engine computes rows of the same prompt once and copies them),
+    a draft model's catch-up on every row's prompt (its first drafting step feeds each row whole), then
+    new_tokens ÷ E[tokens per step] steps at the mean context."""
+    prefill = setup.pass_s(setup.target, 1, prompt_tokens, context=0)
     if setup.draft is not None and depth > 0:
         prefill += setup.pass_s(setup.draft, batch, prompt_tokens, context=0)
     mean_ctx = prompt_tokens + new_tokens // 2

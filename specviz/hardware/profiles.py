@@ -246,7 +246,7 @@ def load_sweeps(folder: Path = SWEEPS_DIR, engine: str = "specviz") -> list[Reco
 
 def cannot_model(sweep: RecordedSweep) -> str | None:
     """Why the what-if's models cannot estimate a recorded sweep (None where they can): they need presets
-    for its target and draft, and its acceptance at depth 1 (α)."""
+    for its target and draft, plain decoding (depth 0) and its acceptance at depth 1 (α)."""
     if sweep.target not in MODELS:
         return f"its target {sweep.target} has the shape of no what-if preset"
     try:
@@ -465,8 +465,6 @@ def compare_sweep(sweep: RecordedSweep, cal: Calibration, bandwidth: float, flop
     setup = CurveSetup(target, resolve_draft(sweep.draft, target), bandwidth, flops, sweep.prompt_tokens, cal,
                        curve=tuple(curve))
     alpha = sweep.acceptance[1]
-    # a sweep's B rows are one prompt: the target prefills it once (engine.kvcache.prefill), a draft
-    # model catches up on every row
-    est = [[b * sweep.new_tokens / run_seconds(setup, b, k, alpha, sweep.prompt_tokens, sweep.new_tokens,
-                                               prompts=1) for k in sweep.depths] for b in sweep.batch_sizes]
+    est = [[b * sweep.new_tokens / run_seconds(setup, b, k, alpha, sweep.prompt_tokens, sweep.new_tokens)
+            for k in sweep.depths] for b in sweep.batch_sizes]
     return SweepComparison(sweep, cal.name, alpha, est)
