@@ -198,9 +198,17 @@ def broken(kind: str):
     return json.dumps(rec)
 
 
-RAW_BAD = {"surrogate": lambda: json.dumps(recording()).replace('"pair": "', '"pair": "\\ud800', 1),
-           "nan_totals": lambda: json.dumps(recording()).replace('"wall_s": 0.5699649779999163', '"wall_s": NaN'),
-           "inf_time": lambda: json.dumps(recording()).replace("[0.2643825539998943", "[Infinity", 1),
+def swapped(old: str, new: str) -> str:
+    """The shipped recording's JSON with one literal swapped (it must be there: a hostile case that
+    changed nothing would test the good file)."""
+    text = json.dumps(recording())
+    assert old in text
+    return text.replace(old, new, 1)
+
+
+RAW_BAD = {"surrogate": lambda: swapped('"pair": "', '"pair": "\\ud800'),
+           "nan_totals": lambda: swapped(f'"wall_s": {recording()["totals"]["wall_s"]!r}, ', '"wall_s": NaN, '),
+           "inf_time": lambda: swapped(f'[{recording()["steps"][1][0]!r}, ', "[Infinity, "),
            "not_json": lambda: '{"format": "specviz-recording/1", "steps": [',
            "binary": lambda: "\x00\x01\x02" * 10}
 KINDS = ["accepted", "batch_size", "totals", "piece", "accepted_too_many", "steps_not_list", "deep", "row_kind"]

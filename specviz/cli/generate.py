@@ -124,9 +124,9 @@ def run(args) -> int:
 def _machine(device) -> str:
     """Where the figures were measured: the GPU's name, or the CPU's model as lscpu shows it."""
     # on first use: torch is slow to import
-    from specviz.hardware.device import cpu_name, device_name
+    from specviz.hardware.device import machine_name
 
-    return cpu_name() if device.type == "cpu" else device_name(device)
+    return machine_name(device.type)
 
 
 def _verdict(report, decode) -> int:

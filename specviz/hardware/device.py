@@ -161,6 +161,19 @@ def cpu_name() -> str:
     return f"cpu ({os.cpu_count()} cores)"
 
 
+def machine_name(kind: str) -> str:
+    """Where a run ran, for a recording or a page: the CPU's model and cores, or the GPU's name where this
+    process drives it (a ZeroGPU page's process does not: there it stays "cuda")."""
+    if kind == "cpu":
+        return cpu_name()
+    # on first use: torch is slow to import
+    import torch
+
+    if kind == "cuda" and torch.cuda.is_initialized():
+        return torch.cuda.get_device_name()
+    return kind
+
+
 def free_memory(device) -> float | None:
     """Bytes a new request may still use on `device`: free GPU memory, or half of the machine's
     available RAM on CPU (the OS, the browser and the other students' runs need the rest). None when it

@@ -26,7 +26,7 @@ FORMAT = "specviz-recording/1"
 
 @dataclass
 class Recording:
-    device: str                     # "cpu: 2 cores", "cuda: NVIDIA H200", …
+    device: str                     # "AMD EPYC (2 cores)", "NVIDIA H200", …
     date: str                       # ISO date and time (UTC) of the run
     pair: str                       # the pair's label
     prompt: str                     # row 1's prompt text

@@ -24,7 +24,7 @@ from specviz import lessons
 from specviz.engine.divergence import DivergenceReport, check_against_target, rule_said
 from specviz.serve import recordings
 from specviz.serve.catalog import known_label
-from specviz.hardware.device import Sample
+from specviz.hardware.device import Sample, machine_name
 from specviz.serve.live import LiveRun
 from specviz.serve.recordings import Recording
 from specviz.ui.errors import error
@@ -129,7 +129,7 @@ class RunStore:
                live: LiveRun) -> FinishedRun:
         csv_path = self._path("specviz-chart-data", "csv")
         write_csv(csv_path, live.csv_rows())
-        device = live.peaks.device if live.peaks is not None else UNKNOWN_DEVICE
+        device = machine_name(live.peaks.device) if live.peaks is not None else UNKNOWN_DEVICE
         rec = Recording(device=device, date=recordings.now_iso(), pair=choice.label, prompt=prompt_text,
                         settings={"batch": req.batch, "depth": req.depth, "policy": req.policy.name,
                                   "threshold": req.policy.threshold, "temperature": req.temperature, "max_new": req.max_new,
