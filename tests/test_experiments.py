@@ -157,6 +157,22 @@ def test_knee_rule():
     assert knee.knee_conclusion(1.05, 0.01, None) == "conclusion_flat"
 
 
+def test_flat_conclusion_quotes_what_the_curve_shows():
+    """A pass of 8 tokens at 1.54× a one-token pass is not "almost the same time": the conclusion names
+    the widest pass within 25 % (4 tokens) and its ratio, and the knee only as where the curve turns."""
+    from specviz import lessons
+
+    ns, ms = [1, 2, 4, 8, 16], [24.0, 25.0, 27.0, 37.0, 60.0]
+    rows = [{"roofline_ms": None}]
+    v = knee.knee_values(ns, [m / 1000 for m in ms], rows)
+    assert v["flat_to"] == 4 and v["flat_ratio"] == pytest.approx(27 / 24)
+    text = lessons.text("en", "chapter.knee.conclusion_flat", **v)
+    assert text.startswith("Up to 4 tokens per pass") and "at most 1.12×" in text and "(24.0 ms)" in text
+    # a one-token pass slower than wider ones (this CPU's 21.2 vs 16.9 ms) is the slowest of the flat part
+    v = knee.knee_values([1, 2, 4], [0.0212, 0.0169, 0.0191], rows)
+    assert v["flat_to"] == 4 and v["flat_ratio"] == pytest.approx(1.0)
+
+
 def test_breadth_depth_side_by_side(runs):
     ds = runs["breadth_depth"]
     assert [len(d["table"]) for d in ds] == [0, 1, 2, 3, 4, 4]

@@ -87,7 +87,7 @@ def test_conclusion_templates_carry_their_numbers(tables):
     expect = {
         "chapter.race.conclusion_faster": {"flops_ratio", "speedup"},
         "chapter.race.conclusion_slower": {"flops_ratio", "slowdown", "draft_cost"},
-        "chapter.knee.conclusion_flat": {"knee"},
+        "chapter.knee.conclusion_flat": {"knee", "flat_to", "flat_ratio", "one_token_ms"},
         "chapter.knee.conclusion_not_memory_bound": {"ratio2"},
         "chapter.breadth_depth.conclusion_stops": {"n"},
         "chapter.ledger.conclusion_waste": {"waste"},

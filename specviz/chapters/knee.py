@@ -18,7 +18,7 @@ from specviz.chapters.common import finished, finite, settings_of, snapshot
 from specviz.chapters.plotting import PLAIN, REJECTED, VERIFY, labels_for, styled, vline
 from specviz.engine.torchmode import inference_steps
 from specviz.hardware.costmodel import latency_curve
-from specviz.hardware.device import KNEE_TOKENS, OVERHEAD_FACTOR, Peaks, find_knee, knee_steps
+from specviz.hardware.device import KNEE_TOKENS, OVERHEAD_FACTOR, Peaks, find_knee, flat_to, knee_steps
 from specviz.hardware.gpu_records import RecordedCurve, newest_per_model, recorded_curves
 from specviz.hardware.roofline import predicted_knee
 
@@ -99,12 +99,17 @@ def knee_rows(spec, peaks: Peaks | None, context: int, ns: list[int], lat: list[
 
 def knee_values(ns: list[int], lat: list[float], rows: list[dict]) -> dict:
     """knee: where the measured curve leaves its flat part (hardware.find_knee), within the range measured;
-    ratio2: a 2-token pass ÷ a 1-token pass; overhead_ms: the cheapest pass (the floor)."""
+    ratio2: a 2-token pass ÷ a 1-token pass; overhead_ms: the cheapest pass (the floor); flat_to: the
+    widest pass within 25 % of a one-token pass, flat_ratio: the slowest pass up to it ÷ the one-token pass."""
     knee = find_knee(ns, lat) if len(ns) >= 2 else float(ns[-1])
     knee = int(round(min(max(finite(knee, ns[-1]), 1.0), ns[-1])))
     ratio2 = lat[1] / lat[0] if len(lat) > 1 and lat[0] > 0 else 1.0
     roof = rows[0]["roofline_ms"]
-    return {"knee": knee, "ratio2": ratio2, "overhead_ms": 1000 * min(lat),
+    # what "almost the same time" means, in numbers: the widest pass within FLAT of one token, and the
+    # slowest pass up to it (the conclusion quotes both, so it cannot claim more than the chart shows)
+    flat = flat_to(ns, lat)
+    flat_ratio = max(t for n, t in zip(ns, lat) if n <= flat) / lat[0] if lat[0] > 0 else 1.0
+    return {"knee": knee, "ratio2": ratio2, "overhead_ms": 1000 * min(lat), "flat_to": flat, "flat_ratio": flat_ratio,
             "one_token_ms": 1000 * lat[0], "roofline_one_token_ms": roof,
             # the one-token pass's share of the memory limit (its roofline time is the weights' streaming)
             "mbu": roof / (1000 * lat[0]) if roof is not None and lat[0] > 0 else None}

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 from specviz.machine import cache_root
 
+FLAT = 1.25          # a pass within 25 % of the one-token pass counts as "flat" (the issue's memory-bound test)
+
 # a pass over this many times its roofline time is explained by neither memory nor compute: fixed costs
 # (kernel launches, Python, bookkeeping) fill it. The lesson's knee chapter and the What-if use the same rule.
 OVERHEAD_FACTOR = 2.0
@@ -428,6 +430,16 @@ def step_metrics(flops: float, nbytes: float, seconds: float, peaks: Peaks | Non
     else:
         regime = "memory-bound" if t_mem >= t_comp else "compute-bound"
     return StepMetrics(bw, fl, bw / peaks.bandwidth, fl / peaks.flops, regime)
+
+
+def flat_to(tokens: list[int], seconds: list[float], tolerance: float = FLAT) -> int:
+    """The largest tokens per pass up to which every pass stayed within `tolerance` × the first."""
+    last = tokens[0]
+    for n, t in zip(tokens, seconds):
+        if t > tolerance * seconds[0]:
+            break
+        last = n
+    return last
 
 
 def find_knee(tokens: list[int], seconds: list[float]) -> float:

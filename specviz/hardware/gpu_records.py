@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specviz.hardware.costmodel import Calibration, latency_curve
+from specviz.hardware.device import FLAT, flat_to
 from specviz.hardware.presets import GPUS, MODELS
 from specviz.hardware.profiles import ASSETS, Profile, preset_calibration
 from specviz.hardware.roofline import ModelSpec, predicted_knee
@@ -21,7 +22,6 @@ from specviz.lessons import Key, Said
 GPU_DIR = ASSETS / "gpu"
 SHAPE = "shape:"
 PATH_KEYS = {"eager": "gpu.path.eager", "graph": "gpu.path.graph"}
-FLAT = 1.25          # a pass within 25 % of the one-token pass counts as "flat" (the issue's memory-bound test)
 
 
 @dataclass(frozen=True)
@@ -64,12 +64,7 @@ class RecordedCurve:
 
     def flat_to(self, tolerance: float = FLAT) -> int:
         """The largest tokens per pass up to which every pass stayed within `tolerance` × the first."""
-        last = self.tokens_per_pass[0]
-        for n, t in zip(self.tokens_per_pass, self.latency_s):
-            if t > tolerance * self.latency_s[0]:
-                break
-            last = n
-        return last
+        return flat_to(list(self.tokens_per_pass), list(self.latency_s), tolerance)
 
     def on_gpu(self, gpu_name: str) -> bool:
         """Whether a GPU preset ("H200", "H100 SXM") names the device this was recorded on."""
