@@ -125,6 +125,10 @@ def test_the_regime_says_where_the_two_knees_disagree():
                    regime_md("en", "compute-bound", PassShape(9, 1, 64, 9), 8, True, 6),
                    regime_md("en", "memory-bound", at7, 8, True, 12)):
         assert agreed.startswith("regime: **") and "between" not in agreed
+    # 5 tokens below both knees yet compute-bound (a long prompt's row in the batch): not "between" them
+    mixed = regime_md("en", "compute-bound", PassShape(5, 5, 4000, 5), 8, True, 6)
+    assert "between" not in mixed and "for this step as it ran, with its 5 rows" in mixed
+    assert "for this step as it ran" in regime_md("en", "compute-bound", PassShape(5, 5, 4000, 5), 6, False, 6)
     assert regime_md("en", "uncalibrated", at7, 8, True, 6).startswith("regime: not known yet")
     assert regime_md("en", "") == ""
 

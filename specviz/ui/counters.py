@@ -152,7 +152,8 @@ def regime_md(lang: str, regime: str, last_pass=None, knee: int | None = None, m
               estimate: int | None = None) -> str:
     """The latest step's regime by the roofline (`regime`, a code value such as "memory-bound"). Where the
     chart's measured knee puts the pass on the other side, the two knees differ and the pass lies between
-    them: the line says so instead of contradicting the knee named beside it."""
+    them: the line says so instead of contradicting the knee named beside it. Where even the roofline's own
+    one-row knee disagrees, the step's rows and contexts are why, and the line says that."""
     if not regime:
         return ""
     name = lessons.Key(f"playground.regime_name.{regime}")
@@ -160,11 +161,17 @@ def regime_md(lang: str, regime: str, last_pass=None, knee: int | None = None, m
     if regime in UNKNOWN_REGIMES:
         return t(lang, "playground.regime_unknown", regime=shown)
     n = None if last_pass is None else last_pass.real
-    between = (measured and n is not None and knee is not None and estimate is not None
-               and (regime, n < knee) in (("compute-bound", True), ("memory-bound", False)))
-    if between:
+
+    def contradicts(k: int | None) -> bool:
+        return k is not None and n is not None and (regime, n < k) in (("compute-bound", True), ("memory-bound", False))
+
+    if not contradicts(knee):
+        return t(lang, "playground.regime", regime=shown)
+    if measured and estimate is not None and not contradicts(estimate):
         return t(lang, "playground.regime_between", regime=shown, estimate=estimate, knee=knee)
-    return t(lang, "playground.regime", regime=shown)
+    # the regime prices the step as it ran (every row's context, the draft's pass); the knee beside it is
+    # one row's at one context: with long prompts in the batch the two part, and the line says why
+    return t(lang, "playground.regime_step", regime=shown, rows=lessons.Said("app.n_rows", n=last_pass.rows))
 
 
 def batch_md(lang: str, rows: int, users: int, waiting: int = 0) -> str:
