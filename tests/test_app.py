@@ -355,15 +355,16 @@ def test_browser_bad_values_get_one_sentence_and_nothing_covered(app_url):
 
         _type_batch(page, app_url + "?tab=playground", "999")
         said = _toast(page, "must be from")
-        assert re.search(r"'Batch size \(rows\)' must be from 1 to \d+, not 999\.", said), said
+        assert re.search(r"'Batch size \(rows\)' must be from 1 to \d+, not 999: the slider is set to \d+ instead\.", said), said
         _close_toasts(page)
-        # the settings a Run reads only when it starts are refused as they are typed too (the slider ran
-        # with its nearest bound, silently, while the box showed the typo)
-        for box, value, words in (("max-new-tokens", "100000", r"'Max new tokens' must be from 1 to \d+, not 100000\."),
-                                  ("temperature", "-1", r"'Temperature.*' must be from 0 to \d+, not -1\.")):
+        # the settings a Run reads only when it starts are refused as they are typed too, and the sentence
+        # names the bound the slider moved to (what the next Run uses): it reads that bound
+        for box, value, words in (("max-new-tokens", "100000", r"'Max new tokens' must be from 1 to \d+, not 100000: the slider is set to (\d+) instead\."),
+                                  ("temperature", "-1", r"'Temperature.*' must be from 0 to \d+, not -1: the slider is set to (\d+) instead\.")):
             page.locator(f"#{box} input[type=number]").fill(value)
             page.locator(f"#{box} input[type=number]").press("Enter")
-            _toast(page, words)
+            bound = re.search(words, _toast(page, words)).group(1)
+            assert float(page.locator(f"#{box} input[type=range]").input_value()) == float(bound)
             _close_toasts(page)
         page.locator("#prompt textarea").fill("")
         page.click("#run")

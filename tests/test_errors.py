@@ -118,6 +118,12 @@ def test_a_number_outside_its_bounds_is_refused_by_its_bounds_in_the_readers_lan
     said = input_sentence(fn, 0, 999, ValueError(), name="Batch size (rows)")
     assert said == "'Batch size (rows)' must be from 1 to 16, not 999."
     assert input_sentence(fn, 1, -5, ValueError(), name="bw") == "'bw' must be at least 0.001, not -5."
+    # the page's own event: its slider has already moved to the bound, and the sentence says so (a number
+    # box does not move; an API call moves nothing)
+    page = SimpleNamespace(inputs=[batch, bandwidth], fn=lambda v, bw: None, api_visibility="private")
+    assert input_sentence(page, 0, 999, ValueError(), name="B") == "'B' must be from 1 to 16, not 999: the slider is set to 16 instead."
+    assert str(input_sentence(page, 0, 0, ValueError(), name="B")).endswith("set to 1 instead.")
+    assert input_sentence(page, 1, -5, ValueError(), name="bw") == "'bw' must be at least 0.001, not -5."
     persian = lessons.say("fa", input_sentence(fn, 0, 0, ValueError(), name=lessons.Key("app.label_batch_size")))
     assert "باید از" in persian and lessons.text("fa", "app.label_batch_size") in persian
     # inside its bounds, or not a number at all: the kind it must be

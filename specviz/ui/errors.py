@@ -164,16 +164,18 @@ def input_sentence(block_fn, index: int | None, value, exc: Exception, name=None
         return lessons.Said("errors.call_unreadable", want=want, names=names)
     block = block if block is not None else block_fn.inputs[index]
     name = name if name is not None else _param_name(block_fn, index)
-    outside = _outside_bounds(block, name, value)
+    # the page's own events (private: no API) come from a slider that has already moved to its bound
+    outside = _outside_bounds(block, name, value, on_page=getattr(block_fn, "api_visibility", "") == "private")
     if outside is not None:
         return outside
     kind = lessons.Key(KINDS.get(type(block).__name__, "errors.kind_value"))
     return lessons.Said("errors.bad_input", name=name, kind=kind, value=brief(value))
 
 
-def _outside_bounds(block, name, value) -> lessons.Said | None:
+def _outside_bounds(block, name, value, on_page: bool = False) -> lessons.Said | None:
     """A number a slider or number box refused for its bounds (typed into the box, or sent by a script):
-    the bounds, not "must be a number"."""
+    the bounds, not "must be a number". `on_page`: a slider on the page has moved to its nearest bound
+    meanwhile, and the next Run uses that, so the sentence names it."""
     if type(block).__name__ not in ("Slider", "Number") or isinstance(value, bool):
         return None
     if not isinstance(value, (int, float)) or (isinstance(value, float) and math.isnan(value)):
@@ -184,6 +186,9 @@ def _outside_bounds(block, name, value) -> lessons.Said | None:
         return None
     key = "errors.input_range" if lo is not None and hi is not None else \
         "errors.input_min" if below else "errors.input_max"
+    if on_page and key == "errors.input_range" and type(block).__name__ == "Slider":
+        return lessons.Said("errors.input_range_set", name=name, lo=lo, hi=hi, value=brief(value),
+                            bound=lo if below else hi)
     return lessons.Said(key, name=name, lo=lo, hi=hi, value=brief(value))
 
 
