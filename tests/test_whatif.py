@@ -276,7 +276,9 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
                     (app, ["H100 SXM", "Llama-3.1-8B", "EAGLE:Llama-3.1-8B", 0.71, 800, 0, whatif_views.SGLANG]),
                     (tiny_cpu, [whatif_views.THIS_MACHINE, "SmolLM2-135M", whatif_views.NGRAM, 0.6, 256, 0, whatif_views.SGLANG]),
                     (app, ["T4", "Llama-3.1-8B", "EAGLE:Llama-3.1-8B", 0.7, 800, 0]),        # does not fit
-                    (app, ["L4", "Llama-3.1-8B", whatif_views.NGRAM, 0.7, 800, 0])]:         # fits 70-odd rows
+                    (app, ["L4", "Llama-3.1-8B", whatif_views.NGRAM, 0.7, 800, 0]),          # fits 70-odd rows
+                    (app, ["H100 SXM", "SmolLM2-135M", "Llama-3.1-70B", 0.7, 1024, 0]),     # a draft never pays
+                    (app, ["H100 SXM", "Llama-3.1-70B", "SmolLM2-1.7B", 0.0, 1024, 0])]:
         md, lat, cross = whatif_views.compute(a, *args, lang="fa")
         generated += [md, _figure_texts(lat), _figure_texts(cross),
                       _figure_texts(whatif_views.speedup_view(a, *args, lang="fa"))]
@@ -607,3 +609,20 @@ def test_speculation_that_still_pays_at_batch_512_says_why():
     assert "memory-bound far past the weights' knee of 218" in small
     assert kv_reason(setup("Llama-3.1-70B", 512), 218, "en") == ""       # the weights outweigh the caches
     assert "KV cache" in kv_reason(setup("SmolLM2-1.7B", 1024), 218, "fa")
+
+
+def test_a_draft_that_never_pays_is_blamed_not_the_batch():
+    """A 70B draft for a 135M target: the summary said "stops paying from batch 1: past that, checking
+    extra tokens costs real time" — the batch is not why. It names the draft's size; a small draft at a
+    hopeless acceptance gets the acceptance's sentence; a draft that pays keeps the crossover sentence."""
+    from specviz.ui import whatif_views
+
+    big, *_ = whatif_views.compute(NoPeaks(), "H100 SXM", "SmolLM2-135M", "Llama-3.1-70B", 0.7, 1024, 0)
+    assert "does not pay at any batch size" in big and "is not smaller than the target" in big
+    assert "stops paying from" not in big
+    low, *_ = whatif_views.compute(NoPeaks(), "H100 SXM", "Llama-3.1-70B", "SmolLM2-1.7B", 0.0, 1024, 0)
+    assert "does not pay at any batch size" in low and "not smaller" not in low
+    good, *_ = whatif_views.compute(NoPeaks(), "H100 SXM", "Llama-3.1-70B", "Llama-3.1-8B", 0.8, 1024, 0)
+    assert "does not pay at any batch size" not in good
+    fa, *_ = whatif_views.compute(NoPeaks(), "H100 SXM", "SmolLM2-135M", "Llama-3.1-70B", 0.7, 1024, 0, lang="fa")
+    assert "کوچک‌تر نیست" in fa

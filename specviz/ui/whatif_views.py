@@ -312,10 +312,23 @@ def summary_md(rows, hw_desc, setup, draft, knee, alpha, kind, note, ideal_ms, c
     lines = ["\n\n".join(lines), "", *best_depth_table(rows, lang), ""]
     drafter = tx(lang, "drafter_ngram") if setup.draft is None else draft
     model = model_name(lang, kind)            # an estimate's verdict names the model that made it
-    lines.append(tx(lang, "crossover", model=model, drafter=drafter, alpha=alpha, cross=cross) if cross else
-                 tx(lang, "no_crossover", model=model, drafter=drafter, alpha=alpha, last=BATCHES[-1])
-                 + kv_reason(setup, knee, lang))
+    if cross == BATCHES[0]:       # never pays: the batch is not why, the draft is
+        lines.append(never_pays(setup, model, drafter, alpha, lang))
+    else:
+        lines.append(tx(lang, "crossover", model=model, drafter=drafter, alpha=alpha, cross=cross) if cross else
+                     tx(lang, "no_crossover", model=model, drafter=drafter, alpha=alpha, last=BATCHES[-1])
+                     + kv_reason(setup, knee, lang))
     return "\n".join(lines)
+
+
+def never_pays(setup, model: str, drafter: str, alpha: float, lang: str) -> str:
+    """Speculation loses from batch 1 on: a draft as large as its target costs a target pass per guess;
+    otherwise the guesses kept do not repay the drafting at this acceptance."""
+    d, t_spec = setup.draft, setup.target
+    if d is not None and d.params >= t_spec.params:
+        return tx(lang, "never_pays_big_draft", model=model, drafter=drafter, alpha=alpha,
+                  draft_b=d.params / 1e9, target_b=t_spec.params / 1e9)
+    return tx(lang, "never_pays", model=model, drafter=drafter, alpha=alpha)
 
 
 def kv_reason(setup, knee: int, lang: str) -> str:
