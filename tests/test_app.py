@@ -50,6 +50,18 @@ def test_generate_endpoint_streams_exact_tokens(app_url, reference, prompts, tin
         assert out == greedy(ids, 160)
 
 
+def test_a_run_says_it_is_reading_its_prompt_before_its_first_step(app_url):
+    """A long prompt's prefill (or another user's, on the shared engine) took 25 s with the page's old
+    status line standing: the Run says it has started and is reading the prompt, then that it runs."""
+    c = _client(app_url)
+    job = c.submit("the quick brown fox", _pair_label(c), 1, 2, "fixed", 8, 0, 8, api_name="/generate")
+    list(job)
+    statuses = [str(o[6]) for o in job.outputs() if isinstance(o[6], str) and o[6]]
+    starting = next(i for i, s in enumerate(statuses) if s.startswith("Starting ·"))
+    assert "tokens in row 1: the prefill" in statuses[starting] and "shared engine" in statuses[starting]
+    assert any(s.startswith("Running ·") for s in statuses[starting + 1:]) or statuses[-1].startswith("Done.")
+
+
 def test_api_names_every_parameter_and_output_in_english(app_url):
     """`view_api()` and "Use via API" read the server-side labels: each one is set (English), none is
     gradio's `parameter_N` / `value_N` fallback — while the page itself still switches language."""

@@ -166,6 +166,9 @@ class Playground:
         app.runs.start(session, live)
         if app.runner.zero_gpu:
             yield pack(status=t(lang, "playground.status_zerogpu"))
+        else:       # until the first step: a long prompt's prefill, or another user's, takes seconds here
+            key = "playground.status_prefill_shared" if live.shared else "playground.status_prefill"
+            yield pack(status=t(lang, key, pair=choice.label, tokens=len(req.prompts[0])))
         last_yield, first, packet = 0.0, True, None
         try:
             with as_sentences(lang):
