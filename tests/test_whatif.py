@@ -626,3 +626,17 @@ def test_a_draft_that_never_pays_is_blamed_not_the_batch():
     assert "does not pay at any batch size" not in good
     fa, *_ = whatif_views.compute(NoPeaks(), "H100 SXM", "SmolLM2-135M", "Llama-3.1-70B", 0.7, 1024, 0, lang="fa")
     assert "کوچک‌تر نیست" in fa
+
+
+def test_the_custom_boxes_show_a_preset_gpus_own_rates():
+    """With L4 picked the locked boxes showed the H100's 3.35 TB/s and 989 TFLOP/s: they show L4's."""
+    from specviz.hardware.presets import GPUS
+    from specviz.ui.whatif import preset_rates
+    from specviz.ui.whatif_views import CUSTOM_GPU, THIS_MACHINE
+
+    bw, fl = preset_rates("L4")
+    assert bw["value"] == pytest.approx(GPUS["L4"].bandwidth / 1e12, abs=1e-3) and not bw["interactive"]
+    assert fl["value"] == pytest.approx(GPUS["L4"].flops / 1e12, abs=0.1) and not fl["interactive"]
+    bw, fl = preset_rates(CUSTOM_GPU)
+    assert bw["interactive"] and "value" not in bw                    # the reader's own values stay
+    assert not preset_rates(THIS_MACHINE)[0]["interactive"]

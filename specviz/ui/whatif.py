@@ -9,7 +9,7 @@ import gradio as gr
 
 from specviz import lessons
 from specviz.hardware.gpu_records import as_profile, recorded_curves
-from specviz.hardware.presets import MODELS
+from specviz.hardware.presets import GPUS, MODELS
 from specviz.hardware.profiles import load_profiles
 from specviz.limits import LimitError
 from specviz.pairs.models import ModelError
@@ -122,9 +122,9 @@ def build(app) -> None:
     (target.change(on_target, [target, draft], [draft], show_progress="hidden")
      .success(on_change, inputs, [summary, fig_lat, fig_x], show_progress="hidden")
      .success(on_speedup, inputs, [fig_speedup], show_progress="hidden"))
-    # a preset GPU ignores the two boxes: a reader typed 1 TB/s with the H100 picked and nothing changed
-    gpu.change(lambda g: (gr.update(interactive=g == CUSTOM_GPU),) * 2, [gpu], [bw, fl], api_name=False,
-               queue=False, show_progress="hidden")
+    # a preset GPU ignores the two boxes: a reader typed 1 TB/s with the H100 picked and nothing changed;
+    # they show the preset's own rates (L4's showed H100's), a start for a custom GPU picked next
+    gpu.change(preset_rates, [gpu], [bw, fl], api_name=False, queue=False, show_progress="hidden")
     lang_box.change(relabel, [lang_box, *inputs], [summary, fig_lat, fig_x, fig_speedup, draft],
                       api_name=False, show_progress="hidden")
     with gr.Row():
@@ -140,6 +140,16 @@ def build(app) -> None:
     csv_btn.click(on_csv, inputs, [csv_file], api_name="whatif_csv")
     _build_measure(app)
     _build_profiles(app, lang_box)
+
+
+def preset_rates(gpu: str) -> tuple:
+    """The custom-GPU boxes for this choice: editable for the custom GPU, else locked, with a preset's
+    datasheet bandwidth (TB/s) and dense FLOP/s (TFLOP/s) in them."""
+    if gpu not in GPUS:
+        return (gr.update(interactive=gpu == CUSTOM_GPU),) * 2
+    g = GPUS[gpu]
+    return (gr.update(interactive=False, value=round(g.bandwidth / 1e12, 3)),
+            gr.update(interactive=False, value=round(g.flops / 1e12, 1)))
 
 
 def _build_measure(app) -> None:
