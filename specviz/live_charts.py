@@ -158,6 +158,9 @@ def acceptance_histogram(counts: list[int], labels: dict | None = None, rtl: boo
                    xaxis=dict(dtick=1, tick0=0))
 
 
+FLOOR_GAP = 1.8       # a log axis whose lowest tick lies this far above its lowest point ticks that point too
+
+
 def log_ticks(lo: float, hi: float) -> dict:
     """Tick values for a log axis spanning lo..hi: 1-2-5 steps, else 1-2-3-4-5-6-8, else evenly spaced
     round numbers, whichever first puts two ticks inside the data (a flat curve between 3.1 and 4.4 ms
@@ -173,6 +176,11 @@ def log_ticks(lo: float, hi: float) -> dict:
         step = _nice((hi - lo) / 3) if hi > lo else _nice(lo / 10)
         first = math.floor(lo / step) * step
         vals = [float(f"{first + i * step:.6g}") for i in range(8) if first + i * step <= hi + step]
+    inside = [v for v in vals if v >= lo]
+    if inside and min(inside) > FLOOR_GAP * lo:
+        # the lowest tick far above the lowest point (a flat curve at 25 ms under ticks from 50): the
+        # floor gets a tick of its own, its value to two figures, so the flat part can be read
+        vals = [float(f"{lo:.2g}")] + inside          # (a tick just under it would crowd it)
     return dict(tickvals=vals, ticktext=[f"{v:g}" for v in vals])
 
 

@@ -80,6 +80,13 @@ def test_a_log_axis_always_has_two_ticks_inside_its_data(lo, hi):
         assert 3.0 not in ticks["tickvals"]
 
 
+def test_a_flat_curve_far_below_the_lowest_tick_gets_a_tick_of_its_own():
+    """A pass-time curve flat at 25 ms drew its lowest tick at 50: the floor is ticked, to two figures;
+    a floor close under a round tick is left alone."""
+    assert lc.log_ticks(25.3, 200.0)["tickvals"] == [25.0, 50.0, 100.0, 200.0]
+    assert lc.log_ticks(13.0, 200.0)["tickvals"][:3] == [10.0, 20.0, 50.0]
+
+
 def test_the_pass_time_figure_keeps_its_dot_and_knee():
     fig = _all_figures("en")[3]
     dot = next(t for t in fig.data if t.meta == "this-step")
