@@ -214,8 +214,9 @@ class RunStore:
         result = {"done": True, "replay": True, "stopped": stopped, "recorded_on": rec.device, "date": rec.date,
                   "pair": rec.pair, "prompt_ids": rec.prompt_ids,
                   "outputs": [rec.outputs[i] for i in sorted(rec.outputs)], **rec.totals.as_dict()}
-        if stopped:
-            status = t(lang, "playground.replay_stopped") + " · " + status
+        # the line says it ended, as a Run's "Done." does (it read the same while playing and after)
+        end = t(lang, "playground.replay_stopped") if stopped else t(lang, "playground.replay_done", tokens=rec.totals.tokens)
+        status = end + " · " + status
         yield streamer.outputs(rec.totals, final=True, result=result, status=status, zero_gpu=False)
 
     # --- lossless check -------------------------------------------------------------------------------
