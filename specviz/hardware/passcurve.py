@@ -59,6 +59,23 @@ class PassCurve:
                 "forward_path": self.path, "context": self.context, "recorded": self.recorded, "knee": self.knee}
 
 
+SEEN_FASTER = 1.4          # a curve this many times slower than a Run's own passes was timed under load
+MIN_SEEN = 5               # passes of one width a Run needs before its median speaks for that width
+
+
+def curve_beaten(curve: PassCurve, seen: list[tuple[int, float]], factor: float = SEEN_FASTER,
+                 min_seen: int = MIN_SEEN) -> bool:
+    """Whether a Run's own passes, (tokens computed, seconds) each, ran `factor` times faster than `curve`
+    at some width (the median of `min_seen` passes or more of it). A pass cannot beat the machine, and a
+    Run's context is never smaller than the curve's: such a curve was timed while something else ran."""
+    by_width: dict[int, list[float]] = {}
+    for n, secs in seen:
+        if n >= 1 and secs > 0:
+            by_width.setdefault(int(n), []).append(secs)
+    return any(len(ts) >= min_seen and factor * statistics.median(ts) < curve.at(n)
+               for n, ts in by_width.items())
+
+
 def curve_from_profile(prof) -> PassCurve:
     """A recorded profile (`specviz.hardware.profiles.Profile`) as a curve, named after its file."""
     return PassCurve(tuple(prof.tokens_per_pass), tuple(prof.latency_s), prof.where, prof.path, prof.context,

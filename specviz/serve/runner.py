@@ -229,6 +229,10 @@ class LocalRunner:
         """The pair's target's pass-time curve (measured here once, in the background, on first ask)."""
         return self.pairs.pass_curve(choice)
 
+    def recheck_curve(self, choice, seen: list[tuple[int, float]]) -> bool:
+        """A Run's passes against the measured curve: measured again where they beat it (catalog)."""
+        return self.pairs.recheck_curve(choice, seen)
+
     def packets(self, req: RunRequest, choice, control: LocalControl) -> Iterator[Packet]:
         if req.acceptance is not None:
             return self._own_engine(req, choice, control)
@@ -375,6 +379,9 @@ class ZeroGpuRunner:
 
     def pass_curve(self, choice) -> None:
         return None                 # the GPU exists only inside a worker: nothing measured it here
+
+    def recheck_curve(self, choice, seen) -> bool:
+        return False
 
     def packets(self, req: RunRequest, choice, control: ControlFile) -> Iterator[Packet]:
         return self.gpu_run(replace(req, control=control.path))

@@ -61,6 +61,9 @@ class VllmRouter:
     def pass_curve(self, choice):
         return None if self.endpoint(choice) is not None else self.inner.pass_curve(choice)
 
+    def recheck_curve(self, choice, seen) -> bool:
+        return False if self.endpoint(choice) is not None else self.inner.recheck_curve(choice, seen)
+
     def batch_info(self, choice) -> BatchInfo | None:
         ep = self.endpoint(choice)
         return _batch_now(ep) if ep is not None else self.inner.batch_info(choice)
