@@ -5,7 +5,7 @@ and warm.
 
     python scripts/record-runs.py --url http://127.0.0.1:7860 [--out assets/recordings] [--warm 1]
 
-Start the app alone on the machine first (`bash scripts/start`); nothing else should run while it
+Start the app alone on the machine first (`python app.py`); nothing else should run while it
 records, since a replay plays the recorded pace. Prints one JSON line per recording.
 """
 import argparse

@@ -129,6 +129,8 @@ def test_the_regime_says_where_the_two_knees_disagree():
     mixed = regime_md("en", "compute-bound", PassShape(5, 5, 4000, 5), 8, True, 6)
     assert "between" not in mixed and "for this step as it ran, with its 5 rows" in mixed
     assert "for this step as it ran" in regime_md("en", "compute-bound", PassShape(5, 5, 4000, 5), 6, False, 6)
+    one = regime_md("en", "compute-bound", PassShape(5, 1, 64, 5), 6, False, 6)        # one row: the draft's passes
+    assert "the draft's passes included" in one and "1 row" not in one
     assert regime_md("en", "uncalibrated", at7, 8, True, 6).startswith("regime: not known yet")
     assert regime_md("en", "") == ""
 

@@ -103,7 +103,8 @@ def test_a_curve_beaten_by_a_runs_own_passes_was_timed_under_load():
     assert curve_beaten(slow, seen)
     assert not curve_beaten(slow, seen[:4] + [(1, 0.024)])               # four passes do not speak yet
     assert not curve_beaten(CURVE, [(8, 0.023)] * 9)                      # within noise of a good curve
-    assert not curve_beaten(CURVE, [(8, 0.060)] * 9 + [(0, 0.001), (4, 0.0)])   # slower: load on the Run
+    assert not curve_beaten(CURVE, [(8, 0.060)] * 9)                      # slower: load on the Run
+    assert not curve_beaten(CURVE, [(0, 0.001)] * 5 + [(4, 0.0)] * 5)     # no width, no time: not a pass
 
 
 def test_the_app_measures_a_beaten_curve_again_once_a_while(tiny_paths, monkeypatch):
@@ -121,5 +122,8 @@ def test_the_app_measures_a_beaten_curve_again_once_a_while(tiny_paths, monkeypa
     assert cache.recheck_curve(choice, fast_run) and started == [choice.target]
     assert not cache.recheck_curve(choice, fast_run)          # at most once every RECHECK_S
     monkeypatch.setattr(catalog, "RECHECK_S", 0.0)
+    cache._measuring.add(choice.target)
+    assert not cache.recheck_curve(choice, fast_run)          # one being measured is not judged by the old
+    cache._measuring.discard(choice.target)
     assert not cache.recheck_curve(choice, [(3, 0.6)] * 6)    # a Run slower than the curve proves nothing
     assert cache.recheck_curve(choice, fast_run) and len(started) == 2

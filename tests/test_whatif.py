@@ -278,7 +278,8 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
                     (app, ["T4", "Llama-3.1-8B", "EAGLE:Llama-3.1-8B", 0.7, 800, 0]),        # does not fit
                     (app, ["L4", "Llama-3.1-8B", whatif_views.NGRAM, 0.7, 800, 0]),          # fits 70-odd rows
                     (app, ["H100 SXM", "SmolLM2-135M", "Llama-3.1-70B", 0.7, 1024, 0]),     # a draft never pays
-                    (app, ["H100 SXM", "Llama-3.1-70B", "SmolLM2-1.7B", 0.0, 1024, 0])]:
+                    (app, ["H100 SXM", "Llama-3.1-70B", "SmolLM2-1.7B", 0.0, 1024, 0]),
+                    (app, ["H100 SXM", "Llama-3.1-8B", whatif_views.NGRAM, 0.0, 1024, 0])]:
         md, lat, cross = whatif_views.compute(a, *args, lang="fa")
         generated += [md, _figure_texts(lat), _figure_texts(cross),
                       _figure_texts(whatif_views.speedup_view(a, *args, lang="fa"))]
@@ -614,7 +615,8 @@ def test_speculation_that_still_pays_at_batch_512_says_why():
 def test_a_draft_that_never_pays_is_blamed_not_the_batch():
     """A 70B draft for a 135M target: the summary said "stops paying from batch 1: past that, checking
     extra tokens costs real time" — the batch is not why. It names the draft's size; a small draft at a
-    hopeless acceptance gets the acceptance's sentence; a draft that pays keeps the crossover sentence."""
+    hopeless acceptance gets the acceptance's sentence, a free one (n-gram) the wider verify pass's; a draft
+    that pays keeps the crossover sentence."""
     from specviz.ui import whatif_views
 
     big, *_ = whatif_views.compute(NoPeaks(), "H100 SXM", "SmolLM2-135M", "Llama-3.1-70B", 0.7, 1024, 0)
@@ -622,6 +624,8 @@ def test_a_draft_that_never_pays_is_blamed_not_the_batch():
     assert "stops paying from" not in big
     low, *_ = whatif_views.compute(NoPeaks(), "H100 SXM", "Llama-3.1-70B", "SmolLM2-1.7B", 0.0, 1024, 0)
     assert "does not pay at any batch size" in low and "not smaller" not in low
+    free, *_ = whatif_views.compute(NoPeaks(), "H100 SXM", "Llama-3.1-8B", whatif_views.NGRAM, 0.0, 1024, 0)
+    assert "the draft costs nothing" in free and "a cheaper draft" not in free
     good, *_ = whatif_views.compute(NoPeaks(), "H100 SXM", "Llama-3.1-70B", "Llama-3.1-8B", 0.8, 1024, 0)
     assert "does not pay at any batch size" not in good
     fa, *_ = whatif_views.compute(NoPeaks(), "H100 SXM", "SmolLM2-135M", "Llama-3.1-70B", 0.7, 1024, 0, lang="fa")
@@ -629,7 +633,8 @@ def test_a_draft_that_never_pays_is_blamed_not_the_batch():
 
 
 def test_the_custom_boxes_show_a_preset_gpus_own_rates():
-    """With L4 picked the locked boxes showed the H100's 3.35 TB/s and 989 TFLOP/s: they show L4's."""
+    """With L4 picked the locked boxes showed the H100's 3.35 TB/s and 989 TFLOP/s: they show L4's, and
+    this machine's calibrated peaks with "this machine" picked."""
     from specviz.hardware.presets import GPUS
     from specviz.ui.whatif import preset_rates
     from specviz.ui.whatif_views import CUSTOM_GPU, THIS_MACHINE
@@ -639,4 +644,7 @@ def test_the_custom_boxes_show_a_preset_gpus_own_rates():
     assert fl["value"] == pytest.approx(GPUS["L4"].flops / 1e12, abs=0.1) and not fl["interactive"]
     bw, fl = preset_rates(CUSTOM_GPU)
     assert bw["interactive"] and "value" not in bw                    # the reader's own values stay
-    assert not preset_rates(THIS_MACHINE)[0]["interactive"]
+    assert not preset_rates(THIS_MACHINE)[0]["interactive"] and "value" not in preset_rates(THIS_MACHINE)[0]
+    from specviz.hardware.device import Peaks
+    bw, fl = preset_rates(THIS_MACHINE, Peaks("cpu", 46.4e9, 0.188e12, "float32"))   # its calibrated peaks
+    assert bw["value"] == pytest.approx(0.046) and fl["value"] == pytest.approx(0.188) and not bw["interactive"]

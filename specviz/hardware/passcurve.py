@@ -67,7 +67,8 @@ def curve_beaten(curve: PassCurve, seen: list[tuple[int, float]], factor: float 
                  min_seen: int = MIN_SEEN) -> bool:
     """Whether a Run's own passes, (tokens computed, seconds) each, ran `factor` times faster than `curve`
     at some width (the median of `min_seen` passes or more of it). A pass cannot beat the machine, and a
-    Run's context is never smaller than the curve's: such a curve was timed while something else ran."""
+    shorter context than the curve's saves far less than that: such a curve was timed while something
+    else ran."""
     by_width: dict[int, list[float]] = {}
     for n, secs in seen:
         if n >= 1 and secs > 0:

@@ -162,6 +162,7 @@ class PairCache:
         self._curves: dict[str, PassCurve] = {}       # target → its pass-time curve, measured here
         self._curve_wanted: set[str] = set()           # targets whose curve was asked for (measured or measuring)
         self._rechecked: dict[str, float] = {}           # target → when its curve was last measured again
+        self._measuring: set[str] = set()                # targets whose curve is being measured now
 
     def loaded(self, choice: PairChoice) -> bool:
         if is_dial(choice):
@@ -236,7 +237,9 @@ class PairCache:
         with self._lock:
             curve, pair = self._curves.get(choice.target), self._pairs.get(key)
             due = time.monotonic() - self._rechecked.get(choice.target, -RECHECK_S) >= RECHECK_S
-            if curve is None or pair is None or not due or not curve_beaten(curve, seen):
+            # one being measured (the fast path's, after its warm-up) is not judged by the curve it replaces
+            busy = choice.target in self._measuring
+            if curve is None or pair is None or not due or busy or not curve_beaten(curve, seen):
                 return False
             self._rechecked[choice.target] = time.monotonic()
         log.info("the pass-time curve of %s: a Run's passes ran well faster than it; measuring it again",
@@ -245,6 +248,9 @@ class PairCache:
         return True
 
     def _measure_curve(self, target: str, pair: Pair) -> None:
+        with self._lock:
+            self._measuring.add(target)
+
         def work():
             t = pair.target
             try:
@@ -252,9 +258,11 @@ class PairCache:
                     curve = measure_curve(t.model, t.device, t.dtype, pair.target_cache, path=pair.fast.shown)
             except Exception:                # the chart keeps the recorded curve or none; the log has why
                 log.exception("measuring the pass-time curve failed")
-                return
+                curve = None
             with self._lock:
-                self._curves[target] = curve
+                self._measuring.discard(target)
+                if curve is not None:
+                    self._curves[target] = curve
         threading.Thread(target=work, name="specviz-pass-curve", daemon=True).start()
 
     def _warm_in_background(self, key: tuple[str, str], eager: Pair) -> None:

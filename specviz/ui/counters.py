@@ -171,6 +171,8 @@ def regime_md(lang: str, regime: str, last_pass=None, knee: int | None = None, m
         return t(lang, "playground.regime_between", regime=shown, estimate=estimate, knee=knee)
     # the regime prices the step as it ran (every row's context, the draft's pass); the knee beside it is
     # one row's at one context: with long prompts in the batch the two part, and the line says why
+    if last_pass.rows == 1:       # one row: the knee is priced at its context, so the draft's passes part them
+        return t(lang, "playground.regime_step_one", regime=shown)
     return t(lang, "playground.regime_step", regime=shown, rows=lessons.Said("app.n_rows", n=last_pass.rows))
 
 

@@ -164,7 +164,8 @@ def input_sentence(block_fn, index: int | None, value, exc: Exception, name=None
         return lessons.Said("errors.call_unreadable", want=want, names=names)
     block = block if block is not None else block_fn.inputs[index]
     name = name if name is not None else _param_name(block_fn, index)
-    # the page's own events (private: no API) come from a slider that has already moved to its bound
+    # the page's own events (private: no API) come from a slider whose box moves to its bound as it loses
+    # focus, before any Run or experiment reads it
     outside = _outside_bounds(block, name, value, on_page=getattr(block_fn, "api_visibility", "") == "private")
     if outside is not None:
         return outside
@@ -174,8 +175,8 @@ def input_sentence(block_fn, index: int | None, value, exc: Exception, name=None
 
 def _outside_bounds(block, name, value, on_page: bool = False) -> lessons.Said | None:
     """A number a slider or number box refused for its bounds (typed into the box, or sent by a script):
-    the bounds, not "must be a number". `on_page`: a slider on the page has moved to its nearest bound
-    meanwhile, and the next Run uses that, so the sentence names it."""
+    the bounds, not "must be a number". `on_page`: a slider on the page moves to its nearest bound when
+    its box loses focus (pressing Run does that), so the next Run uses the bound, and the sentence names it."""
     if type(block).__name__ not in ("Slider", "Number") or isinstance(value, bool):
         return None
     if not isinstance(value, (int, float)) or (isinstance(value, float) and math.isnan(value)):

@@ -18,7 +18,7 @@ from specviz.serve.catalog import pair_options
 from specviz.ui.errors import as_sentences
 from specviz.ui.runs import TempFiles, write_csv
 from specviz.ui.whatif_measured import KNEE_CONTEXT, knee_view, profile_view
-from specviz.ui.whatif_views import (BW_TBS, CUSTOM_GPU, DEFAULTS, FLOPS_TFLOPS, compute, csv_rows, draft_options,
+from specviz.ui.whatif_views import (BW_TBS, CUSTOM_GPU, DEFAULTS, THIS_MACHINE, FLOPS_TFLOPS, compute, csv_rows, draft_options,
                                      gpu_options, is_rtl, lang_of, model_options, model_spec, remap_draft,
                                      speedup_view, tx)
 
@@ -124,7 +124,8 @@ def build(app) -> None:
      .success(on_speedup, inputs, [fig_speedup], show_progress="hidden"))
     # a preset GPU ignores the two boxes: a reader typed 1 TB/s with the H100 picked and nothing changed;
     # they show the preset's own rates (L4's showed H100's), a start for a custom GPU picked next
-    gpu.change(preset_rates, [gpu], [bw, fl], api_name=False, queue=False, show_progress="hidden")
+    gpu.change(lambda g: preset_rates(g, app.peaks), [gpu], [bw, fl], api_name=False, queue=False,
+               show_progress="hidden")
     lang_box.change(relabel, [lang_box, *inputs], [summary, fig_lat, fig_x, fig_speedup, draft],
                       api_name=False, show_progress="hidden")
     with gr.Row():
@@ -142,14 +143,18 @@ def build(app) -> None:
     _build_profiles(app, lang_box)
 
 
-def preset_rates(gpu: str) -> tuple:
-    """The custom-GPU boxes for this choice: editable for the custom GPU, else locked, with a preset's
-    datasheet bandwidth (TB/s) and dense FLOP/s (TFLOP/s) in them."""
-    if gpu not in GPUS:
+def preset_rates(gpu: str, peaks=None) -> tuple:
+    """The custom-GPU boxes for this choice: editable for the custom GPU, else locked, with the rates the
+    estimate uses in them: a preset's datasheet bandwidth (TB/s) and dense FLOP/s (TFLOP/s), this
+    machine's calibrated peaks (`peaks`, once measured)."""
+    if gpu in GPUS:
+        bandwidth, flops = GPUS[gpu].bandwidth, GPUS[gpu].flops
+    elif gpu == THIS_MACHINE and peaks is not None:
+        bandwidth, flops = peaks.bandwidth, peaks.flops
+    else:
         return (gr.update(interactive=gpu == CUSTOM_GPU),) * 2
-    g = GPUS[gpu]
-    return (gr.update(interactive=False, value=round(g.bandwidth / 1e12, 3)),
-            gr.update(interactive=False, value=round(g.flops / 1e12, 1)))
+    return (gr.update(interactive=False, value=round(bandwidth / 1e12, 3)),
+            gr.update(interactive=False, value=round(flops / 1e12, 3)))
 
 
 def _build_measure(app) -> None:

@@ -322,10 +322,12 @@ def summary_md(rows, hw_desc, setup, draft, knee, alpha, kind, note, ideal_ms, c
 
 
 def never_pays(setup, model: str, drafter: str, alpha: float, lang: str) -> str:
-    """Speculation loses from batch 1 on: a draft as large as its target costs a target pass per guess;
-    otherwise the guesses kept do not repay the drafting at this acceptance."""
+    """Speculation loses from batch 1 on: a draft as large as its target costs a target pass per guess; a
+    free one (n-gram) still widens every verify pass; otherwise the kept guesses do not repay the drafting."""
     d, t_spec = setup.draft, setup.target
-    if d is not None and d.params >= t_spec.params:
+    if d is None:               # n-gram lookup costs nothing: the wider verify pass is what the guesses must repay
+        return tx(lang, "never_pays_free", model=model, drafter=drafter, alpha=alpha)
+    if d.params >= t_spec.params:
         return tx(lang, "never_pays_big_draft", model=model, drafter=drafter, alpha=alpha,
                   draft_b=d.params / 1e9, target_b=t_spec.params / 1e9)
     return tx(lang, "never_pays", model=model, drafter=drafter, alpha=alpha)
