@@ -93,7 +93,11 @@ def build(app) -> None:
     # the numbers count when the user commits them (Enter or leaving the box), not on .change: a Number
     # that gradio re-renders after an edit fires .change again, and a custom bandwidth then looped
     # through /whatif dozens of times a second
-    triggers = [c.change for c in inputs if c not in (target, bw, fl)] + [bw.submit, bw.blur, fl.submit, fl.blur]
+    triggers = [c.change for c in inputs if c not in (target, bw, fl)] + [bw.blur, fl.blur]
+    # Enter leaves the box, so its commit is the blur alone: Enter and then a click elsewhere sent the
+    # value twice, and a refused one gave its sentence twice ("(2)")
+    for box in (bw, fl):
+        box.submit(None, None, None, js="() => { document.activeElement?.blur(); }", api_name=False)
 
     # explicit parameters (not *vals) so gradio can add the request; the API keeps its nine inputs
     def on_change(gpu, target, draft, alpha, context, overhead, model, bw, fl, request: gr.Request):
