@@ -315,6 +315,31 @@ def test_browser_stop_pressed_with_run_stops_it(app_url):
         assert m and int(m.group(1).replace(",", "")) < 4 * 512, status
 
 
+@needs_chromium
+def test_a_phone_keeps_the_sliders_in_sight_over_the_charts(app_url):
+    """At 390 px the batch and depth sliders follow Run (the long list of other controls comes last), and
+    once scrolled past they stay at the top of the screen over the tokens and charts, where a student
+    drags them while a Run streams. A desktop keeps its two columns."""
+    top = "el => Math.round(el.getBoundingClientRect().top)"
+    with browser_page(844, width=390) as page:
+        page.goto(app_url + "?tab=playground")
+        page.wait_for_selector("#chart-throughput .js-plotly-plot", timeout=60000)
+        run, knobs, status, policy = (page.eval_on_selector(s, top) for s in ("#run", "#pg-knobs", "#status", "#policy"))
+        assert run < knobs < status < policy, (run, knobs, status, policy)
+        page.evaluate("document.getElementById('chart-hardware').scrollIntoView()")
+        page.wait_for_timeout(500)
+        assert page.eval_on_selector("#pg-knobs", top) == 0
+        depth = page.locator("#depth input[type=number]")
+        depth.fill("3")
+        depth.press("Tab")
+        assert depth.input_value() == "3" and page.evaluate("document.documentElement.scrollWidth") <= 390
+    with browser_page(900, width=1300) as page:
+        page.goto(app_url + "?tab=playground")
+        page.wait_for_selector("#pg-knobs", timeout=60000)
+        left = "el => el.getBoundingClientRect().right"
+        assert page.eval_on_selector("#pg-knobs", left) <= page.eval_on_selector("#pg-main", "el => el.getBoundingClientRect().left")
+
+
 def _toast(page, pattern: str, timeout_ms: int = 20000) -> str:
     """The text of the toast that matches `pattern` (a regex), waiting for it."""
     try:

@@ -50,14 +50,16 @@ def build(app) -> "Playground":
                                       label=lessons.text("en", "app.label_pair"),
                                       info=lessons.text("en", "playground.custom_pair_info") if app.allow_custom else None),
                           pair_update)
-            # the dial's A: shown while a synthetic-draft pair is picked (Playground.on_pair)
-            acceptance = tr.add(gr.Slider(0, 1, value=DEFAULT_ACCEPTANCE, step=0.05, elem_id="acceptance",
-                                          visible=False),
-                                label="playground.label_acceptance", info="playground.acceptance_info")
-            batch = tr.add(gr.Slider(1, app.limits.max_rows_per_user, value=1, step=1, elem_id="batch-size"),
-                           label="app.label_batch_size")
-            depth = tr.add(gr.Slider(0, MAX_DEPTH, value=DEFAULT_DEPTH, step=1, elem_id="depth"),
-                           label="app.label_depth")
+            # the knobs one drags while a Run streams: on a phone they follow Run and stay in sight (style.css)
+            with gr.Column(elem_id="pg-knobs"):
+                # the dial's A: shown while a synthetic-draft pair is picked (Playground.on_pair)
+                acceptance = tr.add(gr.Slider(0, 1, value=DEFAULT_ACCEPTANCE, step=0.05, elem_id="acceptance",
+                                              visible=False),
+                                    label="playground.label_acceptance", info="playground.acceptance_info")
+                batch = tr.add(gr.Slider(1, app.limits.max_rows_per_user, value=1, step=1, elem_id="batch-size"),
+                               label="app.label_batch_size")
+                depth = tr.add(gr.Slider(0, MAX_DEPTH, value=DEFAULT_DEPTH, step=1, elem_id="depth"),
+                               label="app.label_depth")
             same = tr.add(gr.Checkbox(False, elem_id="same-prompt"), label="app.label_same_prompt")
             policy = tr.add(gr.Radio(_policy_choices("en"), value=FIXED.name, label=lessons.text("en", "app.label_policy"),
                                      elem_id="policy"),
@@ -79,14 +81,15 @@ def build(app) -> "Playground":
                                      label="playground.replay_file")
                 replay = tr.add(gr.Button(elem_id="replay"), value="app.replay")
         with gr.Column(scale=3, min_width=320, elem_id="pg-main"):
-            tr.add(gr.Markdown(elem_id="pg-intro"), value="playground.intro")
-            prompt = tr.add(gr.Textbox(DEFAULT_PROMPT, lines=3, elem_id="prompt", max_length=app.limits.max_prompt_chars),
-                            label="app.label_prompt")
-            with gr.Row():
-                run = tr.add(gr.Button(variant="primary", elem_id="run"), value="app.label_run")
-                stop = tr.add(gr.Button(variant="stop", elem_id="stop"), value="app.label_stop")
-                press = gr.Number(0, label="Run press number (the page counts; API callers leave it out)",
-                                  visible="hidden", elem_id="run-press", precision=0)   # see RUN_PRESS_JS
+            with gr.Column(elem_id="pg-top"):
+                tr.add(gr.Markdown(elem_id="pg-intro"), value="playground.intro")
+                prompt = tr.add(gr.Textbox(DEFAULT_PROMPT, lines=3, elem_id="prompt",
+                                           max_length=app.limits.max_prompt_chars), label="app.label_prompt")
+                with gr.Row():
+                    run = tr.add(gr.Button(variant="primary", elem_id="run"), value="app.label_run")
+                    stop = tr.add(gr.Button(variant="stop", elem_id="stop"), value="app.label_stop")
+                    press = gr.Number(0, label="Run press number (the page counts; API callers leave it out)",
+                                      visible="hidden", elem_id="run-press", precision=0)   # see RUN_PRESS_JS
             status = tr.add(gr.Markdown(app.startup_note, label="Status", elem_id="status"),
                             lambda lang: gr.update(value=app.startup_md(lang)))
             tr.add(gr.HTML(legend_html("en")), lambda lang: gr.update(value=legend_html(lang)))
