@@ -229,6 +229,21 @@ def test_hostile_recordings_are_refused_with_a_sentence(door, tmp_path, kind):
     assert isinstance(msg, str) and "recording" in msg, msg
 
 
+def test_a_file_that_is_not_json_says_where_it_breaks_in_the_readers_words():
+    """Not the parser's own English ("Expecting value: line 1 column 42 (char 41)"), in either language."""
+    from specviz import lessons
+    from specviz.serve.recordings import RecordingError, from_json
+
+    for text, want in (('{"format": "specviz-recording/1",\n "steps": [', "line 2, column 12"),
+                       ("\x00\x01", "line 1, column 1"), ("9" * 5000, "a number too long to read")):
+        with pytest.raises(RecordingError) as caught:
+            from_json(text)
+        said = {lang: lessons.say(lang, caught.value.args[0]) for lang in lessons.LANGS}
+        assert want in said["en"] and "Save run" in said["en"], said
+        assert not any(w in " ".join(said.values()) for w in ("Expecting", "char ", "Extra data")), said
+        assert "SpecViz" in said["fa"] and "ذخیره‌ی این اجرا" in said["fa"], said
+
+
 def test_huge_recordings_are_refused_at_once(door, tmp_path):
     """35 MB, and 50,000 steps: refused with a sentence, before the file is parsed."""
     c, *_, uploads = door

@@ -66,8 +66,10 @@ def from_json(text: str) -> Recording:
         data = json.loads(text)
     except RecursionError:
         raise RecordingError(Said("errors.recording_nested")) from None
-    except ValueError as exc:
-        raise RecordingError(Said("errors.recording_not_json", detail=str(exc)[:80])) from None
+    except json.JSONDecodeError as exc:     # where it breaks, not the parser's own words
+        raise RecordingError(Said("errors.recording_not_json", line=exc.lineno, column=exc.colno)) from None
+    except ValueError:                      # parsed, but a number too long to read
+        raise RecordingError(Said("errors.recording_not_json_number")) from None
     try:
         d = check.check(data, FORMAT)
     except check.Bad as exc:
