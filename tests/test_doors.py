@@ -244,6 +244,19 @@ def test_a_file_that_is_not_json_says_where_it_breaks_in_the_readers_words():
         assert "SpecViz" in said["fa"] and "ذخیره‌ی این اجرا" in said["fa"], said
 
 
+def test_another_json_file_or_version_is_named_as_such():
+    from specviz import lessons
+    from specviz.serve.recordings import FORMAT, RecordingError, from_json
+
+    for text, want in (('{"a": 1}', "JSON, but not a SpecViz recording"), ("[1, 2]", "JSON, but not a SpecViz"),
+                       ('{"format": "specviz-recording/9"}', "another version of SpecViz (format specviz-recording/9)")):
+        with pytest.raises(RecordingError) as caught:
+            from_json(text)
+        said = lessons.say("en", caught.value.args[0])
+        assert want in said and "'format'" not in said, said
+    assert FORMAT in said
+
+
 def test_huge_recordings_are_refused_at_once(door, tmp_path):
     """35 MB, and 50,000 steps: refused with a sentence, before the file is parsed."""
     c, *_, uploads = door

@@ -70,6 +70,11 @@ def from_json(text: str) -> Recording:
         raise RecordingError(Said("errors.recording_not_json", line=exc.lineno, column=exc.colno)) from None
     except ValueError:                      # parsed, but a number too long to read
         raise RecordingError(Said("errors.recording_not_json_number")) from None
+    found = data.get("format") if isinstance(data, dict) else None
+    if found != FORMAT:       # the common case (some other JSON file) in the reader's words, not a field's
+        known = isinstance(found, str) and found.startswith(FORMAT.split("/")[0] + "/") and len(found) < 40
+        raise RecordingError(Said("errors.recording_other_version", found=found, format=FORMAT) if known
+                             else Said("errors.recording_wrong_format"))
     try:
         d = check.check(data, FORMAT)
     except check.Bad as exc:
