@@ -169,6 +169,8 @@ def input_sentence(block_fn, index: int | None, value, exc: Exception, name=None
     outside = _outside_bounds(block, name, value, on_page=getattr(block_fn, "api_visibility", "") == "private")
     if outside is not None:
         return outside
+    if value is None and type(block).__name__ == "Slider":      # an emptied box, or "-" alone: not "None"
+        return lessons.Said("errors.input_empty", name=name, lo=block.minimum, hi=block.maximum)
     kind = lessons.Key(KINDS.get(type(block).__name__, "errors.kind_value"))
     return lessons.Said("errors.bad_input", name=name, kind=kind, value=brief(value))
 
@@ -263,6 +265,24 @@ def _failing_input(block_fn, inputs, state=None) -> tuple[int | None, object]:
         except Exception:
             return i, value
     return None, inputs
+
+
+# A slider's number box sent each keystroke to the server, and a half-typed value ("-", the "1" of "1.5")
+# got its own refusal: the box's typing counts when it is committed (Enter, leaving the box; its arrows
+# commit at once), and the drag of the slider itself still streams.
+COMMIT_TYPED_JS = """() => {
+  if (window.__svTypedCommit) { return; }
+  window.__svTypedCommit = true;
+  const sliderBox = (el) => el instanceof HTMLInputElement && el.type === 'number' &&
+    !!el.closest('.block') && !!el.closest('.block').querySelector('input[type=range]');
+  let passing = false;
+  window.addEventListener('input', (e) => { if (!passing && sliderBox(e.target)) { e.stopImmediatePropagation(); } }, true);
+  window.addEventListener('change', (e) => {
+    if (!sliderBox(e.target)) { return; }
+    passing = true;
+    try { e.target.dispatchEvent(new Event('input', {bubbles: true})); } finally { passing = false; }
+  }, true);
+}"""
 
 
 def refuse_as_typed(*components) -> None:

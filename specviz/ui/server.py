@@ -32,7 +32,7 @@ from specviz.serve.gate import DeviceGate
 from specviz.serve.vllm_router import VllmRouter, vllm_choices
 from specviz.ui import lesson, playground_layout, whatif
 from specviz.ui.deeplink import link_notice, query, restore
-from specviz.ui.errors import as_human_errors, error, guard_blocks
+from specviz.ui.errors import COMMIT_TYPED_JS, as_human_errors, error, guard_blocks
 from specviz.ui.i18n import Translations, pick_lang, switch_js
 from specviz.ui.render import KEEP_ROWS_JS
 
@@ -241,6 +241,7 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
             return [*restore(app, request, chosen), *updates]
         blocks.load(on_load, None, deep + tr.components, api_name=False, queue=False).then(
             None, [lang], None, js=switch_js()).then(None, None, None, js=KEEP_ROWS_JS).then(
+            None, None, None, js=COMMIT_TYPED_JS).then(
             link_notice(app, lambda session: tr.lang_of(session or "default")), None, None, api_name=False,
             show_progress="hidden")
 

@@ -93,7 +93,8 @@ def build(app) -> None:
     # the numbers count when the user commits them (Enter or leaving the box), not on .change: a Number
     # that gradio re-renders after an edit fires .change again, and a custom bandwidth then looped
     # through /whatif dozens of times a second
-    triggers = [c.change for c in inputs if c not in (target, bw, fl)] + [bw.blur, fl.blur]
+    # the draft counts when the reader picks it (.input): a new target sets it, and computes once itself
+    triggers = [c.change for c in inputs if c not in (target, draft, bw, fl)] + [draft.input, bw.blur, fl.blur]
     # Enter leaves the box, so its commit is the blur alone: Enter and then a click elsewhere sent the
     # value twice, and a refused one gave its sentence twice ("(2)")
     for box in (bw, fl):
@@ -101,7 +102,11 @@ def build(app) -> None:
 
     # explicit parameters (not *vals) so gradio can add the request; the API keeps its nine inputs
     def on_change(gpu, target, draft, alpha, context, overhead, model, bw, fl, request: gr.Request):
-        return compute(app, gpu, target, draft, alpha, context, overhead, model, bw, fl, lang=lang_of(app, request))
+        lang = lang_of(app, request)
+        try:
+            return compute(app, gpu, target, draft, alpha, context, overhead, model, bw, fl, lang=lang)
+        except gr.Error as exc:     # a reader who changed the target next read the old target's figures as new
+            raise gr.Error(tx(lang, "not_recomputed", why=exc.message), print_exception=False) from None
 
     def on_speedup(gpu, target, draft, alpha, context, overhead, model, bw, fl, request: gr.Request):
         return speedup_view(app, gpu, target, draft, alpha, context, overhead, model, bw, fl,

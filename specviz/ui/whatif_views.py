@@ -198,10 +198,16 @@ def calibration_for(app, gpu: str, g: presets.GpuSpec, device_kind: str, model: 
 
 
 def _numbers(alpha, context, overhead_ms, bw_tbs, flops_tflops, lang: str = lessons.DEFAULT_LANG):
-    try:
-        vals = float(alpha), int(context), float(overhead_ms) / 1000, float(bw_tbs), float(flops_tflops)
-    except (TypeError, ValueError, OverflowError):
-        raise gr.Error(tx(lang, "bad_numbers")) from None
+    vals = []
+    for key, value, kind in (("alpha", alpha, float), ("context", context, int), ("overhead", overhead_ms, float),
+                             ("bandwidth", bw_tbs, float), ("flops", flops_tflops, float)):
+        try:
+            vals.append(kind(value))
+        except (TypeError, ValueError, OverflowError):      # the one box that is wrong, by its label
+            said = tx(lang, "bad_number_empty" if value in (None, "") else "bad_number",
+                      name=tx(lang, f"label.{key}"), value=_short(value))
+            raise gr.Error(said) from None
+    vals[2] /= 1000
     alpha, context, overhead = vals[:3]
     if not 0 <= alpha < 1 or not 1 <= context <= 131072 or not 0 <= overhead <= 1:
         raise gr.Error(tx(lang, "out_of_range"))
