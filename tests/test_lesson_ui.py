@@ -230,8 +230,8 @@ def test_browser_walks_the_lesson(api, tmp_path):
 
 @needs_chromium
 def test_a_phone_scrolls_a_chart_in_its_box_not_the_page(api):
-    """At 390 px a chart keeps the width its panels need and scrolls sideways inside its own box; the
-    page itself never scrolls sideways. Persian too."""
+    """At 390 px a chart keeps the width its panels need and scrolls sideways inside its own box, under a
+    hint that says so; the page itself never scrolls sideways. Persian too."""
     _, _, url = api
     with browser_page(844, width=390) as page:
         for lang in ("en", "fa"):
@@ -242,6 +242,12 @@ def test_a_phone_scrolls_a_chart_in_its_box_not_the_page(api):
             box = page.evaluate(f"[document.querySelector('{plot}').scrollWidth, document.querySelector('{plot}').clientWidth]")
             assert drawn >= 640 and box[0] > box[1], (lang, drawn, box)
             assert page.evaluate("document.documentElement.scrollWidth") <= 390, lang
+            # a chart cut at the screen's edge looked finished: a hint above it, in the reader's direction
+            # (style.css's '.sv-rtl' rules apply: gradio scopes them, and the class is set inside its scope)
+            hint = page.evaluate(f"(() => {{ const s = getComputedStyle(document.querySelector('{plot}'), '::before');"
+                                 " return [s.content, s.direction]; })()")
+            assert hint == [json.dumps(lessons.text(lang, "app.swipe_chart"), ensure_ascii=False),
+                            "rtl" if lang == "fa" else "ltr"], hint
 
 
 def _previous(chapter: str) -> str:

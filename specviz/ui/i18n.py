@@ -24,6 +24,8 @@ SWITCH_JS = """(lang) => {
   document.documentElement.setAttribute('dir', rtl ? 'rtl' : 'ltr');
   document.documentElement.setAttribute('lang', lang);
   document.body.classList.toggle('sv-rtl', rtl);
+  // gradio scopes style.css under '.gradio-container .contain': its '.sv-rtl …' rules need the class in there
+  for (const el of document.querySelectorAll('.gradio-container .contain > *')) { el.classList.toggle('sv-rtl', rtl); }
   const titles = __TITLES__;
   if (titles[lang]) { document.title = titles[lang]; }
   // gradio (6.x) heads every toast with its type ("Error", "Warning") and never shows the title a

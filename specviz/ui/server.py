@@ -273,7 +273,15 @@ def font_css() -> str:
     return css.replace('url("vazirmatn/', f'url("/gradio_api/file={FONTS.as_posix()}/vazirmatn/')
 
 
+def hint_css() -> str:
+    """The phone's hint over a chapter's chart (style.css shows it), in each language: CSS reads it from a
+    variable, and the page's language class picks the variable's value."""
+    def text(lang: str) -> str:
+        return json.dumps(lessons.text(lang, "app.swipe_chart"), ensure_ascii=False)
+    return f"body {{ --sv-swipe: {text('en')}; }}\nbody.sv-rtl {{ --sv-swipe: {text('fa')}; }}\n"
+
+
 def launch_kwargs() -> dict:
     # a classroom: every waiting Run holds a worker thread while it streams (gradio's default is 40)
-    return {"css_paths": [str(ASSETS / "style.css")], "css": font_css(), "theme": gr.themes.Soft(),
+    return {"css_paths": [str(ASSETS / "style.css")], "css": font_css() + hint_css(), "theme": gr.themes.Soft(),
             "max_threads": 160, "allowed_paths": [str(FONTS)]}
