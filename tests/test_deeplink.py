@@ -37,3 +37,16 @@ def test_each_bad_parameter_is_named_with_what_it_wants():
 def test_the_notice_is_in_the_readers_language():
     said = notice(_app(), _request(batch="abc"), "fa")
     assert said.startswith(lessons.text("fa", "app.link_ignored", items="")[:10]) and "abc" in said
+
+
+def test_the_playground_settings_and_the_what_if_knobs_ride_the_link():
+    app = _app()
+    good = dict(tab="whatif", temperature="0.5", max_new="256", gpu="Custom GPU (bandwidth and FLOP/s below)",
+                target="Qwen2.5-7B", draft="EAGLE:Qwen2.5-7B", alpha="0.85", context="4096", overhead="1.5",
+                model="ideal", bandwidth="2.5", flops="989")
+    assert notice(app, _request(**good), "en") is None
+    said = notice(app, _request(gpu="GTX 480", target="GPT-9", alpha="2", model="magic", max_new="99999",
+                                bandwidth="0"), "en")
+    for part in ("gpu = GTX 480", "target = GPT-9", "alpha = 2", "model = magic", "max_new = 99999",
+                 "bandwidth = 0", "one of the choices in its list on the What if? tab", "a number from 0 to 0.99"):
+        assert part in said, (part, said)

@@ -535,6 +535,36 @@ def test_a_refused_knob_names_its_box_and_says_nothing_was_recomputed():
         "Nothing was recomputed: the figures shown are still those of the last values accepted."), err.value
 
 
+def test_browser_copy_link_brings_the_what_if_knobs_back(whatif_app):
+    """A first-time user copied the link of an H200, Qwen2.5-7B, α 0.85, ideal-model estimate and got the
+    defaults back: the tab's knobs ride the link, a custom GPU's rates with them."""
+    with _page() as page:
+        page.goto(whatif_app + "?tab=whatif")
+        page.wait_for_selector("#whatif-speedup .js-plotly-plot", timeout=30000)
+        _pick(page, "whatif-target", "Qwen2.5-7B")
+        _pick(page, "whatif-gpu", CUSTOM)
+        page.wait_for_function("!document.querySelector('#whatif-bandwidth input').disabled", timeout=10000)
+        for box, value in (("#whatif-bandwidth input", "2.5"), ("#whatif-alpha input[type=number]", "0.85")):
+            page.locator(box).fill(value)
+            page.locator(box).press("Enter")
+        page.locator("#whatif-model").get_by_label("ideal").check()
+        _summary_has(page, "custom GPU (2.5 TB/s")
+        _summary_has(page, "ideal roofline model")
+        page.locator("#copy-link").click()
+        page.wait_for_function("document.querySelector('#link input').value.includes('model=ideal')", timeout=10000)
+        url = page.locator("#link input").input_value()
+        shown = page.locator("#whatif-summary").inner_text()
+        page.goto(url)
+        page.wait_for_selector("#whatif-speedup .js-plotly-plot", timeout=30000)
+        _summary_has(page, "custom GPU (2.5 TB/s")
+        _summary_has(page, "ideal roofline model")
+        assert page.locator("#whatif-target input").input_value() == "Qwen2.5-7B"
+        assert page.locator("#whatif-alpha input[type=number]").input_value() == "0.85"
+        page.wait_for_function("t => document.querySelector('#whatif-summary').innerText === t", arg=shown,
+                               timeout=20000)
+        assert not page.locator("[data-testid=toast-body]").count()
+
+
 def test_titles_wrap_between_words_never_inside_a_number_or_an_isolate():
     """Plotly never wraps a title: on a phone a long one lost its end, or vanished."""
     from specviz import lessons

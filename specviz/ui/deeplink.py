@@ -1,6 +1,7 @@
 """Deep links: the URL's parameters restore a page's state (tab, chapter, pair, prompt, batch, depth,
-policy, acceptance, lang), and what a link asks for that this server cannot give is said in one sentence,
-not dropped in silence (a hand-edited link, one from another server with other pairs or limits)."""
+policy, acceptance, lang; the Playground's temperature and max_new; the What if? tab's knobs, EXTRA), and
+what a link asks for that this server cannot give is said in one sentence, not dropped in silence (a
+hand-edited link, one from another server with other pairs or limits)."""
 from __future__ import annotations
 
 import math
@@ -10,8 +11,14 @@ import gradio as gr
 from specviz import lessons
 from specviz.chapters import KEYS
 from specviz.engine.policies import POLICY_NAMES
+from specviz.hardware.presets import MODELS
+from specviz.ui import whatif_views as wv
 
 TAB_IDS = ("lesson", "playground", "whatif")
+# after the nine first parameters, in `restore`'s order: the Playground's two settings read at a Run, then
+# the What if? tab's knobs (whatif.build's components, in its order)
+EXTRA = ("temperature", "max_new", "gpu", "target", "draft", "alpha", "context", "overhead", "model",
+         "bandwidth", "flops")
 
 
 def query(request) -> dict:
@@ -48,6 +55,11 @@ def _rules(app) -> dict:
 
     def whole(lo, hi):
         return (lambda v: _number(v, lo, hi)), lessons.Said("app.link_want_whole", lo=lo, hi=hi)
+
+    def real(lo, hi):
+        return (lambda v: _number(v, lo, hi, float)), lessons.Said("app.link_want_number", lo=lo, hi=hi)
+    gpus = [value for _, value in wv.gpu_options(lessons.DEFAULT_LANG)]
+    drafts = sorted({d for target in MODELS for d in wv.draft_choices(target)})
     return {"tab": (choice(TAB_IDS), one_of(TAB_IDS)),
             "chapter": (choice(KEYS), one_of(KEYS)),
             "pair": (choice(pairs), lessons.Said("app.link_want_pair")),
@@ -55,7 +67,18 @@ def _rules(app) -> dict:
             "depth": whole(0, limits.max_depth),
             "policy": (choice(POLICY_NAMES), one_of(POLICY_NAMES)),
             "acceptance": (lambda v: _number(v, 0.0, 1.0, float), lessons.Said("app.link_want_acceptance")),
-            "lang": (choice(lessons.LANGS), one_of(lessons.LANGS))}
+            "lang": (choice(lessons.LANGS), one_of(lessons.LANGS)),
+            "temperature": real(0, limits.max_temperature),
+            "max_new": whole(limits.min_new_tokens, limits.max_new_tokens),
+            "gpu": (choice(gpus), lessons.Said("app.link_want_listed")),
+            "target": (choice(list(MODELS)), lessons.Said("app.link_want_listed")),
+            "draft": (choice(drafts), lessons.Said("app.link_want_listed")),
+            "alpha": real(0, 0.99),
+            "context": whole(1, 32768),
+            "overhead": real(0, 20),
+            "model": (choice(wv.KINDS), one_of(wv.KINDS)),
+            "bandwidth": real(*wv.BW_TBS),
+            "flops": real(*wv.FLOPS_TFLOPS)}
 
 
 def _asked(q: dict, name: str):
@@ -67,7 +90,7 @@ def _asked(q: dict, name: str):
 
 def restore(app, request, lang: str) -> list:
     """Component updates from the URL's deep-link parameters, in `build_blocks`' order: tabs, chapter, pair,
-    prompt, batch, depth, policy, acceptance, lang (anything absent or invalid is left alone: `notice` says
+    prompt, batch, depth, policy, acceptance, lang, then EXTRA (anything absent or invalid is left alone: `notice` says
     so; `acceptance` also ticks the lesson's dials: ui.lesson.restore_dials)."""
     q, rules = query(request), _rules(app)
 
@@ -78,7 +101,8 @@ def restore(app, request, lang: str) -> list:
     prompt = _asked(q, "prompt")
     return [update("tab", "selected"), update("chapter"), update("pair"),
             gr.update(value=prompt[: app.limits.max_prompt_chars]) if prompt else gr.skip(),
-            update("batch"), update("depth"), update("policy"), update("acceptance"), gr.update(value=lang)]
+            update("batch"), update("depth"), update("policy"), update("acceptance"), gr.update(value=lang),
+            *(update(name) for name in EXTRA)]
 
 
 def ignored(app, q: dict) -> list[lessons.Said]:

@@ -151,7 +151,8 @@ def build(app) -> "Playground":
     threshold.change(page.on_policy, [policy, threshold], **knob)
     refuse_as_typed(temperature, max_new)      # read at the next Run; a typo is refused now, as batch's is
     stop.click(page.on_stop, [press], None, js=STOP_PRESS_JS, api_name="stop", queue=False)
-    page.components = dict(pair=pair, prompt=prompt, batch=batch, depth=depth, policy=policy, acceptance=acceptance)
+    page.components = dict(pair=pair, prompt=prompt, batch=batch, depth=depth, policy=policy, acceptance=acceptance,
+                           temperature=temperature, max_new=max_new)
     return page
 
 

@@ -31,10 +31,11 @@ from specviz.serve.live import LiveRuns
 from specviz.serve.gate import DeviceGate
 from specviz.serve.vllm_router import VllmRouter, vllm_choices
 from specviz.ui import lesson, playground_layout, whatif
-from specviz.ui.deeplink import link_notice, query, restore
+from specviz.ui.deeplink import EXTRA, link_notice, query, restore
 from specviz.ui.errors import COMMIT_TYPED_JS, as_human_errors, error, guard_blocks
 from specviz.ui.i18n import Translations, pick_lang, switch_js
 from specviz.ui.render import KEEP_ROWS_JS
+from specviz.ui.whatif_views import CUSTOM_GPU
 
 log = logging.getLogger("specviz")
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
@@ -164,7 +165,7 @@ def zero_gpu_spaces():
     return spaces
 
 
-LINK_JS = """(tab, chapter, pair, prompt, batch, depth, policy, lang, acceptance) => {
+LINK_JS = """(tab, chapter, pair, prompt, batch, depth, policy, lang, acceptance, ...extra) => {
   const q = new URLSearchParams({tab: tab || 'lesson', chapter: chapter || '', pair: pair || '',
     prompt: prompt || '', batch: String(batch), depth: String(depth), policy: policy || '', lang: lang || 'en'});
   // the shown chapter's acceptance dial, when its synthetic draft is ticked
@@ -174,6 +175,14 @@ LINK_JS = """(tab, chapter, pair, prompt, batch, depth, policy, lang, acceptance
   // the Playground's dial, while a synthetic-draft pair is picked (its slider shows then)
   const pg = document.querySelector('#acceptance');
   if (tab === 'playground' && pg && pg.offsetParent !== null) { q.set('acceptance', String(acceptance)); }
+  // the open tab's own settings (deeplink.EXTRA): the Playground's two read at a Run, the What if?'s knobs,
+  // and a custom GPU's two rates only where they count
+  const names = __EXTRA__, set = (name) => q.set(name, String(extra[names.indexOf(name)]));
+  if (tab === 'playground') { ['temperature', 'max_new'].forEach(set); }
+  if (tab === 'whatif') {
+    ['gpu', 'target', 'draft', 'alpha', 'context', 'overhead', 'model'].forEach(set);
+    if (extra[names.indexOf('gpu')] === __CUSTOM__) { ['bandwidth', 'flops'].forEach(set); }
+  }
   const url = window.location.origin + window.location.pathname + '?' + q.toString();
   if (navigator.clipboard) { navigator.clipboard.writeText(url).catch(() => {}); }
   const copied = __COPIED__;
@@ -193,7 +202,8 @@ def link_js() -> str:
     """The copy-link button's browser side: the link to this state, copied, and "Link copied" for a moment."""
 
     copied = {lang: lessons.text(lang, "app.link_copied") for lang in lessons.LANGS}
-    return LINK_JS.replace("__COPIED__", json.dumps(copied, ensure_ascii=False))
+    return (LINK_JS.replace("__COPIED__", json.dumps(copied, ensure_ascii=False))
+            .replace("__EXTRA__", json.dumps(list(EXTRA))).replace("__CUSTOM__", json.dumps(CUSTOM_GPU)))
 
 
 def build_blocks(app: SpecVizApp) -> gr.Blocks:
@@ -226,11 +236,13 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
                 page = playground_layout.build(app)
             with gr.Tab("What if? (estimates + measured profiles)", id="whatif", elem_id="whatif") as t_what:
                 tr.add(t_what, label="app.tab_whatif")
-                whatif.build(app)
+                knobs = whatif.build(app)
         for tab, tid in ((t_lesson, "lesson"), (t_play, "playground"), (t_what, "whatif")):
             tab.select(lambda tid=tid: tid, None, [tab_state], api_name=False, queue=False, show_progress="hidden")
         c = page.components
-        deep = [tabs, chapter, c["pair"], c["prompt"], c["batch"], c["depth"], c["policy"], c["acceptance"], lang]
+        extra = [c[name] if name in c else knobs[name] for name in EXTRA]       # deeplink.EXTRA's order
+        deep = [tabs, chapter, c["pair"], c["prompt"], c["batch"], c["depth"], c["policy"], c["acceptance"], lang,
+                *extra]
 
         def on_load(request: gr.Request):
             chosen = pick_lang(request)
@@ -253,7 +265,7 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
                     js=switch_js())
         taught.follow_language(lang)
         copy.click(None, [tab_state, chapter, c["pair"], c["prompt"], c["batch"], c["depth"], c["policy"], lang,
-                          c["acceptance"]],
+                          c["acceptance"], *extra],
                    [link], js=link_js(), api_name=False)
     # one error boundary for every handler and for gradio's own input check (specviz.ui.errors)
     return guard_blocks(blocks, lambda session: tr.lang_of(session or "default"), tr.label_of)

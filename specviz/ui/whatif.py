@@ -40,7 +40,8 @@ def _generated_md(tr, **kwargs) -> gr.Markdown:
     return tr.add(gr.Markdown(**kwargs), lambda lang: gr.update(rtl=is_rtl(lang)))
 
 
-def build(app) -> None:
+def build(app) -> dict:
+    """The tab inside the current Blocks; returns its knobs by deep-link name (ui.deeplink.EXTRA)."""
     tr = app.tr
     models = list(MODELS)
     _text_md(tr, "intro", elem_id="whatif-intro")
@@ -150,6 +151,8 @@ def build(app) -> None:
     csv_btn.click(on_csv, inputs, [csv_file], api_name="whatif_csv")
     _build_measure(app)
     _build_profiles(app, lang_box)
+    return dict(gpu=gpu, target=target, draft=draft, alpha=alpha, context=context, overhead=overhead, model=model,
+                bandwidth=bw, flops=fl)
 
 
 def preset_rates(gpu: str, peaks=None) -> tuple:
