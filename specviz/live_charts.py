@@ -143,9 +143,11 @@ def hardware_figure(util: Series, mbu: Series, mfu: Series, util_label: str, lab
     # a marker per step shows where the estimates were taken while steps are sparse; hundreds of them
     # were the page's dearest drawing, redrawn every tick
     mode = "lines+markers" if len(mbu.x) <= SPARSE else "lines"
+    # legend entries in lines a phone shows whole (the Persian MBU entry ran off the chart's edge)
+    util_label, mbu_label, mfu_label = (lines_for(t, rtl, LEGEND_CHARS) for t in (util_label, lab["mbu"], lab["mfu"]))
     data = [_line(util, util_label, line=dict(color=PLAIN)),
-            {**_line(mbu, lab["mbu"], line=dict(color=BONUS)), "mode": mode},
-            {**_line(mfu, lab["mfu"], line=dict(color=REJECT)), "mode": mode}]
+            {**_line(mbu, mbu_label, line=dict(color=BONUS)), "mode": mode},
+            {**_line(mfu, mfu_label, line=dict(color=REJECT)), "mode": mode}]
     return _figure(data, lab["hardware_title"], lab["seconds"], "%", rtl, yaxis=dict(range=[0, 105]))
 
 

@@ -176,3 +176,15 @@ def test_every_line_of_a_persian_label_is_right_to_left():
     text = lines_for("EAGLE روی vLLM (اندازه‌گیری منتشرشده، SpecDecode-Bench)", True, 24)
     assert all(line.startswith(lessons.RLI) and line.endswith(lessons.PDI) for line in text.split("<br>"))
     assert lines_for("SpecDecode-Bench (an English name)", True, 20).count(lessons.RLI) == 0
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_every_legend_entry_is_in_lines_a_phone_shows_whole(lang):
+    """At 390 px the Persian MBU entry ran off the hardware chart's edge ("ME")."""
+    import re
+
+    for fig in _all_figures(lang):
+        for trace in fig.data:
+            if trace.name and trace.showlegend is not False:
+                for line in trace.name.split("<br>"):
+                    assert len(re.sub("[\u2066-\u2069]", "", line)) <= LEGEND_CHARS, (lang, trace.name)
