@@ -149,3 +149,14 @@ def test_theory_says_which_side_of_the_measurement_the_prediction_lies():
     above = theory_md("en", {**base, "difference": 0.25, "abs_difference": 0.25}, curve, False)
     assert "25% above the measurement" in above
     assert "پایین‌تر از" in theory_md("fa", {**base, "difference": -0.62, "abs_difference": 0.62}, curve, False)
+
+
+def test_a_row_that_drafted_nothing_is_not_drawn_as_rejections():
+    """A first-time user read a pink 'rejected' bar and '0/0 kept' on rows that never drafted."""
+    plain, drafting = RowView(), RowView()
+    plain.add_step(0, RowStep(0, [], 0, [5], "plain"), None, pieces=[[], [], ["a"]])
+    drafting.add_step(0, RowStep(1, [1, 2], 0, [7], "own"), None, pieces=[[], ["x y"], ["b"]])
+    page = rows_html({0: plain, 1: drafting}, {})
+    lines = re.findall(r'<summary class="row-line">(.*?)</summary>', page, re.S)
+    assert "row-bar-none" in lines[0] and "no drafts (plain decoding)" in lines[0] and "0/0" not in lines[0]
+    assert "row-bar-none" not in lines[1] and "0/2 kept" in lines[1]

@@ -148,12 +148,14 @@ def _row_html(row: int, v: RowView, status: str, lang: str, way: str, tail: int 
     share = v.accepted / v.drafted if v.drafted else 0.0
     width = int(round(100 * share))
     name = html.escape(t(lang, "playground.rows.row", n=row + 1))
-    bar = html.escape(t(lang, "playground.rows.bar", kept=v.accepted, drafted=v.drafted))
-    stat = html.escape(t(lang, "playground.rows.stat", tokens=len(v.ids), kept=v.accepted, drafted=v.drafted))
+    # a row that drafted nothing (depth 0, a policy that turned drafting off) is not a row of rejections
+    none = "_none" if not v.drafted else ""
+    bar = html.escape(t(lang, f"playground.rows.bar{none}", kept=v.accepted, drafted=v.drafted))
+    stat = html.escape(t(lang, f"playground.rows.stat{none}", tokens=len(v.ids), kept=v.accepted, drafted=v.drafted))
     prompt = (f'<div class="row-prompt"><b>{html.escape(t(lang, "playground.rows.prompt"))}</b> '
               f'<span dir="auto">{html.escape(v.prompt)}</span></div>') if v.prompt else ""
     return (f'<details class="row" data-row="{row}"><summary class="row-line"><span class="row-name">{name}</span>'
-            f'<span class="row-bar" title="{bar}"><span class="row-fill" style="width:{width}%"></span></span>'
+            f'<span class="row-bar{" row-bar-none" if none else ""}" title="{bar}"><span class="row-fill" style="width:{width}%"></span></span>'
             f'<span class="row-stat" dir="{way}">{stat} {html.escape(status)}</span></summary>'
             f'<div class="row-body">{prompt}<div class="tok-stream" dir="auto">{v.html(tail)}</div></div></details>')
 
