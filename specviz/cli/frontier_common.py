@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from specviz.cli.common import write_chart
-from specviz.serve.prompts import EXAMPLES, ROW_POOL
+from specviz.serve.prompts import GROUNDED, ROW_POOL
 
 FIELDS = ["arm", "depth", "users", "tokens_per_s", "per_user_tokens_per_s", "acceptance_rate", "accepted_length",
           "drafted_per_step", "verified_per_step", "noise", "repeats", "classes", "tokens", "wall_s", "steps"]
@@ -15,7 +15,7 @@ FIELDS = ["arm", "depth", "users", "tokens_per_s", "per_user_tokens_per_s", "acc
 
 def prompt_texts(kind: str) -> list[str]:
     # the input-grounded examples: the answer copies the input, so an n-gram draft finds it
-    return list(EXAMPLES[:5]) if kind == "grounded" else list(ROW_POOL)
+    return list(GROUNDED) if kind == "grounded" else list(ROW_POOL)
 
 
 def write_out(folder: Path, result: dict) -> None:

@@ -13,14 +13,21 @@ DEFAULT_PROMPT = ("Repeat the following text word for word, then stop: Speculati
                   "streams all the weights while the compute units idle.")
 DEFAULT_DEPTH = 6
 
-EXAMPLES = [DEFAULT_PROMPT,
+# prompts whose answer copies their input, the n-gram draft's good case: the lesson's and `frontier
+# --prompts grounded`'s workload (kept as measured: the recorded figures used these five)
+GROUNDED = [DEFAULT_PROMPT,
             "Rewrite this sentence with every word in capitals: the small draft model guesses and the big target "
             "model checks every guess in one pass.",
             "Repeat this list exactly, one item per line: apples, bananas, cherries, dates, elderberries, figs, grapes.",
             "Fix the typo and rewrite the code: def add(a, b):\n    retrun a + b",
-            "Write the numbers from 1 to 40, separated by commas.",
-            "Explain in two sentences why the sky is blue.",
-            "Write a haiku about a lighthouse."]
+            "Write the numbers from 1 to 40, separated by commas."]
+
+# the Playground's examples: the first four copy their input; the count is there for time to drag the sliders
+# ("1, 2, 3, …": 512 tokens in about 10 s plain on a 2-core CPU; "Write the numbers from 1 to 40" gave
+# "1234567890…" here)
+EXAMPLES = GROUNDED[:4] + ["Count from 1 to 100, separated by commas.",
+                           "Explain in two sentences why the sky is blue.",
+                           "Write a haiku about a lighthouse."]
 
 ROW_POOL = ["Rewrite in the passive voice: the students measured the knee of the latency curve.",
             "Summarise in one sentence: a small draft model guesses tokens and a big target model checks them.",

@@ -29,7 +29,7 @@ from specviz.chapters import BY_KEY, CHAPTERS, KEYS, Chapter, Context, frontier,
 from specviz.limits import brief
 from specviz.pairs.pipeline import encode_prompt
 from specviz.serve import runner
-from specviz.serve.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, EXAMPLES, ROW_POOL
+from specviz.serve.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, GROUNDED, ROW_POOL
 from specviz.ui.errors import as_sentences, error, refuse_as_typed
 from specviz.ui.i18n import pick_lang, t
 from specviz.ui.runs import TempFiles, write_csv
@@ -64,7 +64,6 @@ def chart_labels(lang: str, chapter: str) -> dict:
 
 POLICY_FIELDS = ("policy", "small_policy", "large_policy")
 ARM_FIELDS = ("best_arm", "cliff_arm")      # the frontier's arms, coded as "fixed:4" (chapters.frontier)
-GROUNDED = 5                                # the examples that copy their input (the rest are free answers)
 
 
 def _named(lang: str, values: dict) -> dict:
@@ -325,7 +324,7 @@ class Lesson:
         prompt = encode_prompt(pair.tokenizer, DEFAULT_PROMPT)
         pool = [prompt] + [encode_prompt(pair.tokenizer, p) for p in ROW_POOL]
         # the input-grounded examples (the answer copies the input): the frontier's class, as in the first Run
-        grounded = tuple(encode_prompt(pair.tokenizer, p) for p in EXAMPLES[:GROUNDED])
+        grounded = tuple(encode_prompt(pair.tokenizer, p) for p in GROUNDED)
         ctx = Context(pair=pair, prompt=prompt, pool=pool, peaks=self.app.peaks, depth=DEFAULT_DEPTH,
                       grounded=grounded, acceptance=acceptance)
         return lambda: found.run(ctx)
