@@ -465,6 +465,11 @@ def test_browser_whatif_calibrated_published_and_custom(whatif_app):
         page.locator("#whatif-model").get_by_label("کالیبره‌شده (vLLM)").check()
         _summary_has(page, "تخمین‌های مدل کالیبره‌شده")
         assert not page.locator(".toast-body").count() and not errors, (page.locator(".toast-body").all_inner_texts(), errors)
+        # the CSV's box shows once it holds the file (an empty box beside the button read as an upload)
+        assert not page.locator("#whatif-csv-file").is_visible()
+        page.locator("#whatif-csv").click()
+        page.wait_for_function("(document.querySelector('#whatif-csv-file') || {innerText: ''}).innerText.includes('.csv')",
+                               timeout=20000)
 
 
 def test_whatif_chart_data_downloads_as_csv(whatif_app):

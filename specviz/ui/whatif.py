@@ -140,7 +140,8 @@ def build(app) -> dict:
                       api_name=False, show_progress="hidden")
     with gr.Row():
         csv_btn = tr.add(gr.Button(size="sm", elem_id="whatif-csv"), value="app.download_csv")
-        csv_file = gr.File(label="CSV", elem_id="whatif-csv-file", show_label=False, height=60)
+        # shown once it holds a file (an empty upload-like box beside the button read as a place to drop one)
+        csv_file = gr.File(label="CSV", elem_id="whatif-csv-file", show_label=False, height=60, visible=False)
     files = TempFiles()
 
     def on_csv(*vals):
@@ -148,7 +149,8 @@ def build(app) -> dict:
             path = files.path("specviz-whatif", "csv")
             write_csv(path, csv_rows(app, *vals))
             return path
-    csv_btn.click(on_csv, inputs, [csv_file], api_name="whatif_csv")
+    csv_btn.click(on_csv, inputs, [csv_file], api_name="whatif_csv").success(
+        lambda: gr.update(visible=True), None, [csv_file], api_name=False, queue=False, show_progress="hidden")
     _build_measure(app)
     _build_profiles(app, lang_box)
     return dict(gpu=gpu, target=target, draft=draft, alpha=alpha, context=context, overhead=overhead, model=model,
