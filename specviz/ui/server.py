@@ -224,7 +224,8 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
                 copy = tr.add(gr.Button(size="sm", elem_id="copy-link"), value="app.copy_link")
                 # says what it is for before the first click (an empty box beside the button puzzled a reader)
                 link = tr.add(gr.Textbox(show_label=False, elem_id="link", interactive=False, max_lines=1,
-                                         visible=True, placeholder=None), placeholder="app.link_placeholder")
+                                         visible=True, placeholder=None),
+                              placeholder="app.link_placeholder", label="app.link_placeholder")   # a reader's name
         tab_state = gr.Textbox("lesson", visible=False, elem_id="tab-state")
         # "wrap": every tab stays in sight on a phone (gradio's "menu" hid "What if?" behind "…")
         with gr.Tabs(selected="lesson", elem_id="tabs", overflow_behavior="wrap") as tabs:
