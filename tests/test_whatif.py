@@ -502,6 +502,7 @@ def test_browser_whatif_refused_bandwidth_names_itself_and_the_tab_recovers(what
         page.wait_for_timeout(2000)
         shown = page.locator("[data-testid=toast-body]").all_inner_texts()
         assert len(shown) == 1 and shown[0].count(bound) == 1 and "(2)" not in shown[0], shown
+        assert "Nothing was recomputed" in shown[0], shown      # gradio's own check refused it: said too
         for button in page.locator("[data-testid=toast-close]").all():
             button.click()
         page.wait_for_function("!document.querySelector('[data-testid=toast-body]')", timeout=10000)
@@ -517,6 +518,19 @@ def test_browser_whatif_refused_bandwidth_names_itself_and_the_tab_recovers(what
         box.press("Enter")
         _summary_has(page, "custom GPU (2 TB/s")
         _summary_has(page, "Llama-3-70B")
+        for button in page.locator("[data-testid=toast-close]").all():
+            button.click()
+        # a slider's box counts the number typed, not each key of it ("1" of "1.5" was refused on its own)
+        alpha = page.locator("#whatif-alpha input[type=number]")
+        alpha.click()
+        alpha.press("Control+a")
+        alpha.type("1.5", delay=60)
+        alpha.press("Tab")
+        page.wait_for_selector("[data-testid=toast-body]", timeout=20000)
+        page.wait_for_timeout(1500)
+        toasts = page.locator("[data-testid=toast-body]").all_inner_texts()
+        assert len(toasts) == 1 and "not 1.5" in toasts[0] and "not 1." not in toasts[0].replace("not 1.5", ""), toasts
+        assert page.locator("#whatif-alpha input[type=range]").input_value() == "0.99"
 
 
 def test_a_refused_knob_names_its_box_and_says_nothing_was_recomputed():
@@ -531,7 +545,7 @@ def test_a_refused_knob_names_its_box_and_says_nothing_was_recomputed():
         whatif.build(app)
     vals = list(whatif_views.DEFAULTS.values())
     with pytest.raises(gr.Error) as err:
-        whatif_views.compute(app, *vals[:7], None, vals[8])
+        whatif_views.compute(app, whatif_views.CUSTOM_GPU, *vals[1:7], None, vals[8])
     assert err.value.message == "'Custom GPU bandwidth (TB/s)' needs a number; its box is empty.", err.value
     en = type("R", (), {"session_hash": "api"})()
     with pytest.raises(gr.Error) as err:
@@ -568,6 +582,10 @@ def test_browser_copy_link_brings_the_what_if_knobs_back(whatif_app):
         page.wait_for_function("t => document.querySelector('#whatif-summary').innerText === t", arg=shown,
                                timeout=20000)
         assert not page.locator("[data-testid=toast-body]").count()
+        # a draft set by the link alone (no reader's pick, no other knob changed) is computed too
+        page.goto(whatif_app + "?tab=whatif&draft=SmolLM2-135M")
+        page.wait_for_selector("#whatif-speedup .js-plotly-plot", timeout=30000)
+        _summary_has(page, "with SmolLM2-135M drafting")
 
 
 def test_titles_wrap_between_words_never_inside_a_number_or_an_isolate():

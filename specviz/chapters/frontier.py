@@ -1,8 +1,8 @@
 """Chapter: the frontier. Throughput against per-user speed as the class grows, one line per arm (no
 speculation, fixed depths, adaptive verification), and the accepted length per arm beside it.
 
-The class workload: `users` requests of one prompt each (the input-grounded examples, like the first
-Run's), every user a separate request in one shared batch, EOS ignored so every arm emits the same tokens.
+The class workload: `users` requests of one prompt each (prompts.GROUNDED, whose answers copy their
+input, like the first Run's), every user a separate request in one shared batch, EOS ignored so every arm emits the same tokens.
 Here the batch is stepped in the lesson's own thread through the engine's `step()` (the loop the app's
 scheduler runs; the lesson holds the device exclusively, so the scheduler's thread cannot run beside it).
 `python -m specviz frontier` measures the same cells through the shared scheduler, and reuses the

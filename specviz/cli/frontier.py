@@ -1,7 +1,7 @@
 """`python -m specviz frontier`: throughput against per-user speed as the class grows, one line per arm.
 
-The class workload: `users` requests, one prompt each (the row pool, or the input-grounded examples),
-every user a separate request to the shared scheduler (as the app serves a class; `serve/workload.py`),
+The class workload: `users` requests, one prompt each (the row pool, or prompts.GROUNDED, whose answers
+copy their input), every user a separate request to the shared scheduler (as the app serves a class; `serve/workload.py`),
 the class handed over in one call so it is admitted in one wave, each user reading its tokens in its own
 thread, EOS ignored so every arm emits the same number of tokens. The lesson's frontier chapter steps the
 same cells in its own thread (`chapters/frontier.py`, which holds the arms, the medians and the conclusion
@@ -57,7 +57,7 @@ def add_parser(sub) -> None:
                    help=f"fixed depths, comma-separated (0-{MAX_DEPTH}; 0 = no speculation)")
     p.add_argument("--max-new-tokens", type=int_in(1, 512), default=32, help="tokens each user decodes (1-512)")
     p.add_argument("--prompts", default="pool", choices=PROMPT_SETS,
-                   help="pool (the row pool) or grounded (input-grounded examples, like the first Run's)")
+                   help="pool (the row pool) or grounded (input-grounded prompts, like the first Run's)")
     p.add_argument("--repeats", type=int_in(1, 9), default=1, help="runs per cell, arms interleaved (1-9)")
     p.add_argument("--cell-tokens", type=int_in(0, 100_000), default=CELL_TOKENS,
                    help=f"a cell runs classes until its users emitted this many tokens, at least {MIN_CLASSES} "

@@ -14,7 +14,7 @@ FIELDS = ["arm", "depth", "users", "tokens_per_s", "per_user_tokens_per_s", "acc
 
 
 def prompt_texts(kind: str) -> list[str]:
-    # the input-grounded examples: the answer copies the input, so an n-gram draft finds it
+    # prompts.GROUNDED: the answer copies the input, so an n-gram draft finds it
     return list(GROUNDED) if kind == "grounded" else list(ROW_POOL)
 
 

@@ -23,7 +23,7 @@ GROUNDED = [DEFAULT_PROMPT,
             "Write the numbers from 1 to 40, separated by commas."]
 
 # the Playground's examples: the first four copy their input; the count is there for time to drag the sliders
-# ("1, 2, 3, …": 512 tokens in about 10 s plain on a 2-core CPU; "Write the numbers from 1 to 40" gave
+# ("1, 2, 3, …": 512 tokens in about 11 s plain on a 2-core CPU; "Write the numbers from 1 to 40" gave
 # "1234567890…" here)
 EXAMPLES = GROUNDED[:4] + ["Count from 1 to 100, separated by commas.",
                            "Explain in two sentences why the sky is blue.",

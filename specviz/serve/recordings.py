@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from specviz.engine.request import RowStep, RunTotals, StepEvent
-from specviz.lessons import Said
+from specviz.lessons import Said, quoted
 from specviz.serve import recording_check as check
 from specviz.serve.recording_check import LIMITS
 
@@ -73,7 +73,7 @@ def from_json(text: str) -> Recording:
     found = data.get("format") if isinstance(data, dict) else None
     if found != FORMAT:       # the common case (some other JSON file) in the reader's words, not a field's
         known = isinstance(found, str) and found.startswith(FORMAT.split("/")[0] + "/") and len(found) < 40
-        raise RecordingError(Said("errors.recording_other_version", found=found, format=FORMAT) if known
+        raise RecordingError(Said("errors.recording_other_version", found=quoted(found), format=FORMAT) if known
                              else Said("errors.recording_wrong_format"))
     try:
         d = check.check(data, FORMAT)

@@ -19,6 +19,7 @@ TAB_IDS = ("lesson", "playground", "whatif")
 # the What if? tab's knobs (whatif.build's components, in its order)
 EXTRA = ("temperature", "max_new", "gpu", "target", "draft", "alpha", "context", "overhead", "model",
          "bandwidth", "flops")
+WHATIF_KNOBS = frozenset(EXTRA[2:])
 
 
 def query(request) -> dict:
@@ -73,9 +74,9 @@ def _rules(app) -> dict:
             "gpu": (choice(gpus), lessons.Said("app.link_want_listed")),
             "target": (choice(list(MODELS)), lessons.Said("app.link_want_listed")),
             "draft": (choice(drafts), lessons.Said("app.link_want_listed")),
-            "alpha": real(0, 0.99),
-            "context": whole(1, 32768),
-            "overhead": real(0, 20),
+            "alpha": real(0, wv.ALPHA_MAX),
+            "context": whole(1, wv.CONTEXT_MAX),
+            "overhead": real(0, wv.OVERHEAD_MAX_MS),
             "model": (choice(wv.KINDS), one_of(wv.KINDS)),
             "bandwidth": real(*wv.BW_TBS),
             "flops": real(*wv.FLOPS_TFLOPS)}

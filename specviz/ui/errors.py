@@ -225,8 +225,10 @@ def _guard_preprocess(blocks: gr.Blocks, lang_of: Callable[[str | None], str], n
             if index is not None:
                 block = _as_in_session(block_fn.inputs[index], state)
                 name = name_of(block_fn.inputs[index], lang) if name_of is not None else None
-            said = input_sentence(block_fn, index, value, exc, name=name, block=block)
-            raise refusal(lessons.say(lang, said), str(block_fn.api_name or ""), lang) from None
+            said = lessons.say(lang, input_sentence(block_fn, index, value, exc, name=name, block=block))
+            # what the handler adds to its refusals; not for a slider, whose box moves to its end and is read then
+            note = None if type(block).__name__ == "Slider" else getattr(block_fn.fn, "refusal_note", None)
+            raise refusal(f"{said} {note(lang)}" if note else said, str(block_fn.api_name or ""), lang) from None
     blocks.preprocess_data = preprocess_data
 
     process = blocks.process_api
@@ -267,20 +269,30 @@ def _failing_input(block_fn, inputs, state=None) -> tuple[int | None, object]:
     return None, inputs
 
 
-# A slider's number box sent each keystroke to the server, and a half-typed value ("-", the "1" of "1.5")
-# got its own refusal: the box's typing counts when it is committed (Enter, leaving the box; its arrows
-# commit at once), and the drag of the slider itself still streams.
+# A number box (a slider's, the policy threshold) sent each keystroke to the server, and a half-typed value
+# ("-", the "1" of "1.5") got its own refusal: typing counts when it is committed (Enter, leaving the box;
+# the arrows commit at once), and the drag of a slider itself still streams.
 COMMIT_TYPED_JS = """() => {
   if (window.__svTypedCommit) { return; }
   window.__svTypedCommit = true;
-  const sliderBox = (el) => el instanceof HTMLInputElement && el.type === 'number' &&
-    !!el.closest('.block') && !!el.closest('.block').querySelector('input[type=range]');
+  const numberBox = (el) => el instanceof HTMLInputElement && el.type === 'number';
   let passing = false;
-  window.addEventListener('input', (e) => { if (!passing && sliderBox(e.target)) { e.stopImmediatePropagation(); } }, true);
-  window.addEventListener('change', (e) => {
-    if (!sliderBox(e.target)) { return; }
+  const commit = (el) => {
     passing = true;
-    try { e.target.dispatchEvent(new Event('input', {bubbles: true})); } finally { passing = false; }
+    try { el.dispatchEvent(new Event('input', {bubbles: true})); } finally { passing = false; }
+  };
+  window.addEventListener('input', (e) => { if (!passing && numberBox(e.target)) { e.stopImmediatePropagation(); } }, true);
+  window.addEventListener('change', (e) => { if (numberBox(e.target)) { commit(e.target); } }, true);
+  // Enter commits at once (a number box's own 'change' waits for it to lose focus)
+  window.addEventListener('keydown', (e) => { if (e.key === 'Enter' && numberBox(e.target)) { commit(e.target); } }, true);
+  // a slider moves its box to the nearest end as it loses focus, before the typed number reached the
+  // server, so 1.5 typed and Tab went to 0.99 without a word: the box loses focus a moment later
+  window.addEventListener('blur', (e) => {
+    const el = e.target;
+    if (passing || !numberBox(el) || el.value === '' || !el.max || !el.min) { return; }
+    if (Number(el.value) >= Number(el.min) && Number(el.value) <= Number(el.max)) { return; }
+    e.stopImmediatePropagation();
+    setTimeout(() => { passing = true; try { el.dispatchEvent(new FocusEvent('blur')); } finally { passing = false; } }, 300);
   }, true);
 }"""
 

@@ -24,7 +24,8 @@ SWITCH_JS = """(lang) => {
   document.documentElement.setAttribute('dir', rtl ? 'rtl' : 'ltr');
   document.documentElement.setAttribute('lang', lang);
   document.body.classList.toggle('sv-rtl', rtl);
-  // gradio scopes style.css under '.gradio-container .contain': its '.sv-rtl …' rules need the class in there
+  // gradio also copies style.css's rules under '.gradio-container .contain' (a rule inside @media only
+  // there), and those copies outrank the plain ones: the '.sv-rtl …' rules need the class in there too
   for (const el of document.querySelectorAll('.gradio-container .contain > *')) { el.classList.toggle('sv-rtl', rtl); }
   const titles = __TITLES__;
   if (titles[lang]) { document.title = titles[lang]; }

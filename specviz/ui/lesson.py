@@ -323,7 +323,7 @@ class Lesson:
             raise error(lang, "errors.unknown_chapter", chapter=lessons.quoted(str(chapter)[:40]))
         prompt = encode_prompt(pair.tokenizer, DEFAULT_PROMPT)
         pool = [prompt] + [encode_prompt(pair.tokenizer, p) for p in ROW_POOL]
-        # the input-grounded examples (the answer copies the input): the frontier's class, as in the first Run
+        # prompts.GROUNDED, whose answers copy their input: the frontier's class, as in the first Run
         grounded = tuple(encode_prompt(pair.tokenizer, p) for p in GROUNDED)
         ctx = Context(pair=pair, prompt=prompt, pool=pool, peaks=self.app.peaks, depth=DEFAULT_DEPTH,
                       grounded=grounded, acceptance=acceptance)

@@ -177,7 +177,10 @@ LINK_JS = """(tab, chapter, pair, prompt, batch, depth, policy, lang, acceptance
   if (tab === 'playground' && pg && pg.offsetParent !== null) { q.set('acceptance', String(acceptance)); }
   // the open tab's own settings (deeplink.EXTRA): the Playground's two read at a Run, the What if?'s knobs,
   // and a custom GPU's two rates only where they count
-  const names = __EXTRA__, set = (name) => q.set(name, String(extra[names.indexOf(name)]));
+  const names = __EXTRA__, set = (name) => {      // an emptied box writes nothing, not "null"
+    const v = extra[names.indexOf(name)];
+    if (v !== null && v !== undefined && v !== '') { q.set(name, String(v)); }
+  };
   if (tab === 'playground') { ['temperature', 'max_new'].forEach(set); }
   if (tab === 'whatif') {
     ['gpu', 'target', 'draft', 'alpha', 'context', 'overhead', 'model'].forEach(set);
@@ -187,7 +190,7 @@ LINK_JS = """(tab, chapter, pair, prompt, batch, depth, policy, lang, acceptance
   if (navigator.clipboard) { navigator.clipboard.writeText(url).catch(() => {}); }
   const copied = __COPIED__;
   const box = document.querySelector('#link input');
-  if (box && copied[lang]) { box.title = copied[lang]; box.setAttribute('aria-label', copied[lang]); }
+  if (box && copied[lang]) { box.title = copied[lang]; }      // its name stays what it is (the box's label)
   const button = document.querySelector('#copy-link');
   if (button && copied[lang]) {
     const before = button.innerText;
@@ -237,7 +240,7 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
                 page = playground_layout.build(app)
             with gr.Tab("What if? (estimates + measured profiles)", id="whatif", elem_id="whatif") as t_what:
                 tr.add(t_what, label="app.tab_whatif")
-                knobs = whatif.build(app)
+                knobs, whatif_link = whatif.build(app)
         for tab, tid in ((t_lesson, "lesson"), (t_play, "playground"), (t_what, "whatif")):
             tab.select(lambda tid=tid: tid, None, [tab_state], api_name=False, queue=False, show_progress="hidden")
         c = page.components
@@ -256,7 +259,7 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
             None, [lang], None, js=switch_js()).then(None, None, None, js=KEEP_ROWS_JS).then(
             None, None, None, js=COMMIT_TYPED_JS).then(
             link_notice(app, lambda session: tr.lang_of(session or "default")), None, None, api_name=False,
-            show_progress="hidden")
+            show_progress="hidden").then(*whatif_link, api_name=False, show_progress="hidden")
 
         def on_lang(chosen, request: gr.Request):
             chosen = pick_lang(None, chosen)
@@ -287,11 +290,14 @@ def font_css() -> str:
 
 
 def hint_css() -> str:
-    """The phone's hint over a chapter's chart (style.css shows it), in each language: CSS reads it from a
-    variable, and the page's language class picks the variable's value."""
-    def text(lang: str) -> str:
-        return json.dumps(lessons.text(lang, "app.swipe_chart"), ensure_ascii=False)
-    return f"body {{ --sv-swipe: {text('en')}; }}\nbody.sv-rtl {{ --sv-swipe: {text('fa')}; }}\n"
+    """The phone's hint over a chapter's chart (style.css shows it), in each language: CSS reads its text and
+    direction from variables, which the page's `lang` (set by the language switch) picks."""
+    def rule(lang: str) -> str:
+        text = json.dumps(lessons.text(lang, "app.swipe_chart"), ensure_ascii=False)
+        way = lessons.direction(lang)
+        return (f':root[lang="{lang}"] {{ --sv-swipe: {text}; --sv-swipe-dir: {way}; '
+                f'--sv-swipe-align: {"right" if way == "rtl" else "left"}; }}\n')
+    return "".join(rule(lang) for lang in lessons.LANGS)
 
 
 def launch_kwargs() -> dict:

@@ -15,12 +15,13 @@ from specviz.limits import LimitError
 from specviz.pairs.models import ModelError
 from specviz.serve import runner
 from specviz.serve.catalog import pair_options
+from specviz.ui.deeplink import WHATIF_KNOBS, query
 from specviz.ui.errors import as_sentences
 from specviz.ui.runs import TempFiles, write_csv
 from specviz.ui.whatif_measured import KNEE_CONTEXT, knee_view, profile_view
-from specviz.ui.whatif_views import (BW_TBS, CUSTOM_GPU, DEFAULTS, THIS_MACHINE, FLOPS_TFLOPS, compute, csv_rows, draft_options,
-                                     gpu_options, is_rtl, lang_of, model_options, model_spec, remap_draft,
-                                     speedup_view, tx)
+from specviz.ui.whatif_views import (ALPHA_MAX, BW_TBS, CONTEXT_MAX, CUSTOM_GPU, DEFAULTS, FLOPS_TFLOPS,
+                                     OVERHEAD_MAX_MS, THIS_MACHINE, compute, csv_rows, draft_options, gpu_options,
+                                     is_rtl, lang_of, model_options, model_spec, remap_draft, speedup_view, tx)
 
 
 def _label(key: str) -> dict:
@@ -40,8 +41,9 @@ def _generated_md(tr, **kwargs) -> gr.Markdown:
     return tr.add(gr.Markdown(**kwargs), lambda lang: gr.update(rtl=is_rtl(lang)))
 
 
-def build(app) -> dict:
-    """The tab inside the current Blocks; returns its knobs by deep-link name (ui.deeplink.EXTRA)."""
+def build(app) -> tuple[dict, tuple]:
+    """The tab inside the current Blocks. Returns its knobs by deep-link name (ui.deeplink.EXTRA), and
+    (fn, inputs, outputs) for the page's load to run once a link's values are in."""
     tr = app.tr
     models = list(MODELS)
     _text_md(tr, "intro", elem_id="whatif-intro")
@@ -60,11 +62,11 @@ def build(app) -> dict:
             # its choices depend on the target, so the language change re-labels them in `relabel` below
             draft = tr.add(gr.Dropdown(draft_options(DEFAULTS["target"], "en"), value=DEFAULTS["draft"],
                                        label=tx("en", "label.draft"), elem_id="whatif-draft"), **_label("draft"))
-            alpha = tr.add(gr.Slider(0, 0.99, value=DEFAULTS["alpha"], step=0.01, label=tx("en", "label.alpha"),
+            alpha = tr.add(gr.Slider(0, ALPHA_MAX, value=DEFAULTS["alpha"], step=0.01, label=tx("en", "label.alpha"),
                                      elem_id="whatif-alpha"), **_label("alpha"))
-            context = tr.add(gr.Slider(1, 32768, value=DEFAULTS["context"], step=1, label=tx("en", "label.context"),
+            context = tr.add(gr.Slider(1, CONTEXT_MAX, value=DEFAULTS["context"], step=1, label=tx("en", "label.context"),
                                        elem_id="whatif-context"), **_label("context"))
-            overhead = tr.add(gr.Slider(0, 20, value=DEFAULTS["overhead"], step=0.1,
+            overhead = tr.add(gr.Slider(0, OVERHEAD_MAX_MS, value=DEFAULTS["overhead"], step=0.1,
                                         label=tx("en", "label.overhead"), elem_id="whatif-overhead"),
                               **_label("overhead"))
             model = tr.add(gr.Radio(model_options("en"), value=DEFAULTS["model"], label=tx("en", "label.model"),
@@ -107,7 +109,9 @@ def build(app) -> dict:
         try:
             return compute(app, gpu, target, draft, alpha, context, overhead, model, bw, fl, lang=lang)
         except gr.Error as exc:     # a reader who changed the target next read the old target's figures as new
-            raise gr.Error(tx(lang, "not_recomputed", why=exc.message), print_exception=False) from None
+            raise gr.Error(f"{exc.message} {tx(lang, 'not_recomputed')}", print_exception=False) from None
+    # and where gradio's own input check refuses a value before the handler runs (ui.errors)
+    on_change.refusal_note = lambda lang: tx(lang, "not_recomputed")
 
     def on_speedup(gpu, target, draft, alpha, context, overhead, model, bw, fl, request: gr.Request):
         return speedup_view(app, gpu, target, draft, alpha, context, overhead, model, bw, fl,
@@ -125,6 +129,14 @@ def build(app) -> dict:
             return (*compute(app, *vals, lang=lang), speedup_view(app, *vals, lang=lang), draft_update)
         except gr.Error:           # the knobs' error was shown when they were set; no second toast
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), draft_update
+
+    def on_link(gpu, target, draft, alpha, context, overhead, model, bw, fl, request: gr.Request):
+        # a link sets the knobs without the events a reader's picks fire (a draft set by the page is no
+        # .input): the tab computes once for them; a page opened without What if? knobs is left alone
+        if not WHATIF_KNOBS & set(query(request)):
+            return (gr.skip(),) * 4
+        vals = (gpu, target, draft, alpha, context, overhead, model, bw, fl)
+        return (*on_change(*vals, request=request), on_speedup(*vals, request=request))
 
     # the speed-up figure follows only a change the summary accepted: a refused value gets one sentence
     (gr.on(triggers, on_change, inputs, [summary, fig_lat, fig_x], api_name="whatif", show_progress="hidden")
@@ -153,8 +165,9 @@ def build(app) -> dict:
         lambda: gr.update(visible=True), None, [csv_file], api_name=False, queue=False, show_progress="hidden")
     _build_measure(app)
     _build_profiles(app, lang_box)
-    return dict(gpu=gpu, target=target, draft=draft, alpha=alpha, context=context, overhead=overhead, model=model,
-                bandwidth=bw, flops=fl)
+    knobs = dict(gpu=gpu, target=target, draft=draft, alpha=alpha, context=context, overhead=overhead, model=model,
+                 bandwidth=bw, flops=fl)
+    return knobs, (on_link, inputs, [summary, fig_lat, fig_x, fig_speedup])
 
 
 def preset_rates(gpu: str, peaks=None) -> tuple:

@@ -30,6 +30,8 @@ DEPTHS = [0, 1, 2, 3, 4, 6, 8]
 PLOT_DEPTHS = {0, 1, 2, 4, 8}
 SPEEDUP_DEPTHS = [1, 2, 4, 8]
 TOKENS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+# the sliders' ends (the tab's and its deep links'): α, context (tokens), overhead (ms)
+ALPHA_MAX, CONTEXT_MAX, OVERHEAD_MAX_MS = 0.99, 32768, 20
 DEFAULTS = dict(gpu="H100 SXM", target="Llama-3.1-8B", draft="EAGLE:Llama-3.1-8B", alpha=0.7, context=800,
                 overhead=0.0, model=CALIBRATED, bandwidth_tbs=3.35, flops_tflops=989.0)
 PHONE_FRAME = 330     # px of a what-if figure besides its title and legend lines: the plot, axes and margins
@@ -197,9 +199,17 @@ def calibration_for(app, gpu: str, g: presets.GpuSpec, device_kind: str, model: 
     return cal, note
 
 
+def _whole(value) -> int:
+    """A whole number, also as "800.0" or 800.0 (an API caller's); 800.5 is refused."""
+    number = float(value)
+    if number != int(number):
+        raise ValueError(value)
+    return int(number)
+
+
 def _numbers(alpha, context, overhead_ms, bw_tbs, flops_tflops, lang: str = lessons.DEFAULT_LANG):
     vals = []
-    for key, value, kind in (("alpha", alpha, float), ("context", context, int), ("overhead", overhead_ms, float),
+    for key, value, kind in (("alpha", alpha, float), ("context", context, _whole), ("overhead", overhead_ms, float),
                              ("bandwidth", bw_tbs, float), ("flops", flops_tflops, float)):
         try:
             vals.append(kind(value))

@@ -142,9 +142,11 @@ class VllmServer:
             fd, path = tempfile.mkstemp(prefix=f"specviz-vllm-{self.spec.port}-", suffix=".log")
             self.log_path = Path(path)
             with os.fdopen(fd, "wb") as log:
-                # its own session = its own process group: stop() kills the engine core it forks too
+                # its own session = its own process group: stop() kills the engine core it forks too; run from
+                # its venv, where no stray .py sits beside it (`python -m` imports the working folder first:
+                # a csv.py left in /tmp broke vLLM's start)
                 self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=server_env(),
-                                             start_new_session=True, cwd=tempfile.gettempdir())
+                                             start_new_session=True, cwd=str(self.venv))
             _register(self)
         self._wait_healthy(progress, timeout_s)
         return self
