@@ -360,8 +360,8 @@ def _close_toasts(page) -> None:
 
 def _visible_error_badges(page) -> int:
     """Gradio's "Error" stamps over the outputs of a refused event that a person can see, once the page
-    settles: a stamp drawn before the page's stylesheet hides it may show for a moment (seen twice in CI,
-    three stamps once, gone by the time the test was rerun), one that stays counts."""
+    settles: a stamp drawn before the page's stylesheet hides it may show for a while on a loaded machine,
+    one that stays counts."""
     count = ("els => els.filter(e => getComputedStyle(e).display !== 'none').length")
     try:
         page.wait_for_function(f"({count})([...document.querySelectorAll('.wrap:has(> span.error)')]) === 0",

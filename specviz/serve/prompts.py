@@ -22,9 +22,8 @@ GROUNDED = [DEFAULT_PROMPT,
             "Fix the typo and rewrite the code: def add(a, b):\n    retrun a + b",
             "Write the numbers from 1 to 40, separated by commas."]
 
-# the Playground's examples: the first four copy their input; the count is there for time to drag the sliders
-# ("1, 2, 3, …": 512 tokens in about 11 s plain on a 2-core CPU; "Write the numbers from 1 to 40" gave
-# "1234567890…" here)
+# the Playground's examples: the first four copy their input; the count gives time to drag the sliders (the
+# small offline model counts it out sensibly and at length, where "Write the numbers…" ran the digits together)
 EXAMPLES = GROUNDED[:4] + ["Count from 1 to 100, separated by commas.",
                            "Explain in two sentences why the sky is blue.",
                            "Write a haiku about a lighthouse."]

@@ -143,8 +143,8 @@ class VllmServer:
             self.log_path = Path(path)
             with os.fdopen(fd, "wb") as log:
                 # its own session = its own process group: stop() kills the engine core it forks too; run from
-                # its venv, where no stray .py sits beside it (`python -m` imports the working folder first:
-                # a csv.py left in /tmp broke vLLM's start)
+                # its venv, where no stray .py sits: `python -m` imports the working folder first, and a
+                # csv.py in a shared /tmp would shadow the standard library
                 self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=server_env(),
                                              start_new_session=True, cwd=str(self.venv))
             _register(self)
