@@ -50,3 +50,21 @@ def test_the_playground_settings_and_the_what_if_knobs_ride_the_link():
     for part in ("gpu = GTX 480", "target = GPT-9", "alpha = 2", "model = magic", "max_new = 99999",
                  "bandwidth = 0", "one of the choices in its list on the What if? tab", "a number from 0 to 0.99"):
         assert part in said, (part, said)
+
+
+def test_the_draft_comes_with_the_list_of_the_links_target():
+    """The draft's list is sent with its value: events the load fired checked a link's EAGLE:Qwen head
+    against the default target's list and refused it four times (under load, in CI)."""
+    from specviz.ui.deeplink import EXTRA, restore
+    from specviz.ui.whatif_views import DEFAULTS, draft_choices
+
+    def draft(lang="en", **query):
+        return restore(_app(), _request(**query), lang)[9 + EXTRA.index("draft")]
+    linked = draft(target="Qwen2.5-7B", draft="Qwen2.5-0.5B")
+    assert linked["value"] == "Qwen2.5-0.5B"
+    assert [v for _, v in linked["choices"]] == draft_choices("Qwen2.5-7B")
+    assert draft(target="Qwen2.5-7B")["value"] == "EAGLE:Qwen2.5-7B"      # a target alone brings its own head
+    assert draft(draft="EAGLE:Qwen2.5-7B")["value"] == DEFAULTS["draft"]  # a head follows the page's target
+    plain = draft("fa")                                                    # no knobs: the list, in the language
+    assert "value" not in plain and [v for _, v in plain["choices"]] == draft_choices(DEFAULTS["target"])
+    assert any(lessons.ARABIC_SCRIPT.search(label) for label, _ in plain["choices"])     # n-gram's label

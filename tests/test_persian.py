@@ -510,3 +510,52 @@ def test_browser_persian_page_has_no_english_sentence(classroom, tmp_path):
     bad = {tab: english_outside_isolates(text) for tab, text in found.items()}
     assert all(ARABIC.search(text) for text in found.values())
     assert not any(bad.values()), "\n".join(f"{tab}: {w}" for tab, words in bad.items() for w in words)
+
+
+@needs_chromium
+def test_browser_language_switch_draws_the_run_on_the_page_again(classroom):
+    """A reader who switched language after a Run saw its tokens replaced by "Press Run to start." and its
+    counters, rows and charts left in English: the Run's last frame is drawn again in the language picked
+    (from its steps, nothing decoded again), and a replay under way follows the switch as it plays."""
+    _, url, _ = classroom
+    with browser_page(1400) as page:
+        page.goto(url + "?tab=playground")
+        page.locator("#max-new-tokens input[type=number]").fill("24")
+        page.locator("#max-new-tokens input[type=number]").press("Enter")
+        page.locator("#run").click()
+        page.wait_for_function("document.querySelector('#counters').innerText.includes('FLOP') && "
+                               "document.querySelector('#status').innerText.includes('Done.')", timeout=120000)
+        tokens = page.locator("#tokens").inner_text()
+        page.locator("#lang").get_by_label("فارسی").check()
+        _wait_text(page, "#status", "تمام شد", 30000)
+        page.wait_for_function("/[\\u0600-\\u06FF]/.test(document.querySelector('#counters').innerText) && "
+                               "/[\\u0600-\\u06FF]/.test(document.querySelector('#rows').innerText) && "
+                               "/[\\u0600-\\u06FF]/.test(document.querySelector('#chart-throughput .gtitle')"
+                               "?.textContent || '')", timeout=30000)
+        assert page.locator("#tokens").inner_text() == tokens          # the Run, not the waiting page
+        # a screen reader hears a slider's parts in Persian too (gradio names them in English)
+        page.wait_for_function("document.querySelector('#batch-size input[type=number]').getAttribute('aria-label')"
+                               ".startsWith('کادر عددی')", timeout=10000)
+        assert page.locator("#batch-size [data-testid=reset-button]").get_attribute("aria-label") == "بازگشت به مقدار پیش‌فرض"
+        page.wait_for_timeout(1000)                    # the timer's tick: it must not bring English back
+        bad = english_outside_isolates(page.evaluate(READ_PAGE))
+        assert not bad, bad
+        page.locator("#lang").get_by_label("English").check()
+        _wait_text(page, "#status", "Done.", 30000)
+        assert page.locator("#tokens").inner_text() == tokens
+        # a replay under way: the switch reaches it at its next update, and its end says so in Persian
+        page.locator("#replay-pick input").click()
+        page.get_by_role("option").first.click()
+        page.locator("#replay").click()
+        _wait_text(page, "#status", "Replay", 60000)
+        page.locator("#lang").get_by_label("فارسی").check()
+        _wait_text(page, "#status", "بازپخش", 30000)
+        page.locator("#stop").click()
+        page.wait_for_function("/بازپخش (متوقف|تمام)/.test(document.querySelector('#status').innerText)",
+                               timeout=60000)
+        assert not english_outside_isolates(page.evaluate(READ_PAGE))
+        # a page opened in Persian waits for its first Run in Persian (the switch on the page's load)
+        page.goto(url + "?lang=fa&tab=playground")
+        page.wait_for_selector("#tokens", timeout=30000)
+        page.wait_for_function("/[\\u0600-\\u06FF]/.test(document.querySelector('#tokens').innerText) && "
+                               "/[\\u0600-\\u06FF]/.test(document.querySelector('#status').innerText)", timeout=30000)

@@ -248,7 +248,7 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
     # the page: labels, intros, buttons and choices registered with the language switch
     app = _fake_app()
     with gr.Blocks() as blocks:
-        whatif.build(app)
+        _, wiring = whatif.build(app)
     for upd in app.tr.updates("fa"):
         shown += [v for k, v in upd.items() if k in ("label", "info", "value") and isinstance(v, str)]
         shown += [label for label, _ in upd.get("choices") or []]
@@ -261,8 +261,7 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
     assert not ARABIC.search(_handler(blocks, "whatif")(*vals, request=en)[0])
     generated.append(_figure_texts(_handler(blocks, "whatif_speedup")(*vals, request=fa)))
     # the language switch re-renders the summary and figures for the knobs as they stand
-    relabel = next(f.fn for f in blocks.fns.values() if f.name == "relabel" and len(f.inputs) > 2)
-    md, *figs = relabel("fa", *vals)[:4]
+    md, *figs = wiring.relabel[0]("fa", *vals)[:4]
     generated += [md, *(_figure_texts(f) for f in figs)]
     # every variant of the summary, the published comparison and the figures
     tiny_cpu = type("A", (), {"peaks": Peaks("cpu", 23e9, 0.24e12, "float32")})()
@@ -531,6 +530,7 @@ def test_browser_whatif_refused_bandwidth_names_itself_and_the_tab_recovers(what
         toasts = page.locator("[data-testid=toast-body]").all_inner_texts()
         assert len(toasts) == 1 and "not 1.5" in toasts[0] and "not 1." not in toasts[0].replace("not 1.5", ""), toasts
         assert page.locator("#whatif-alpha input[type=range]").input_value() == "0.99"
+        _summary_has(page, "at α = 0.99")       # the end it moved to is what the figures show
 
 
 def test_a_refused_knob_names_its_box_and_says_nothing_was_recomputed():
@@ -579,14 +579,24 @@ def test_browser_copy_link_brings_the_what_if_knobs_back(whatif_app):
         _summary_has(page, "ideal roofline model")
         assert page.locator("#whatif-target input").input_value() == "Qwen2.5-7B"
         assert page.locator("#whatif-alpha input[type=number]").input_value() == "0.85"
-        # the same figures (on a loaded machine an event the load fires may first meet the draft list of the
-        # default target and say so in a toast; the tab then computes the link's values all the same)
+        # the same figures, and no word about the draft: the link's draft comes with its target's list
         page.wait_for_function("t => document.querySelector('#whatif-summary').innerText === t", arg=shown,
                                timeout=20000)
+        page.wait_for_timeout(1500)
+        assert not page.locator("[data-testid=toast-body]").all_inner_texts()
         # a draft set by the link alone (no reader's pick, no other knob changed) is computed too
         page.goto(whatif_app + "?tab=whatif&draft=SmolLM2-135M")
         page.wait_for_selector("#whatif-speedup .js-plotly-plot", timeout=30000)
         _summary_has(page, "with SmolLM2-135M drafting")
+        # a Persian link with a target alone: its own EAGLE head, the figures in Persian, and no word
+        page.goto(whatif_app + "?tab=whatif&lang=fa&target=Qwen2.5-7B")
+        page.wait_for_selector("#whatif-speedup .js-plotly-plot", timeout=30000)
+        page.wait_for_function("document.querySelector('#whatif-draft input')?.value === 'EAGLE:Qwen2.5-7B'",
+                               timeout=30000)
+        _summary_has(page, "EAGLE:Qwen2.5-7B")
+        _summary_has(page, "تخمین‌های مدل کالیبره‌شده")
+        page.wait_for_timeout(1500)
+        assert not page.locator("[data-testid=toast-body]").all_inner_texts()
 
 
 def test_titles_wrap_between_words_never_inside_a_number_or_an_isolate():

@@ -162,10 +162,11 @@ class LiveRun:
             self.worker_source = sample.source
             self.util.add(self.elapsed(), sample.util)
 
-    def figures(self):
-        """The three live figures (called by the chart timer's thread, twice a second)."""
+    def figures(self, read: bool = True):
+        """The three live figures (called by the chart timer's thread, twice a second). `read`: the latest
+        hardware reading joins the chart first (not when a finished Run is drawn again: it ran then)."""
         with self.lock:
-            latest = self._latest_sample()
+            latest = self._latest_sample() if read else None
             if latest is not None:
                 self.util.add(self.elapsed(), latest.util)
             return self._figures()

@@ -103,7 +103,22 @@ def restore(app, request, lang: str) -> list:
     return [update("tab", "selected"), update("chapter"), update("pair"),
             gr.update(value=prompt[: app.limits.max_prompt_chars]) if prompt else gr.skip(),
             update("batch"), update("depth"), update("policy"), update("acceptance"), gr.update(value=lang),
-            *(update(name) for name in EXTRA)]
+            *(_draft(q, rules, lang) if name == "draft" else update(name) for name in EXTRA)]
+
+
+def _draft(q: dict, rules: dict, lang: str) -> dict:
+    """The What if? draft with the list of the link's target, in one update: the page's load then computes
+    the tab once (whatif.build's on_link), and gradio checks the draft against that list. A target alone
+    brings its own EAGLE head, as picking it does (whatif_views.remap_draft)."""
+    def asked(name):
+        raw = _asked(q, name)
+        return None if raw is None else rules[name][0](raw)
+    target, draft = asked("target"), asked("draft")
+    listed = wv.draft_options(target or wv.DEFAULTS["target"], lang)
+    if target is None and draft is None:
+        return gr.update(choices=listed)
+    target = target or wv.DEFAULTS["target"]
+    return gr.update(choices=listed, value=wv.remap_draft(draft or wv.DEFAULTS["draft"], target))
 
 
 def ignored(app, q: dict) -> list[lessons.Said]:

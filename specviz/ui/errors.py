@@ -286,13 +286,18 @@ COMMIT_TYPED_JS = """() => {
   // Enter commits at once (a number box's own 'change' waits for it to lose focus)
   window.addEventListener('keydown', (e) => { if (e.key === 'Enter' && numberBox(e.target)) { commit(e.target); } }, true);
   // a slider moves its box to the nearest end as it loses focus, before the typed number reached the
-  // server, so 1.5 typed and Tab went to 0.99 without a word: the box loses focus a moment later
+  // server, so 1.5 typed and Tab went to 0.99 without a word: the box loses focus a moment later; the end
+  // it moved to is then committed too (what reads the slider's .input showed the figures of the old value)
+  const inside = (el) => Number(el.value) >= Number(el.min) && Number(el.value) <= Number(el.max);
   window.addEventListener('blur', (e) => {
     const el = e.target;
-    if (passing || !numberBox(el) || el.value === '' || !el.max || !el.min) { return; }
-    if (Number(el.value) >= Number(el.min) && Number(el.value) <= Number(el.max)) { return; }
+    if (passing || !numberBox(el) || el.value === '' || !el.max || !el.min || inside(el)) { return; }
     e.stopImmediatePropagation();
-    setTimeout(() => { passing = true; try { el.dispatchEvent(new FocusEvent('blur')); } finally { passing = false; } }, 300);
+    setTimeout(() => {
+      passing = true;
+      try { el.dispatchEvent(new FocusEvent('blur')); } finally { passing = false; }
+      setTimeout(() => { if (el.value !== '' && inside(el)) { commit(el); } }, 100);
+    }, 300);
   }, true);
 }"""
 

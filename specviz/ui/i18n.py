@@ -35,6 +35,8 @@ SWITCH_JS = """(lang) => {
   // the recordings' upload box keeps the words of the locale it was first drawn in (gradio 6.x), which
   // is the browser's, not the page's: its three pieces of text are set here, and again on a re-render
   window.__svUpload = __UPLOAD__[lang];
+  // a slider's boxes and its reset button are named in English by gradio, for screen readers
+  window.__svAria = __ARIA__[lang];
   if (!window.__svToastObserver) {
     const setText = (node, want) => { if (node.data.trim() !== want) { node.data = ' ' + want + ' '; } };
     const fix = () => {
@@ -42,6 +44,14 @@ SWITCH_JS = """(lang) => {
         const node = el.firstChild, type = ['error', 'warning'].find((k) => el.classList.contains(k));
         const want = type && window.__svToast ? window.__svToast[type] + ' ' : null;
         if (want && node && node.nodeType === 3 && node.data !== want) { node.data = want; }
+      }
+      const aria = window.__svAria;
+      for (const el of document.querySelectorAll('button[data-testid=reset-button]')) {
+        if (aria && el.getAttribute('aria-label') !== aria.reset) { el.setAttribute('aria-label', aria.reset); el.title = aria.reset; }
+      }
+      for (const el of document.querySelectorAll('input[data-testid=number-input], input[data-testid=range-input]')) {
+        const said = /^(number input|range slider) for (.*)$/s.exec(el.getAttribute('aria-label') || '');
+        if (aria && said) { el.setAttribute('aria-label', aria[said[1] === 'number input' ? 'number' : 'range'].replace('{label}', said[2])); }
       }
       const words = window.__svUpload, box = document.querySelector('#replay-file [data-testid=upload-text]');
       if (!words || !box) { return; }
@@ -56,8 +66,11 @@ SWITCH_JS = """(lang) => {
       }
     };
     window.__svToastObserver = new MutationObserver(fix);
-    window.__svToastObserver.observe(document.body, {subtree: true, childList: true, characterData: true});
+    window.__svToastObserver.observe(document.body, {subtree: true, childList: true, characterData: true,
+                                                     attributes: true, attributeFilter: ['aria-label']});
+    window.__svFix = fix;
   }
+  window.__svFix();
   // gradio's own words (upload boxes, the footer) follow its locale: switch it with ours
   const core = performance.getEntriesByType('resource').map((r) => r.name)
     .find((n) => /\/assets\/core-[\w-]+\.js$/.test(n));
@@ -73,9 +86,12 @@ def switch_js() -> str:
     toasts = {lang: {"error": lessons.text(lang, "app.error_title"), "warning": lessons.text(lang, "app.warning_title")}
               for lang in lessons.LANGS}
     upload = {lang: {k: lessons.text(lang, f"app.upload_{k}") for k in ("drop", "or", "click")} for lang in lessons.LANGS}
+    aria = {lang: {k: lessons.template(lang, f"app.aria_{k}") for k in ("reset", "number", "range")}
+            for lang in lessons.LANGS}
     return (SWITCH_JS.replace("__TITLES__", json.dumps(titles, ensure_ascii=False))
             .replace("__TOASTS__", json.dumps(toasts, ensure_ascii=False))
-            .replace("__UPLOAD__", json.dumps(upload, ensure_ascii=False)))
+            .replace("__UPLOAD__", json.dumps(upload, ensure_ascii=False))
+            .replace("__ARIA__", json.dumps(aria, ensure_ascii=False)))
 
 
 def pick_lang(request: gr.Request | None, asked: str | None = None) -> str:

@@ -29,9 +29,10 @@ from specviz.serve.live import LiveRun
 from specviz.serve.prompts import ROW_POOL
 from specviz.ui import counters, dialview
 from specviz.ui.errors import as_sentences, error, human, refusal
-from specviz.ui.i18n import t
+from specviz.ui.i18n import pick_lang, t
 from specviz.ui.render import tokens_html
 from specviz.ui.runs import RunStore
+from specviz.ui.shown import BUSY, GONE, Shown, ShownRuns
 from specviz.ui.stream import OUTPUTS, Streamer, pack
 
 MIN_UPDATE_S = 0.2        # ≤ 5 updates a second: faster only makes the browser steal the CPU
@@ -53,7 +54,7 @@ def _session(request) -> str:
 
 class Playground:
     """The playground's handlers. Per-session state: `app.runs` (the live run), `self.runs` (the last
-    finished run, its recording and baseline)."""
+    finished run, its recording and baseline), `self.shown` (what the page shows, for the language switch)."""
 
     def __init__(self, app):
         self.app = app
@@ -62,6 +63,7 @@ class Playground:
         self._batch_text: dict[str, str] = {}     # session → last "batch now" line sent
         self._pools: dict[str, list[list[int]]] = {}
         self.bands = counters.NoiseBands()        # every session's baselines: the verdict's measured band
+        self.shown = ShownRuns()
 
     def lang(self, session: str) -> str:
         tr = getattr(self.app, "tr", None)
@@ -70,8 +72,10 @@ class Playground:
     # --- Run ----------------------------------------------------------------------------------------
     def generate(self, prompt_text, pair_label, batch_size, k, policy_name, thr, temp, max_tokens, same_prompt=False,
                  acceptance=DEFAULT_ACCEPTANCE, request: gr.Request = None):
-        yield from self.stream(prompt_text, pair_label, batch_size, k, policy_name, thr, temp, max_tokens,
-                               _session(request), same_prompt, acceptance)
+        session = _session(request)
+        with self.shown.streaming(session):
+            yield from self.stream(prompt_text, pair_label, batch_size, k, policy_name, thr, temp, max_tokens,
+                                   session, same_prompt, acceptance)
 
     def _checked(self, pair_label, batch_size, k, policy_name, thr, temp, max_tokens, prompt_text, acceptance, lang):
         """The door: the Run's values, its pair (a dial pair with its A set) and its knobs."""
@@ -140,12 +144,20 @@ class Playground:
                   "noise_band": band.width, "noise_band_samples": band.samples, **packet.totals.as_dict(),
                   "theory": theory, **_dial_result(packet, live, dial)}
         stored = self.runs.finish(session, choice, prompt_text, req, result, streamer.recording(packet), live)
-        key = "playground.status_stopped" if packet.stopped else "playground.status_done"
-        note = f"⚠ {human(lang, packet.error)}" if packet.error else t(lang, key, tokens=packet.totals.tokens)
-        streamer.note = self._dial_note(lang, live, packet)
-        yield streamer.outputs(packet.totals, final=True, result=result, status=note, plain=plain_tps,
-                               csv=stored.csv_path, save=stored.recording_path, during_warmup=during_warmup,
-                               band=band, extra=dialview.theory_md(lang, theory, live.curve, dial is not None))
+
+        def draw(lang: str, read: bool = False, **first) -> tuple:
+            """The Run's last frame in `lang`: as it ends (with its files), and again at a language switch."""
+            streamer.follow(lang)
+            key = "playground.status_stopped" if packet.stopped else "playground.status_done"
+            note = f"⚠ {human(lang, packet.error)}" if packet.error else t(lang, key, tokens=packet.totals.tokens)
+            streamer.note = self._dial_note(lang, live, packet)
+            return streamer.outputs(packet.totals, final=True, status=note, plain=plain_tps, during_warmup=during_warmup,
+                                    band=band, extra=dialview.theory_md(lang, theory, live.curve, dial is not None),
+                                    read=read, **first)
+        shown = Shown(draw, live, streamer.row_steps())
+        self.shown.keep(session, shown)
+        lang = self.lang(session)
+        yield shown.draw(lang, read=True, result=result, csv=stored.csv_path, save=stored.recording_path)
         if packet.error:
             raise gr.Error(human(lang, packet.error))
 
@@ -175,6 +187,8 @@ class Playground:
         try:
             with as_sentences(lang):
                 for packet in app.runner.packets(req, choice, live.control):
+                    was, lang = streamer.lang, streamer.follow(self.lang(session))
+                    first = first or lang != was         # the reader switched language: the running line again
                     if packet.position:
                         key = "playground.status_queue" if live.acceptance is None else "playground.status_queue_own"
                         yield pack(status=t(lang, key, pos=packet.position, limit=runner.OWN_ENGINES))
@@ -245,6 +259,8 @@ class Playground:
                     now = time.perf_counter()
                     if not packet.final and packet.events and now - last_yield >= MIN_UPDATE_S:
                         last_yield = now
+                        lang = streamer.follow(self.lang(session))
+                        status = t(lang, "playground.baseline_pending")
                         out = dict(zip(OUTPUTS, streamer.outputs(packet.totals, status=status)))
                         if now - last_chart >= CHART_PERIOD_S:     # what the timer draws during a Run
                             last_chart = now
@@ -275,6 +291,18 @@ class Playground:
     def _where(self) -> str:
         return " · ZeroGPU" if self.app.runner.zero_gpu else ""
 
+    # --- language switch ---------------------------------------------------------------------------------
+    def on_switch(self, chosen, request: gr.Request = None) -> tuple:
+        """The tab in the language picked: a finished Run or replay drawn again from its steps (OUTPUTS,
+        then the pass-time chart), the waiting page's words; a Run under way follows at its next update."""
+        lang, shown = pick_lang(None, chosen), self.shown.get(_session(request))
+        if shown is BUSY or shown is GONE:
+            return (gr.skip(),) * (len(OUTPUTS) + 1)
+        if shown is None:
+            return (*pack(tokens=tokens_html(None, t(lang, "playground.press_run")), status=self.app.startup_md(lang)),
+                    gr.skip())
+        return (*shown.draw(lang), shown.live.knee_figure())
+
     # --- replay, lossless check --------------------------------------------------------------------------
     def replay(self, title, upload, request: gr.Request = None):
         session = _session(request)
@@ -282,8 +310,9 @@ class Playground:
         with as_sentences(lang):
             rec = self.runs.open_recording(title, upload, lang)
         self.runs.replayed(session)
-        with self.runs.replay_slot(lang):
-            yield from self.runs.play(rec, self.app, lang, session, Streamer, pack)
+        with self.runs.replay_slot(lang), self.shown.streaming(session):
+            shown = yield from self.runs.play(rec, self.app, lambda: self.lang(session), session, Streamer, pack)
+            self.shown.keep(session, shown)
 
     def check_lossless(self, request: gr.Request = None):
         session = _session(request)

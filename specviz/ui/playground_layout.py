@@ -90,12 +90,11 @@ def build(app) -> "Playground":
                     stop = tr.add(gr.Button(variant="stop", elem_id="stop"), value="app.label_stop")
                     press = gr.Number(0, label="Run press number (the page counts; API callers leave it out)",
                                       visible="hidden", elem_id="run-press", precision=0)   # see RUN_PRESS_JS
-            status = tr.add(gr.Markdown(app.startup_note, label="Status", elem_id="status"),
-                            lambda lang: gr.update(value=app.startup_md(lang)))
+            # the status and the tokens follow the language switch in Playground.on_switch (they may show a Run)
+            status = tr.direction(gr.Markdown(app.startup_note, label="Status", elem_id="status"))
             tr.add(gr.HTML(legend_html("en")), lambda lang: gr.update(value=legend_html(lang)))
-            tokens = tr.add(gr.HTML(tokens_html(None, lessons.text("en", "playground.press_run")), label="Tokens",
-                                    elem_id="tokens"),
-                            lambda lang: gr.update(value=tokens_html(None, lessons.text(lang, "playground.press_run"))))
+            tokens = gr.HTML(tokens_html(None, lessons.text("en", "playground.press_run")), label="Tokens",
+                             elem_id="tokens")
             batch_now = tr.direction(gr.Markdown("", label="Batch now", elem_id="batch-now"))
             counters_box = tr.direction(gr.Markdown("", label="Counters", elem_id="counters"))
             rows = gr.HTML("", label="Rows", elem_id="rows")
@@ -153,6 +152,7 @@ def build(app) -> "Playground":
     stop.click(page.on_stop, [press], None, js=STOP_PRESS_JS, api_name="stop", queue=False)
     page.components = dict(pair=pair, prompt=prompt, batch=batch, depth=depth, policy=policy, acceptance=acceptance,
                            temperature=temperature, max_new=max_new)
+    page.redrawn = [*outputs, chart_k]       # what Playground.on_switch draws again, in its order
     return page
 
 

@@ -16,6 +16,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Callable
 
 import gradio as gr
 from gradio.utils import get_upload_folder
@@ -29,6 +30,7 @@ from specviz.serve.live import LiveRun
 from specviz.serve.recordings import Recording
 from specviz.ui.errors import error
 from specviz.ui.i18n import t
+from specviz.ui.shown import Shown
 
 LOSSLESS_ROWS = 8       # rows the lossless check decodes again (each one a plain decode of the target)
 REPLAY_MAX_GAP_S = 2.0  # a replay never waits longer than this between two steps
@@ -173,27 +175,24 @@ class RunStore:
         finally:
             self._uploads.discard_later(path)
 
-    def play(self, rec: Recording, app, lang: str, session: str, streamer_cls, pack):
-        """Replay a recording through the same views at its recorded pace, labelled with its origin. It is
-        the tab's live run meanwhile: the chart timer draws it, and Stop ends it."""
+    def play(self, rec: Recording, app, lang_now: Callable[[], str], session: str, streamer_cls, pack):
+        """Replay a recording through the same views at its recorded pace, labelled with its origin, in the
+        reader's language (`lang_now()`, asked as it plays). It is the tab's live run meanwhile: the chart
+        timer draws it, and Stop ends it. Returns its last frame (ui.shown.Shown)."""
         control = _ReplayControl()
-        live = LiveRun(control, rec.pair, None, None, shared=False, lang=lang, recorded=True)
+        live = LiveRun(control, rec.pair, None, None, shared=False, lang=lang_now(), recorded=True)
         live.worker_source = "recording"
         app.runs.start(session, live)
         try:
-            yield from self._play(rec, app, lang, session, streamer_cls, pack, live, control)
+            return (yield from self._play(rec, app, lang_now, session, streamer_cls, pack, live, control))
         finally:
             app.runs.finish(session, live)
 
-    def _play(self, rec, app, lang, session, streamer_cls, pack, live, control):
-        streamer = streamer_cls(app, live, _NoTokenizer(), session, lang)
+    def _play(self, rec, app, lang_now, session, streamer_cls, pack, live, control):
+        streamer = streamer_cls(app, live, _NoTokenizer(), session, live.lang)
         readings = _readings_by_step_time(rec)
-        status = t(lang, "playground.status_replay", device=_device(rec.device), date=rec.date[:16].replace("T", " "),
-                   pair=known_label(rec.pair))
         speed = replay_speed(rec)
-        if speed > 1:
-            status += " · " + t(lang, "playground.replay_faster", speed=round(speed, 1), limit=int(REPLAY_MAX_S))
-        yield pack(status=status)
+        yield pack(status=_replay_status(live.lang, rec, speed))
         start, last_yield, due, prev = time.perf_counter(), 0.0, 0.0, 0.0
         for at, ev, pieces in rec.steps:
             due += min(max(at - prev, 0.0), REPLAY_MAX_GAP_S) / speed       # when this step is shown
@@ -209,15 +208,25 @@ class RunStore:
             streamer.add(ev, pieces)
             if time.perf_counter() - last_yield >= 0.2:
                 last_yield = time.perf_counter()
-                yield streamer.outputs(rec.totals, zero_gpu=False)
+                was = streamer.lang
+                lang = streamer.follow(lang_now())
+                status = _replay_status(lang, rec, speed) if lang != was else None     # the reader switched
+                yield streamer.outputs(rec.totals, zero_gpu=False, status=status)
         stopped = control.stopped.is_set()
         result = {"done": True, "replay": True, "stopped": stopped, "recorded_on": rec.device, "date": rec.date,
                   "pair": rec.pair, "prompt_ids": rec.prompt_ids,
                   "outputs": [rec.outputs[i] for i in sorted(rec.outputs)], **rec.totals.as_dict()}
-        # the line says it ended, as a Run's "Done." does (it read the same while playing and after)
-        end = t(lang, "playground.replay_stopped") if stopped else t(lang, "playground.replay_done", tokens=rec.totals.tokens)
-        status = end + " · " + status
-        yield streamer.outputs(rec.totals, final=True, result=result, status=status, zero_gpu=False)
+
+        def draw(lang: str, read: bool = False, **first) -> tuple:
+            """The replay's last frame in `lang`: as it ends, and again at a language switch."""
+            streamer.follow(lang)
+            # the line says it ended, as a Run's "Done." does (it read the same while playing and after)
+            end = (t(lang, "playground.replay_stopped") if stopped
+                   else t(lang, "playground.replay_done", tokens=rec.totals.tokens))
+            return streamer.outputs(rec.totals, final=True, status=end + " · " + _replay_status(lang, rec, speed),
+                                    zero_gpu=False, read=read, **first)
+        yield draw(lang_now(), read=True, result=result)
+        return Shown(draw, live, streamer.row_steps())
 
     # --- lossless check -------------------------------------------------------------------------------
     def check_lossless(self, session: str, app, lang: str) -> str:
@@ -291,6 +300,15 @@ class _ReplayControl:
 
     def set(self, **_):
         pass
+
+
+def _replay_status(lang: str, rec: Recording, speed: float) -> str:
+    """Where and when the recording was made, and how much faster than recorded it plays."""
+    status = t(lang, "playground.status_replay", device=_device(rec.device), date=rec.date[:16].replace("T", " "),
+               pair=known_label(rec.pair))
+    if speed > 1:
+        status += " · " + t(lang, "playground.replay_faster", speed=round(speed, 1), limit=int(REPLAY_MAX_S))
+    return status
 
 
 def _readings_by_step_time(rec: Recording) -> list[tuple[float, Sample]]:

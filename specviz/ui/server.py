@@ -240,7 +240,7 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
                 page = playground_layout.build(app)
             with gr.Tab("What if? (estimates + measured profiles)", id="whatif", elem_id="whatif") as t_what:
                 tr.add(t_what, label="app.tab_whatif")
-                knobs, whatif_link = whatif.build(app)
+                knobs, whatif_wiring = whatif.build(app)
         for tab, tid in ((t_lesson, "lesson"), (t_play, "playground"), (t_what, "whatif")):
             tab.select(lambda tid=tid: tid, None, [tab_state], api_name=False, queue=False, show_progress="hidden")
         c = page.components
@@ -259,7 +259,7 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
             None, [lang], None, js=switch_js()).then(None, None, None, js=KEEP_ROWS_JS).then(
             None, None, None, js=COMMIT_TYPED_JS).then(
             link_notice(app, lambda session: tr.lang_of(session or "default")), None, None, api_name=False,
-            show_progress="hidden").then(*whatif_link, api_name=False, show_progress="hidden")
+            show_progress="hidden").then(*whatif_wiring.on_link, api_name=False, show_progress="hidden")
 
         def on_lang(chosen, request: gr.Request):
             chosen = pick_lang(None, chosen)
@@ -267,7 +267,10 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
             return tr.updates(chosen)
         lang.change(on_lang, [lang], tr.components, api_name=False, queue=False, show_progress="hidden",
                     js=switch_js())
+        relabel, knobs_read, relabelled = whatif_wiring.relabel
+        lang.input(relabel, [lang, *knobs_read], relabelled, api_name=False, show_progress="hidden")
         taught.follow_language(lang)
+        lang.change(page.on_switch, [lang], page.redrawn, api_name=False, queue=False, show_progress="hidden")
         copy.click(None, [tab_state, chapter, c["pair"], c["prompt"], c["batch"], c["depth"], c["policy"], lang,
                           c["acceptance"], *extra],
                    [link], js=link_js(), api_name=False)

@@ -44,6 +44,9 @@ class Streamer:
 
     def add(self, ev, pieces: dict | None = None) -> None:
         """Fold one step into the per-row transcripts (`pieces`: the texts recorded with it, on replay)."""
+        self.steps.append((time.perf_counter() - self.t0, ev, self._fold(ev, pieces)))
+
+    def _fold(self, ev, pieces: dict | None) -> dict:
         shown = {}
         self.batch, self.users = ev.batch_size, ev.users
         for rs in ev.rows:
@@ -54,7 +57,21 @@ class Streamer:
                 self.state[rs.row] = "· " + lessons.text(self.lang, key)
         for row in ev.retired:
             self.state[row] = "· " + lessons.text(self.lang, "playground.retired")
-        self.steps.append((time.perf_counter() - self.t0, ev, shown))
+        return shown
+
+    def row_steps(self) -> int:
+        """How many (row, step) pieces the transcript holds: what keeping it costs (ui.shown)."""
+        return sum(len(ev.rows) for _, ev, _ in self.steps)
+
+    def follow(self, lang: str) -> str:
+        """Redraw the transcript so far in `lang` (the reader switched language), from the texts each step
+        showed (nothing decoded again); its charts follow too. Returns `lang`."""
+        if lang != self.lang:
+            self.lang = self.live.lang = lang
+            self.views, self.state = {}, {}
+            for _, ev, shown in self.steps:
+                self._fold(ev, shown)
+        return lang
 
     def _view(self, row: int) -> RowView:
         prompt = self.prompts[row % len(self.prompts)] if self.prompts else ""
@@ -65,12 +82,14 @@ class Streamer:
                 "samples": self.live.sample_dicts()}
 
     def outputs(self, totals, final: bool = False, result=None, status=None, plain=None, csv=None, save=None,
-                zero_gpu: bool | None = None, during_warmup: bool = False, band=None, extra: str = ""):
-        """The page's outputs now (`extra`: paragraphs after the counters, e.g. the theory view)."""
+                zero_gpu: bool | None = None, during_warmup: bool = False, band=None, extra: str = "",
+                read: bool = True):
+        """The page's outputs now (`extra`: paragraphs after the counters, e.g. the theory view; `read`: see
+        LiveRun.figures)."""
         lang = self.lang
         zero_gpu = self.app.runner.zero_gpu if zero_gpu is None else zero_gpu
         first = self.views.get(min(self.views)) if self.views else None
-        charts = self.live.figures() if final else (gr.skip(),) * 3   # the timer draws them meanwhile
+        charts = self.live.figures(read) if final else (gr.skip(),) * 3   # the timer draws them meanwhile
         live, (knee, measured) = self.live, self.live.knee_for_counters()
         regime = counters.regime_md(lang, live.regime, live.last_pass, knee, measured, live.knee_estimate())
         text = counters.counters_md(lang, totals, regime, live.latest_sample(),

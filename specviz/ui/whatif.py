@@ -5,6 +5,8 @@ over them where a source measured the same setup, beside the latency curves reco
 specviz/lessons/{en,fa}.toml; handlers write in the session's language (English for API callers)."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import gradio as gr
 
 from specviz import lessons
@@ -41,17 +43,19 @@ def _generated_md(tr, **kwargs) -> gr.Markdown:
     return tr.add(gr.Markdown(**kwargs), lambda lang: gr.update(rtl=is_rtl(lang)))
 
 
-def build(app) -> tuple[dict, tuple]:
-    """The tab inside the current Blocks. Returns its knobs by deep-link name (ui.deeplink.EXTRA), and
-    (fn, inputs, outputs) for the page's load to run once a link's values are in."""
+class Wiring(NamedTuple):
+    """What the page wires to the tab: (fn, the knobs it reads, outputs). `on_link` runs after the page's load,
+    once a link's values are in; `relabel` on the reader's language pick, with that language first."""
+    on_link: tuple
+    relabel: tuple
+
+
+def build(app) -> tuple[dict, Wiring]:
+    """The tab inside the current Blocks. Returns its knobs by deep-link name (ui.deeplink.EXTRA), and its
+    Wiring to the page's load and language switch."""
     tr = app.tr
     models = list(MODELS)
     _text_md(tr, "intro", elem_id="whatif-intro")
-    # Holds the page's language (the switch updates it); its change re-renders this tab's generated texts and
-    # figures for the knobs as they stand. A mounted Textbox, not a gr.State: the switch's handler runs
-    # outside the queue, and only queued events report a State's change to the page.
-    lang_box = tr.add(gr.Textbox(lessons.DEFAULT_LANG, visible="hidden", elem_id="whatif-lang"),
-                        lambda lang: gr.update(value=lang))
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=300):
             gpu = tr.add(gr.Dropdown(gpu_options("en"), value=DEFAULTS["gpu"], label=tx("en", "label.gpu"),
@@ -96,8 +100,11 @@ def build(app) -> tuple[dict, tuple]:
     # the numbers count when the user commits them (Enter or leaving the box), not on .change: a Number
     # that gradio re-renders after an edit fires .change again, and a custom bandwidth then looped
     # through /whatif dozens of times a second
-    # the draft counts when the reader picks it (.input): a new target sets it, and computes once itself
-    triggers = [c.change for c in inputs if c not in (target, draft, bw, fl)] + [draft.input, bw.blur, fl.blur]
+    # the knobs count when the reader sets them (a pick, a slider's .input): a new target sets the draft and
+    # computes once itself, and a page's load computes once after its link's values are all in (on_link): its
+    # .change events read the knobs half set, and met the draft's old list (4 refusals of a draft the link had
+    # right). A dropdown's pick is its .select: gradio sends its .input twice (the pick, then the blur after it)
+    triggers = [gpu.select, draft.select, alpha.input, context.input, overhead.input, model.input, bw.blur, fl.blur]
     # Enter leaves the box, so its commit is the blur alone: Enter and then a click elsewhere sent the
     # value twice, and a refused one gave its sentence twice ("(2)")
     for box in (bw, fl):
@@ -123,6 +130,7 @@ def build(app) -> tuple[dict, tuple]:
                          value=remap_draft(current, new_target))
 
     def relabel(lang, *vals):
+        # the reader's pick only: a page's load is on_link's (its language's events read the knobs half set)
         lang = lang if lang in lessons.LANGS else lessons.DEFAULT_LANG
         draft_update = gr.update(choices=draft_options(vals[1], lang))
         try:
@@ -131,9 +139,10 @@ def build(app) -> tuple[dict, tuple]:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), draft_update
 
     def on_link(gpu, target, draft, alpha, context, overhead, model, bw, fl, request: gr.Request):
-        # a link sets the knobs without the events a reader's picks fire (a draft set by the page is no
-        # .input): the tab computes once for them; a page opened without What if? knobs is left alone
-        if not WHATIF_KNOBS & set(query(request)):
+        # a link sets the knobs without the events a reader's picks fire: the tab computes once for them, and
+        # in the page's language; an English page opened without What if? knobs is left as it was built
+        lang = lang_of(app, request)
+        if not WHATIF_KNOBS & set(query(request)) and lang == lessons.DEFAULT_LANG:
             return (gr.skip(),) * 4
         vals = (gpu, target, draft, alpha, context, overhead, model, bw, fl)
         return (*on_change(*vals, request=request), on_speedup(*vals, request=request))
@@ -141,15 +150,13 @@ def build(app) -> tuple[dict, tuple]:
     # the speed-up figure follows only a change the summary accepted: a refused value gets one sentence
     (gr.on(triggers, on_change, inputs, [summary, fig_lat, fig_x], api_name="whatif", show_progress="hidden")
      .success(on_speedup, inputs, [fig_speedup], api_name="whatif_speedup", show_progress="hidden"))
-    (target.change(on_target, [target, draft], [draft], show_progress="hidden")
+    (target.select(on_target, [target, draft], [draft], show_progress="hidden")
      .success(on_change, inputs, [summary, fig_lat, fig_x], show_progress="hidden")
      .success(on_speedup, inputs, [fig_speedup], show_progress="hidden"))
     # a preset GPU ignores the two boxes: a reader typed 1 TB/s with the H100 picked and nothing changed;
     # they show the preset's own rates (L4's showed H100's), a start for a custom GPU picked next
     gpu.change(lambda g: preset_rates(g, app.peaks), [gpu], [bw, fl], api_name=False, queue=False,
                show_progress="hidden")
-    lang_box.change(relabel, [lang_box, *inputs], [summary, fig_lat, fig_x, fig_speedup, draft],
-                      api_name=False, show_progress="hidden")
     with gr.Row():
         csv_btn = tr.add(gr.Button(size="sm", elem_id="whatif-csv"), value="app.download_csv")
         # shown once it holds a file (an empty upload-like box beside the button read as a place to drop one)
@@ -164,10 +171,11 @@ def build(app) -> tuple[dict, tuple]:
     csv_btn.click(on_csv, inputs, [csv_file], api_name="whatif_csv").success(
         lambda: gr.update(visible=True), None, [csv_file], api_name=False, queue=False, show_progress="hidden")
     _build_measure(app)
-    _build_profiles(app, lang_box)
+    _build_profiles(app)
     knobs = dict(gpu=gpu, target=target, draft=draft, alpha=alpha, context=context, overhead=overhead, model=model,
                  bandwidth=bw, flops=fl)
-    return knobs, (on_link, inputs, [summary, fig_lat, fig_x, fig_speedup])
+    figures = [summary, fig_lat, fig_x, fig_speedup]
+    return knobs, Wiring(on_link=(on_link, inputs, figures), relabel=(relabel, inputs, [*figures, draft]))
 
 
 def preset_rates(gpu: str, peaks=None) -> tuple:
@@ -212,7 +220,7 @@ def _build_measure(app) -> None:
     go.click(measure, [pick], [md, fig], api_name="measure_knee", concurrency_limit=1)
 
 
-def _build_profiles(app, lang_box) -> None:
+def _build_profiles(app) -> None:
     tr = app.tr
     _text_md(tr, "profiles_heading")
     # this project's recorded profiles, then the GPU curves scripts/gpu-check recorded (assets/gpu/)
@@ -221,6 +229,11 @@ def _build_profiles(app, lang_box) -> None:
         _text_md(tr, "no_profiles")
         return
     labels = [p.label for p in profiles]
+    # Holds the page's language (the switch updates it); its change re-renders the profile's text and figure.
+    # A mounted Textbox, not a gr.State: the switch's handler runs outside the queue, and only queued events
+    # report a State's change to the page.
+    lang_box = tr.add(gr.Textbox(lessons.DEFAULT_LANG, visible="hidden", elem_id="whatif-lang"),
+                      lambda lang: gr.update(value=lang))
 
     def options(lang: str) -> list[tuple[str, str]]:
         return [(lessons.say(lang, p.label), str(p.label)) for p in profiles]
