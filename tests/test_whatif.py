@@ -531,6 +531,8 @@ def test_browser_whatif_refused_bandwidth_names_itself_and_the_tab_recovers(what
         assert len(toasts) == 1 and "not 1.5" in toasts[0] and "not 1." not in toasts[0].replace("not 1.5", ""), toasts
         assert page.locator("#whatif-alpha input[type=range]").input_value() == "0.99"
         _summary_has(page, "at α = 0.99")       # the end it moved to is what the figures show
+        page.locator("#whatif-alpha [data-testid=reset-button]").click()      # ↺ computes too
+        _summary_has(page, "at α = 0.70")
 
 
 def test_a_refused_knob_names_its_box_and_says_nothing_was_recomputed():

@@ -288,6 +288,13 @@ COMMIT_TYPED_JS = """() => {
   // a slider moves its box to the nearest end as it loses focus, before the typed number reached the
   // server, so 1.5 typed and Tab went to 0.99 without a word: the box loses focus a moment later; the end
   // it moved to is then committed too (what reads the slider's .input showed the figures of the old value)
+  // a slider's ↺ sends its .change alone, and what reads the slider's .input kept the figures of the value
+  // before it: the box it reset is committed too
+  window.addEventListener('click', (e) => {
+    const reset = e.target instanceof Element ? e.target.closest('button[data-testid=reset-button]') : null;
+    const box = reset && (reset.closest('.block') || reset.parentElement).querySelector('input[type=number]');
+    if (box) { setTimeout(() => commit(box), 100); }
+  }, true);
   const inside = (el) => Number(el.value) >= Number(el.min) && Number(el.value) <= Number(el.max);
   window.addEventListener('blur', (e) => {
     const el = e.target;
