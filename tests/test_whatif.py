@@ -638,6 +638,11 @@ def test_browser_whatif_on_a_phone_keeps_numbers_and_titles_whole(whatif_app):
                 const t = document.querySelector('#{chart} .gtitle'); const b = t.getBoundingClientRect();
                 const s = svg.getBoundingClientRect(); return [b.left - s.left, b.right - s.right, t.textContent]; }}""")
             assert widths[0] >= -1 and widths[1] <= 1, (chart, widths)
+        # a tap or hover shows no plotly toolbar over the chart's name
+        page.locator("#whatif-speedup .nsewdrag").hover()
+        page.wait_for_timeout(500)
+        assert page.evaluate("getComputedStyle(document.querySelector('#whatif-speedup .modebar-container'))"
+                             ".display") == "none"
     for lang in ("en", "fa"):
         with _page(390, 844) as page:
             page.goto(whatif_app + f"?tab=whatif&lang={lang}")
