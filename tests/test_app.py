@@ -283,6 +283,11 @@ def test_browser_whatif_tab(app_url, tmp_path):
         page.wait_for_selector("#knee-plot .js-plotly-plot", timeout=30000)
         page.screenshot(path=str(tmp_path / "whatif.png"), full_page=True)
         shutil.copy(tmp_path / "whatif.png", "/tmp/specviz-whatif.png")
+        # the knee measured here is drawn again in the language picked
+        page.locator("#lang").get_by_label("فارسی").check()
+        page.wait_for_function("/[\\u0600-\\u06FF]/.test(document.querySelector('#knee-summary').innerText) && "
+                               "/[\\u0600-\\u06FF]/.test(document.querySelector('#knee-plot .gtitle')?.textContent || '')",
+                               timeout=30000)
 
 
 def test_measure_knee_in_the_app(app_url):

@@ -5,9 +5,11 @@ the served app in `lang=fa` — labels, buttons, options, conclusions, chart tit
 no English outside (a) text isolated left-to-right (numbers, model and device names, sources: U+2066…2069)
 and (b) an allow-list of *terms* (single words engineers keep in English), never of sentences.
 """
+import json
 import pickle
 import re
 import string
+from pathlib import Path
 
 import pytest
 from test_app import browser_page, needs_chromium
@@ -15,6 +17,7 @@ from test_app import browser_page, needs_chromium
 from specviz import lessons
 
 ARABIC = re.compile(r"[\u0600-\u06FF]")
+ROOT = Path(__file__).resolve().parents[1]
 # a Latin word, hyphenated or dotted compounds whole ("speed-up", "n-gram", "Llama-3.1-8B", "UTF-8")
 LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9'’]*(?:[-.][A-Za-z0-9]+)*")
 ISOLATED = re.compile("\u2066[^\u2066\u2069]*\u2069")
@@ -513,7 +516,7 @@ def test_browser_persian_page_has_no_english_sentence(classroom, tmp_path):
 
 
 @needs_chromium
-def test_browser_language_switch_draws_the_run_on_the_page_again(classroom):
+def test_browser_language_switch_draws_the_run_on_the_page_again(classroom, tmp_path):
     """A reader who switched language after a Run saw its tokens replaced by "Press Run to start." and its
     counters, rows and charts left in English: the Run's last frame is drawn again in the language picked
     (from its steps, nothing decoded again), and a replay under way follows the switch as it plays."""
@@ -526,8 +529,12 @@ def test_browser_language_switch_draws_the_run_on_the_page_again(classroom):
         page.wait_for_function("document.querySelector('#counters').innerText.includes('FLOP') && "
                                "document.querySelector('#status').innerText.includes('Done.')", timeout=120000)
         tokens = page.locator("#tokens").inner_text()
+        page.locator("#check-lossless").click()
+        _wait_text(page, "#lossless", "Identical", 120000)
         page.locator("#lang").get_by_label("فارسی").check()
         _wait_text(page, "#status", "تمام شد", 30000)
+        page.wait_for_function("/[\\u0600-\\u06FF]/.test(document.querySelector('#lossless').innerText)",
+                               timeout=30000)                  # the lossless verdict too
         page.wait_for_function("/[\\u0600-\\u06FF]/.test(document.querySelector('#counters').innerText) && "
                                "/[\\u0600-\\u06FF]/.test(document.querySelector('#rows').innerText) && "
                                "/[\\u0600-\\u06FF]/.test(document.querySelector('#chart-throughput .gtitle')"
@@ -543,17 +550,23 @@ def test_browser_language_switch_draws_the_run_on_the_page_again(classroom):
         page.locator("#lang").get_by_label("English").check()
         _wait_text(page, "#status", "Done.", 30000)
         assert page.locator("#tokens").inner_text() == tokens
-        # a replay under way: the switch reaches it at its next update, and its end says so in Persian
-        page.locator("#replay-pick input").click()
-        page.get_by_role("option").first.click()
+        # a replay under way (a shipped recording, slowed to play for about 20 s): the switch reaches it at its
+        # next update, and Stop, pressed after that, ends it in Persian ("stopped": it was still playing)
+        rec = json.loads((ROOT / "assets/recordings/cpu-2core-layerskip-does-not-pay.json").read_text())
+        for step in rec["steps"]:
+            step[0] *= 10
+        slow = tmp_path / "slow.json"
+        slow.write_text(json.dumps(rec))
+        page.locator("#replay-file input[type=file]").set_input_files(str(slow))
         page.locator("#replay").click()
-        _wait_text(page, "#status", "Replay", 60000)
+        _wait_text(page, "#status", "Replay ·", 60000)
         page.locator("#lang").get_by_label("فارسی").check()
         _wait_text(page, "#status", "بازپخش", 30000)
         page.locator("#stop").click()
-        page.wait_for_function("/بازپخش (متوقف|تمام)/.test(document.querySelector('#status').innerText)",
-                               timeout=60000)
-        assert not english_outside_isolates(page.evaluate(READ_PAGE))
+        _wait_text(page, "#status", "بازپخش متوقف شد", 30000)
+        # what it drew (the upload box beside it shows the file's own name and size)
+        drawn = "\n".join(page.locator(box).inner_text() for box in ("#status", "#counters", "#rows"))
+        assert ARABIC.search(drawn) and not english_outside_isolates(drawn), drawn
         # a page opened in Persian waits for its first Run in Persian (the switch on the page's load)
         page.goto(url + "?lang=fa&tab=playground")
         page.wait_for_selector("#tokens", timeout=30000)

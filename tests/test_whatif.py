@@ -422,6 +422,21 @@ def _pick(page, elem_id: str, option: str) -> None:
     page.get_by_role("option", name=option, exact=True).click()
 
 
+TOAST_RECORDER = """() => { window.__toasts = [];
+  new MutationObserver(() => { for (const el of document.querySelectorAll('[data-testid=toast-body]')) {
+    if (!window.__toasts.includes(el.innerText)) { window.__toasts.push(el.innerText); } } })
+  .observe(document, {subtree: true, childList: true, characterData: true}); }"""
+
+
+def _record_toasts(page) -> None:
+    """Every toast the page shows from its start, kept after it fades (gradio's vanish after 10 s)."""
+    page.add_init_script(f"({TOAST_RECORDER})()")
+
+
+def _toasts_seen(page) -> list:
+    return page.evaluate("window.__toasts || []")
+
+
 def _summary_has(page, text: str) -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -535,6 +550,25 @@ def test_browser_whatif_refused_bandwidth_names_itself_and_the_tab_recovers(what
         _summary_has(page, "at α = 0.70")
 
 
+def test_browser_a_pick_by_keyboard_computes_as_a_click_does(whatif_app):
+    """gradio sends a dropdown's .select for a click only: a target picked with the keyboard kept the old
+    target's draft list and figures."""
+    with _page() as page:
+        page.goto(whatif_app + "?tab=whatif")
+        page.wait_for_selector("#whatif-speedup .js-plotly-plot", timeout=30000)
+        for box, typed in (("#whatif-target input", "Qwen2.5-7B"), ("#whatif-gpu input", "H200")):
+            page.locator(box).click()
+            page.keyboard.press("Control+a")
+            page.keyboard.type(typed, delay=30)
+            page.keyboard.press("Enter")
+        page.wait_for_function("document.querySelector('#whatif-draft input')?.value === 'EAGLE:Qwen2.5-7B'",
+                               timeout=30000)
+        _summary_has(page, "EAGLE:Qwen2.5-7B drafting")
+        _summary_has(page, "H200")
+        page.wait_for_timeout(1000)
+        assert not page.locator("[data-testid=toast-body]").all_inner_texts()
+
+
 def test_a_refused_knob_names_its_box_and_says_nothing_was_recomputed():
     """An emptied box is named alone (not all five), and a refusal says the figures shown are the last
     accepted ones: a reader who changed the target next read the old target's figures as new."""
@@ -575,6 +609,7 @@ def test_browser_copy_link_brings_the_what_if_knobs_back(whatif_app):
         page.wait_for_function("document.querySelector('#link input').value.includes('model=ideal')", timeout=10000)
         url = page.locator("#link input").input_value()
         shown = page.locator("#whatif-summary").inner_text()
+        _record_toasts(page)
         page.goto(url)
         page.wait_for_selector("#whatif-speedup .js-plotly-plot", timeout=30000)
         _summary_has(page, "custom GPU (2.5 TB/s")
@@ -585,7 +620,7 @@ def test_browser_copy_link_brings_the_what_if_knobs_back(whatif_app):
         page.wait_for_function("t => document.querySelector('#whatif-summary').innerText === t", arg=shown,
                                timeout=20000)
         page.wait_for_timeout(1500)
-        assert not page.locator("[data-testid=toast-body]").all_inner_texts()
+        assert not _toasts_seen(page)
         # a draft set by the link alone (no reader's pick, no other knob changed) is computed too
         page.goto(whatif_app + "?tab=whatif&draft=SmolLM2-135M")
         page.wait_for_selector("#whatif-speedup .js-plotly-plot", timeout=30000)
@@ -598,7 +633,9 @@ def test_browser_copy_link_brings_the_what_if_knobs_back(whatif_app):
         _summary_has(page, "EAGLE:Qwen2.5-7B")
         _summary_has(page, "تخمین‌های مدل کالیبره‌شده")
         page.wait_for_timeout(1500)
-        assert not page.locator("[data-testid=toast-body]").all_inner_texts()
+        assert not _toasts_seen(page)
+        page.goto(whatif_app + "?tab=whatif&alpha=2")            # the recorder hears a toast when there is one
+        page.wait_for_function("(window.__toasts || []).some((t) => t.includes('alpha = 2'))", timeout=30000)
 
 
 def test_titles_wrap_between_words_never_inside_a_number_or_an_isolate():

@@ -163,8 +163,9 @@ class LiveRun:
             self.util.add(self.elapsed(), sample.util)
 
     def figures(self, read: bool = True):
-        """The three live figures (called by the chart timer's thread, twice a second). `read`: the latest
-        hardware reading joins the chart first (not when a finished Run is drawn again: it ran then)."""
+        """The three live figures (the chart timer's thread asks twice a second; a Run's last frame and the
+        language switch ask too). `read`: the latest hardware reading joins the chart first (not when a
+        finished Run is drawn again: it ran then)."""
         with self.lock:
             latest = self._latest_sample() if read else None
             if latest is not None:

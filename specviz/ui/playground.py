@@ -32,7 +32,7 @@ from specviz.ui.errors import as_sentences, error, human, refusal
 from specviz.ui.i18n import pick_lang, t
 from specviz.ui.render import tokens_html
 from specviz.ui.runs import RunStore
-from specviz.ui.shown import BUSY, GONE, Shown, ShownRuns
+from specviz.ui.shown import GONE, Shown, ShownRuns, Streaming
 from specviz.ui.stream import OUTPUTS, Streamer, pack
 
 MIN_UPDATE_S = 0.2        # ≤ 5 updates a second: faster only makes the browser steal the CPU
@@ -73,9 +73,9 @@ class Playground:
     def generate(self, prompt_text, pair_label, batch_size, k, policy_name, thr, temp, max_tokens, same_prompt=False,
                  acceptance=DEFAULT_ACCEPTANCE, request: gr.Request = None):
         session = _session(request)
-        with self.shown.streaming(session):
-            yield from self.stream(prompt_text, pair_label, batch_size, k, policy_name, thr, temp, max_tokens,
-                                   session, same_prompt, acceptance)
+        with self.shown.streaming(session) as mark:
+            yield from _drawing(self.stream(prompt_text, pair_label, batch_size, k, policy_name, thr, temp,
+                                            max_tokens, session, same_prompt, acceptance, mark), mark)
 
     def _checked(self, pair_label, batch_size, k, policy_name, thr, temp, max_tokens, prompt_text, acceptance, lang):
         """The door: the Run's values, its pair (a dial pair with its A set) and its knobs."""
@@ -90,7 +90,8 @@ class Playground:
         return args, (choice if dial is None else with_acceptance(choice, dial)), knobs, dial
 
     def stream(self, prompt_text, pair_label, batch_size, k, policy_name, thr, temp, max_tokens, session,
-               same_prompt=True, acceptance=DEFAULT_ACCEPTANCE):
+               same_prompt=True, acceptance=DEFAULT_ACCEPTANCE, mark: Streaming | None = None):
+        """The Run's outputs as it goes (`mark`: its place in `self.shown`, for the language switch)."""
         app, lang = self.app, self.lang(session)
         with as_sentences(lang):
             args, choice, knobs, dial = self._checked(pair_label, batch_size, k, policy_name, thr, temp, max_tokens,
@@ -104,7 +105,7 @@ class Playground:
             prompts, texts = [encode_prompt(pair.tokenizer, prompt_text, limits=app.limits)], [prompt_text]
             if not (same_prompt is True or str(same_prompt).lower() == "true"):
                 prompts, texts = prompts + self._pool(choice, pair), texts + ROW_POOL
-        during_warmup = yield from self._wait_for_warmup(choice, lang)
+        during_warmup = yield from self._wait_for_warmup(choice, lambda: self.lang(session))
         if app.runs.stopped_early(session):
             app.runs.end(session)
             yield pack(status=t(lang, "playground.status_stopped", tokens=0),
@@ -128,7 +129,7 @@ class Playground:
         plain = None
         engine = choice.engine
         if not packet.stopped and not packet.error and packet.totals.drafted and engine == "specviz":
-            yield pack(status=t(lang, "playground.baseline_pending"))
+            yield pack(status=t(self.lang(session), "playground.baseline_pending"))
             plain = yield from self._baseline(req, choice, knobs.max_batch, pair.tokenizer, session, lang, texts)
         plain_tps = (plain.tokens_per_s or None) if plain is not None else None
         speed = packet.totals.tokens_per_s / plain_tps if plain_tps and packet.totals.tokens_per_s else None
@@ -154,12 +155,12 @@ class Playground:
             return streamer.outputs(packet.totals, final=True, status=note, plain=plain_tps, during_warmup=during_warmup,
                                     band=band, extra=dialview.theory_md(lang, theory, live.curve, dial is not None),
                                     read=read, **first)
-        shown = Shown(draw, live, streamer.row_steps())
-        self.shown.keep(session, shown)
-        lang = self.lang(session)
-        yield shown.draw(lang, read=True, result=result, csv=stored.csv_path, save=stored.recording_path)
+        shown = Shown(draw, live, lambda: self.lang(session), streamer.row_steps())
+        if mark is not None:
+            self.shown.keep(session, shown, mark)
+        yield shown.draw(read=True, result=result, csv=stored.csv_path, save=stored.recording_path)
         if packet.error:
-            raise gr.Error(human(lang, packet.error))
+            raise gr.Error(human(self.lang(session), packet.error))
 
     def _theory(self, streamer, live: LiveRun, packet, plain, dial) -> dict | None:
         """The prediction on this machine's pass-time curve against the measurement (ui.dialview)."""
@@ -222,14 +223,15 @@ class Playground:
         fast = getattr(self.app.pairs, "fast_status", lambda c: None)(choice)
         return fast is not None and fast.state == "warming"
 
-    def _wait_for_warmup(self, choice, lang: str):
+    def _wait_for_warmup(self, choice, lang_now):
         """While the app warms this pair's fast path, wait (up to WARMUP_WAIT_S) with a line saying so
         and for how long; returns True when it is still warming (the Run's figures then get no verdict)."""
         if not self._warming(choice):
             return False
         t0 = time.monotonic()
         while self._warming(choice) and time.monotonic() - t0 < WARMUP_WAIT_S:
-            yield pack(status=t(lang, "playground.warmup_wait", seconds=time.monotonic() - t0, limit=WARMUP_WAIT_S))
+            yield pack(status=t(lang_now(), "playground.warmup_wait", seconds=time.monotonic() - t0,
+                                limit=WARMUP_WAIT_S))
             time.sleep(WARMUP_POLL_S)
         return self._warming(choice)
 
@@ -293,15 +295,21 @@ class Playground:
 
     # --- language switch ---------------------------------------------------------------------------------
     def on_switch(self, chosen, request: gr.Request = None) -> tuple:
-        """The tab in the language picked: a finished Run or replay drawn again from its steps (OUTPUTS,
-        then the pass-time chart), the waiting page's words; a Run under way follows at its next update."""
-        lang, shown = pick_lang(None, chosen), self.shown.get(_session(request))
-        if shown is BUSY or shown is GONE:
-            return (gr.skip(),) * (len(OUTPUTS) + 1)
+        """The tab in the language picked: a finished Run or replay drawn again from its steps (OUTPUTS, then
+        the pass-time chart and the lossless verdict), the waiting page's words; a Run under way follows at
+        its next update."""
+        session, lang = _session(request), pick_lang(None, chosen)
+        tr = getattr(self.app, "tr", None)
+        if tr is not None:       # before drawing: a Run ending meanwhile then draws its frame in it too
+            tr.remember(session, lang)
+        shown = self.shown.get(session)
+        if isinstance(shown, Streaming) or shown is GONE:
+            return (gr.skip(),) * (len(OUTPUTS) + 2)
         if shown is None:
             return (*pack(tokens=tokens_html(None, t(lang, "playground.press_run")), status=self.app.startup_md(lang)),
-                    gr.skip())
-        return (*shown.draw(lang), shown.live.knee_figure())
+                    gr.skip(), gr.skip())
+        verdict = shown.verdict(lang) if shown.verdict is not None else gr.skip()
+        return (*shown.draw(lang), shown.live.knee_figure(), verdict)
 
     # --- replay, lossless check --------------------------------------------------------------------------
     def replay(self, title, upload, request: gr.Request = None):
@@ -310,15 +318,19 @@ class Playground:
         with as_sentences(lang):
             rec = self.runs.open_recording(title, upload, lang)
         self.runs.replayed(session)
-        with self.runs.replay_slot(lang), self.shown.streaming(session):
-            shown = yield from self.runs.play(rec, self.app, lambda: self.lang(session), session, Streamer, pack)
-            self.shown.keep(session, shown)
+        with self.runs.replay_slot(lang), self.shown.streaming(session) as mark:
+            yield from _drawing(self.runs.play(rec, self.app, lambda: self.lang(session), session, Streamer, pack,
+                                               keep=lambda shown: self.shown.keep(session, shown, mark)), mark)
 
     def check_lossless(self, request: gr.Request = None):
         session = _session(request)
         lang = self.lang(session)
         with as_sentences(lang):
-            return self.runs.check_lossless(session, self.app, lang)
+            said = self.runs.check_lossless(session, self.app, lang)
+        shown = self.shown.get(session)
+        if isinstance(shown, Shown):        # the language switch says it again, of the Run it speaks of
+            shown.verdict = said
+        return said(lang)
 
     # --- live knobs ------------------------------------------------------------------------------------
     def set_knobs(self, session: str, depth=None, batch=None, policy=None, threshold=None, acceptance=None) -> None:
@@ -426,6 +438,16 @@ class Playground:
                 return gr.skip()
             self._batch_text[session] = text
         return text
+
+
+def _drawing(frames, mark: Streaming):
+    """The stream's outputs, marking that it drew on its page (ui.shown.ShownRuns.streaming)."""
+    try:
+        for out in frames:
+            mark.drew = True
+            yield out
+    finally:
+        frames.close()
 
 
 def _dial_result(packet, live: LiveRun, dial: float | None) -> dict:

@@ -152,7 +152,7 @@ def build(app) -> "Playground":
     stop.click(page.on_stop, [press], None, js=STOP_PRESS_JS, api_name="stop", queue=False)
     page.components = dict(pair=pair, prompt=prompt, batch=batch, depth=depth, policy=policy, acceptance=acceptance,
                            temperature=temperature, max_new=max_new)
-    page.redrawn = [*outputs, chart_k]       # what Playground.on_switch draws again, in its order
+    page.redrawn = [*outputs, chart_k, lossless]       # what Playground.on_switch draws again, in its order
     return page
 
 

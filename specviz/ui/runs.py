@@ -175,20 +175,21 @@ class RunStore:
         finally:
             self._uploads.discard_later(path)
 
-    def play(self, rec: Recording, app, lang_now: Callable[[], str], session: str, streamer_cls, pack):
+    def play(self, rec: Recording, app, lang_now: Callable[[], str], session: str, streamer_cls, pack,
+             keep: Callable[[Shown], object] = lambda shown: None):
         """Replay a recording through the same views at its recorded pace, labelled with its origin, in the
         reader's language (`lang_now()`, asked as it plays). It is the tab's live run meanwhile: the chart
-        timer draws it, and Stop ends it. Returns its last frame (ui.shown.Shown)."""
+        timer draws it, and Stop ends it. Its last frame (ui.shown.Shown) goes to `keep` before it is sent."""
         control = _ReplayControl()
         live = LiveRun(control, rec.pair, None, None, shared=False, lang=lang_now(), recorded=True)
         live.worker_source = "recording"
         app.runs.start(session, live)
         try:
-            return (yield from self._play(rec, app, lang_now, session, streamer_cls, pack, live, control))
+            yield from self._play(rec, app, lang_now, session, streamer_cls, pack, live, control, keep)
         finally:
             app.runs.finish(session, live)
 
-    def _play(self, rec, app, lang_now, session, streamer_cls, pack, live, control):
+    def _play(self, rec, app, lang_now, session, streamer_cls, pack, live, control, keep):
         streamer = streamer_cls(app, live, _NoTokenizer(), session, live.lang)
         readings = _readings_by_step_time(rec)
         speed = replay_speed(rec)
@@ -225,32 +226,38 @@ class RunStore:
                    else t(lang, "playground.replay_done", tokens=rec.totals.tokens))
             return streamer.outputs(rec.totals, final=True, status=end + " · " + _replay_status(lang, rec, speed),
                                     zero_gpu=False, read=read, **first)
-        yield draw(lang_now(), read=True, result=result)
-        return Shown(draw, live, streamer.row_steps())
+        shown = Shown(draw, live, lang_now, streamer.row_steps())
+        keep(shown)
+        yield shown.draw(read=True, result=result)
 
     # --- lossless check -------------------------------------------------------------------------------
-    def check_lossless(self, session: str, app, lang: str) -> str:
+    def check_lossless(self, session: str, app, lang: str) -> Callable[[str], str]:
         """Every row (up to LOSSLESS_ROWS) against the target decoding its prompt alone: "identical", or per
-        row the first divergence judged by the one near-tie rule (engine.divergence); a bug reads red."""
+        row the first divergence judged by the one near-tie rule (engine.divergence); a bug reads red. The
+        answer in any language (`lang`: the sentences of a check that could not start, and loading's)."""
         with self._lock:
             replay = session in self._replayed
         if replay:
-            return lessons.text(lang, "playground.lossless_replay")
+            return _said("playground.lossless_replay")
         if app.runs.get(session) is not None:           # the page shows a Run still going
-            return lessons.text(lang, "playground.lossless_running")
+            return _said("playground.lossless_running")
         run = self.last(session)
         if run is None or not run.result.get("outputs"):
-            return lessons.text(lang, "playground.lossless_none")
+            return _said("playground.lossless_none")
         if run.req.temperature > 0:
-            return lessons.text(lang, "app.lossless_needs_greedy")
+            return _said("app.lossless_needs_greedy")
         if app.runner.zero_gpu:
-            return lessons.say(lang, lessons.Said("errors.lossless_zerogpu"))
+            return lambda lang: lessons.say(lang, lessons.Said("errors.lossless_zerogpu"))
         pair = app.load(run.choice, lang)
         prompts = [list(p) for p in run.result["prompt_ids"]][:LOSSLESS_ROWS]
         ours = [list(o) for o in run.result["outputs"]][:LOSSLESS_ROWS]
         target = pair.target
         report = check_against_target(target.model, target.device, target.eos_ids, prompts, ours)
-        return lossless_md(lang, report, len(run.result["outputs"]), pair.tokenizer.decode)
+        return lambda lang: lossless_md(lang, report, len(run.result["outputs"]), pair.tokenizer.decode)
+
+
+def _said(key: str) -> Callable[[str], str]:
+    return lambda lang: lessons.text(lang, key)
 
 
 def lossless_md(lang: str, report: DivergenceReport, rows: int, decode) -> str:

@@ -1,12 +1,13 @@
 """What each session's Playground shows, so the language switch can draw it again in the other language:
-a finished Run's or replay's last frame (`Shown`), or a Run or replay under way (it follows the switch at
-its own next update). Per session; one lock; the newest SHOWN_KEEP sessions are kept (a frame holds its
-Run's steps and charts); an older one's page keeps the words it has."""
+a finished Run's or replay's last frame (`Shown`), or a Run or replay under way (its `Streaming` mark; it
+follows the switch at its own next update). Per session; one lock; the newest SHOWN_KEEP sessions' frames
+are kept (a frame holds its Run's steps and charts); an older one's page keeps the words it has. Also a
+small table of each page's latest value of something (`SessionTable`)."""
 from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
-from typing import Callable
+from typing import Callable, Iterator
 
 from specviz.serve.live import LiveRun
 
@@ -14,24 +15,34 @@ SHOWN_KEEP = 64
 # and at most this many row-steps in all: a frame holds about 2 kB a row-step (its texts and views; a
 # batch-16, 512-token Run's 2,200 held 3.9 MB), so a class's largest Runs stay near 200 MB
 ROW_STEPS_KEEP = 100_000
+MARKS_KEEP = 10_000  # sessions remembered at all (a mark is a few bytes; a class's server runs for days)
 
 
 class Shown:
     """A finished Run's or replay's last frame: `draw(lang, **first)` gives the Playground's outputs
-    (ui.stream.OUTPUTS); `live` holds its charts' data (the pass-time chart the timer drew)."""
+    (ui.stream.OUTPUTS), in `lang_now()` when `lang` is None; `live` holds its charts' data (the pass-time
+    chart the timer drew); `verdict(lang)` the lossless check's answer about it, once asked."""
 
-    def __init__(self, draw: Callable[..., tuple], live: LiveRun, row_steps: int = 0):
-        self._draw, self.live, self.row_steps = draw, live, row_steps
+    def __init__(self, draw: Callable[..., tuple], live: LiveRun, lang_now: Callable[[], str], row_steps: int = 0):
+        self._draw, self.live, self._lang_now, self.row_steps = draw, live, lang_now, row_steps
+        self.verdict: Callable[[str], str] | None = None
         self._lock = threading.Lock()      # its first drawing and a language switch may meet
 
-    def draw(self, lang: str, **first) -> tuple:
+    def draw(self, lang: str | None = None, **first) -> tuple:
+        # the language is read under the lock: a switch that lands meanwhile draws after, in its language
         with self._lock:
-            return self._draw(lang, **first)
+            return self._draw(lang or self._lang_now(), **first)
 
 
-BUSY = object()     # a Run or a replay streams into the page
-GONE = object()     # a frame forgotten for newer ones
-MARKS_KEEP = 10_000  # sessions remembered at all (a mark is a few bytes; a class's server runs for days)
+class Streaming:
+    """A Run or replay streaming into a page: the mark it holds in the table while it does. `drew`: it sent
+    the page something (its page no longer shows the frame before it)."""
+
+    def __init__(self):
+        self.drew = False
+
+
+GONE = object()     # a frame forgotten for newer ones, or a page the table cannot draw again
 
 
 class ShownRuns:
@@ -41,39 +52,70 @@ class ShownRuns:
         self._keep, self._row_steps = keep, row_steps
 
     @contextmanager
-    def streaming(self, session: str):
-        """A Run or replay for `session`: the page shows it, not the frame before it. One that ends with no
-        frame of its own (refused, stopped before it began) leaves what its page shows as it is."""
-        before = self.get(session)
-        self._set(session, BUSY)
+    def streaming(self, session: str) -> Iterator[Streaming]:
+        """A Run or replay for `session`. It may `keep` its frame while its mark is there; a later one (Run
+        pressed during a replay) takes the mark over, and the earlier one's frame is then no longer kept.
+        One that ends with no frame: a page it drew on cannot be drawn again (GONE); one that drew nothing
+        (refused at the door) leaves the frame before it."""
+        mark = Streaming()
+        with self._lock:
+            before = self._table.get(session)
+            self._put(session, mark)
         try:
-            yield
+            yield mark
         finally:
             with self._lock:
-                if self._table.get(session) is BUSY:
-                    if before is None:
+                if self._table.get(session) is mark:
+                    if mark.drew:
+                        self._table[session] = GONE
+                    elif before is None or isinstance(before, Streaming):
                         del self._table[session]
                     else:
-                        self._table[session] = GONE
+                        self._table[session] = before
 
-    def keep(self, session: str, shown: Shown) -> None:
-        self._set(session, shown)
+    def keep(self, session: str, shown: Shown, mark: Streaming) -> bool:
+        """The stream's frame, while the stream still holds the session's mark."""
+        with self._lock:
+            if self._table.get(session) is not mark:
+                return False
+            self._put(session, shown)
+            return True
 
-    def _set(self, session: str, value) -> None:
+    def _put(self, session: str, value) -> None:
+        """Set the session's entry as the newest, and forget old frames (the lock held)."""
+        self._table.pop(session, None)
+        self._table[session] = value
+        frames = [(k, v.row_steps) for k, v in self._table.items() if isinstance(v, Shown)]
+        held = sum(n for _, n in frames)
+        for n, (old, weight) in enumerate(frames[:-1]):       # the newest frame always stays
+            if len(frames) - n <= self._keep and held <= self._row_steps:
+                break
+            self._table[old] = GONE       # its page keeps the words it has (not the waiting page's)
+            held -= weight
+        while len(self._table) > MARKS_KEEP:
+            del self._table[next(iter(self._table))]
+
+    def get(self, session: str):
+        """The session's Shown, its Streaming mark, GONE, or None (nothing drawn yet)."""
+        with self._lock:
+            return self._table.get(session)
+
+
+class SessionTable:
+    """A page's latest value of something, for the newest `keep` pages (one lock)."""
+
+    def __init__(self, keep: int = 500):
+        self._lock = threading.Lock()
+        self._table: dict[str, object] = {}
+        self._keep = keep
+
+    def put(self, session, value) -> None:
         with self._lock:
             self._table.pop(session, None)
             self._table[session] = value
-            frames = [(k, v.row_steps) for k, v in self._table.items() if isinstance(v, Shown)]
-            held = sum(n for _, n in frames)
-            for n, (old, weight) in enumerate(frames[:-1]):       # the newest frame always stays
-                if len(frames) - n <= self._keep and held <= self._row_steps:
-                    break
-                self._table[old] = GONE       # its page keeps the words it has (not the waiting page's)
-                held -= weight
-            while len(self._table) > MARKS_KEEP:
+            while len(self._table) > self._keep:
                 del self._table[next(iter(self._table))]
 
-    def get(self, session: str):
-        """The session's Shown, BUSY, GONE, or None (nothing drawn yet)."""
+    def get(self, session):
         with self._lock:
             return self._table.get(session)

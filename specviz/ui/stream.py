@@ -35,7 +35,8 @@ class Streamer:
         self.views: dict[int, RowView] = {}
         self.state: dict[int, str] = {}
         self.batch, self.users = 1, 1
-        self.steps: list[tuple[float, object]] = []       # (seconds since start, event): the recording
+        # (seconds since start, event, the texts each row showed): the recording, and what `follow` redraws
+        self.steps: list[tuple[float, object, dict]] = []
         self.t0 = time.perf_counter()
         self.note = ""                                     # a line under the counters (a synthetic Run's)
 

@@ -20,6 +20,7 @@ from specviz.serve.catalog import pair_options
 from specviz.ui.deeplink import WHATIF_KNOBS, query
 from specviz.ui.errors import as_sentences
 from specviz.ui.runs import TempFiles, write_csv
+from specviz.ui.shown import SessionTable
 from specviz.ui.whatif_measured import KNEE_CONTEXT, knee_view, profile_view
 from specviz.ui.whatif_views import (ALPHA_MAX, BW_TBS, CONTEXT_MAX, CUSTOM_GPU, DEFAULTS, FLOPS_TFLOPS,
                                      OVERHEAD_MAX_MS, THIS_MACHINE, compute, csv_rows, draft_options, gpu_options,
@@ -56,6 +57,11 @@ def build(app) -> tuple[dict, Wiring]:
     tr = app.tr
     models = list(MODELS)
     _text_md(tr, "intro", elem_id="whatif-intro")
+    # Holds the page's language (the switch updates it); its change re-renders the measured knee and profile.
+    # A mounted Textbox, not a gr.State: the switch's handler runs outside the queue, and only queued events
+    # report a State's change to the page.
+    lang_box = tr.add(gr.Textbox(lessons.DEFAULT_LANG, visible="hidden", elem_id="whatif-lang"),
+                      lambda lang: gr.update(value=lang))
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=300):
             gpu = tr.add(gr.Dropdown(gpu_options("en"), value=DEFAULTS["gpu"], label=tx("en", "label.gpu"),
@@ -100,11 +106,10 @@ def build(app) -> tuple[dict, Wiring]:
     # the numbers count when the user commits them (Enter or leaving the box), not on .change: a Number
     # that gradio re-renders after an edit fires .change again, and a custom bandwidth then looped
     # through /whatif dozens of times a second
-    # the knobs count when the reader sets them (a pick, a slider's .input): a new target sets the draft and
-    # computes once itself, and a page's load computes once after its link's values are all in (on_link): its
-    # .change events read the knobs half set, and met the draft's old list (4 refusals of a draft the link had
-    # right). A dropdown's pick is its .select: gradio sends its .input twice (the pick, then the blur after it)
-    triggers = [gpu.select, draft.select, alpha.input, context.input, overhead.input, model.input, bw.blur, fl.blur]
+    # the knobs count when the reader sets them (a slider's or the radio's .input, a dropdown's pick below),
+    # and a page's load computes once after its link's values are all in (on_link): its .change events read
+    # the knobs half set, and met the draft's old list (4 refusals of a draft the link had right)
+    triggers = [alpha.input, context.input, overhead.input, model.input, bw.blur, fl.blur]
     # Enter leaves the box, so its commit is the blur alone: Enter and then a click elsewhere sent the
     # value twice, and a refused one gave its sentence twice ("(2)")
     for box in (bw, fl):
@@ -124,7 +129,8 @@ def build(app) -> tuple[dict, Wiring]:
         return speedup_view(app, gpu, target, draft, alpha, context, overhead, model, bw, fl,
                             lang=lang_of(app, request))
 
-    def on_target(new_target, current, request: gr.Request):
+    def on_pick(new_target, current, request: gr.Request):
+        # a new target takes its own EAGLE head along, and the draft list is the target's
         model_spec(new_target, 2.0, lang_of(app, request))          # an unknown target is refused by name
         return gr.update(choices=draft_options(new_target, lang_of(app, request)),
                          value=remap_draft(current, new_target))
@@ -150,9 +156,12 @@ def build(app) -> tuple[dict, Wiring]:
     # the speed-up figure follows only a change the summary accepted: a refused value gets one sentence
     (gr.on(triggers, on_change, inputs, [summary, fig_lat, fig_x], api_name="whatif", show_progress="hidden")
      .success(on_speedup, inputs, [fig_speedup], api_name="whatif_speedup", show_progress="hidden"))
-    (target.select(on_target, [target, draft], [draft], show_progress="hidden")
-     .success(on_change, inputs, [summary, fig_lat, fig_x], show_progress="hidden")
-     .success(on_speedup, inputs, [fig_speedup], show_progress="hidden"))
+    # a dropdown's pick is its .blur, once by mouse or keyboard: gradio sends .select for a click only, and
+    # .input twice (the pick, then the blur after it: the second new target met the first's draft list)
+    (gr.on([gpu.blur, target.blur, draft.blur], on_pick, [target, draft], [draft], api_name="on_target",
+           show_progress="hidden")
+     .success(on_change, inputs, [summary, fig_lat, fig_x], api_name=False, show_progress="hidden")
+     .success(on_speedup, inputs, [fig_speedup], api_name=False, show_progress="hidden"))
     # a preset GPU ignores the two boxes: a reader typed 1 TB/s with the H100 picked and nothing changed;
     # they show the preset's own rates (L4's showed H100's), a start for a custom GPU picked next
     gpu.change(lambda g: preset_rates(g, app.peaks), [gpu], [bw, fl], api_name=False, queue=False,
@@ -170,8 +179,8 @@ def build(app) -> tuple[dict, Wiring]:
             return path
     csv_btn.click(on_csv, inputs, [csv_file], api_name="whatif_csv").success(
         lambda: gr.update(visible=True), None, [csv_file], api_name=False, queue=False, show_progress="hidden")
-    _build_measure(app)
-    _build_profiles(app)
+    _build_measure(app, lang_box)
+    _build_profiles(app, lang_box)
     knobs = dict(gpu=gpu, target=target, draft=draft, alpha=alpha, context=context, overhead=overhead, model=model,
                  bandwidth=bw, flops=fl)
     figures = [summary, fig_lat, fig_x, fig_speedup]
@@ -192,7 +201,7 @@ def preset_rates(gpu: str, peaks=None) -> tuple:
             gr.update(interactive=False, value=round(flops / 1e12, 3)))
 
 
-def _build_measure(app) -> None:
+def _build_measure(app, lang_box) -> None:
     tr = app.tr
     _text_md(tr, "measure_intro")
     labels = pair_options(app.choices, "en")
@@ -204,23 +213,35 @@ def _build_measure(app) -> None:
     md = _generated_md(tr, value="", label="Knee summary", elem_id="knee-summary")
     fig = tr.add(gr.Plot(label=tx("en", "label.measured_latency"), elem_id="knee-plot"), **_label("measured_latency"))
 
+    measured = SessionTable()        # each page's latest curve, drawn again in the language picked
+
     def measure(label, request: gr.Request):
         lang = lang_of(app, request)
         choice = app.choice(label, lang)
         yield tx(lang, "loading", label=lessons.say(lang, choice.label)), gr.skip()
         try:
             for upd in app.runner.knee(choice, KNEE_CONTEXT, app.peaks):
+                lang = lang_of(app, request)            # the reader may switch language meanwhile
                 if isinstance(upd, runner.Waiting):
                     yield tx(lang, "knee_waiting", position=upd.position), gr.skip()
                     continue
+                if request.session_hash:
+                    measured.put(request.session_hash, upd)
                 yield knee_view(upd, lang=lang)
         except (ModelError, LimitError) as exc:
             raise gr.Error(lessons.say(lang, exc)) from None
 
+    def relabel(lang, request: gr.Request):
+        upd = measured.get(request.session_hash) if request.session_hash else None
+        if upd is None:
+            return gr.skip(), gr.skip()
+        return knee_view(upd, lang=lang if lang in lessons.LANGS else lessons.DEFAULT_LANG)
+
     go.click(measure, [pick], [md, fig], api_name="measure_knee", concurrency_limit=1)
+    lang_box.change(relabel, [lang_box], [md, fig], api_name=False, show_progress="hidden")
 
 
-def _build_profiles(app) -> None:
+def _build_profiles(app, lang_box) -> None:
     tr = app.tr
     _text_md(tr, "profiles_heading")
     # this project's recorded profiles, then the GPU curves scripts/gpu-check recorded (assets/gpu/)
@@ -229,11 +250,6 @@ def _build_profiles(app) -> None:
         _text_md(tr, "no_profiles")
         return
     labels = [p.label for p in profiles]
-    # Holds the page's language (the switch updates it); its change re-renders the profile's text and figure.
-    # A mounted Textbox, not a gr.State: the switch's handler runs outside the queue, and only queued events
-    # report a State's change to the page.
-    lang_box = tr.add(gr.Textbox(lessons.DEFAULT_LANG, visible="hidden", elem_id="whatif-lang"),
-                      lambda lang: gr.update(value=lang))
 
     def options(lang: str) -> list[tuple[str, str]]:
         return [(lessons.say(lang, p.label), str(p.label)) for p in profiles]
