@@ -12,8 +12,8 @@ from typing import Callable, Iterator
 from specviz.serve.live import LiveRun
 
 SHOWN_KEEP = 64
-# and at most this many row-steps in all: a frame holds about 2 kB a row-step (its texts and views; a
-# batch-16, 512-token Run's 2,200 held 3.9 MB), so a class's largest Runs stay near 200 MB
+# and at most this many row-steps in all: a frame holds about 2 kB a row-step (its texts and views;
+# scripts/frame-memory.py), so a class's largest Runs stay near 200 MB
 ROW_STEPS_KEEP = 100_000
 MARKS_KEEP = 10_000  # sessions remembered at all (a mark is a few bytes; a class's server runs for days)
 
