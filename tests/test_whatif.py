@@ -550,6 +550,20 @@ def test_browser_whatif_refused_bandwidth_names_itself_and_the_tab_recovers(what
         _summary_has(page, "at α = 0.70")
 
 
+def test_the_latency_chart_names_the_gpu_as_its_list_does():
+    """The Persian chart's title said "Custom GPU (bandwidth and FLOP/s below)", the English value."""
+    from specviz.ui import whatif_views
+
+    app = _fake_app()
+    vals = list(whatif_views.DEFAULTS.values())
+    for lang in ("en", "fa"):
+        _, lat, _ = whatif_views.compute(app, whatif_views.CUSTOM_GPU, *vals[1:], lang=lang)
+        label = dict((v, k) for k, v in whatif_views.gpu_options(lang))[whatif_views.CUSTOM_GPU]
+        title = lat.layout.title.text.replace("<br>", " ")
+        assert (whatif_views.CUSTOM_GPU in title) == (lang == "en"), title
+        assert all(word in title for word in label.split()[:2]), (label, title)
+
+
 def test_browser_a_pick_by_keyboard_computes_as_a_click_does(whatif_app):
     """gradio sends a dropdown's .select for a click only: a target picked with the keyboard kept the old
     target's draft list and figures."""

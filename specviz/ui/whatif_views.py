@@ -110,6 +110,11 @@ def gpu_options(lang: str) -> list[tuple[str, str]]:
                                        (tx(lang, "choice_custom_gpu"), CUSTOM_GPU)])
 
 
+def gpu_shown(gpu: str, lang: str) -> str:
+    """The GPU as its list shows it in `lang` (the custom GPU's and this machine's names are translated)."""
+    return next((label for label, value in gpu_options(lang) if value == gpu), gpu)
+
+
 def model_options(lang: str) -> list[tuple[str, str]]:
     return [(model_name(lang, k), k) for k in KINDS]
 
@@ -261,7 +266,7 @@ def compute(app, gpu, target, draft, alpha, context, overhead_ms, model=CALIBRAT
         measured = (list(curve.tokens_per_pass), list(curve.latency_s))
         labels = {**labels, "measured": lessons.isolate_rtl(tx(lang, "chart.recorded", where=curve.where))}
     fig_lat = charts.latency_figure(TOKENS, ideal_ms, knee, measured,
-                                    title=tx(lang, "latency_title", target=target, gpu=gpu),
+                                    title=tx(lang, "latency_title", target=target, gpu=gpu_shown(gpu, lang)),
                                     calibrated_ms=cal_ms, labels=labels)
     fig_x = charts.crossover_figure([r for r in rows if r["depth"] in PLOT_DEPTHS],
                                     tx(lang, "crossover_title", alpha=alpha, kind=model_name(lang, kind)), labels)
