@@ -30,7 +30,7 @@ from specviz.serve.live import LiveRun
 from specviz.serve.recordings import Recording
 from specviz.ui.errors import error
 from specviz.ui.i18n import t
-from specviz.ui.shown import Shown
+from specviz.ui.shown import Shown, keep_newest
 
 LOSSLESS_ROWS = 8       # rows the lossless check decodes again (each one a plain decode of the target)
 REPLAY_MAX_GAP_S = 2.0  # a replay never waits longer than this between two steps
@@ -92,14 +92,6 @@ def replay_title(lang: str, rec) -> str:
     return lessons.isolate_ltr(lessons.isolate_rtl(text)) if lessons.direction(lang) == "rtl" else text
 
 
-def _keep_newest(table: dict, session: str, value) -> None:
-    """Set `session`'s entry as the newest; past KEEP_RUNS sessions the oldest tab's entry goes first."""
-    table.pop(session, None)
-    table[session] = value
-    while len(table) > KEEP_RUNS:
-        del table[next(iter(table))]
-
-
 class RunStore:
     def __init__(self):
         self._lock = threading.Lock()
@@ -143,14 +135,14 @@ class RunStore:
             f.write(rec.to_json())
         run = FinishedRun(choice, prompt_text, req, result, csv_path, rec_path)
         with self._lock:
-            _keep_newest(self._last, session, run)
+            keep_newest(self._last, session, run, KEEP_RUNS)
             self._replayed.pop(session, None)
         return run
 
     def replayed(self, session: str) -> None:
         """The page now shows a recording: the lossless check must not answer for the Run before it."""
         with self._lock:
-            _keep_newest(self._replayed, session, None)
+            keep_newest(self._replayed, session, None, KEEP_RUNS)
 
     def last(self, session: str) -> FinishedRun | None:
         with self._lock:

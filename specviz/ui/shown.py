@@ -83,8 +83,7 @@ class ShownRuns:
 
     def _put(self, session: str, value) -> None:
         """Set the session's entry as the newest, and forget old frames (the lock held)."""
-        self._table.pop(session, None)
-        self._table[session] = value
+        keep_newest(self._table, session, value, MARKS_KEEP)
         frames = [(k, v.row_steps) for k, v in self._table.items() if isinstance(v, Shown)]
         held = sum(n for _, n in frames)
         for n, (old, weight) in enumerate(frames[:-1]):       # the newest frame always stays
@@ -92,13 +91,19 @@ class ShownRuns:
                 break
             self._table[old] = GONE       # its page keeps the words it has (not the waiting page's)
             held -= weight
-        while len(self._table) > MARKS_KEEP:
-            del self._table[next(iter(self._table))]
 
     def get(self, session: str):
         """The session's Shown, its Streaming mark, GONE, or None (nothing drawn yet)."""
         with self._lock:
             return self._table.get(session)
+
+
+def keep_newest(table: dict, session: str, value, keep: int) -> None:
+    """Set `session`'s entry as the newest; past `keep` sessions the oldest tab's entry goes first."""
+    table.pop(session, None)
+    table[session] = value
+    while len(table) > keep:
+        del table[next(iter(table))]
 
 
 class SessionTable:
@@ -111,10 +116,7 @@ class SessionTable:
 
     def put(self, session, value) -> None:
         with self._lock:
-            self._table.pop(session, None)
-            self._table[session] = value
-            while len(self._table) > self._keep:
-                del self._table[next(iter(self._table))]
+            keep_newest(self._table, session, value, self._keep)
 
     def get(self, session):
         with self._lock:
