@@ -89,6 +89,12 @@ def _asked(q: dict, name: str):
     return None if raw in (None, "") else raw
 
 
+def _taken(q: dict, rules: dict, name: str):
+    """The parameter's value as the page takes it, or None: absent, or refused by its rule."""
+    raw = _asked(q, name)
+    return None if raw is None else rules[name][0](raw)
+
+
 def restore(app, request, lang: str) -> list:
     """Component updates from the URL's deep-link parameters, in `build_blocks`' order: tabs, chapter, pair,
     prompt, batch, depth, policy, acceptance, lang, then EXTRA (anything absent or invalid is left alone: `notice` says
@@ -96,8 +102,7 @@ def restore(app, request, lang: str) -> list:
     q, rules = query(request), _rules(app)
 
     def update(name, attr="value"):
-        raw = _asked(q, name)
-        v = None if raw is None else rules[name][0](raw)
+        v = _taken(q, rules, name)
         return gr.skip() if v is None else gr.update(**{attr: v})
     prompt = _asked(q, "prompt")
     return [update("tab", "selected"), update("chapter"), update("pair"),
@@ -110,10 +115,7 @@ def _draft(q: dict, rules: dict, lang: str) -> dict:
     """The What if? draft with the list of the link's target, in one update: the page's load then computes
     the tab once (whatif.build's on_link), and gradio checks the draft against that list. A target alone
     brings its own EAGLE head, as picking it does (whatif_views.remap_draft)."""
-    def asked(name):
-        raw = _asked(q, name)
-        return None if raw is None else rules[name][0](raw)
-    target, draft = asked("target"), asked("draft")
+    target, draft = _taken(q, rules, "target"), _taken(q, rules, "draft")
     listed = wv.draft_options(target or wv.DEFAULTS["target"], lang)
     if target is None and draft is None:
         return gr.update(choices=listed)

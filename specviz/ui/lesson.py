@@ -19,7 +19,6 @@ import re
 import string
 import threading
 import time
-from collections import OrderedDict
 from typing import Callable
 
 import gradio as gr
@@ -33,6 +32,7 @@ from specviz.serve.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, GROUNDED, ROW_P
 from specviz.ui.errors import as_sentences, error, refuse_as_typed
 from specviz.ui.i18n import pick_lang, t
 from specviz.ui.runs import TempFiles, write_csv
+from specviz.ui.shown import keep_newest
 
 
 def chapter_title(lang: str, chapter: str) -> str:
@@ -193,7 +193,7 @@ class Lesson:
         self.shown: list[tuple] = []           # (chapter, conclusion, chart) of each experiment's panel
         # each session's finished results as measured (their Said values intact, which the page's JSON copy
         # flattens to English), for the language switch; the oldest go first
-        self._results: OrderedDict[tuple[str, str], dict] = OrderedDict()
+        self._results: dict[tuple[str, str], dict] = {}
         # each session's chapters still running: each run's line now, in any language (for the switch), the
         # latest updated last; API calls all share one session, so a run that ends removes only its own
         self._live: dict[tuple[str, str], dict[object, Callable[[str], str]]] = {}
@@ -240,11 +240,10 @@ class Lesson:
     def _keep(self, session: str, chapter: str, result: dict | None) -> None:
         """Remember (or, as a run starts, forget) the session's finished result of a chapter."""
         with self._lock:
-            self._results.pop((session, chapter), None)
-            if result is not None:
-                self._results[(session, chapter)] = result
-                while len(self._results) > KEPT_RESULTS:
-                    self._results.popitem(last=False)
+            if result is None:
+                self._results.pop((session, chapter), None)
+            else:
+                keep_newest(self._results, (session, chapter), result, KEPT_RESULTS)
 
     def _run(self, chapter: str, pair_label, lang: str, acceptance: float | None = None,
              session: str = "default"):

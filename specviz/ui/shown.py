@@ -98,10 +98,11 @@ class ShownRuns:
             return self._table.get(session)
 
 
-def keep_newest(table: dict, session: str, value, keep: int) -> None:
-    """Set `session`'s entry as the newest; past `keep` sessions the oldest tab's entry goes first."""
-    table.pop(session, None)
-    table[session] = value
+def keep_newest(table: dict, key, value, keep: int) -> None:
+    """Set `key`'s entry (a session, or a session's chapter) as the newest; past `keep` entries the oldest
+    goes first."""
+    table.pop(key, None)
+    table[key] = value
     while len(table) > keep:
         del table[next(iter(table))]
 
