@@ -146,8 +146,8 @@ def notice(app, request, lang: str) -> str | None:
 
 
 def link_notice(app, lang_of):
-    """The page-load handler that shows `notice` as a warning (a queued event: gradio shows a warning only
-    from the queue)."""
+    """The page-load hook that shows `notice` as a warning; it runs inside the What if? tab's queued on_link
+    (gradio shows a warning only from the queue)."""
     def on_loaded(request: gr.Request):
         lang = lang_of(getattr(request, "session_hash", None))
         said = notice(app, request, lang)

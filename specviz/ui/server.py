@@ -240,7 +240,8 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
                 page = playground_layout.build(app)
             with gr.Tab("What if? (estimates + measured profiles)", id="whatif", elem_id="whatif") as t_what:
                 tr.add(t_what, label="app.tab_whatif")
-                knobs, whatif_wiring = whatif.build(app)
+                knobs, whatif_wiring = whatif.build(
+                    app, on_page_load=link_notice(app, lambda session: tr.lang_of(session or "default")))
         for tab, tid in ((t_lesson, "lesson"), (t_play, "playground"), (t_what, "whatif")):
             tab.select(lambda tid=tid: tid, None, [tab_state], api_name=False, queue=False, show_progress="hidden")
         c = page.components
@@ -257,9 +258,8 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
             return [*restore(app, request, chosen), *updates]
         blocks.load(on_load, None, deep + tr.components, api_name=False, queue=False).then(
             None, [lang], None, js=switch_js()).then(None, None, None, js=KEEP_ROWS_JS).then(
-            None, None, None, js=COMMIT_TYPED_JS).then(
-            link_notice(app, lambda session: tr.lang_of(session or "default")), None, None, api_name=False,
-            show_progress="hidden").then(*whatif_wiring.on_link, api_name=False, show_progress="hidden")
+            None, None, None, js=COMMIT_TYPED_JS).then(*whatif_wiring.on_link, api_name=False,
+                                                        show_progress="hidden")
 
         def on_lang(chosen, request: gr.Request):
             chosen = pick_lang(None, chosen)
