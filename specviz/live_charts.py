@@ -62,6 +62,7 @@ SPARSE = 60           # the hardware chart marks each step's estimate up to this
 # over the plot's top left corner), each further line, and room under the last before the plot (15 px text)
 TITLE_TOP, TITLE_LINE, TITLE_GAP = 56, 20, 14
 STEP_CHARS, STEP_LINE = 48, 16     # the pass-time chart's step label: a line's characters (12 px), its height
+MARKERS_SHOWN = 12    # the latest changes drawn on the throughput chart
 MARKER_GAP = 0.06      # change markers closer than this share of the time axis keep one label (the last)
 
 
@@ -104,7 +105,7 @@ def _markers(markers: list[tuple[float, str]], span: float) -> tuple[list[dict],
     """A dotted line at each change of depth or batch; where several crowd together (a slider dragged
     through its range) only the last of them keeps its label, so the labels never print over each other."""
     shapes, notes, last_x = [], [], None
-    for x, label in reversed(markers[-12:]):
+    for x, label in reversed(markers[-MARKERS_SHOWN:]):
         shapes.append(dict(type="line", x0=x, x1=x, xref="x", y0=0, y1=1, yref="paper",
                            line=dict(dash="dot", color="#999")))
         if last_x is None or last_x - x >= MARKER_GAP * span:

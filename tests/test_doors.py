@@ -195,6 +195,10 @@ def broken(kind: str):
         rec["settings"]["x"] = json.loads("[" * 100 + "]" * 100)
     elif kind == "row_kind":
         rec["steps"][1][1]["rows"][0]["last_kind"] = "<script>"
+    elif kind == "said_key":            # a stored sentence this version does not know
+        rec["steps"][0][1]["said"]["path"] = {"said": "errors.no_such", "values": {}}
+    elif kind == "said_deep":
+        rec["steps"][0][1]["said"]["path"] = json.loads('{"listed": [' * 40 + '"x"' + ']}' * 40)
     return json.dumps(rec)
 
 
@@ -211,7 +215,8 @@ RAW_BAD = {"surrogate": lambda: swapped('"pair": "', '"pair": "\\ud800'),
            "inf_time": lambda: swapped(f'[{recording()["steps"][1][0]!r}, ', "[Infinity, "),
            "not_json": lambda: '{"format": "specviz-recording/1", "steps": [',
            "binary": lambda: "\x00\x01\x02" * 10}
-KINDS = ["accepted", "batch_size", "totals", "piece", "accepted_too_many", "steps_not_list", "deep", "row_kind"]
+KINDS = ["accepted", "batch_size", "totals", "piece", "accepted_too_many", "steps_not_list", "deep", "row_kind",
+         "said_key", "said_deep"]
 
 
 def replay_file(c, path: Path):
@@ -227,6 +232,20 @@ def test_hostile_recordings_are_refused_with_a_sentence(door, tmp_path, kind):
     path.write_text(RAW_BAD[kind]() if kind in RAW_BAD else broken(kind), encoding="utf-8", errors="surrogatepass")
     msg = replay_file(c, path)
     assert isinstance(msg, str) and "recording" in msg, msg
+
+
+def test_a_recording_reads_back_with_every_field():
+    """Reading a recording kept only the fields it knew at first: a replay lost adaptive verification's
+    proposed drafts and each pass's real and padded width (the counters' "verified of proposed")."""
+    from specviz.serve.recordings import from_json
+
+    text = SHIPPED.read_text(encoding="utf-8")
+    rec = json.loads(text)
+    rec["steps"][1][1].update(slots_drafted=6, slots_verified=4, budget=5, real_tokens=5, padded_tokens=8)
+    rec["steps"][1][1]["rows"][0]["proposed"] = 6
+    rec["totals"]["proposed"] = 42
+    assert json.loads(from_json(json.dumps(rec, ensure_ascii=False)).to_json()) == rec
+    assert json.loads(from_json(text).to_json()) == json.loads(text)
 
 
 def test_a_file_that_is_not_json_says_where_it_breaks_in_the_readers_words():

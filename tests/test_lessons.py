@@ -1,4 +1,5 @@
 """Lesson text (specviz/lessons) and the bundled Persian font (assets/fonts): pure data checks."""
+import json
 import re
 import string
 import tomllib
@@ -186,3 +187,24 @@ def test_a_count_of_one_takes_its_singular_where_the_table_has_one():
     assert lessons.text("en", "app.batch_now", rows=lessons.Said("app.n_rows", n=1),
                         users=lessons.Said("app.n_users", n=1)) == "Batch now: 1 row from 1 user"
     assert lessons.say("en", lessons.Said("playground.pass_tokens", n=1, rows="1 row", drafts="0 verified drafts")).startswith("**1** token per")
+
+
+def test_a_stored_sentence_comes_back_whole_and_a_strange_one_is_refused():
+    """lessons.stored: a recording keeps its sentences as data a replay says in its reader's language;
+    a shared file is untrusted, so an unknown key, a deep nesting or an odd value name is refused."""
+    from specviz.lessons import Key, Listed, Said
+    from specviz.lessons.stored import MAX_NESTING, NotSaid, from_plain, to_plain
+
+    said = Said("playground.fast.in_c", weights=Said("playground.fast.weights", layouts="rows"),
+                rows=Listed([Key("playground.fast.rows_one"), Key("playground.fast.rows_few")]))
+    back = from_plain(json.loads(json.dumps(to_plain(said))))
+    assert back == said == "weights rows; layers in C (1 row, 2-16 rows)"
+    assert lessons.say("fa", back) == lessons.say("fa", said) != str(said)
+    assert from_plain(3) == 3 and from_plain("onednn") == "onednn"
+    deep = "x"
+    for _ in range(MAX_NESTING + 2):
+        deep = {"listed": [deep]}
+    for bad in ({"said": "no.such.key", "values": {}}, {"key": "playground"}, deep, {"listed": "abc"},
+                {"said": "playground.fast.weights", "values": {"not a name": 1}}, {"what": 1}, ["a"], "x" * 201):
+        with pytest.raises(NotSaid):
+            from_plain(bad)

@@ -413,6 +413,40 @@ def test_every_vllm_sentence_speaks_persian():
         _persian(said)
 
 
+def test_a_replay_and_the_throughput_chart_say_the_path_and_the_knob_changes_in_persian():
+    """A replay's counters named the forward path in English on a Persian page (a recording stored its
+    English only), and the throughput chart's markers read "depth 4→6" on any page."""
+    from specviz.engine.policies import make_policy
+    from specviz.engine.request import KnobState, _describe_changes
+    from specviz.serve.live import LiveRun
+    from specviz.serve.recordings import from_json, load, shipped
+    from specviz.ui.counters import path_md
+
+    for path in shipped().values():
+        rec = load(path)
+        assert rec.steps and all(isinstance(ev.path, lessons.Said) for _, ev, _ in rec.steps)
+        said = path_md("fa", rec.steps[-1][1].path, None)
+        assert "layerها در C" in said and "layers in C" not in said, said
+    old = KnobState(depth=4, batch_size=1, policy=make_policy("fixed"), version=1)
+    new = KnobState(depth=6, batch_size=3, policy=make_policy("adaptive"), version=2)
+    changes = _describe_changes(old, new)
+    assert changes == ["depth 4→6", "batch 1→3", "policy fixed→adaptive"]        # the CLI's and the logs'
+    assert [_persian(c) for c in changes][2] == "policy از depth ثابت به depth تطبیقی"
+    rec = load(next(iter(shipped().values())))
+    rec.steps[3][1].changes = changes
+    again = from_json(rec.to_json())                  # a recording keeps them as sentences
+    assert again.steps[3][1].changes == changes and all(isinstance(c, lessons.Said) for c in again.steps[3][1].changes)
+    for lang in ("en", "fa"):
+        live = LiveRun(control=None, pair_label="pair", peaks=None, sampler=None, lang=lang)
+        for _, ev, _ in again.steps:
+            live.record(ev)
+        note = live.figures()[0].layout.annotations[-1].text
+        if lang == "en":
+            assert note == "depth 4→6, batch 1→3, policy fixed→adaptive", note
+        else:
+            assert note.startswith(lessons.RLI) and "depth از ⁦4⁩ به ⁦6⁩" in note and "→" not in note, note
+
+
 # --- the page, in a browser -----------------------------------------------------------------------------
 
 READ_PAGE = """() => {

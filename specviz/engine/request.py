@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from specviz.engine.policies import FixedPolicy, PlanContext, Policy, StepPlan
+from specviz.lessons import Key, Said
 from specviz.limits import ENGINE_MAX_NEW, MAX_DEPTH, Limits
 
 MAX_BATCH = Limits().max_rows_per_user
@@ -352,13 +353,15 @@ class Request:
 
 
 def _describe_changes(old: KnobState | None, new: KnobState) -> list[str]:
+    # Saids: "depth 4→6" in logs and the CLI, the chart's marker in its reader's language
     if old is None or old.version == new.version:
         return []
     ch = []
     if old.depth != new.depth:
-        ch.append(f"depth {old.depth}→{new.depth}")
+        ch.append(Said("playground.chart.change_depth", old=old.depth, new=new.depth))
     if old.batch_size != new.batch_size:
-        ch.append(f"batch {old.batch_size}→{new.batch_size}")
+        ch.append(Said("playground.chart.change_batch", old=old.batch_size, new=new.batch_size))
     if old.policy is not new.policy:
-        ch.append(f"policy {old.policy.name}→{new.policy.name}")
+        ch.append(Said("playground.chart.change_policy", old=Key(f"policy_label.{old.policy.name}"),
+                       new=Key(f"policy_label.{new.policy.name}")))
     return ch

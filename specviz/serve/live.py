@@ -88,7 +88,7 @@ class LiveRun:
             if r.drafted:
                 self.hist[min(r.accepted, 16)] += 1
         if ev.changes:
-            self.markers.append((now, ", ".join(ev.changes)))
+            self.markers.append((now, lessons.Listed(ev.changes)))     # said in the chart's language
         m = step_metrics(ev.draft_flops + ev.target_flops, ev.draft_bytes + ev.target_bytes,
                          ev.draft_s + ev.verify_s, self.peaks)
         # a replay has no peaks of the machine it ran on: this machine's would name a wrong regime
@@ -193,7 +193,9 @@ class LiveRun:
         labels = live_labels(self.lang)
         util_label = labels["util_" + self._source()] if self._source() in ("nvml", "psutil") else labels["util_none"]
         rtl = lessons.direction(self.lang) == "rtl"
-        return (live_charts.throughput_figure(self.tps, self.per_row, self.markers,
+        markers = [(x, lessons.isolate_rtl(lessons.say(self.lang, said)))
+                   for x, said in self.markers[-live_charts.MARKERS_SHOWN:]]
+        return (live_charts.throughput_figure(self.tps, self.per_row, markers,
                                               shared=self.shared_tps if self.shared else None, labels=labels, rtl=rtl),
                 live_charts.hardware_figure(self.util, self.mbu, self.mfu, util_label, labels=labels, rtl=rtl),
                 live_charts.acceptance_histogram(self.hist[: max(2, _last_nonzero(self.hist) + 2)], labels=labels,

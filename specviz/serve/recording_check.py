@@ -1,7 +1,8 @@
 """A recording is untrusted input: a teacher shares it, so it can arrive from anywhere.
 
 Before anything is drawn, `check` walks the parsed JSON once, field by field (never recursively: a
-hostile file may nest thousands deep, and every field has a fixed shape), and refuses — with a sentence naming the
+hostile file may nest thousands deep, and every field has a fixed shape; a stored sentence nests at most
+lessons.stored.MAX_NESTING deep), and refuses — with a sentence naming the
 field — wrong types, non-finite numbers, lone surrogates and anything beyond the size limits below.
 The checked data then builds the dataclasses (specviz.serve.recordings). Plain Python: no gradio, no torch.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from specviz.lessons import stored
 from specviz.limits import MAX_DEPTH, brief
 
 
@@ -30,9 +32,11 @@ class RecordingLimits:
 LIMITS = RecordingLimits()
 ROW_KINDS = ("plain", "correction", "bonus")
 EVENT_INTS = ("step", "batch_size", "depth", "tokens_per_pass", "context", "users", "shared_emitted")
+# newer fields (adaptive verification's slots, the pass's real and padded width): 0 in older recordings
+EVENT_INTS_LATER = ("slots_drafted", "slots_verified", "real_tokens", "padded_tokens")
 EVENT_FLOATS = ("draft_s", "verify_s", "overhead_s", "wall_s", "prefill_s", "draft_flops", "draft_bytes",
                 "target_flops", "target_bytes", "plain_flops", "share")
-TOTAL_INTS = ("steps", "tokens", "row_steps", "drafted", "accepted", "shared_batch_max", "users_max")
+TOTAL_INTS = ("steps", "tokens", "row_steps", "drafted", "accepted", "shared_batch_max", "users_max", "proposed")
 TOTAL_FLOATS = ("wall_s", "prefill_s", "draft_s", "verify_s", "spent_flops", "plain_flops")
 
 
@@ -108,12 +112,16 @@ def row_step(d, where: str, budget: list[int]) -> dict:
             "drafted": drafted,
             "accepted": whole(d.get("accepted"), f"{where} 'accepted'", 0, len(drafted)),
             "emitted": ids(d.get("emitted"), f"{where} 'emitted'", budget),
-            "last_kind": kind, "done": done, "finish": text(d.get("finish", ""), f"{where} 'finish'", 20)}
+            "last_kind": kind, "done": done, "finish": text(d.get("finish", ""), f"{where} 'finish'", 20),
+            "proposed": whole(d.get("proposed", 0), f"{where} 'proposed'", 0, 100_000)}
 
 
 def event(d, where: str, budget: list[int]) -> dict:
     d = mapping(d, where)
     out = {k: whole(d.get(k), f"{where} '{k}'", 0, 10_000_000) for k in EVENT_INTS}
+    out.update({k: whole(d.get(k, 0), f"{where} '{k}'", 0, 10_000_000) for k in EVENT_INTS_LATER})
+    budget_b = d.get("budget")
+    out["budget"] = None if budget_b is None else whole(budget_b, f"{where} 'budget'", 0, 10_000_000)
     out["depth"] = whole(d.get("depth"), f"{where} 'depth'", 0, MAX_DEPTH)
     out.update({k: number(d.get(k), f"{where} '{k}'") for k in EVENT_FLOATS})
     out["share"] = number(d.get("share"), f"{where} 'share'", 0.0, 1.0)
@@ -124,6 +132,22 @@ def event(d, where: str, budget: list[int]) -> dict:
     out["changes"] = [text(c, f"{where} 'changes'", 200) for c in listof(d.get("changes", []), f"{where} 'changes'", 64)]
     out["retired"] = [whole(r, f"{where} 'retired'", 0, 100_000)
                       for r in listof(d.get("retired", []), f"{where} 'retired'", 100)]
+    if "said" in d:
+        out["said"] = said(d["said"], f"{where} 'said'")
+    return out
+
+
+def said(d, where: str) -> dict:
+    """The event's sentences as `Said`s (specviz.lessons.stored): 'path' one, 'changes' a list."""
+    d = mapping(d, where)
+    out = {}
+    try:
+        if "path" in d:
+            out["path"] = stored.from_plain(d["path"])
+        if "changes" in d:
+            out["changes"] = [stored.from_plain(c) for c in listof(d["changes"], f"{where} 'changes'", 64)]
+    except stored.NotSaid as exc:
+        raise Bad(f"{where}: {exc}") from None
     return out
 
 

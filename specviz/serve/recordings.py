@@ -17,6 +17,7 @@ import torch
 
 from specviz.engine.request import RowStep, RunTotals, StepEvent
 from specviz.lessons import Said, quoted
+from specviz.lessons.stored import to_plain
 from specviz.serve import recording_check as check
 from specviz.serve.recording_check import LIMITS
 
@@ -47,8 +48,7 @@ class Recording:
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT, "device": self.device, "date": self.date, "pair": self.pair,
                            "prompt": self.prompt, "settings": self.settings, "versions": self.versions,
-                           "steps": [[t, dataclasses.asdict(ev), {str(r): p for r, p in pieces.items()}]
-                                     for t, ev, pieces in self.steps],
+                           "steps": _events_json(self.steps),
                            "samples": self.samples, "totals": dataclasses.asdict(self.totals or RunTotals()),
                            "outputs": {str(k): v for k, v in self.outputs.items()}, "prompt_ids": self.prompt_ids},
                           ensure_ascii=False)
@@ -79,7 +79,7 @@ def from_json(text: str) -> Recording:
         d = check.check(data, FORMAT)
     except check.Bad as exc:
         raise RecordingError(Said("errors.recording_bad_field", detail=str(exc))) from None
-    steps = [(t, _event(ev), pieces) for t, ev, pieces in d["steps"]]
+    steps = _events(d["steps"])
     return Recording(d["device"], d["date"], d["pair"], d["prompt"], d["settings"], steps, d["samples"],
                      RunTotals(**d["totals"]), d["outputs"], d["prompt_ids"], d["versions"])
 
@@ -88,10 +88,39 @@ def too_big(size: int) -> Said:
     return Said("errors.recording_too_big", size=round(size / 1e6, 1), limit=round(LIMITS.max_bytes / 1e6))
 
 
-def _event(d: dict) -> StepEvent:
-    d = dict(d)
-    d["rows"] = [RowStep(**r) for r in d["rows"]]
-    return StepEvent(**d)
+def _events_json(steps) -> list:
+    """The steps' events; their sentences (the forward path, the knob changes) also as `Said` data, so a
+    replay says them in its reader's language (the plain fields stay English for older readers). The path
+    is written where it changes: it names the same path step after step."""
+    out, last = [], None
+    for t, ev, pieces in steps:
+        d, said = dataclasses.asdict(ev), {}
+        if isinstance(ev.path, Said) and ev.path != last:
+            said["path"] = to_plain(ev.path)
+        last = ev.path
+        if any(isinstance(c, Said) for c in ev.changes):
+            said["changes"] = [to_plain(c) for c in ev.changes]
+        if said:
+            d["said"] = said
+        out.append([t, d, {str(r): p for r, p in pieces.items()}])
+    return out
+
+
+def _events(steps: list) -> list:
+    """(time, StepEvent, pieces) from the checked steps, each sentence a `Said` where the file stored one
+    that this version says with the same English (a changed sentence keeps the recorded English)."""
+    out, path = [], None
+    for t, d, pieces in steps:
+        d = dict(d)
+        said = d.pop("said", {})
+        d["rows"] = [RowStep(**r) for r in d["rows"]]
+        path = said.get("path", path)
+        if path == d["path"]:
+            d["path"] = path
+        if said.get("changes") == d["changes"]:
+            d["changes"] = said["changes"]
+        out.append((t, StepEvent(**d), pieces))
+    return out
 
 
 def load(path: str | Path) -> Recording:
