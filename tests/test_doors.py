@@ -11,6 +11,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import psutil
@@ -428,6 +429,26 @@ def test_numbered_stop_finds_its_run_in_either_order():
         runs.arm("i", 4)
         runs.stop("i", bad)                            # after the arm: it counts (the time rule)
         assert runs.stopped_early("i")
+
+
+def test_a_runs_baseline_is_stopped_and_drawn_and_leaves_the_next_runs_presses_alone():
+    """A Run's plain baseline joins the session's runs (Stop, the chart timer) without taking a press or a
+    Stop meant for the next Run, and the timer then draws the Run's pass-time chart again."""
+    from specviz.serve import live as lv
+
+    runs, run, stops = lv.LiveRuns(), SimpleNamespace(control=SimpleNamespace(stop=lambda: None)), []
+    baseline = SimpleNamespace(control=SimpleNamespace(stop=lambda: stops.append("baseline")))
+    runs.arm("s", 2)                                  # Run 2 pressed while Run 1's baseline starts
+    runs.follow("s", baseline)
+    assert runs.get("s") is baseline
+    assert runs.stop("s", 1) and stops == ["baseline"]           # Stop for press 1: the baseline
+    runs.finish("s", baseline)
+    runs.draw_once("s", run)
+    assert runs.get("s") is None and runs.take_ended("s") is run
+    assert not runs.stopped_early("s")                # Run 2 is not stopped by press 1's Stop
+    runs.start("t", run)
+    runs.follow("t", baseline)                        # a Run of the session streaming keeps its place
+    assert runs.get("t") is run
 
 
 def test_limits_are_the_same_on_every_entry_point(door, capsys, tiny_paths):

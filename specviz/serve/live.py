@@ -367,6 +367,18 @@ class LiveRuns:
                 while len(self._ended) > ENDED_KEEP:       # tabs closed before their next tick
                     del self._ended[next(iter(self._ended))]
 
+    def follow(self, session: str, run: LiveRun) -> None:
+        """A run that belongs to the session's Run that just ended (its plain-decoding baseline): Stop stops
+        it and the chart timer draws it. Presses armed and Stops pending stay for the next Run; a Run of the
+        session streaming already keeps its place."""
+        with self._lock:
+            self._runs.setdefault(session, run)
+
+    def draw_once(self, session: str, run: LiveRun) -> None:
+        """The chart timer draws `run`'s pass-time chart once more (a Run's, after its baseline drew its own)."""
+        with self._lock:
+            self._ended[session] = run
+
     def take_ended(self, session: str) -> LiveRun | None:
         """The session's Run that ended since the timer last asked (once), or None."""
         with self._lock:

@@ -130,7 +130,8 @@ class Playground:
         engine = choice.engine
         if not packet.stopped and not packet.error and packet.totals.drafted and engine == "specviz":
             yield pack(status=t(self.lang(session), "playground.baseline_pending"))
-            plain = yield from self._baseline(req, choice, knobs.max_batch, pair.tokenizer, session, lang, texts)
+            plain = yield from self._baseline(req, choice, knobs.max_batch, live, pair.tokenizer, session, texts)
+            app.runs.draw_once(session, live)        # the pass-time chart back on the Run's last step
         plain_tps = (plain.tokens_per_s or None) if plain is not None else None
         speed = packet.totals.tokens_per_s / plain_tps if plain_tps and packet.totals.tokens_per_s else None
         band = counters.Band()
@@ -235,7 +236,7 @@ class Playground:
             time.sleep(WARMUP_POLL_S)
         return self._warming(choice)
 
-    def _baseline(self, req, choice, max_batch: int, tokenizer, session: str, lang: str, texts: list[str]):
+    def _baseline(self, req, choice, max_batch: int, run: LiveRun, tokenizer, session: str, texts: list[str]):
         """Plain decoding of the same prompts and batch, right after the Run (its RunTotals), through the
         same runner and streamed to the page as the Run was (its tokens, rows and counters at the same
         rate, its charts at the timer's): on a 2-core machine the page's rendering takes CPU, so a
@@ -244,11 +245,15 @@ class Playground:
         plain_req = runner.RunRequest(req.target, req.draft, req.prompts, 0, req.batch, FIXED, 0.0,
                                       min(req.max_new, BASELINE_MAX_NEW), acceptance=req.acceptance, reference=False)
         control = self.app.runner.control(Knobs(0, req.batch, max_batch=max_batch), FIXED)
+        lang = self.lang(session)
         live = LiveRun(control, choice.label, self.app.peaks, self.app.sampler,
-                       shared=not self.app.runner.zero_gpu and req.acceptance is None, lang=lang)
+                       shared=not self.app.runner.zero_gpu and req.acceptance is None, lang=lang,
+                       curve=run.current_curve(), curve_of=run.curve_of, spec=run.spec)
         streamer = Streamer(self.app, live, tokenizer, session, lang, choice, texts)
-        status = t(lang, "playground.baseline_pending")
-        packet, last_yield, last_chart = None, 0.0, 0.0
+        # the session's run meanwhile: Stop stops it, and the chart timer draws its charts and passes (the
+        # counters say its one-token passes; the pass-time chart said the Run's last step)
+        self.app.runs.follow(session, live)
+        packet, last_yield = None, 0.0
         try:
             with as_sentences():
                 for packet in self.app.runner.packets(plain_req, choice, control):
@@ -259,16 +264,14 @@ class Playground:
                         continue
                     self._fold(packet, live, streamer, keep_peaks=False)
                     now = time.perf_counter()
-                    if not packet.final and packet.events and now - last_yield >= MIN_UPDATE_S:
+                    # its last packet too: the counters show the baseline's passes once, as the chart does
+                    if packet.events and now - last_yield >= MIN_UPDATE_S:
                         last_yield = now
                         lang = streamer.follow(self.lang(session))
                         status = t(lang, "playground.baseline_pending")
-                        out = dict(zip(OUTPUTS, streamer.outputs(packet.totals, status=status)))
-                        if now - last_chart >= CHART_PERIOD_S:     # what the timer draws during a Run
-                            last_chart = now
-                            out.update(zip(("chart_t", "chart_h", "chart_a"), live.figures()))
-                        yield pack(**out)
+                        yield pack(**dict(zip(OUTPUTS, streamer.outputs(packet.totals, status=status))))
         finally:
+            self.app.runs.finish(session, live)
             control.close()
         if packet is None or packet.error or packet.stopped:
             return None
