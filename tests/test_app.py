@@ -293,6 +293,7 @@ def test_browser_whatif_tab(app_url, tmp_path):
         page.get_by_role("option", name="T4", exact=True).click()
         page.wait_for_function("document.querySelector('#whatif-summary').innerText.includes('T4')", timeout=30000)
         page.wait_for_selector("#profile-latency .js-plotly-plot", timeout=30000)
+        assert not page.locator("#knee-plot").is_visible()  # no empty plot before a curve
         page.locator("#knee-run").click()                  # measure this machine's knee from the page
         page.wait_for_function("document.querySelector('#knee-summary').innerText.includes('Measured knee')",
                                timeout=120000)

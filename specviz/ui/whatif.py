@@ -214,7 +214,13 @@ def _build_measure(app, lang_box) -> None:
                       lambda lang: gr.update(label=tx(lang, "label.knee_pair"), choices=pair_options(app.choices, lang)))
         go = tr.add(gr.Button(tx("en", "label.knee_run"), elem_id="knee-run", scale=1), value="whatif.label.knee_run")
     md = _generated_md(tr, value="", label="Knee summary", elem_id="knee-summary")
-    fig = tr.add(gr.Plot(label=tx("en", "label.measured_latency"), elem_id="knee-plot"), **_label("measured_latency"))
+    # shown once it holds a curve (an empty plot's placeholder icon read as a broken chart)
+    fig = tr.add(gr.Plot(label=tx("en", "label.measured_latency"), elem_id="knee-plot", visible=False),
+                 **_label("measured_latency"))
+
+    def shown(upd, lang):
+        md_text, figure = knee_view(upd, lang=lang)
+        return md_text, gr.update(value=figure, visible=True)
 
     measured = SessionTable()        # each page's latest curve, drawn again in the language picked
 
@@ -230,7 +236,7 @@ def _build_measure(app, lang_box) -> None:
                     continue
                 if request.session_hash:
                     measured.put(request.session_hash, upd)
-                yield knee_view(upd, lang=lang)
+                yield shown(upd, lang)
         except (ModelError, LimitError) as exc:
             raise gr.Error(lessons.say(lang, exc)) from None
 
@@ -238,7 +244,7 @@ def _build_measure(app, lang_box) -> None:
         upd = measured.get(request.session_hash) if request.session_hash else None
         if upd is None:
             return gr.skip(), gr.skip()
-        return knee_view(upd, lang=lang if lang in lessons.LANGS else lessons.DEFAULT_LANG)
+        return shown(upd, lang if lang in lessons.LANGS else lessons.DEFAULT_LANG)
 
     go.click(measure, [pick], [md, fig], api_name="measure_knee", concurrency_limit=1)
     lang_box.change(relabel, [lang_box], [md, fig], api_name=False, show_progress="hidden")
