@@ -63,6 +63,7 @@ SPARSE = 60           # the hardware chart marks each step's estimate up to this
 TITLE_TOP, TITLE_LINE, TITLE_GAP = 56, 20, 14
 STEP_CHARS, STEP_LINE = 48, 16     # the pass-time chart's step label: a line's characters (12 px), its height
 MARKERS_SHOWN = 12    # the latest changes drawn on the throughput chart
+MARKER_CHARS = 16     # a change's short label, written up the plot, in lines that fit its height
 MARKER_GAP = 0.06      # change markers closer than this share of the time axis keep one label (the last)
 
 
@@ -101,22 +102,31 @@ def _line(s: Series, name: str, **style) -> dict:
     return dict(type="scatter", x=_r(s.x), y=_r(s.y), mode="lines", name=name, **style)
 
 
-def _markers(markers: list[tuple[float, str]], span: float) -> tuple[list[dict], list[dict]]:
+def _markers(markers: list[tuple[float, list[tuple[str, str]]]], span: float,
+             rtl: bool = False) -> tuple[list[dict], list[dict]]:
     """A dotted line at each change of depth or batch; where several crowd together (a slider dragged
-    through its range) only the last of them keeps its label, so the labels never print over each other."""
+    through its range) only the last of them keeps its label, so the labels never print over each other.
+    Each change of a step, a (short label, sentence) pair, writes its short label on a line (the
+    sentences ran past a desktop's plot, about 75 px high under its legend) and its sentence on hover."""
     shapes, notes, last_x = [], [], None
-    for x, label in reversed(markers[-MARKERS_SHOWN:]):
+    for x, changes in reversed(markers[-MARKERS_SHOWN:]):
         shapes.append(dict(type="line", x0=x, x1=x, xref="x", y0=0, y1=1, yref="paper",
                            line=dict(dash="dot", color="#999")))
         if last_x is None or last_x - x >= MARKER_GAP * span:
-            notes.append(dict(x=x, y=1, yref="paper", text=label, showarrow=False, textangle=-90,
-                              xanchor="right", yanchor="top", font=dict(size=11, color="#666")))
+            notes.append(dict(x=x, y=1, yref="paper", text=_marker_text([c[0] for c in changes], rtl),
+                              hovertext=_marker_text([c[1] for c in changes], rtl, 60), showarrow=False,
+                              textangle=-90, xanchor="right", yanchor="top", font=dict(size=11, color="#666")))
             last_x = x
     return shapes, notes
 
 
+def _marker_text(changes: list[str], rtl: bool, width: int = MARKER_CHARS) -> str:
+    return "<br>".join(lines_for(c, rtl, width) for c in changes)
+
+
 def throughput_figure(total: Series, per_row: dict[int, Series] | None = None,
-                      markers: list[tuple[float, str]] | None = None, shared: Series | None = None,
+                      markers: list[tuple[float, list[tuple[str, str]]]] | None = None,
+                      shared: Series | None = None,
                       labels: dict | None = None, rtl: bool = False) -> go.Figure:
     """Your rows' tokens/s (and each row's); with `shared`, the whole shared batch's (every user)."""
     lab = _labels(labels)
@@ -133,7 +143,7 @@ def throughput_figure(total: Series, per_row: dict[int, Series] | None = None,
     if shared is not None:
         data.append(_line(shared, lab["whole_batch"], line=dict(width=2, color="#762a83", dash="dash")))
     span = max(total.x[-1] - total.x[0], 1e-9) if len(total.x) > 1 else 1.0
-    shapes, notes = _markers(markers or [], span)
+    shapes, notes = _markers(markers or [], span, rtl)
     return _figure(data, lab["throughput_title"], lab["seconds"], lab["tokens_per_s"], rtl,
                    shapes=shapes, annotations=notes)
 

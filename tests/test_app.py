@@ -110,22 +110,6 @@ def test_stop_cancels_a_running_generation(app_url):
     assert all(len(o) < 512 for o in final["outputs"])
 
 
-def test_stop_during_the_plain_baseline_stops_it(app_url):
-    """After a Run the page measures plain decoding of the same prompts; a Stop pressed then did nothing
-    (the baseline was no run of the session's), and the reader waited for it to end."""
-    c = _client(app_url)
-    job = c.submit("the quick brown", _pair_label(c), 2, 2, "fixed", 8, 0, 128, api_name="/generate")
-    stopped = False
-    for out in job:
-        if not stopped and "plain decoding" in str(out[6]):
-            c.predict(api_name="/stop")
-            stopped = True
-    final = job.outputs()[-1][-1]
-    assert stopped and final["done"] and not final["stopped"] and final["tokens"] > 0, final
-    assert final["plain_tokens_per_s"] is None, final          # the baseline stopped: no comparison made
-    assert c.predict("the quick", _pair_label(c), 1, 2, "fixed", 8, 0, 8, api_name="/generate")[-1]["done"]
-
-
 def test_markup_in_tokens_is_escaped():
     view = RowView()
     texts = {1: "<script>alert(1)</script>", 2: '<img src=x onerror="alert(2)">', 3: "&amp;"}

@@ -196,10 +196,9 @@ def broken(kind: str):
         rec["settings"]["x"] = json.loads("[" * 100 + "]" * 100)
     elif kind == "row_kind":
         rec["steps"][1][1]["rows"][0]["last_kind"] = "<script>"
-    elif kind == "said_key":            # a stored sentence this version does not know
-        rec["steps"][0][1]["said"]["path"] = {"said": "errors.no_such", "values": {}}
-    elif kind == "said_deep":
-        rec["steps"][0][1]["said"]["path"] = json.loads('{"listed": [' * 40 + '"x"' + ']}' * 40)
+    elif kind == "said_many":           # stored sentences beyond the recording's budget of values
+        for _, ev, _ in rec["steps"]:
+            ev["said"] = {"changes": [{"listed": [{"listed": ["a"] * 16}] * 16}] * 64}
     return json.dumps(rec)
 
 
@@ -217,7 +216,7 @@ RAW_BAD = {"surrogate": lambda: swapped('"pair": "', '"pair": "\\ud800'),
            "not_json": lambda: '{"format": "specviz-recording/1", "steps": [',
            "binary": lambda: "\x00\x01\x02" * 10}
 KINDS = ["accepted", "batch_size", "totals", "piece", "accepted_too_many", "steps_not_list", "deep", "row_kind",
-         "said_key", "said_deep"]
+         "said_many"]
 
 
 def replay_file(c, path: Path):
@@ -247,6 +246,24 @@ def test_a_recording_reads_back_with_every_field():
     rec["totals"]["proposed"] = 42
     assert json.loads(from_json(json.dumps(rec, ensure_ascii=False)).to_json()) == rec
     assert json.loads(from_json(text).to_json()) == json.loads(text)
+
+
+def test_a_stored_sentence_this_version_cannot_say_keeps_the_recorded_english():
+    """A recording from a newer version (a sentence key unknown here), or one edited by hand (a deep, odd
+    or unrenderable value), still replays: that sentence shows its recorded English."""
+    from specviz.lessons import Said
+    from specviz.serve.recordings import from_json
+
+    for odd in ({"said": "errors.no_such", "values": {}}, {"key": "chapter.policies.body"},
+                json.loads('{"listed": [' * 40 + '"x"' + ']}' * 40), {"said": "playground.fast.weights",
+                "values": {"layouts": float("nan")}}, {"said": "playground.fast.graphs_n", "values": {"graphs": 10 ** 400}}):
+        rec = recording()
+        rec["steps"][0][1]["said"]["path"] = odd
+        rec["steps"][2][1]["changes"] = ["depth 4→6"]
+        rec["steps"][2][1]["said"] = {"changes": [odd]}
+        steps = from_json(json.dumps(rec)).steps
+        assert all(ev.path == rec["steps"][0][1]["path"] and not isinstance(ev.path, Said) for _, ev, _ in steps)
+        assert steps[2][1].changes == ["depth 4→6"] and not isinstance(steps[2][1].changes[0], Said)
 
 
 def test_a_file_that_is_not_json_says_where_it_breaks_in_the_readers_words():
@@ -449,6 +466,14 @@ def test_a_runs_baseline_is_stopped_and_drawn_and_leaves_the_next_runs_presses_a
     runs.start("t", run)
     runs.follow("t", baseline)                        # a Run of the session streaming keeps its place
     assert runs.get("t") is run
+    runs.stop("u", 1)                                 # Stop pressed as Run 1 ended, before its baseline began
+    runs.follow("u", baseline)
+    assert stops == ["baseline", "baseline"]
+    runs.arm("u", 2)
+    assert not runs.stopped_early("u")                # and it was for Run 1, not Run 2
+    for i in range(lv.ENDED_KEEP + 5):                # tabs that closed before their timer drew
+        runs.draw_once(f"tab{i}", run)
+    assert len(runs._ended) == lv.ENDED_KEEP
 
 
 def test_limits_are_the_same_on_every_entry_point(door, capsys, tiny_paths):

@@ -1,6 +1,7 @@
 """The playground's verdict is fair (issue 27): no verdict from a Run measured during the app's own
 warm-up (a Run arriving then waits for it, saying so), the plain baseline streams to the page as the
 Run did, and "faster"/"slower" only outside the noise band ("about the same" inside it)."""
+import json
 import re
 import time
 from types import SimpleNamespace
@@ -37,6 +38,18 @@ def local_app(tiny_paths, monkeypatch):
     return _app(tiny_paths["target"], tiny_paths["draft"], monkeypatch)
 
 
+_APPS: list = []
+
+
+@pytest.fixture(autouse=True)
+def _settled():
+    """Each test's apps finish their background work (a curve measured again after a Run): a process that
+    exits while a daemon thread is inside torch aborts ("terminate called", exit status 134)."""
+    yield
+    while _APPS:
+        assert _APPS.pop().pairs.settle(), "an app's background work did not end"
+
+
 def _app(target: str, draft: str, monkeypatch):
     monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
     from specviz.ui import playground
@@ -46,6 +59,7 @@ def _app(target: str, draft: str, monkeypatch):
     monkeypatch.setattr(playground, "WARMUP_POLL_S", 0.0)
     app = SpecVizApp(target, draft, preload=False, calibrate_peaks=False)
     app.page = playground.Playground(app)
+    _APPS.append(app)
     return app
 
 
@@ -255,6 +269,39 @@ def test_stop_during_a_pause_ends_the_run_at_once(tiny_paths, monkeypatch, draft
     result = outs[-1]["result"]
     assert result["done"] and result["stopped"]
     assert any(result["outputs"]) and all(len(o) < 96 for o in result["outputs"])
+
+
+def test_the_baseline_stops_at_stop_and_keeps_its_depth_when_a_slider_moves(local_app, monkeypatch):
+    """The plain baseline after a Run: Stop did nothing (the reader waited for it to end), and it is the
+    tab's run meanwhile, so a depth slider moved then must not make it speculate (its figure would no
+    longer be plain decoding). The pass-time chart's timer draws its passes, then the Run's again."""
+    from specviz.ui.playground import OUTPUTS
+
+    app = local_app
+    _states(app, monkeypatch, ["ready"])
+    step = app.gate.step
+
+    def slow_step(*args, **kwargs):        # the tiny models' baseline would be over before the page saw it
+        time.sleep(0.02)
+        return step(*args, **kwargs)
+    monkeypatch.setattr(app.gate, "step", slow_step)
+    outs, seen = [], []
+    for out in app.page.stream("the quick brown", app.choices[0].label, 1, 4, "fixed", 8, 0, 128, "s1"):
+        outs.append(dict(zip(OUTPUTS, out)))
+        live = app.runs.get("s1")
+        if live is not None and live.baseline and live.passes and not seen:
+            app.page.set_knobs("s1", depth=4)
+            seen.append((live.control.knobs.snapshot().depth, live.knee_figure()))
+            app.page.on_stop(None, SimpleNamespace(session_hash="s1"))
+    assert seen, "the baseline never reached the timer"
+    depth, knee = seen[0]
+    assert depth == 0 and "this step: 1 token per pass" in json.dumps(knee.to_plotly_json())
+    result = outs[-1]["result"]
+    assert result["done"] and not result["stopped"] and result["tokens"] > 0
+    assert result["plain_tokens_per_s"] is None                 # stopped: no comparison made
+    assert app.runs.get("s1") is None
+    ended = app.runs.take_ended("s1")                          # what the timer draws next: the Run's chart
+    assert ended is not None and not ended.baseline and ended.control.knobs.snapshot().depth == 4
 
 
 def _holding_the_device(app):

@@ -191,20 +191,27 @@ def test_a_count_of_one_takes_its_singular_where_the_table_has_one():
 
 def test_a_stored_sentence_comes_back_whole_and_a_strange_one_is_refused():
     """lessons.stored: a recording keeps its sentences as data a replay says in its reader's language;
-    a shared file is untrusted, so an unknown key, a deep nesting or an odd value name is refused."""
+    a shared file is untrusted, so a key outside the stored ones, a deep nesting, an odd value and a file
+    with too many values are refused."""
     from specviz.lessons import Key, Listed, Said
-    from specviz.lessons.stored import MAX_NESTING, NotSaid, from_plain, to_plain
+    from specviz.lessons.stored import MAX_NESTING, Budget, NotSaid, TooMany, from_plain, to_plain
 
+    prefixes = ("playground.fast.",)
     said = Said("playground.fast.in_c", weights=Said("playground.fast.weights", layouts="rows"),
                 rows=Listed([Key("playground.fast.rows_one"), Key("playground.fast.rows_few")]))
-    back = from_plain(json.loads(json.dumps(to_plain(said))))
+    back = from_plain(json.loads(json.dumps(to_plain(said))), prefixes, Budget(100))
     assert back == said == "weights rows; layers in C (1 row, 2-16 rows)"
     assert lessons.say("fa", back) == lessons.say("fa", said) != str(said)
-    assert from_plain(3) == 3 and from_plain("onednn") == "onednn"
+    assert from_plain(3, prefixes, Budget(1)) == 3 and from_plain("onednn", prefixes, Budget(1)) == "onednn"
     deep = "x"
     for _ in range(MAX_NESTING + 2):
         deep = {"listed": [deep]}
-    for bad in ({"said": "no.such.key", "values": {}}, {"key": "playground"}, deep, {"listed": "abc"},
-                {"said": "playground.fast.weights", "values": {"not a name": 1}}, {"what": 1}, ["a"], "x" * 201):
+    huge = {"said": "playground.fast.graphs_n", "values": {"label": "x", "graphs": 10 ** 400}}
+    for bad in ({"said": "no.such.key", "values": {}}, {"key": "playground"}, {"key": "chapter.policies.body"},
+                deep, {"listed": "abc"}, {"said": "playground.fast.weights", "values": {"not a name": 1}},
+                {"what": 1}, ["a"], "x" * 201, float("nan"), float("inf"), huge, "lone \ud800 surrogate"):
         with pytest.raises(NotSaid):
-            from_plain(bad)
+            from_plain(bad, prefixes, Budget(1000))
+    many = {"listed": [{"listed": ["a"] * 16}] * 16}
+    with pytest.raises(TooMany):
+        from_plain(many, prefixes, Budget(200))

@@ -21,7 +21,7 @@ def _series(n: int, step: float = 0.25, value: float = 120.0) -> lc.Series:
 def _all_figures(lang: str):
     labels, rtl = live_labels(lang), lang == "fa"
     steps = [lc.PassPoint(9, 9, 0.0041), lc.PassPoint(12, 16, 0.0043)]
-    return [lc.throughput_figure(_series(80), {r: _series(80) for r in range(8)}, [(3.0, "k = 4"), (9.0, "batch 8")],
+    return [lc.throughput_figure(_series(80), {r: _series(80) for r in range(8)}, [(3.0, [("k=4", "depth 2→4")]), (9.0, [("B=8", "batch 1→8")])],
                                  shared=_series(80), labels=labels, rtl=rtl),
             lc.hardware_figure(_series(40, value=50), _series(40, value=2), _series(40, value=1),
                                labels["util_psutil"], labels=labels, rtl=rtl),
@@ -56,12 +56,15 @@ def test_crowded_change_markers_keep_one_label_each():
     """Dragging the depth slider through its range left a pile of rotated labels printed over each other;
     every change keeps its dotted line, and labels closer than MARKER_GAP of the axis keep only the last."""
     total = _series(41, step=0.5)                             # a 20 s axis
-    marks = [(5.0, "k = 1"), (5.2, "k = 2"), (5.4, "k = 3"), (12.0, "batch 4")]
+    marks = [(5.0, [("k=1", "depth 0→1")]), (5.2, [("k=2", "depth 1→2")]), (5.4, [("k=3", "depth 2→3")]),
+             (12.0, [("B=4", "batch 1→4")])]
     fig = lc.throughput_figure(total, {}, marks)
     assert len(fig.layout.shapes) == 4
-    assert [a.text for a in fig.layout.annotations] == ["batch 4", "k = 3"]
-    apart = lc.throughput_figure(total, {}, [(2.0, "k = 1"), (8.0, "k = 2")])
-    assert sorted(a.text for a in apart.layout.annotations) == ["k = 1", "k = 2"]
+    assert [a.text for a in fig.layout.annotations] == ["B=4", "k=3"]
+    assert [a.hovertext for a in fig.layout.annotations] == ["batch 1→4", "depth 2→3"]      # the sentence on hover
+    apart = lc.throughput_figure(total, {}, [(2.0, [("k=1", "depth 0→1")]),
+                                             (8.0, [("k=2", "depth 1→2"), ("B=3", "batch 1→3")])])
+    assert sorted(a.text for a in apart.layout.annotations) == ["k=1", "k=2<br>B=3"]            # a line each
 
 
 def test_acceptance_ticks_are_whole_tokens():

@@ -431,7 +431,7 @@ def test_a_replay_and_the_throughput_chart_say_the_path_and_the_knob_changes_in_
     new = KnobState(depth=6, batch_size=3, policy=make_policy("adaptive"), version=2)
     changes = _describe_changes(old, new)
     assert changes == ["depth 4→6", "batch 1→3", "policy fixed→adaptive"]        # the CLI's and the logs'
-    assert [_persian(c) for c in changes][2] == "policy از depth ثابت به depth تطبیقی"
+    assert [_persian(c) for c in changes][2] == "policy از «depth ثابت» به «depth تطبیقی»"
     rec = load(next(iter(shipped().values())))
     rec.steps[3][1].changes = changes
     again = from_json(rec.to_json())                  # a recording keeps them as sentences
@@ -440,11 +440,28 @@ def test_a_replay_and_the_throughput_chart_say_the_path_and_the_knob_changes_in_
         live = LiveRun(control=None, pair_label="pair", peaks=None, sampler=None, lang=lang)
         for _, ev, _ in again.steps:
             live.record(ev)
-        note = live.figures()[0].layout.annotations[-1].text
-        if lang == "en":
-            assert note == "depth 4→6, batch 1→3, policy fixed→adaptive", note
-        else:
-            assert note.startswith(lessons.RLI) and "depth از ⁦4⁩ به ⁦6⁩" in note and "→" not in note, note
+        note = live.figures()[0].layout.annotations[-1]
+        if lang == "en":                 # short labels up the plot, the sentences on hover
+            assert (note.text, note.hovertext) == ("k=6<br>B=3<br>adaptive",
+                                                   "depth 4→6<br>batch 1→3<br>policy fixed→adaptive"), note
+        else:                            # each Persian line right-to-left
+            assert note.text == f"k=6<br>B=3<br>{lessons.RLI}depth تطبیقی{lessons.PDI}", note.text
+            lines = note.hovertext.split("<br>")
+            assert all(line.startswith(lessons.RLI) for line in lines) and "→" not in note.hovertext, note
+            assert "depth از ⁦4⁩ به ⁦6⁩" in lines[0] and len(lines) == 3, note
+
+def test_each_counter_is_its_own_right_to_left_island():
+    """The Persian counters line read "target · FLOP" as one left-to-right block (one part ended in a Latin
+    word, the next began with one), so the Persian between them came out of order."""
+    from specviz.engine.request import RunTotals
+    from specviz.ui.counters import counters_md
+
+    totals = RunTotals(steps=4, tokens=12, row_steps=4, drafted=8, accepted=6, wall_s=1.0, spent_flops=3e9,
+                       plain_flops=2e9)
+    fa, en = counters_md("fa", totals), counters_md("en", totals)
+    parts = fa.split(" · ")
+    assert len(parts) >= 4 and all(p.startswith(lessons.RLI) and p.endswith(lessons.PDI) for p in parts), fa
+    assert "مقدار FLOP" in fa and lessons.RLI not in en
 
 
 # --- the page, in a browser -----------------------------------------------------------------------------

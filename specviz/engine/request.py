@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from specviz.engine.policies import FixedPolicy, PlanContext, Policy, StepPlan
-from specviz.lessons import Key, Said
+from specviz.lessons import DEFAULT_LANG, Key, Said, template
 from specviz.limits import ENGINE_MAX_NEW, MAX_DEPTH, Limits
 
 MAX_BATCH = Limits().max_rows_per_user
@@ -362,6 +362,12 @@ def _describe_changes(old: KnobState | None, new: KnobState) -> list[str]:
     if old.batch_size != new.batch_size:
         ch.append(Said("playground.chart.change_batch", old=old.batch_size, new=new.batch_size))
     if old.policy is not new.policy:
-        ch.append(Said("playground.chart.change_policy", old=Key(f"policy_label.{old.policy.name}"),
-                       new=Key(f"policy_label.{new.policy.name}")))
+        ch.append(Said("playground.chart.change_policy", old=_policy_word(old.policy.name),
+                       new=_policy_word(new.policy.name)))
     return ch
+
+
+def _policy_word(name: str):
+    """The policy's name as pages show it ([policy_label]); one without a label by its name."""
+    key = f"policy_label.{name}"
+    return Key(key) if template(DEFAULT_LANG, key) != key else name

@@ -2,15 +2,35 @@
 reader's language. Reading checks everything: the file may come from anyone."""
 from __future__ import annotations
 
+import math
+
 from specviz.lessons import DEFAULT_LANG, Key, Listed, Said, template
 
-MAX_NESTING = 6       # a forward path's label nests four deep (shown → weights → layouts → rows)
-MAX_ITEMS = 16
+# a forward path's label nests six deep: shown → in_c → weights → a list of layout_rows → its rows → a row key
+MAX_NESTING = 8
+MAX_ITEMS = 16        # values of one sentence, items of one list
 MAX_TEXT = 200
+MAX_NUMBER = 1e15
 
 
 class NotSaid(ValueError):
     """Stored data that is not a sentence this version can say; the message names what is wrong."""
+
+
+class TooMany(NotSaid):
+    """The file's budget of stored values ran out: a size limit, not an unknown sentence."""
+
+
+class Budget:
+    """Values read so far across a file, against its limit: many small sentences cost as much as one big."""
+
+    def __init__(self, limit: int):
+        self.left = limit
+
+    def take(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise TooMany("too many stored sentence values")
 
 
 def to_plain(value):
@@ -27,37 +47,57 @@ def to_plain(value):
     return str(value)
 
 
-def from_plain(data, nesting: int = 0):
-    """The value `to_plain` wrote; NotSaid where a key is unknown here or the data is not of its shape."""
+def from_plain(data, prefixes: tuple[str, ...], budget: Budget):
+    """The value `to_plain` wrote, its keys among `prefixes` (the sentences such a file stores); NotSaid
+    where it is not of that shape, or `budget` runs out."""
+    return _read(data, prefixes, budget, 0)
+
+
+def _read(data, prefixes, budget: Budget, nesting: int):
+    budget.take()
     if nesting > MAX_NESTING:
         raise NotSaid(f"nested deeper than {MAX_NESTING}")
-    if data is None or isinstance(data, (bool, int, float)):
+    if data is None or isinstance(data, bool):
         return data
+    if isinstance(data, (int, float)):
+        return _number(data)
     if isinstance(data, str):
-        return _short(data)
-    if not isinstance(data, dict) or len(data) > 2:
+        return _text(data)
+    if not isinstance(data, dict):
         raise NotSaid("a sentence must be text, a number or one of said, key, listed")
-    if set(data) == {"said", "values"}:
-        values = data["values"]
-        if not isinstance(values, dict) or len(values) > MAX_ITEMS:
-            raise NotSaid("a sentence's values must be a short mapping")
-        return Said(_known(data["said"]), **{_name(k): from_plain(v, nesting + 1) for k, v in values.items()})
+    if set(data) == {"said", "values"} and isinstance(data["values"], dict) and len(data["values"]) <= MAX_ITEMS:
+        values = {_name(k): _read(v, prefixes, budget, nesting + 1) for k, v in data["values"].items()}
+        try:        # a Said renders its English as it is made: a value its format cannot take fails here
+            return Said(_known(data["said"], prefixes), **values)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise NotSaid(f"a sentence this version cannot say ({type(exc).__name__})") from None
     if set(data) == {"key"}:
-        return Key(_known(data["key"]))
+        return Key(_known(data["key"], prefixes))
     if set(data) == {"listed"} and isinstance(data["listed"], list) and len(data["listed"]) <= MAX_ITEMS:
-        return Listed(from_plain(i, nesting + 1) for i in data["listed"])
+        return Listed(_read(i, prefixes, budget, nesting + 1) for i in data["listed"])
     raise NotSaid("a sentence must be text, a number or one of said, key, listed")
 
 
-def _short(text: str) -> str:
+def _number(value):
+    if isinstance(value, float) and not math.isfinite(value) or abs(value) > MAX_NUMBER:
+        raise NotSaid(f"a number must be finite and at most {MAX_NUMBER:g}")
+    return value
+
+
+def _text(text: str) -> str:
     if len(text) > MAX_TEXT:
         raise NotSaid(f"a text longer than {MAX_TEXT} characters")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise NotSaid("a text with a lone surrogate") from None
     return text
 
 
-def _known(key) -> str:
-    if not isinstance(key, str) or len(key) > 100 or template(DEFAULT_LANG, key) == key:
-        raise NotSaid("a sentence key this version does not know")
+def _known(key, prefixes) -> str:
+    if not (isinstance(key, str) and len(key) <= 100 and key.startswith(prefixes)
+            and template(DEFAULT_LANG, key) != key):
+        raise NotSaid("a sentence key this version does not store")
     return key
 
 

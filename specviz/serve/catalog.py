@@ -163,6 +163,7 @@ class PairCache:
         self._curve_wanted: set[str] = set()           # targets whose curve was asked for (measured or measuring)
         self._rechecked: dict[str, float] = {}           # target → when its curve was last measured again
         self._measuring: set[str] = set()                # targets whose curve is being measured now
+        self._background: list[threading.Thread] = []    # preload, warm-ups and measurements (settle)
 
     def loaded(self, choice: PairChoice) -> bool:
         if is_dial(choice):
@@ -263,7 +264,7 @@ class PairCache:
                 self._measuring.discard(target)
                 if curve is not None:
                     self._curves[target] = curve
-        threading.Thread(target=work, name="specviz-pass-curve", daemon=True).start()
+        self._start(work, "specviz-pass-curve")
 
     def _warm_in_background(self, key: tuple[str, str], eager: Pair) -> None:
         if self.compile == "off":
@@ -290,7 +291,7 @@ class PairCache:
                 self._measure_curve(key[0], res.pair)
             self._fast[key] = FastStatus("ready", res.note, res)
             freeze_long_lived()                 # the pair stays for good: out of the collector's sight
-        threading.Thread(target=work, name=f"specviz-warmup-{key[1]}", daemon=True).start()
+        self._start(work, f"specviz-warmup-{key[1]}")
 
     def preload(self, choice: PairChoice, curve: bool = False) -> threading.Thread:
         """Load the default pair in the background so the first Run starts fast (`curve`: then measure
@@ -302,9 +303,25 @@ class PairCache:
                 return    # reported when the user presses Run
             if curve:
                 self.pass_curve(choice)
-        t = threading.Thread(target=work, name="specviz-preload", daemon=True)
+        return self._start(work, "specviz-preload")
+
+    def _start(self, work: Callable[[], None], name: str) -> threading.Thread:
+        t = threading.Thread(target=work, name=name, daemon=True)
+        with self._lock:
+            self._background = [b for b in self._background if b.is_alive()] + [t]
         t.start()
         return t
+
+    def settle(self, timeout: float = 120.0) -> bool:
+        """Wait for the background work started so far (and what it starts); True when none is left. A
+        process that exits while a daemon thread is inside torch is aborted ("terminate called")."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                alive = [t for t in self._background if t.is_alive()]
+            if not alive or time.monotonic() >= deadline:
+                return not alive
+            alive[0].join(max(0.0, deadline - time.monotonic()))
 
 
 def recorded_curve(pair: Pair) -> PassCurve | None:

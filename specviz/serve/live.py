@@ -60,6 +60,7 @@ class LiveRun:
     rates: list = field(default_factory=list)   # the dial's A at each recorded step (synthetic Runs)
     lock: threading.Lock = field(default_factory=threading.Lock)   # record() and figures() race
     recorded: bool = False                 # a replay: its steps ran elsewhere, its readings are the recording's
+    baseline: bool = False                 # a Run's plain baseline: Stop ends it, the sliders do not reach it
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -88,7 +89,7 @@ class LiveRun:
             if r.drafted:
                 self.hist[min(r.accepted, 16)] += 1
         if ev.changes:
-            self.markers.append((now, lessons.Listed(ev.changes)))     # said in the chart's language
+            self.markers.append((now, list(ev.changes)))     # said in the chart's language
         m = step_metrics(ev.draft_flops + ev.target_flops, ev.draft_bytes + ev.target_bytes,
                          ev.draft_s + ev.verify_s, self.peaks)
         # a replay has no peaks of the machine it ran on: this machine's would name a wrong regime
@@ -193,8 +194,8 @@ class LiveRun:
         labels = live_labels(self.lang)
         util_label = labels["util_" + self._source()] if self._source() in ("nvml", "psutil") else labels["util_none"]
         rtl = lessons.direction(self.lang) == "rtl"
-        markers = [(x, lessons.isolate_rtl(lessons.say(self.lang, said)))
-                   for x, said in self.markers[-live_charts.MARKERS_SHOWN:]]
+        markers = [(x, [_marker(self.lang, c) for c in changes])
+                   for x, changes in self.markers[-live_charts.MARKERS_SHOWN:]]
         return (live_charts.throughput_figure(self.tps, self.per_row, markers,
                                               shared=self.shared_tps if self.shared else None, labels=labels, rtl=rtl),
                 live_charts.hardware_figure(self.util, self.mbu, self.mfu, util_label, labels=labels, rtl=rtl),
@@ -249,6 +250,21 @@ class LiveRun:
                 shown = lessons.text(self.lang, "playground.chart.regime_estimate", regime=shown)
             parts.append(lessons.isolate_rtl(shown))
         return " · ".join(parts)
+
+
+SHORT_MARKS = {"playground.chart.change_depth": "k", "playground.chart.change_batch": "B"}
+
+
+def _marker(lang: str, change) -> tuple[str, str]:
+    """A knob change as the throughput chart marks it: (its short label, written up the plot, where a
+    sentence did not fit a phone's plot; its sentence, on hover)."""
+    full = lessons.say(lang, change)
+    key, values = getattr(change, "key", None), getattr(change, "values", {})
+    if key in SHORT_MARKS:
+        return f"{SHORT_MARKS[key]}={values['new']}", full
+    if key == "playground.chart.change_policy":
+        return lessons.say(lang, values["new"]), full
+    return full, full
 
 
 def live_labels(lang: str) -> dict:
@@ -319,8 +335,9 @@ class LiveRuns:
         with self._lock:
             return self._take_stop(session)
 
-    def _take_stop(self, session: str) -> bool:
-        stop, armed = self._stops.pop(session, None), self._armed.get(session)
+    def _take_stop(self, session: str, consume: bool = True) -> bool:
+        stop = self._stops.pop(session, None) if consume else self._stops.get(session)
+        armed = self._armed.get(session)
         if stop is None:
             return False
         (at, n), (armed_at, armed_n) = stop, armed or (None, None)
@@ -363,21 +380,30 @@ class LiveRuns:
             if self._runs.get(session) is run:
                 del self._runs[session]
                 # the chart timer draws its pass-time chart once more: the Run may end between two ticks
-                self._ended[session] = run
-                while len(self._ended) > ENDED_KEEP:       # tabs closed before their next tick
-                    del self._ended[next(iter(self._ended))]
+                self._draw_once(session, run)
 
     def follow(self, session: str, run: LiveRun) -> None:
         """A run that belongs to the session's Run that just ended (its plain-decoding baseline): Stop stops
-        it and the chart timer draws it. Presses armed and Stops pending stay for the next Run; a Run of the
-        session streaming already keeps its place."""
+        it and the chart timer draws it; a Stop that landed since the Run ended stops it too. Presses armed
+        and Stops pending stay for the next Run; a Run of the session streaming already keeps its place."""
         with self._lock:
-            self._runs.setdefault(session, run)
+            if session in self._runs:
+                return
+            self._runs[session] = run
+            stop_now = self._take_stop(session, consume=False)
+        if stop_now:
+            run.control.stop()
 
     def draw_once(self, session: str, run: LiveRun) -> None:
         """The chart timer draws `run`'s pass-time chart once more (a Run's, after its baseline drew its own)."""
         with self._lock:
-            self._ended[session] = run
+            self._draw_once(session, run)
+
+    def _draw_once(self, session: str, run: LiveRun) -> None:
+        self._ended.pop(session, None)
+        self._ended[session] = run
+        while len(self._ended) > ENDED_KEEP:       # tabs closed before their next tick
+            del self._ended[next(iter(self._ended))]
 
     def take_ended(self, session: str) -> LiveRun | None:
         """The session's Run that ended since the timer last asked (once), or None."""

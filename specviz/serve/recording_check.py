@@ -27,6 +27,7 @@ class RecordingLimits:
     max_samples: int = 20_000            # hardware readings
     max_text: int = 20_000               # characters in one text field (the prompt limit)
     max_piece: int = 1_000               # characters in one token's text
+    max_said: int = 50_000               # values of stored sentences (a forward path's label holds 13)
 
 
 LIMITS = RecordingLimits()
@@ -116,7 +117,7 @@ def row_step(d, where: str, budget: list[int]) -> dict:
             "proposed": whole(d.get("proposed", 0), f"{where} 'proposed'", 0, 100_000)}
 
 
-def event(d, where: str, budget: list[int]) -> dict:
+def event(d, where: str, budget: list[int], said_budget: stored.Budget) -> dict:
     d = mapping(d, where)
     out = {k: whole(d.get(k), f"{where} '{k}'", 0, 10_000_000) for k in EVENT_INTS}
     out.update({k: whole(d.get(k, 0), f"{where} '{k}'", 0, 10_000_000) for k in EVENT_INTS_LATER})
@@ -133,22 +134,38 @@ def event(d, where: str, budget: list[int]) -> dict:
     out["retired"] = [whole(r, f"{where} 'retired'", 0, 100_000)
                       for r in listof(d.get("retired", []), f"{where} 'retired'", 100)]
     if "said" in d:
-        out["said"] = said(d["said"], f"{where} 'said'")
+        out["said"] = said(d["said"], f"{where} 'said'", said_budget)
     return out
 
 
-def said(d, where: str) -> dict:
-    """The event's sentences as `Said`s (specviz.lessons.stored): 'path' one, 'changes' a list."""
+# the sentences a recording stores (specviz.lessons.stored): the forward path, the knob changes
+RECORDED_SAYINGS = ("playground.fast.", "playground.chart.change_", "policy_label.")
+
+
+def said(d, where: str, budget: stored.Budget) -> dict:
+    """The event's sentences as `Said`s: 'path' one, 'changes' a list. One this version cannot say (a newer
+    version's, a hand-edited one) is left out, and the replay shows the recorded English."""
     d = mapping(d, where)
     out = {}
     try:
         if "path" in d:
-            out["path"] = stored.from_plain(d["path"])
+            out["path"] = _said(d["path"], budget)
         if "changes" in d:
-            out["changes"] = [stored.from_plain(c) for c in listof(d["changes"], f"{where} 'changes'", 64)]
-    except stored.NotSaid as exc:
-        raise Bad(f"{where}: {exc}") from None
-    return out
+            changes = [_said(c, budget) for c in listof(d["changes"], f"{where} 'changes'", 64)]
+            if None not in changes:
+                out["changes"] = changes
+    except stored.TooMany as exc:
+        raise Bad(f"{where}: {exc} (at most {LIMITS.max_said:,} in a recording)") from None
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _said(data, budget: stored.Budget):
+    try:
+        return stored.from_plain(data, RECORDED_SAYINGS, budget)
+    except stored.TooMany:
+        raise
+    except stored.NotSaid:
+        return None
 
 
 def pieces(d, where: str) -> dict[int, list[list[str]]]:
@@ -165,12 +182,13 @@ def pieces(d, where: str) -> dict[int, list[list[str]]]:
     return out
 
 
-def step(s, i: int, budget: list[int]) -> tuple[float, dict, dict]:
+def step(s, i: int, budget: list[int], said_budget: stored.Budget) -> tuple[float, dict, dict]:
     where = f"step {i + 1}"
     s = listof(s, where, 3)
     if len(s) != 3:
         raise Bad(f"{where} must be [seconds, event, texts], not {len(s)} parts")
-    return number(s[0], f"{where} time", 0.0, 1e7), event(s[1], where, budget), pieces(s[2], f"{where} texts")
+    return (number(s[0], f"{where} time", 0.0, 1e7), event(s[1], where, budget, said_budget),
+            pieces(s[2], f"{where} texts"))
 
 
 def totals(d) -> dict:
@@ -214,8 +232,8 @@ def check(data, format_name: str) -> dict:
     if data.get("format") != format_name:
         raise Bad("this file is not a SpecViz recording (its 'format' is not " + format_name + ")")
     steps = listof(data.get("steps"), "'steps'", LIMITS.max_steps)
-    budget = [0]
-    checked = [step(s, i, budget) for i, s in enumerate(steps)]
+    budget, said_budget = [0], stored.Budget(LIMITS.max_said)
+    checked = [step(s, i, budget, said_budget) for i, s in enumerate(steps)]
     outputs = {}
     for k, v in mapping(data.get("outputs", {}), "'outputs'").items():
         if not (isinstance(k, str) and k.isdigit() and len(k) <= 6):

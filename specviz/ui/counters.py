@@ -128,6 +128,10 @@ def counters_md(lang: str, totals, regime: str = "", sample=None, pass_md: str =
     if path_md:
         parts.append(path_md)
     parts.append(device_md(lang, sample))
+    if lessons.direction(lang) == "rtl":
+        # each part its own right-to-left island: a part ending in a Latin word ("… target") ran into the
+        # next one's ("FLOP") as one left-to-right block, and the Persian between them read out of order
+        parts = [lessons.RLI + p + lessons.PDI for p in parts]
     return " · ".join(parts)
 
 

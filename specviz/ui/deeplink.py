@@ -145,11 +145,10 @@ def notice(app, request, lang: str) -> str | None:
     return lessons.text(lang, "app.link_ignored", items=joined)
 
 
-def link_notice(app, lang_of):
-    """The page-load hook that shows `notice` as a warning; it runs inside the What if? tab's queued on_link
-    (gradio shows a warning only from the queue)."""
-    def on_loaded(request: gr.Request):
-        lang = lang_of(getattr(request, "session_hash", None))
+def link_notice(app):
+    """The page-load hook that shows `notice` in `lang` as a warning; it runs inside the What if? tab's
+    queued on_link (gradio shows a warning only from the queue)."""
+    def on_loaded(request: gr.Request, lang: str):
         said = notice(app, request, lang)
         if said:
             gr.Warning(said, duration=20, title=lessons.text(lang, "app.warning_title"))

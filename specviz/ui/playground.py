@@ -248,10 +248,10 @@ class Playground:
         lang = self.lang(session)
         live = LiveRun(control, choice.label, self.app.peaks, self.app.sampler,
                        shared=not self.app.runner.zero_gpu and req.acceptance is None, lang=lang,
-                       curve=run.current_curve(), curve_of=run.curve_of, spec=run.spec)
+                       curve=run.current_curve(), curve_of=run.curve_of, spec=run.spec, baseline=True)
         streamer = Streamer(self.app, live, tokenizer, session, lang, choice, texts)
-        # the session's run meanwhile: Stop stops it, and the chart timer draws its charts and passes (the
-        # counters say its one-token passes; the pass-time chart said the Run's last step)
+        # the session's run meanwhile: Stop stops it, and the chart timer draws its passes, which its
+        # counters name
         self.app.runs.follow(session, live)
         packet, last_yield = None, 0.0
         try:
@@ -264,8 +264,8 @@ class Playground:
                         continue
                     self._fold(packet, live, streamer, keep_peaks=False)
                     now = time.perf_counter()
-                    # its last packet too: the counters show the baseline's passes once, as the chart does
-                    if packet.events and now - last_yield >= MIN_UPDATE_S:
+                    # its last packet too: the counters show the baseline's passes, as the chart does
+                    if packet.events and (packet.final or now - last_yield >= MIN_UPDATE_S):
                         last_yield = now
                         lang = streamer.follow(self.lang(session))
                         status = t(lang, "playground.baseline_pending")
@@ -339,8 +339,8 @@ class Playground:
     def set_knobs(self, session: str, depth=None, batch=None, policy=None, threshold=None, acceptance=None) -> None:
         """A live change, as the page sent it; the run's control checks it at the door."""
         live = self.app.runs.get(session)
-        if live is None:
-            return                  # no run streaming: the values apply at the next Run
+        if live is None or live.baseline:
+            return                  # no Run streaming (a baseline decodes plain): the values apply at the next Run
         try:
             if acceptance is None:
                 live.control.set(depth=depth, batch=batch, policy=policy, threshold=threshold)

@@ -216,7 +216,7 @@ class RunStore:
             # the line says it ended, as a Run's "Done." does (it read the same while playing and after)
             end = (t(lang, "playground.replay_stopped") if stopped
                    else t(lang, "playground.replay_done", tokens=rec.totals.tokens))
-            return streamer.outputs(rec.totals, final=True, status=end + " · " + _replay_status(lang, rec, speed),
+            return streamer.outputs(rec.totals, final=True, status=end + " · " + _replay_status(lang, rec, speed, True),
                                     zero_gpu=False, read=read, **first)
         shown = Shown(draw, live, lang_now, streamer.row_steps())
         keep(shown)
@@ -301,10 +301,11 @@ class _ReplayControl:
         pass
 
 
-def _replay_status(lang: str, rec: Recording, speed: float) -> str:
-    """Where and when the recording was made, and how much faster than recorded it plays."""
-    status = t(lang, "playground.status_replay", device=_device(rec.device), date=rec.date[:16].replace("T", " "),
-               pair=known_label(rec.pair))
+def _replay_status(lang: str, rec: Recording, speed: float, ended: bool = False) -> str:
+    """Where and when the recording was made, and how much faster than recorded it plays; `ended`: after
+    the line that says the replay ended (which names it a replay already)."""
+    key = "playground.replay_origin" if ended else "playground.status_replay"
+    status = t(lang, key, device=_device(rec.device), date=rec.date[:16].replace("T", " "), pair=known_label(rec.pair))
     if speed > 1:
         status += " · " + t(lang, "playground.replay_faster", speed=round(speed, 1), limit=int(REPLAY_MAX_S))
     return status

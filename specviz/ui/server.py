@@ -240,8 +240,7 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
                 page = playground_layout.build(app)
             with gr.Tab("What if? (estimates + measured profiles)", id="whatif", elem_id="whatif") as t_what:
                 tr.add(t_what, label="app.tab_whatif")
-                knobs, whatif_wiring = whatif.build(
-                    app, on_page_load=link_notice(app, lambda session: tr.lang_of(session or "default")))
+                knobs, whatif_wiring = whatif.build(app, on_page_load=link_notice(app))
         for tab, tid in ((t_lesson, "lesson"), (t_play, "playground"), (t_what, "whatif")):
             tab.select(lambda tid=tid: tid, None, [tab_state], api_name=False, queue=False, show_progress="hidden")
         c = page.components

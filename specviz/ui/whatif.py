@@ -53,8 +53,9 @@ class Wiring(NamedTuple):
 
 def build(app, on_page_load=None) -> tuple[dict, Wiring]:
     """The tab inside the current Blocks. Returns its knobs by deep-link name (ui.deeplink.EXTRA), and its
-    Wiring to the page's load and language switch. `on_page_load(request)` runs first in `on_link`'s queued
-    event (the link's notice: one round trip per page load instead of two)."""
+    Wiring to the page's load and language switch. `on_page_load(request, lang)` runs first in `on_link`'s
+    queued event (the link's notice: gradio shows a warning only from the queue, and a page load queues
+    one event, not two)."""
     tr = app.tr
     models = list(MODELS)
     _text_md(tr, "intro", elem_id="whatif-intro")
@@ -148,9 +149,9 @@ def build(app, on_page_load=None) -> tuple[dict, Wiring]:
     def on_link(gpu, target, draft, alpha, context, overhead, model, bw, fl, request: gr.Request):
         # a link sets the knobs without the events a reader's picks fire: the tab computes once for them, and
         # in the page's language; an English page opened without What if? knobs is left as it was built
-        if on_page_load is not None:
-            on_page_load(request)
         lang = lang_of(app, request)
+        if on_page_load is not None:
+            on_page_load(request, lang)
         if not WHATIF_KNOBS & set(query(request)) and lang == lessons.DEFAULT_LANG:
             return (gr.skip(),) * 4
         vals = (gpu, target, draft, alpha, context, overhead, model, bw, fl)
