@@ -29,8 +29,9 @@ def series(n: int, scale: float) -> lc.Series:
 
 def tick(checked: bool) -> int:
     labels = live_labels("en")
-    figs = [lc.throughput_figure(series(300, 900), {r: series(300, 200) for r in range(8)},
-                                 [(3.0, "k = 2"), (9.0, "k = 0")], shared=series(300, 1000), labels=labels),
+    marks = [(3.0, [("k=2", "depth 4→2")]), (9.0, [("k=0", "depth 2→0")])]
+    figs = [lc.throughput_figure(series(300, 900), {r: series(300, 200) for r in range(8)}, marks,
+                                 shared=series(300, 1000), labels=labels),
             lc.hardware_figure(series(300, 90), series(300, 5), series(300, 3), "CPU busy", labels=labels),
             lc.acceptance_histogram([300, 120, 40, 12, 3, 0], labels=labels),
             lc.knee_live_figure(([1, 2, 4, 8, 16, 32, 64], [0.004] * 5 + [0.006, 0.011]), "curve", 32.0,

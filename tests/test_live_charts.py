@@ -21,7 +21,8 @@ def _series(n: int, step: float = 0.25, value: float = 120.0) -> lc.Series:
 def _all_figures(lang: str):
     labels, rtl = live_labels(lang), lang == "fa"
     steps = [lc.PassPoint(9, 9, 0.0041), lc.PassPoint(12, 16, 0.0043)]
-    return [lc.throughput_figure(_series(80), {r: _series(80) for r in range(8)}, [(3.0, [("k=4", "depth 2→4")]), (9.0, [("B=8", "batch 1→8")])],
+    marks = [(3.0, [("k=4", "depth 2→4")]), (9.0, [("B=8", "batch 1→8")])]
+    return [lc.throughput_figure(_series(80), {r: _series(80) for r in range(8)}, marks,
                                  shared=_series(80), labels=labels, rtl=rtl),
             lc.hardware_figure(_series(40, value=50), _series(40, value=2), _series(40, value=1),
                                labels["util_psutil"], labels=labels, rtl=rtl),
