@@ -192,7 +192,7 @@ def test_the_page_sends_a_live_policy_change_to_the_door():
     from specviz.ui import playground
 
     knobs = Knobs(depth=3, batch_size=1)
-    live = SimpleNamespace(control=LocalControl(knobs))
+    live = SimpleNamespace(control=LocalControl(knobs), baseline=False)
     page = playground.Playground(SimpleNamespace(runs=SimpleNamespace(get=lambda s: live)))
     with pytest.raises(gr.Error) as refused:
         page.on_policy("confidence", 3, None)
