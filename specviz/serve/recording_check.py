@@ -148,15 +148,15 @@ def said(d, where: str, budget: stored.Budget) -> dict:
     d = mapping(d, where)
     out = {}
     try:
-        if "path" in d:
-            out["path"] = _said(d["path"], budget)
-        if "changes" in d:
-            changes = [_said(c, budget) for c in listof(d["changes"], f"{where} 'changes'", 64)]
-            if None not in changes:
-                out["changes"] = changes
+        path = _said(d["path"], budget) if "path" in d else None
+        changes = [_said(c, budget) for c in listof(d.get("changes", []), f"{where} 'changes'", 64)]
     except stored.TooMany as exc:
         raise Bad(f"{where}: {exc} (at most {LIMITS.max_said:,} in a recording)") from None
-    return {k: v for k, v in out.items() if v is not None}
+    if path is not None:
+        out["path"] = path
+    if changes and None not in changes:
+        out["changes"] = changes
+    return out
 
 
 def _said(data, budget: stored.Budget):

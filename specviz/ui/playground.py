@@ -269,7 +269,7 @@ class Playground:
                         last_yield = now
                         lang = streamer.follow(self.lang(session))
                         status = t(lang, "playground.baseline_pending")
-                        yield pack(**dict(zip(OUTPUTS, streamer.outputs(packet.totals, status=status))))
+                        yield streamer.outputs(packet.totals, status=status)
         finally:
             self.app.runs.finish(session, live)
             control.close()
