@@ -47,7 +47,9 @@ def _settled():
     exits while a daemon thread is inside torch aborts ("terminate called", exit status 134)."""
     yield
     while _APPS:
-        assert _APPS.pop().pairs.settle(), "an app's background work did not end"
+        app = _APPS.pop()
+        assert app.close(), "an app's background work did not end"
+        assert not app.sampler.running
 
 
 def _app(target: str, draft: str, monkeypatch):

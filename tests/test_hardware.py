@@ -46,6 +46,7 @@ def test_sampler_with_nothing_reports_unavailable_not_zero(monkeypatch):
         assert s.source == "none" and sample.util is None and sample.memory is None
     finally:
         s.stop()
+    assert not s.running          # its thread has ended, not only been told to
 
 
 def test_a_sampler_keeps_as_many_samples_as_it_is_told():

@@ -105,9 +105,12 @@ def test_without_zero_gpu_the_app_runs_locally(tiny_paths, monkeypatch):
 
     app = SpecVizApp(tiny_paths["target"], tiny_paths["draft"], preload=False, calibrate_peaks=False)
     app.page = Playground(app)
-    assert not app.runner.zero_gpu
-    (*_, result), _ = _run(app, app.choices[0].label, max_new=8)
-    assert result["worker_pid"] == os.getpid()
+    try:
+        assert not app.runner.zero_gpu
+        (*_, result), _ = _run(app, app.choices[0].label, max_new=8)
+        assert result["worker_pid"] == os.getpid()
+    finally:
+        assert app.close() and not app.sampler.running
 
 
 def test_served_app_streams_from_the_worker(tiny_paths, tmp_path, greedy):

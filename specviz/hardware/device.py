@@ -378,8 +378,15 @@ class Sampler:
             self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 2.0) -> None:
+        """End the thread; it sleeps on the same event, so it ends within one reading."""
         self._stop.set()
+        if self._thread is not None:
+            self._thread.join(wait)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     def _loop(self) -> None:
         while not self._stop.is_set():

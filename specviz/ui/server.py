@@ -81,6 +81,14 @@ class SpecVizApp:
         if calibrate_peaks:
             threading.Thread(target=self._calibrate, name="specviz-calibrate", daemon=True).start()
 
+    def close(self, timeout: float = 120.0) -> bool:
+        """Stop sampling and wait for the pairs' background work; True when none is left. A process that
+        builds apps one after another (the tests) otherwise keeps a sampler thread polling per app."""
+        if self.sampler is not None:
+            self.sampler.stop()
+        settle = getattr(self.pairs, "settle", None)
+        return settle(timeout) if settle is not None else True
+
     def startup_md(self, lang: str) -> str:
         """The status line before the first Run: offline mode, the default pair, how batches are shared."""
         parts = [lessons.text(lang, "playground.offline_mode")] if self.offline else []
