@@ -96,3 +96,31 @@ def test_two_sessions_at_once_keep_their_own_frames():
     for t in threads:
         t.join()
     assert shown.get("x").draw("en") == (("x", 199), "en") and shown.get("y").draw("en") == (("y", 199), "en")
+
+
+def test_a_switch_that_a_run_overtakes_leaves_the_page_to_the_run():
+    """Run pressed just after a language switch: the switch's redraw of the last Run, finished after the new
+    Run began, must not reach the page (it would cover the new Run's first words with the old "Done.")."""
+    import gradio as gr
+    from types import SimpleNamespace
+
+    from specviz.ui.playground import Playground
+    from specviz.ui.stream import OUTPUTS
+
+    page = Playground(SimpleNamespace())
+    request = SimpleNamespace(session_hash="a")
+    live = SimpleNamespace(knee_figure=lambda: "knee")
+    pressed = []
+
+    def draw(lang, **_):
+        if pressed:                     # the Run is pressed while the switch draws (held: it is under way)
+            pressed.append(page.shown.streaming("a"))
+            pressed[-1].__enter__()
+        return ("done in " + lang,) * len(OUTPUTS)
+    with page.shown.streaming("a") as mark:
+        mark.drew = True
+        page.shown.keep("a", Shown(draw, live, lambda: "en"), mark)
+    assert page.on_switch("fa", request)[0] == "done in fa"        # alone, the switch draws it again
+    pressed.append(True)
+    assert all(out == gr.skip() for out in page.on_switch("fa", request))
+    assert isinstance(page.shown.get("a"), Streaming)

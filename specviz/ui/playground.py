@@ -312,7 +312,12 @@ class Playground:
             return (*pack(tokens=tokens_html(None, t(lang, "playground.press_run")), status=self.app.startup_md(lang)),
                     gr.skip(), gr.skip())
         verdict = shown.verdict(lang) if shown.verdict is not None else gr.skip()
-        return (*shown.draw(lang), shown.live.knee_figure(), verdict)
+        drawn = (*shown.draw(lang), shown.live.knee_figure(), verdict)
+        if self.shown.get(session) is not shown:
+            # Run pressed while it drew: the new Run's first words may already be on the page, and this
+            # answer, arriving after them, would put the old "Done." and tokens back over them
+            return (gr.skip(),) * (len(OUTPUTS) + 2)
+        return drawn
 
     # --- replay, lossless check --------------------------------------------------------------------------
     def replay(self, title, upload, request: gr.Request = None):
