@@ -601,3 +601,23 @@ def test_the_near_tie_rule_refuses_what_is_not_one():
                 [{**tie, "vllm": None, "ours_minus_vllm": None}]):   # vLLM's answer ended early
         with pytest.raises(AssertionError):
             assert_rare_near_ties(bad, 4)
+
+
+def test_the_recorded_vllm_charts_follow_the_language_switch(tiny_paths):
+    """The language switch's updates give each recorded vLLM chart in the reader's language, every time."""
+    from specviz.ui import server
+    from specviz.ui.lesson import chart_labels
+
+    app = server.SpecVizApp(tiny_paths["target"], tiny_paths["draft"], preload=False, calibrate_peaks=False)
+    try:
+        server.build_blocks(app)
+        where = [i for i, c in enumerate(app.tr.components) if str(getattr(c, "elem_id", "")).startswith("plot-vllm-")]
+        assert where
+        for lang in ("fa", "en", "fa"):
+            updates = app.tr.updates(lang)
+            for i in where:
+                fig, chapter = updates[i]["value"], app.tr.components[i].elem_id.removeprefix("plot-vllm-")
+                titles = {fig.layout.xaxis.title.text, fig.layout.yaxis.title.text}
+                assert titles & set(map(str, chart_labels(lang, chapter).values())), (lang, chapter, titles)
+    finally:
+        app.close()

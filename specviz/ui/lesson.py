@@ -389,12 +389,14 @@ def _machine(device: str) -> str:
 
 def _vllm_panel(tr, chap: Chapter, sw) -> None:
     """A recorded vLLM sweep (assets/sweeps/, `sweep --engine vllm`), shown beside the class's measurement."""
-    def figure(lang: str):
-        return chap.vllm.figure(chap.vllm.result(sw, lang), chart_labels(lang, chap.key))
+    # a recording's chart is the same for every reader: drawn once per language here, not at each switch
+    # (the three took most of a switch's time on the server); read only afterwards
+    figures = {lang: chap.vllm.figure(chap.vllm.result(sw, lang), chart_labels(lang, chap.key))
+               for lang in lessons.LANGS}
     tr.add(gr.Markdown(vllm_md("en", chap, sw), elem_id=f"vllm-{chap.key}"),
            lambda lang: gr.update(value=vllm_md(lang, chap, sw)))
-    tr.add(gr.Plot(figure("en"), label="vLLM", show_label=False, elem_id=f"plot-vllm-{chap.key}"),
-           lambda lang: gr.update(value=figure(lang)))
+    tr.add(gr.Plot(figures["en"], label="vLLM", show_label=False, elem_id=f"plot-vllm-{chap.key}"),
+           lambda lang: gr.update(value=figures[lang]))
 
 
 def _experiment_panel(lesson: Lesson, tr, chap: Chapter, pair) -> None:
