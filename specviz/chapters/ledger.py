@@ -175,7 +175,7 @@ def dial_values(spec: TimedRun, plain: TimedRun, curve: PassCurve, depth: int, a
     pred = th.predict(th.shapes_of(spec.events), rate, curve)
     g = th.gap(pred, spec.totals, plain.totals)
     return {**th.gap_values(g, pred), "rate": rate, "k1": depth + 1,
-            "t1_ms": 1e3 * curve.at(1), "tk_ms": 1e3 * curve.at(depth + 1),
+            "t1_ms": 1e3 * curve.at(1), "tk_ms": 1e3 * curve.at(depth + 1), "step_ms": 1e3 * pred.step_s,
             "acceptance": acceptance if acceptance is not None else 0.0, "reference_s": reference_s,
             "curve_context": curve.context}
 

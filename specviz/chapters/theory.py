@@ -48,6 +48,7 @@ class Prediction:
     tokens_per_step: float         # E, per row-step
     speedup: float                 # plain seconds ÷ speculative seconds for the same expected tokens
     pass_ratio: float              # Σ t(width) ÷ Σ t(rows): what the curve says a step costs over plain
+    step_s: float = 0.0            # the mean of t(width) over the steps: with one row, speedup = E × t(1) ÷ this
 
 
 def predict(shapes: list[StepShape], rate: float, curve: PassCurve) -> Prediction:
@@ -64,7 +65,7 @@ def predict(shapes: list[StepShape], rate: float, curve: PassCurve) -> Predictio
         row_steps += len(e)
     if not shapes or spec_s <= 0:
         return Prediction(1.0, 1.0, 1.0)
-    return Prediction(tokens / row_steps, plain_s / spec_s, spec_s / rows_s)
+    return Prediction(tokens / row_steps, plain_s / spec_s, spec_s / rows_s, spec_s / len(shapes))
 
 
 @dataclass(frozen=True)
