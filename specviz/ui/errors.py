@@ -283,8 +283,15 @@ COMMIT_TYPED_JS = """() => {
   };
   window.addEventListener('input', (e) => { if (!passing && numberBox(e.target)) { e.stopImmediatePropagation(); } }, true);
   window.addEventListener('change', (e) => { if (numberBox(e.target)) { commit(e.target); } }, true);
-  // Enter commits at once (a number box's own 'change' waits for it to lose focus)
-  window.addEventListener('keydown', (e) => { if (e.key === 'Enter' && numberBox(e.target)) { commit(e.target); } }, true);
+  const inside = (el) => Number(el.value) >= Number(el.min) && Number(el.value) <= Number(el.max);
+  const bounded = (el) => el.value !== '' && el.max && el.min;
+  // Enter commits at once (a number box's own 'change' waits for it to lose focus); a number past a
+  // slider's end leaves the box as Tab does, so the box really moves to the end its refusal names (it kept
+  // -5 under "the slider is set to 1 instead", and the next Run was refused again)
+  window.addEventListener('keydown', (e) => {
+    if (e.key !== 'Enter' || !numberBox(e.target)) { return; }
+    if (bounded(e.target) && !inside(e.target)) { e.target.blur(); } else { commit(e.target); }
+  }, true);
   // a slider moves its box to the nearest end as it loses focus, before the typed number reached the
   // server, so 1.5 typed and Tab went to 0.99 without a word: the box loses focus a moment later; the end
   // it moved to is then committed too (what reads the slider's .input showed the figures of the old value)
@@ -295,10 +302,9 @@ COMMIT_TYPED_JS = """() => {
     const box = reset && (reset.closest('.block') || reset.parentElement).querySelector('input[type=number]');
     if (box) { setTimeout(() => commit(box), 100); }
   }, true);
-  const inside = (el) => Number(el.value) >= Number(el.min) && Number(el.value) <= Number(el.max);
   window.addEventListener('blur', (e) => {
     const el = e.target;
-    if (passing || !numberBox(el) || el.value === '' || !el.max || !el.min || inside(el)) { return; }
+    if (passing || !numberBox(el) || !bounded(el) || inside(el)) { return; }
     e.stopImmediatePropagation();
     setTimeout(() => {
       passing = true;
