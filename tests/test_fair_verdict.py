@@ -8,7 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from specviz import lessons
 from specviz.ui import counters
+from specviz.ui.i18n import t
 
 
 def test_verdict_names_a_winner_only_outside_the_noise_band():
@@ -21,9 +23,9 @@ def test_verdict_names_a_winner_only_outside_the_noise_band():
 
 @pytest.mark.parametrize("lang", ["en", "fa"])
 def test_baseline_text_per_verdict_and_during_warm_up(lang):
-    totals = SimpleNamespace(tokens_per_s=10.2, flops_ratio=1.8)
+    totals = SimpleNamespace(tokens_per_s=10.2, flops_ratio=1.8, users_max=1)
     same = counters.baseline_md(lang, totals, 10.0)
-    faster = counters.baseline_md(lang, SimpleNamespace(tokens_per_s=15.0, flops_ratio=1.8), 10.0)
+    faster = counters.baseline_md(lang, SimpleNamespace(tokens_per_s=15.0, flops_ratio=1.8, users_max=1), 10.0)
     warming = counters.baseline_md(lang, totals, 10.0, during_warmup=True)
     assert len({same, faster, warming}) == 3
     assert "1.02" in same and "5%" in same                      # the ratio and the band it sits inside
@@ -83,6 +85,36 @@ def _outs(app):
 
     gen = app.page.stream("the quick brown", app.choices[0].label, 1, 4, "fixed", 8, 0, 24, "s1")
     return [dict(zip(OUTPUTS, out)) for out in gen]
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_a_baseline_that_shared_the_batch_where_the_run_did_not_gives_no_verdict(lang):
+    """Two students pressing Run together: one Run alone, its baseline beside the other's Run (a first-time
+    user saw 3.01× faster against a baseline slowed by another student). Either way round: no verdict."""
+    alone, shared = (SimpleNamespace(tokens_per_s=30.0, flops_ratio=1.8, users_max=n) for n in (1, 2))
+    for run, plain_users in ((alone, 3), (shared, 1)):
+        said = counters.baseline_md(lang, run, 10.0, plain_users=plain_users)
+        assert "3.00" not in said and "10.0" not in said, said          # no ratio, no figure of the baseline
+        assert said == t(lang, "playground.baseline_unlike_" + ("alone" if run is alone else "shared"), users=plain_users)
+    both = counters.baseline_md(lang, shared, 10.0, plain_users=3)
+    assert "3.00" in both and both.endswith(t(lang, "playground.baseline_shared_too", users=3))
+    assert "3.00" in counters.baseline_md(lang, alone, 10.0, plain_users=1)
+
+
+def test_the_runs_verdict_is_withheld_when_its_baseline_shared_the_batch(local_app, monkeypatch):
+    from dataclasses import replace
+
+    _states(local_app, monkeypatch, ["ready"])
+    real = local_app.page._baseline
+
+    def beside_another_run(*args, **kwargs):
+        plain = yield from real(*args, **kwargs)
+        return replace(plain, users_max=2)
+    monkeypatch.setattr(local_app.page, "_baseline", beside_another_run)
+    outs = _outs(local_app)
+    result = outs[-1]["result"]
+    assert result["verdict"] == "none" and result["plain_users_max"] == 2 and result["users_max"] == 1
+    assert lessons.text("en", "playground.baseline_unlike_alone", users=2) in outs[-1]["counters"]
 
 
 def test_the_runs_end_draws_the_pass_time_chart_with_its_last_step(local_app, monkeypatch):
@@ -153,7 +185,7 @@ def test_the_band_is_measured_from_the_same_requests_baselines():
     steady = counters.NoiseBands()
     steady.add("k", 10.0)
     assert steady.add("k", 10.01).width == counters.NOISE_BAND           # never narrower than the borrowed one
-    totals = SimpleNamespace(tokens_per_s=11.5, flops_ratio=1.8)
+    totals = SimpleNamespace(tokens_per_s=11.5, flops_ratio=1.8, users_max=1)
     assert "faster than plain decoding" in counters.baseline_md("en", totals, 10.0)
     measured = counters.baseline_md("en", totals, 10.0, band=second)
     assert "about the same" in measured and "measured 2 times on this server" in measured

@@ -82,23 +82,34 @@ def _band(samples: list[float]) -> Band:
     return Band(max(NOISE_BAND, spread), len(samples))
 
 
+def unlike(run_users: int, plain_users: int) -> bool:
+    """A Run and its baseline measured one alone and one sharing the batch: another user's Run that began
+    or ended between them slowed one side only, so their ratio is no verdict."""
+    return (run_users > 1) != (plain_users > 1)
+
+
 def baseline_md(lang: str, totals, plain_tps: float | None, during_warmup: bool = False,
-                band: Band = Band(), recorded: bool = False) -> str:
+                band: Band = Band(), recorded: bool = False, plain_users: int = 1) -> str:
     """Speculation against plain decoding of the same prompts and batch (measured right after, streamed
-    to the page like the run); no verdict for a run measured during the app's own warm-up, nor for a
-    replay (a recording keeps the run, not a baseline on its machine)."""
+    to the page like the run); no verdict for a run measured during the app's own warm-up, for one whose
+    baseline shared the batch where the run did not (or the other way round), nor for a replay (a
+    recording keeps the run, not a baseline on its machine). `plain_users`: the baseline's most users."""
     if during_warmup:
         return t(lang, "playground.baseline_during_warmup")
     if recorded:
         return t(lang, "playground.baseline_recorded")
     if not plain_tps or not totals.tokens_per_s:
         return t(lang, "playground.baseline_missing")
+    if unlike(totals.users_max, plain_users):
+        key = "playground.baseline_unlike_alone" if totals.users_max <= 1 else "playground.baseline_unlike_shared"
+        return t(lang, key, users=plain_users)
     speed = totals.tokens_per_s / plain_tps
     key = {"faster": "playground.baseline_faster", "slower": "playground.baseline_slower",
            "same": "playground.baseline_same"}[verdict(speed, band.width)]
     source = (t(lang, "playground.band_measured", n=band.samples) if band.samples
               else t(lang, "playground.band_borrowed"))
-    return t(lang, key, flops=totals.flops_ratio, speed=speed, plain=plain_tps, band=band.width, source=source)
+    said = t(lang, key, flops=totals.flops_ratio, speed=speed, plain=plain_tps, band=band.width, source=source)
+    return said + (" " + t(lang, "playground.baseline_shared_too", users=plain_users) if plain_users > 1 else "")
 
 
 def path_md(lang: str, path: str, fast) -> str:

@@ -133,16 +133,20 @@ class Playground:
             plain = yield from self._baseline(req, choice, knobs.max_batch, live, pair.tokenizer, session, texts)
             app.runs.draw_once(session, live)        # the pass-time chart back on the Run's last step
         plain_tps = (plain.tokens_per_s or None) if plain is not None else None
+        plain_users = plain.users_max if plain is not None else 0
         speed = packet.totals.tokens_per_s / plain_tps if plain_tps and packet.totals.tokens_per_s else None
+        unlike = plain_tps is not None and counters.unlike(packet.totals.users_max, plain_users)
         band = counters.Band()
-        if plain_tps and not during_warmup:     # the same request's baselines measure this machine's band
+        # the same request's baselines measure this machine's band; one that shared the batch measured others too
+        if plain_tps and not during_warmup and plain_users <= 1:
             band = self.bands.add((str(choice.label), req.prompts, req.batch, min(req.max_new, BASELINE_MAX_NEW)),
                                   plain_tps)
         theory = self._theory(streamer, live, packet, plain, dial)
         result = {"done": True, "engine": engine, "stopped": packet.stopped, "prompt_ids": prompt_rows,
                   "outputs": [outs[i] for i in sorted(outs)], "worker_pid": packet.worker_pid, "error": packet.error,
                   "plain_tokens_per_s": plain_tps, "speedup_vs_plain": speed, "during_warmup": during_warmup,
-                  "verdict": "none" if during_warmup else counters.verdict(speed, band.width),
+                  "verdict": "none" if during_warmup or unlike else counters.verdict(speed, band.width),
+                  "plain_users_max": plain_users,
                   "noise_band": band.width, "noise_band_samples": band.samples, **packet.totals.as_dict(),
                   "theory": theory, **_dial_result(packet, live, dial)}
         stored = self.runs.finish(session, choice, prompt_text, req, result, streamer.recording(packet), live)
@@ -154,7 +158,7 @@ class Playground:
             note = f"⚠ {human(lang, packet.error)}" if packet.error else t(lang, key, tokens=packet.totals.tokens)
             streamer.note = self._dial_note(lang, live, packet)
             return streamer.outputs(packet.totals, final=True, status=note, plain=plain_tps, during_warmup=during_warmup,
-                                    band=band, extra=dialview.theory_md(lang, theory, live.curve, dial is not None),
+                                    band=band, plain_users=plain_users, extra=dialview.theory_md(lang, theory, live.curve, dial is not None),
                                     read=read, **first)
         shown = Shown(draw, live, lambda: self.lang(session), streamer.row_steps())
         if mark is not None:

@@ -84,7 +84,7 @@ class Streamer:
 
     def outputs(self, totals, final: bool = False, result=None, status=None, plain=None, csv=None, save=None,
                 zero_gpu: bool | None = None, during_warmup: bool = False, band=None, extra: str = "",
-                read: bool = True):
+                read: bool = True, plain_users: int = 1):
         """The page's outputs now (`extra`: paragraphs after the counters, e.g. the theory view; `read`: see
         LiveRun.figures)."""
         lang = self.lang
@@ -99,7 +99,7 @@ class Streamer:
         text += "\n\n" + (self.note or counters.sharing_md(lang, totals, zero_gpu))
         if final:
             text += "\n\n" + counters.baseline_md(lang, totals, plain, during_warmup, band or counters.Band(),
-                                                   recorded=self.live.recorded)
+                                                   recorded=self.live.recorded, plain_users=plain_users)
         if extra:
             text += "\n\n" + extra
         rows = rows_html(self.views, self.state, lang=lang, tail=None if final else ROW_TAIL)
