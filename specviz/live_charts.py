@@ -46,6 +46,7 @@ LIVE_LABELS = dict(throughput_title="Tokens per second", seconds="seconds", toke
                    each_row="each row",
                    your_rows="your rows", all_rows="all rows", whole_batch="whole shared batch (all users)",
                    hardware_title="Hardware: busy ≠ used", mbu="MBU (est. bytes ÷ time ÷ peak)",
+                   peak_line="100 % = the peak calibrated at start-up",
                    mfu="MFU (est. FLOPs ÷ time ÷ peak)", accept_title="Accepted drafts per row-step",
                    accepted_tokens="accepted tokens", row_steps="row-steps",
                    knee_title="Where each step sits on this machine's pass-time curve",
@@ -159,7 +160,16 @@ def hardware_figure(util: Series, mbu: Series, mfu: Series, util_label: str, lab
     data = [_line(util, util_label, line=dict(color=PLAIN)),
             {**_line(mbu, mbu_label, line=dict(color=BONUS)), "mode": mode},
             {**_line(mfu, mfu_label, line=dict(color=REJECT)), "mode": mode}]
-    return _figure(data, lab["hardware_title"], lab["seconds"], "%", rtl, yaxis=dict(range=[0, 105]))
+    # an estimate over 100 % is drawn, not cut at the axis's top: it says the calibrated peak (measured at
+    # start-up, maybe on a busy machine) is below what the pass reached, and a line marks that peak
+    top = max([v for s in (util, mbu, mfu) for v in s.y if v is not None] or [0.0])
+    if top <= 100:
+        return _figure(data, lab["hardware_title"], lab["seconds"], "%", rtl, yaxis=dict(range=[0, 105]))
+    peak = dict(type="line", xref="paper", x0=0, x1=1, y0=100, y1=100, line=dict(dash="dot", color="#999"))
+    note = dict(xref="paper", x=0.98 if rtl else 0.02, xanchor="right" if rtl else "left", y=100, yanchor="bottom",
+                text=lab["peak_line"], showarrow=False, font=dict(size=11, color="#666"))
+    return _figure(data, lab["hardware_title"], lab["seconds"], "%", rtl, yaxis=dict(range=[0, 1.08 * top]),
+                   shapes=[peak], annotations=[note])
 
 
 def acceptance_histogram(counts: list[int], labels: dict | None = None, rtl: bool = False) -> go.Figure:

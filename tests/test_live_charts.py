@@ -192,3 +192,18 @@ def test_every_legend_entry_is_in_lines_a_phone_shows_whole(lang):
             if trace.name and trace.showlegend is not False:
                 for line in trace.name.split("<br>"):
                     assert len(re.sub("[\u2066-\u2069]", "", line)) <= LEGEND_CHARS, (lang, trace.name)
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_an_estimate_over_100_percent_is_drawn_not_cut_and_the_peak_is_marked(lang):
+    """MFU 231 % (a calibrated peak below what a pass reached) ran off the top of a fixed 0–105 axis."""
+    labels, rtl = live_labels(lang), lang == "fa"
+    over = lc.hardware_figure(_series(40, value=50), _series(40, value=90), _series(40, value=225),
+                              labels["util_psutil"], labels=labels, rtl=rtl)
+    assert over.layout.yaxis.range[1] >= 231
+    (line,) = over.layout.shapes
+    assert line.y0 == line.y1 == 100
+    assert [a.text for a in over.layout.annotations if a.y == 100] == [labels["peak_line"]]
+    under = lc.hardware_figure(_series(40, value=50), _series(40, value=2), _series(40, value=1),
+                               labels["util_psutil"], labels=labels, rtl=rtl)
+    assert tuple(under.layout.yaxis.range) == (0, 105) and not under.layout.shapes
