@@ -419,6 +419,11 @@ def test_browser_bad_values_get_one_sentence_and_nothing_covered(app_url):
         page.locator("#prompt textarea").fill("")
         page.click("#run")
         _toast(page, "the prompt is empty")
+        # a paste past the limit is refused in a sentence, not cut in silence by the box (and kept to shorten)
+        page.locator("#prompt textarea").fill("word " * 5000)
+        page.click("#run")
+        _toast(page, r"the prompt is 25,000 characters long; at most 20,000 fit here")
+        assert len(page.locator("#prompt textarea").input_value()) == 25000
         assert _visible_error_badges(page) == 0
         assert "Error" not in page.locator("#status").inner_text()
 

@@ -83,8 +83,9 @@ def build(app) -> "Playground":
         with gr.Column(scale=3, min_width=320, elem_id="pg-main"):
             with gr.Column(elem_id="pg-top"):
                 tr.add(gr.Markdown(elem_id="pg-intro"), value="playground.intro")
-                prompt = tr.add(gr.Textbox(DEFAULT_PROMPT, lines=3, elem_id="prompt",
-                                           max_length=app.limits.max_prompt_chars), label="app.label_prompt")
+                # no max_length: the browser cut a long paste at it in silence; Run's check refuses it in a
+                # sentence that gives both lengths, and the text stays for the reader to shorten
+                prompt = tr.add(gr.Textbox(DEFAULT_PROMPT, lines=3, elem_id="prompt"), label="app.label_prompt")
                 with gr.Row():
                     run = tr.add(gr.Button(variant="primary", elem_id="run"), value="app.label_run")
                     stop = tr.add(gr.Button(variant="stop", elem_id="stop"), value="app.label_stop")
