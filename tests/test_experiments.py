@@ -449,12 +449,19 @@ def test_policies_never_say_every_batch_size_for_a_winner_at_some():
             for p, b, t, v in [("fixed", 1, 20, 1.9), ("adaptive", 1, 19.5, 1.85),
                                ("fixed", 12, 60, 0.6), ("disable-by-batch-size", 12, 88.8, 0.99)]]
     values, key, per_row = policies.policies_values(rows, [1, 12])
-    assert key == "conclusion_winner_some"
+    # its clear win was still below plain decoding: the summary does not call it a win (a first-time user
+    # read "won clearly only where the batch size was 4" over "only 0.99× plain decoding" for batch 4)
+    assert key == "conclusion_winner_some_below_plain"
     assert (str(values["clear_batches"]), str(values["level_batches"])) == ("12", "1")
     assert [policies.row_key(w) for w in per_row] == ["conclusion_row_level", "conclusion_row_below_plain"]
     text = lessons.text("en", "chapter.policies." + key, **values)
-    assert "only where the batch size was 12; where it was 1," in text and "every" not in text
+    assert "only where the batch size was 12, and even there it stayed below plain decoding" in text, text
+    assert "won" not in text and "every" not in text
     assert "disable" in lessons.text("fa", "chapter.policies." + key, **values)
+    above = [dict(r, vs_plain=1.2) if r["batch_size"] == 12 else r for r in rows]
+    key = policies.policies_values(above, [1, 12])[1]
+    assert key == "conclusion_winner_some"
+    assert "only where the batch size was 12; where it was 1," in lessons.text("en", "chapter.policies." + key, **values)
     assert policies.policies_conclusion({1: "fixed", 12: "fixed"}, 2) == "conclusion_same_winner"
 
 

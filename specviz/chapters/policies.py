@@ -23,14 +23,17 @@ from specviz.engine.torchmode import inference_steps
 POLICIES_CLOSE = 0.05    # the noise band's floor (the race chapter's ±5 %); each batch measures its own too
 
 
-def policies_conclusion(clear: dict[int, str], batches: int | None = None) -> str:
+def policies_conclusion(clear: dict[int, str], batches: int | None = None, below_plain: set[int] = frozenset()) -> str:
     """`clear`: the batch sizes whose fastest policy beat the next one outside the noise band, of
-    `batches` tried. None such: the policies were level (any "winner" is noise); one winner: at every
-    batch size, or only at those (the others level); else a switch."""
+    `batches` tried; `below_plain`: those where even the fastest stayed under plain decoding. None such:
+    the policies were level (any "winner" is noise); one winner: at every batch size, or only at those
+    (the others level; "won" not said where it still lost to plain decoding); else a switch."""
     if not clear:
         return "conclusion_close"
     if len(set(clear.values())) == 1:
-        return "conclusion_same_winner" if batches is None or len(clear) >= batches else "conclusion_winner_some"
+        if batches is None or len(clear) >= batches:
+            return "conclusion_same_winner"
+        return "conclusion_winner_some_below_plain" if set(clear) <= set(below_plain) else "conclusion_winner_some"
     return "conclusion_switch"
 
 
@@ -150,7 +153,8 @@ def policies_values(rows: list[dict], batches: list[int],
               "level_batches": lessons.Listed(str(b) for b in batches if b not in clear)}
     row_values = [{"batch": w["batch_size"], "policy": w["policy"], "tokens_per_s": w["tokens_per_s"],
                    "vs_plain": w["vs_plain"], "band": w["band"], "clear": w["clear"]} for w in wins]
-    return values, policies_conclusion(clear, len({w["batch_size"] for w in wins})), row_values
+    below = {w["batch_size"] for w in wins if w["vs_plain"] < 1}
+    return values, policies_conclusion(clear, len({w["batch_size"] for w in wins}), below), row_values
 
 
 def figure_policies(result: dict, labels: dict | None = None, dark: bool = False) -> go.Figure:
