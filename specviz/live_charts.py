@@ -49,6 +49,7 @@ LIVE_LABELS = dict(throughput_title="Tokens per second", seconds="seconds", toke
                    peak_line="100 % = the peak calibrated at start-up",
                    mfu="MFU (est. FLOPs ÷ time ÷ peak)", accept_title="Accepted drafts per row-step",
                    accepted_tokens="accepted tokens", row_steps="row-steps",
+                   no_drafts="no drafts yet: every step so far decoded plainly (depth 0 or nothing drafted)",
                    knee_title="Where each step sits on this machine's pass-time curve",
                    tokens_per_pass="tokens per pass", ms_per_pass="ms per pass",
                    curve_measured="pass time, measured here ({context} tokens of context)",
@@ -58,6 +59,7 @@ LIVE_LABELS = dict(throughput_title="Tokens per second", seconds="seconds", toke
                    this_step="this step: {n} tokens per pass", this_step_one="this step: {n} token per pass",
                    step_parts="{rows} + {drafts}")
 
+NOTE_CHARS = 40      # a note inside a chart, in lines a phone's plot holds
 SPARSE = 60           # the hardware chart marks each step's estimate up to this many steps
 # a live chart's title: its first line's baseline from the figure's top (below gradio's label, which sits
 # over the plot's top left corner), each further line, and room under the last before the plot (15 px text)
@@ -177,8 +179,13 @@ def acceptance_histogram(counts: list[int], labels: dict | None = None, rtl: boo
     does not exist)."""
     lab = _labels(labels)
     data = [dict(type="bar", x=list(range(len(counts))), y=list(counts), marker=dict(color=ACCEPT))]
+    # no row-step drafted (depth 0, or a policy that drafted nothing): said on the chart, not empty axes
+    empty = [] if any(counts) else [dict(xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False,
+                                         text=lines_for(lab["no_drafts"], rtl, NOTE_CHARS),
+                                         font=dict(size=13, color="#666"))]
     return _figure(data, lab["accept_title"], lab["accepted_tokens"], lab["row_steps"], rtl,
-                   xaxis=dict(dtick=1, tick0=0))
+                   xaxis=dict(dtick=1, tick0=0), annotations=empty,
+                   **({} if any(counts) else {"yaxis": dict(range=[0, 1], showticklabels=False)}))
 
 
 FLOOR_GAP = 1.8       # a log axis whose lowest tick lies this far above its lowest point ticks that point too

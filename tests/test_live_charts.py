@@ -6,6 +6,7 @@ import json
 import plotly.graph_objects as go
 import pytest
 
+from specviz import lessons
 from specviz import live_charts as lc
 from specviz.charts import LEGEND_CHARS
 from specviz.serve.live import live_labels
@@ -207,3 +208,16 @@ def test_an_estimate_over_100_percent_is_drawn_not_cut_and_the_peak_is_marked(la
     under = lc.hardware_figure(_series(40, value=50), _series(40, value=2), _series(40, value=1),
                                labels["util_psutil"], labels=labels, rtl=rtl)
     assert tuple(under.layout.yaxis.range) == (0, 105) and not under.layout.shapes
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_an_acceptance_chart_with_no_drafts_says_so(lang):
+    """At depth 0 the chart was empty axes from −1 to 1, with nothing to say why."""
+    labels, rtl = live_labels(lang), lang == "fa"
+    empty = lc.acceptance_histogram([0, 0], labels=labels, rtl=rtl)
+    (note,) = empty.layout.annotations
+    assert note.text.replace("<br>", " ").replace(lessons.RLI, "").replace(lessons.PDI, "").split() == \
+        labels["no_drafts"].replace(lessons.RLI, "").replace(lessons.PDI, "").split()
+    assert tuple(empty.layout.yaxis.range) == (0, 1)
+    drafted = lc.acceptance_histogram([3, 1], labels=labels, rtl=rtl)
+    assert not drafted.layout.annotations and drafted.layout.yaxis.range is None
