@@ -18,8 +18,11 @@ ONE_TWO_FIVE = dict(tickvals=_125, ticktext=[f"{v:g}" for v in _125])
 # The legend sits at the figure's foot (container coordinates): placed in plot coordinates, a legend of
 # three long lines grew upwards over the x axis's title once the page took 100 px of the top margin.
 BELOW = dict(orientation="h", yref="container", yanchor="bottom", y=0)
+# plotly's toolbar keeps save, zoom and reset: its full row of eight ran under the chart's name (its badge) on a
+# desktop's half-width chart, and the badge hid the camera
+MODEBAR = dict(remove=["zoomIn2d", "zoomOut2d", "autoScale2d", "pan2d", "select2d", "lasso2d"])
 LAYOUT = dict(margin=dict(l=48, r=16, t=40, b=90), height=330, template="plotly_white",
-              paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
+              paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)", modebar=MODEBAR,
               legend=BELOW, font=dict(size=14, color="#8a8a8a"))  # readable on light and dark pages
 
 

@@ -345,6 +345,13 @@ def test_a_phone_keeps_the_sliders_in_sight_over_the_charts(app_url):
         page.wait_for_selector("#pg-knobs", timeout=60000)
         left = "el => el.getBoundingClientRect().right"
         assert page.eval_on_selector("#pg-knobs", left) <= page.eval_on_selector("#pg-main", "el => el.getBoundingClientRect().left")
+        # plotly's toolbar, shown on hover, clears the chart's badge (its full row ran under the badge)
+        for chart in ("#chart-throughput", "#chart-hardware"):
+            page.wait_for_selector(f"{chart} .js-plotly-plot", timeout=60000)
+            page.hover(f"{chart} .js-plotly-plot")
+            bar = page.eval_on_selector(f"{chart} .modebar", "e => e.getBoundingClientRect().left")
+            badge = page.eval_on_selector(f"{chart} label, {chart} [data-testid=block-label]", left)
+            assert bar > badge, (chart, bar, badge)
 
 
 def _toast(page, pattern: str, timeout_ms: int = 20000) -> str:
