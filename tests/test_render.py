@@ -1,8 +1,10 @@
 """The token stream's HTML: one span per token with exactly one tok-* class; chat markup as badges."""
 import re
 
+import pytest
+
 from specviz.engine.request import RowStep
-from specviz.ui.render import CLASS, RowView, rows_html, special_name
+from specviz.ui.render import CLASS, RowView, rows_html, special_name, tokens_html
 
 KINDS = set(CLASS.values())
 
@@ -160,3 +162,33 @@ def test_a_row_that_drafted_nothing_is_not_drawn_as_rejections():
     lines = re.findall(r'<summary class="row-line">(.*?)</summary>', page, re.S)
     assert "row-bar-none" in lines[0] and "no drafts (plain decoding)" in lines[0] and "0/0" not in lines[0]
     assert "row-bar-none" not in lines[1] and "0/2 kept" in lines[1]
+
+
+@pytest.mark.parametrize("page_class", ["", "sv-rtl"])
+def test_a_line_breaks_between_words_never_inside_a_number_at_a_step(page_class):
+    """Plain decoding makes every token a step, and a step's separator let the line break anywhere: "5" | "2,"
+    across two lines, a line starting with ", 43" (a first-time user, "Count from 1 to 100")."""
+    from pathlib import Path
+
+    from test_app import browser_page, needs_chromium
+    if needs_chromium.args[0]:
+        pytest.skip(needs_chromium.kwargs["reason"])
+    view = RowView()
+    pieces = [p for n in range(1, 101) for p in ([",", " "] if n > 1 else []) + list(str(n))]
+    for i, piece in enumerate(pieces):            # one token a step, as plain decoding draws them
+        view.add_step(i, RowStep(row=0, drafted=[], accepted=0, emitted=[i], last_kind="plain"), None, [[], [], [piece]])
+    css = (Path(__file__).parents[1] / "assets" / "style.css").read_text(encoding="utf-8")
+    with browser_page(700, width=420) as page:
+        page.set_content(f"<style>{css}</style><div class='{page_class}'><div id='tokens' style='width:380px'>"
+                         f"{tokens_html(view)}</div></div>")
+        lines = page.evaluate("""() => { const rows = new Map();
+            for (const s of document.querySelectorAll('#tokens span')) {
+              const top = Math.round(s.getBoundingClientRect().top);
+              rows.set(top, (rows.get(top) || '') + s.textContent); }
+            return [...rows.values()]; }""")
+    assert len(lines) > 3, lines                      # it did wrap
+    for line in lines:
+        assert not line.startswith(","), lines
+    assert "".join(lines) == "".join(pieces)
+    numbers = [int(w) for line in lines for w in line.replace(",", " ").split()]
+    assert numbers == list(range(1, 101)), lines          # no number cut in two across lines
