@@ -7,6 +7,8 @@ from dataclasses import replace
 
 import pytest
 
+from specviz import lessons
+
 from specviz.hardware import costmodel, presets, profiles
 from specviz.hardware import roofline as rf
 
@@ -96,6 +98,13 @@ def test_custom_gpu_and_unknown_gpu():
                {"bandwidth": float("nan"), "flops": 1e12}):
         with pytest.raises(presets.PresetError):
             presets.resolve_gpu(**kw)
+    # the rate out of bounds is named with its value (one sentence for both read as if both were wrong)
+    for kw, said in (({"bandwidth": 1e24, "flops": 400e12}, "bandwidth must be from 0.001 to 100 TB/s, not 1e+12 TB/s"),
+                     ({"bandwidth": 2e12, "flops": 1e19}, "compute must be from 0.001 to 100000 TFLOP/s, not 1e+07")):
+        with pytest.raises(presets.PresetError) as refused:
+            presets.resolve_gpu(None, **kw)
+        assert said in lessons.say("en", refused.value.args[0])
+        assert "1e+" in lessons.say("fa", refused.value.args[0])
 
 
 def test_fit_alpha_round_trip_and_depth_crossover():

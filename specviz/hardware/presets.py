@@ -127,14 +127,11 @@ CUSTOM_BANDWIDTH = (1e9, 1e14)
 CUSTOM_FLOPS = (1e9, 1e17)
 
 
-def custom_bounds() -> Said:
-    """The sentence that gives a custom GPU's bounds, in TB/s and TFLOP/s as the What-if's boxes take them."""
-    (bw_lo, bw_hi), (fl_lo, fl_hi) = ((lo / 1e12, hi / 1e12) for lo, hi in (CUSTOM_BANDWIDTH, CUSTOM_FLOPS))
-    return Said("whatif.bad_custom", bw_lo=bw_lo, bw_hi=bw_hi, fl_lo=fl_lo, fl_hi=fl_hi)
-
-
-def _within(value: float, bounds: tuple[float, float]) -> bool:
-    return bounds[0] <= value <= bounds[1]
+def _check_custom(value: float, bounds: tuple[float, float], key: str) -> None:
+    """A custom GPU's rate within its bounds, else the sentence that names it and its value, in TB/s or
+    TFLOP/s as the What-if's boxes take them (one sentence for both read as if both were wrong)."""
+    if not bounds[0] <= value <= bounds[1]:
+        raise PresetError(Said(key, value=value / 1e12, lo=bounds[0] / 1e12, hi=bounds[1] / 1e12))
 
 
 def resolve_gpu(name: str | None = None, bandwidth: float | None = None, flops: float | None = None) -> GpuSpec:
@@ -145,7 +142,7 @@ def resolve_gpu(name: str | None = None, bandwidth: float | None = None, flops: 
         return GPUS[name]
     if bandwidth is None or flops is None:
         raise PresetError(Said("errors.gpu_needs_numbers"))
-    if not (_within(bandwidth, CUSTOM_BANDWIDTH) and _within(flops, CUSTOM_FLOPS)):
-        raise PresetError(custom_bounds())
+    _check_custom(bandwidth, CUSTOM_BANDWIDTH, "whatif.bad_bandwidth")
+    _check_custom(flops, CUSTOM_FLOPS, "whatif.bad_flops")
     return GpuSpec(f"custom GPU ({bandwidth / 1e12:.3g} TB/s, {flops / 1e12:.4g} TFLOP/s)", float(bandwidth),
                    float(flops), "given by the user")
