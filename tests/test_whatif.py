@@ -321,6 +321,7 @@ def test_whatif_every_key_formats_in_persian(monkeypatch):
                  lambda: whatif_views.compute(app, "H200", "Qwen2.5-7B", whatif_views.NGRAM, None, 1024, 0, lang="fa"),
                  lambda: _handler(blocks, "whatif")("GTX 480", *vals[1:], request=fa),
                  lambda: whatif_views.compute(app, whatif_views.CUSTOM_GPU, *vals[1:7], 0, 989, lang="fa"),
+                 lambda: whatif_views.compute(app, whatif_views.CUSTOM_GPU, *vals[1:7], 3.35, 1e9, lang="fa"),
                  lambda: whatif_views.compute(app, "GTX 480", *vals[1:], lang="fa"),
                  lambda: whatif_views.compute(app, "H200", "GPT-9", whatif_views.NGRAM, 0.5, 1024, 0, lang="fa"),
                  lambda: whatif_views.compute(app, "H200", *vals[1:6], "magic", lang="fa"),

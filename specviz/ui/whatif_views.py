@@ -45,15 +45,9 @@ def is_rtl(lang: str) -> bool:
     return lessons.direction(lang) == "rtl"
 
 
-def _isolate(value: str) -> str:
-    """Keep a filled-in number, name, source or code left-to-right inside a Persian sentence. A value that is
-    itself a Persian text (a nested sentence) stays in the right-to-left flow: an isolate would reverse it."""
-    return value if lessons.ARABIC_SCRIPT.search(value) else lessons.LRI + value + lessons.PDI
-
-
 def tx(lang: str, key: str, /, **values) -> str:
     """The tab's text `whatif.<key>` in `lang`, with `values` filled in (bidi-safe in Persian)."""
-    wrap = _isolate if is_rtl(lang) else None
+    wrap = lessons.isolate_ltr if is_rtl(lang) else None
     values = {k: lessons.say(lang, v) if isinstance(v, (lessons.Said, lessons.Key, lessons.Listed)) else v
               for k, v in values.items()}
     return lessons.fill(lessons.template(lang, f"whatif.{key}"), values, wrap)
