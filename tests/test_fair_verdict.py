@@ -97,7 +97,7 @@ def test_a_baseline_that_shared_the_batch_where_the_run_did_not_gives_no_verdict
         assert "3.00" not in said and "10.0" not in said, said          # no ratio, no figure of the baseline
         assert said == t(lang, "playground.baseline_unlike_" + ("alone" if run is alone else "shared"), users=plain_users)
     both = counters.baseline_md(lang, shared, 10.0, plain_users=3)
-    assert "3.00" in both and both.endswith(t(lang, "playground.baseline_shared_too", users=3))
+    assert "3.00" in both and both.endswith(t(lang, "playground.baseline_shared_too", users=3, run_users=2))
     assert "3.00" in counters.baseline_md(lang, alone, 10.0, plain_users=1)
 
 
@@ -115,6 +115,34 @@ def test_the_runs_verdict_is_withheld_when_its_baseline_shared_the_batch(local_a
     result = outs[-1]["result"]
     assert result["verdict"] == "none" and result["plain_users_max"] == 2 and result["users_max"] == 1
     assert lessons.text("en", "playground.baseline_unlike_alone", users=2) in outs[-1]["counters"]
+
+
+def test_a_run_and_baseline_that_both_shared_are_judged_by_the_band_measured_so_far(local_app, monkeypatch):
+    """Both shared the batch: a verdict, with the band this request's lone baselines measured (not the
+    borrowed ±5 %), and the shared baseline is not added to it."""
+    from dataclasses import replace
+
+    _states(local_app, monkeypatch, ["ready"])
+    run, baseline = local_app.page._run, local_app.page._baseline
+
+    def shared(real):
+        def wrapped(*args, **kwargs):
+            out = yield from real(*args, **kwargs)
+            return replace(out, totals=replace(out.totals, users_max=3)) if hasattr(out, "totals") else \
+                replace(out, users_max=2)
+        return wrapped
+    monkeypatch.setattr(local_app.page, "_run", shared(run))
+    monkeypatch.setattr(local_app.page, "_baseline", shared(baseline))
+    calls = []
+    measured = counters.Band(0.5, 3)
+    monkeypatch.setattr(local_app.page, "bands", SimpleNamespace(
+        add=lambda key, tps: calls.append("add") or counters.Band(), band=lambda key: calls.append("band") or measured))
+    outs = _outs(local_app)
+    result = outs[-1]["result"]
+    assert calls == ["band"] and result["noise_band"] == 0.5 and result["noise_band_samples"] == 3
+    assert result["users_max"] == 3 and result["plain_users_max"] == 2 and result["verdict"] != "none"
+    assert "±50%" in outs[-1]["counters"]
+    assert t("en", "playground.baseline_shared_too", users=2, run_users=3) in outs[-1]["counters"]
 
 
 def test_the_runs_end_draws_the_pass_time_chart_with_its_last_step(local_app, monkeypatch):

@@ -74,6 +74,11 @@ class NoiseBands:
             del got[:-self.KEEP]
             return _band(list(got))
 
+    def band(self, key: tuple) -> Band:
+        """The band measured so far for this request, recording nothing."""
+        with self._lock:
+            return _band(list(self._seen.get(key, [])))
+
 
 def _band(samples: list[float]) -> Band:
     if len(samples) < 2:
@@ -109,7 +114,8 @@ def baseline_md(lang: str, totals, plain_tps: float | None, during_warmup: bool 
     source = (t(lang, "playground.band_measured", n=band.samples) if band.samples
               else t(lang, "playground.band_borrowed"))
     said = t(lang, key, flops=totals.flops_ratio, speed=speed, plain=plain_tps, band=band.width, source=source)
-    return said + (" " + t(lang, "playground.baseline_shared_too", users=plain_users) if plain_users > 1 else "")
+    shared = t(lang, "playground.baseline_shared_too", users=plain_users, run_users=totals.users_max)
+    return said + (" " + shared if plain_users > 1 else "")
 
 
 def path_md(lang: str, path: str, fast) -> str:

@@ -136,11 +136,11 @@ class Playground:
         plain_users = plain.users_max if plain is not None else 0
         speed = packet.totals.tokens_per_s / plain_tps if plain_tps and packet.totals.tokens_per_s else None
         unlike = plain_tps is not None and counters.unlike(packet.totals.users_max, plain_users)
-        band = counters.Band()
-        # the same request's baselines measure this machine's band; one that shared the batch measured others too
-        if plain_tps and not during_warmup and plain_users <= 1:
-            band = self.bands.add((str(choice.label), req.prompts, req.batch, min(req.max_new, BASELINE_MAX_NEW)),
-                                  plain_tps)
+        band, shape = counters.Band(), (str(choice.label), req.prompts, req.batch, min(req.max_new, BASELINE_MAX_NEW))
+        # the same request's baselines measure this machine's band; one that shared the batch measured others
+        # too, and is judged against the band measured so far, never added to it
+        if plain_tps and not during_warmup:
+            band = self.bands.add(shape, plain_tps) if plain_users <= 1 else self.bands.band(shape)
         theory = self._theory(streamer, live, packet, plain, dial)
         result = {"done": True, "engine": engine, "stopped": packet.stopped, "prompt_ids": prompt_rows,
                   "outputs": [outs[i] for i in sorted(outs)], "worker_pid": packet.worker_pid, "error": packet.error,
