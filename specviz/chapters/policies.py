@@ -153,7 +153,7 @@ def policies_values(rows: list[dict], batches: list[int],
               "level_batches": lessons.Listed(str(b) for b in batches if b not in clear)}
     row_values = [{"batch": w["batch_size"], "policy": w["policy"], "tokens_per_s": w["tokens_per_s"],
                    "vs_plain": w["vs_plain"], "band": w["band"], "clear": w["clear"]} for w in wins]
-    below = {w["batch_size"] for w in wins if w["vs_plain"] < 1}
+    below = {w["batch_size"] for w, v in zip(wins, row_values) if row_key(v) == "conclusion_row_below_plain"}
     return values, policies_conclusion(clear, len({w["batch_size"] for w in wins}), below), row_values
 
 
