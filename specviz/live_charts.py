@@ -46,7 +46,7 @@ LIVE_LABELS = dict(throughput_title="Tokens per second", seconds="seconds", toke
                    each_row="each row",
                    your_rows="your rows", all_rows="all rows", whole_batch="whole shared batch (all users)",
                    hardware_title="Hardware: busy ≠ used", mbu="MBU (est. bytes ÷ time ÷ peak)",
-                   peak_line="100 % = the peak calibrated at start-up",
+                   peak_line="100% = this machine's calibrated peak",
                    mfu="MFU (est. FLOPs ÷ time ÷ peak)", accept_title="Accepted drafts per row-step",
                    accepted_tokens="accepted tokens", row_steps="row-steps",
                    no_drafts="no drafts yet: every step so far decoded plainly (depth 0 or nothing drafted)",
@@ -59,6 +59,7 @@ LIVE_LABELS = dict(throughput_title="Tokens per second", seconds="seconds", toke
                    this_step="this step: {n} tokens per pass", this_step_one="this step: {n} token per pass",
                    step_parts="{rows} + {drafts}")
 
+TOP_PERCENT = 1000    # the hardware chart's highest axis: ten times the calibrated peak
 NOTE_CHARS = 40      # a note inside a chart, in lines a phone's plot holds
 SPARSE = 60           # the hardware chart marks each step's estimate up to this many steps
 # a live chart's title: its first line's baseline from the figure's top (below gradio's label, which sits
@@ -164,7 +165,10 @@ def hardware_figure(util: Series, mbu: Series, mfu: Series, util_label: str, lab
             {**_line(mfu, mfu_label, line=dict(color=REJECT)), "mode": mode}]
     # an estimate over 100 % is drawn, not cut at the axis's top: it says the calibrated peak (measured at
     # start-up, maybe on a busy machine) is below what the pass reached, and a line marks that peak
-    top = max([v for s in (util, mbu, mfu) for v in s.y if v is not None] or [0.0])
+    # finite values only, and the axis at most TOP_PERCENT: a step timed at about zero seconds would read
+    # a billion per cent and flatten every line
+    top = min(TOP_PERCENT, max([v for s in (util, mbu, mfu) for v in s.y if v is not None and math.isfinite(v)]
+                               or [0.0]))
     if top <= 100:
         return _figure(data, lab["hardware_title"], lab["seconds"], "%", rtl, yaxis=dict(range=[0, 105]))
     peak = dict(type="line", xref="paper", x0=0, x1=1, y0=100, y1=100, line=dict(dash="dot", color="#999"))

@@ -205,6 +205,13 @@ def test_an_estimate_over_100_percent_is_drawn_not_cut_and_the_peak_is_marked(la
     (line,) = over.layout.shapes
     assert line.y0 == line.y1 == 100
     assert [a.text for a in over.layout.annotations if a.y == 100] == [labels["peak_line"]]
+    # a step timed at about zero seconds (a billion per cent), or inf: the axis stops at TOP_PERCENT
+    wild = _series(40, value=225)
+    wild.add(10.0, 1e9)
+    wild.add(10.25, float("inf"))
+    capped = lc.hardware_figure(_series(40, value=50), _series(40, value=90), wild, labels["util_psutil"],
+                                labels=labels, rtl=rtl)
+    assert capped.layout.yaxis.range[1] == pytest.approx(1.08 * lc.TOP_PERCENT)
     under = lc.hardware_figure(_series(40, value=50), _series(40, value=2), _series(40, value=1),
                                labels["util_psutil"], labels=labels, rtl=rtl)
     assert tuple(under.layout.yaxis.range) == (0, 105) and not under.layout.shapes
