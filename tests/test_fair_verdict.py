@@ -52,6 +52,7 @@ def _settled():
         app = _APPS.pop()
         assert app.close(), "an app's background work did not end"
         assert not app.sampler.running
+        assert not any(s._thread.is_alive() for s in app.runner.schedulers._by_pair.values() if s._thread)
 
 
 def _app(target: str, draft: str, monkeypatch):

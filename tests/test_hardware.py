@@ -47,6 +47,9 @@ def test_sampler_with_nothing_reports_unavailable_not_zero(monkeypatch):
     finally:
         s.stop()
     assert not s.running          # its thread has ended, not only been told to
+    s.start().stop(wait=0)        # told to stop, not waited for: started again at once, it samples again
+    assert s.start().running
+    s.stop()
 
 
 def test_a_sampler_keeps_as_many_samples_as_it_is_told():

@@ -110,7 +110,8 @@ def test_without_zero_gpu_the_app_runs_locally(tiny_paths, monkeypatch):
         (*_, result), _ = _run(app, app.choices[0].label, max_new=8)
         assert result["worker_pid"] == os.getpid()
     finally:
-        assert app.close() and not app.sampler.running
+        closed = app.close()          # asserted after: an assert here would hide the test's own failure
+    assert closed and not app.sampler.running
 
 
 def test_served_app_streams_from_the_worker(tiny_paths, tmp_path, greedy):

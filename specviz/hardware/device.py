@@ -372,6 +372,8 @@ class Sampler:
             self.source = "psutil" if self._read else "none"
 
     def start(self) -> "Sampler":
+        if self._thread is not None and self._stop.is_set():
+            self._thread.join()          # told to stop: it ends within one reading, then a new one starts
         if self._thread is None or not self._thread.is_alive():
             self._stop.clear()
             self._thread = threading.Thread(target=self._loop, name="specviz-sampler", daemon=True)

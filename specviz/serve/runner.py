@@ -207,6 +207,13 @@ class Schedulers:
         sched = self.peek(choice)
         return sched.info() if sched is not None else None
 
+    def close(self, timeout: float = 60.0) -> None:
+        """Every scheduler's loop ends its step and stops (Scheduler.close)."""
+        with self._lock:
+            scheds = list(self._by_pair.values())
+        for sched in scheds:
+            sched.close(timeout)
+
 
 class LocalRunner:
     """Runs every Run of a pair as a request in that pair's shared batch, in this process."""
@@ -220,6 +227,9 @@ class LocalRunner:
 
     def control(self, knobs: Knobs, policy: PolicyChoice, acceptance: float | None = None) -> LocalControl:
         return LocalControl(knobs, self.limits, None if acceptance is None else Dial(acceptance))
+
+    def close(self, timeout: float = 60.0) -> None:
+        self.schedulers.close(timeout)
 
     def batch_info(self, choice) -> BatchInfo | None:
         """What "batch now" shows for a pair (None: nothing shared yet)."""

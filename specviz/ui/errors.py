@@ -284,10 +284,11 @@ COMMIT_TYPED_JS = """() => {
   window.addEventListener('input', (e) => { if (!passing && numberBox(e.target)) { e.stopImmediatePropagation(); } }, true);
   window.addEventListener('change', (e) => { if (numberBox(e.target)) { commit(e.target); } }, true);
   const inside = (el) => Number(el.value) >= Number(el.min) && Number(el.value) <= Number(el.max);
-  const bounded = (el) => el.value !== '' && el.max && el.min;
+  // a slider's box: the range beside it moves the box to its nearest end when the box loses focus
+  const bounded = (el) => el.value !== '' && el.max && el.min
+    && !!(el.closest('.block') || el.parentElement).querySelector('input[type=range]');
   // Enter commits at once (a number box's own 'change' waits for it to lose focus); a number past a
-  // slider's end leaves the box as Tab does, so the box really moves to the end its refusal names (it kept
-  // -5 under "the slider is set to 1 instead", and the next Run was refused again)
+  // slider's end leaves the box as Tab does, so the box moves to the end its refusal names
   window.addEventListener('keydown', (e) => {
     if (e.key !== 'Enter' || !numberBox(e.target)) { return; }
     if (bounded(e.target) && !inside(e.target)) { e.target.blur(); } else { commit(e.target); }

@@ -82,10 +82,14 @@ class SpecVizApp:
             threading.Thread(target=self._calibrate, name="specviz-calibrate", daemon=True).start()
 
     def close(self, timeout: float = 120.0) -> bool:
-        """Stop sampling and wait for the pairs' background work; True when none is left. A process that
-        builds apps one after another (the tests) otherwise keeps a sampler thread polling per app."""
+        """Stop sampling, stop the local schedulers' loops, and wait for the pairs' background work (curves
+        measured again, fast paths warming); True when that work has ended. A process that builds apps one
+        after another (the tests) otherwise keeps their threads; the start-up calibration is not waited for."""
         if self.sampler is not None:
             self.sampler.stop()
+        stop = getattr(self.runner, "close", None)      # a vLLM router or ZeroGPU runner has no local loops
+        if stop is not None:
+            stop(timeout)
         settle = getattr(self.pairs, "settle", None)
         return settle(timeout) if settle is not None else True
 
