@@ -64,7 +64,7 @@ def predict(shapes: list[StepShape], rate: float, curve: PassCurve) -> Predictio
         tokens += sum(e)
         row_steps += len(e)
     if not shapes or spec_s <= 0:
-        return Prediction(1.0, 1.0, 1.0)
+        return Prediction(1.0, 1.0, 1.0, curve.at(1))      # E × t(1) ÷ step_s still reads 1.00×
     return Prediction(tokens / row_steps, plain_s / spec_s, spec_s / rows_s, spec_s / len(shapes))
 
 

@@ -399,8 +399,8 @@ def _machine(device: str) -> str:
 
 def _vllm_panel(tr, chap: Chapter, sw) -> None:
     """A recorded vLLM sweep (assets/sweeps/, `sweep --engine vllm`), shown beside the class's measurement."""
-    # a recording's chart is the same for every reader: drawn once per language here, not at each switch
-    # (the three took most of a switch's time on the server); read only afterwards
+    # a recording's chart is the same for every reader: drawn once per language here, not at each language
+    # switch (drawing them was the switch's dearest work on the server); read only afterwards
     figures = {lang: chap.vllm.figure(chap.vllm.result(sw, lang), chart_labels(lang, chap.key))
                for lang in lessons.LANGS}
     tr.add(gr.Markdown(vllm_md("en", chap, sw), elem_id=f"vllm-{chap.key}"),

@@ -94,8 +94,7 @@ def _for_reader(fig, lang: str):
         if rtl:
             fig.update_layout(title_x=0.98, title_xanchor="right")
     heads = fig.layout.title.text.count("<br>") + 1 if title else 0
-    fig.update_layout(height=max(fig.layout.height or 0, PHONE_FRAME + TITLE_LINE * heads + LEGEND_LINE * lines),
-                      modebar=charts.MODEBAR)
+    fig.update_layout(height=max(fig.layout.height or 0, PHONE_FRAME + TITLE_LINE * heads + LEGEND_LINE * lines))
     return fig
 
 
