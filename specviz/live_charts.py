@@ -173,7 +173,7 @@ def hardware_figure(util: Series, mbu: Series, mfu: Series, util_label: str, lab
         return _figure(data, lab["hardware_title"], lab["seconds"], "%", rtl, yaxis=dict(range=[0, 105]))
     peak = dict(type="line", xref="paper", x0=0, x1=1, y0=100, y1=100, line=dict(dash="dot", color="#999"))
     note = dict(xref="paper", x=0.98 if rtl else 0.02, xanchor="right" if rtl else "left", y=100, yanchor="bottom",
-                text=lab["peak_line"], showarrow=False, font=dict(size=11, color="#666"))
+                text=lines_for(lab["peak_line"], rtl, NOTE_CHARS), showarrow=False, font=dict(size=11, color="#666"))
     return _figure(data, lab["hardware_title"], lab["seconds"], "%", rtl, yaxis=dict(range=[0, 1.08 * top]),
                    shapes=[peak], annotations=[note])
 

@@ -146,6 +146,15 @@ def test_a_run_and_baseline_that_both_shared_are_judged_by_the_band_measured_so_
     assert t("en", "playground.baseline_shared_too", users=2, run_users=3) in outs[-1]["counters"]
 
 
+def test_a_pressed_run_replaces_the_last_runs_done_at_once(local_app, monkeypatch):
+    """The first frame of a Run clears the last Run's tokens and its "Done." (left in the language it ended
+    in after a switch, for as long as the new Run loaded and read its prompt)."""
+    _states(local_app, monkeypatch, ["ready"])
+    first = _outs(local_app)[0]
+    assert first["status"] == t("en", "playground.status_starting", pair=local_app.choices[0].label)
+    assert "<span" not in first["tokens"]
+
+
 def test_the_runs_end_draws_the_pass_time_chart_with_its_last_step(local_app, monkeypatch):
     """The timer draws the pass-time chart during a Run and stops with it: a Run over between two ticks
     left the chart with no step on it."""

@@ -204,7 +204,7 @@ def test_an_estimate_over_100_percent_is_drawn_not_cut_and_the_peak_is_marked(la
     assert over.layout.yaxis.range[1] >= 231
     (line,) = over.layout.shapes
     assert line.y0 == line.y1 == 100
-    assert [a.text for a in over.layout.annotations if a.y == 100] == [labels["peak_line"]]
+    assert [a.text for a in over.layout.annotations if a.y == 100] == [lc.lines_for(labels["peak_line"], rtl, lc.NOTE_CHARS)]
     # a step timed at about zero seconds (a billion per cent), or inf: the axis stops at TOP_PERCENT
     wild = _series(40, value=225)
     wild.add(10.0, 1e9)

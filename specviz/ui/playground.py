@@ -96,8 +96,9 @@ class Playground:
         with as_sentences(lang):
             args, choice, knobs, dial = self._checked(pair_label, batch_size, k, policy_name, thr, temp, max_tokens,
                                                       prompt_text, acceptance, lang)
-        # a Run was pressed: not "Press Run to start." nor the last Run's tokens while it loads, queues or waits
-        yield pack(tokens=tokens_html(None))
+        # a Run was pressed: not "Press Run to start." nor the last Run's tokens or its "Done." (in the language
+        # it ended in, after a switch) while it loads, queues or waits
+        yield pack(tokens=tokens_html(None), status=t(lang, "playground.status_starting", pair=choice.label))
         if not app.pairs.loaded(choice):
             yield pack(status=t(lang, "playground.status_loading", pair=choice.label))
         with as_sentences(lang):
