@@ -163,10 +163,9 @@ def hardware_figure(util: Series, mbu: Series, mfu: Series, util_label: str, lab
     data = [_line(util, util_label, line=dict(color=PLAIN)),
             {**_line(mbu, mbu_label, line=dict(color=BONUS)), "mode": mode},
             {**_line(mfu, mfu_label, line=dict(color=REJECT)), "mode": mode}]
-    # an estimate over 100 % is drawn, not cut at the axis's top: it says the calibrated peak (measured at
-    # start-up, maybe on a busy machine) is below what the pass reached, and a line marks that peak
-    # finite values only, and the axis at most TOP_PERCENT: a step timed at about zero seconds would read
-    # a billion per cent and flatten every line
+    # an estimate over 100 % is drawn above a line at the calibrated peak, not cut off (that peak was below
+    # what the pass reached); finite values only, up to TOP_PERCENT: a step timed at about zero seconds
+    # would read a billion per cent and flatten every line
     top = min(TOP_PERCENT, max([v for s in (util, mbu, mfu) for v in s.y if v is not None and math.isfinite(v)]
                                or [0.0]))
     if top <= 100:
@@ -183,13 +182,14 @@ def acceptance_histogram(counts: list[int], labels: dict | None = None, rtl: boo
     does not exist)."""
     lab = _labels(labels)
     data = [dict(type="bar", x=list(range(len(counts))), y=list(counts), marker=dict(color=ACCEPT))]
+    if any(counts):
+        return _figure(data, lab["accept_title"], lab["accepted_tokens"], lab["row_steps"], rtl,
+                       xaxis=dict(dtick=1, tick0=0))
     # no row-step drafted (depth 0, or a policy that drafted nothing): said on the chart, not empty axes
-    empty = [] if any(counts) else [dict(xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False,
-                                         text=lines_for(lab["no_drafts"], rtl, NOTE_CHARS),
-                                         font=dict(size=13, color="#666"))]
+    note = dict(xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False,
+                text=lines_for(lab["no_drafts"], rtl, NOTE_CHARS), font=dict(size=13, color="#666"))
     return _figure(data, lab["accept_title"], lab["accepted_tokens"], lab["row_steps"], rtl,
-                   xaxis=dict(dtick=1, tick0=0), annotations=empty,
-                   **({} if any(counts) else {"yaxis": dict(range=[0, 1], showticklabels=False)}))
+                   xaxis=dict(dtick=1, tick0=0), yaxis=dict(range=[0, 1], showticklabels=False), annotations=[note])
 
 
 FLOOR_GAP = 1.8       # a log axis whose lowest tick lies this far above its lowest point ticks that point too
