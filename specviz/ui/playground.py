@@ -159,8 +159,8 @@ class Playground:
             note = f"⚠ {human(lang, packet.error)}" if packet.error else t(lang, key, tokens=packet.totals.tokens)
             streamer.note = self._dial_note(lang, live, packet)
             return streamer.outputs(packet.totals, final=True, status=note, plain=plain_tps, during_warmup=during_warmup,
-                                    band=band, plain_users=plain_users, extra=dialview.theory_md(lang, theory, live.curve, dial is not None),
-                                    read=read, **first)
+                                    band=band, plain_users=plain_users, read=read,
+                                    extra=dialview.theory_md(lang, theory, live.curve, dial is not None), **first)
         shown = Shown(draw, live, lambda: self.lang(session), streamer.row_steps())
         if mark is not None:
             self.shown.keep(session, shown, mark)
