@@ -15,7 +15,7 @@ import math
 
 import plotly.graph_objects as go
 
-from specviz import charts, lessons
+from specviz import lessons
 
 GRID = "rgba(136,136,136,0.35)"
 DRAFT, VERIFY, PLAIN, PREFILL, OTHER = "#f39c34", "#2c7bb6", "#8c8c8c", "#9e7cc1", "#5c5c5c"
@@ -77,7 +77,7 @@ def styled(fig: go.Figure, dark: bool, title: str | None = None, height: int = 3
                 # mid grey reads on the page's light and dark themes alike (the page, not the chart, picks)
                 font=dict(size=13, color="#8a8a8a"),
                 margin=dict(l=56, r=20, t=48 if title else 24, b=80),
-                legend=dict(orientation="h", y=-0.22, x=0), title=title, modebar=charts.MODEBAR)
+                legend=dict(orientation="h", y=-0.22, x=0), title=title)
     fig.update_layout(**{**base, **layout})
     fig.update_xaxes(gridcolor=GRID, zerolinecolor=GRID, linecolor=GRID)
     fig.update_yaxes(gridcolor=GRID, zerolinecolor=GRID, linecolor=GRID)
