@@ -5,6 +5,7 @@ import pytest
 
 from specviz.engine.request import RowStep
 from specviz.ui.render import CLASS, RowView, rows_html, special_name, tokens_html
+from test_app import browser_page, needs_chromium
 
 KINDS = set(CLASS.values())
 
@@ -164,15 +165,13 @@ def test_a_row_that_drafted_nothing_is_not_drawn_as_rejections():
     assert "row-bar-none" not in lines[1] and "0/2 kept" in lines[1]
 
 
+@needs_chromium
 @pytest.mark.parametrize("page_class", ["", "sv-rtl"])
 def test_a_line_breaks_between_words_never_inside_a_number_at_a_step(page_class):
     """Plain decoding makes every token a step, and a step's separator let the line break anywhere: "5" | "2,"
     across two lines, a line starting with ", 43" (a first-time user, "Count from 1 to 100")."""
     from pathlib import Path
 
-    from test_app import browser_page, needs_chromium
-    if needs_chromium.args[0]:
-        pytest.skip(needs_chromium.kwargs["reason"])
     view = RowView()
     pieces = [p for n in range(1, 101) for p in ([",", " "] if n > 1 else []) + list(str(n))]
     for i, piece in enumerate(pieces):            # one token a step, as plain decoding draws them
