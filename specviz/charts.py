@@ -21,8 +21,10 @@ BELOW = dict(orientation="h", yref="container", yanchor="bottom", y=0)
 # plotly's toolbar keeps save, zoom and reset: its full row of eight ran under the chart's name (its badge) on a
 # desktop's half-width chart, and the badge hid the camera
 MODEBAR = dict(remove=["zoomIn2d", "zoomOut2d", "autoScale2d", "pan2d", "select2d", "lasso2d"])
+# dragmode off: on a phone a swipe over a chart zoomed it and the page did not scroll; the toolbar's zoom
+# button still zooms on a desktop
 LAYOUT = dict(margin=dict(l=48, r=16, t=40, b=90), height=330, template="plotly_white",
-              paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)", modebar=MODEBAR,
+              paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)", modebar=MODEBAR, dragmode=False,
               legend=BELOW, font=dict(size=14, color="#8a8a8a"))  # readable on light and dark pages
 
 

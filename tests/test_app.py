@@ -134,15 +134,16 @@ needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium 
 
 
 @contextmanager
-def browser_page(height: int, width: int = 1400):
-    """A page in headless Debian chromium (Playwright cannot download its own browser here)."""
+def browser_page(height: int, width: int = 1400, touch: bool = False):
+    """A page in headless Debian chromium (Playwright cannot download its own browser here); `touch`: a
+    phone's touch screen, for `swipe`."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
             "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
         try:
-            yield browser.new_page(viewport={"width": width, "height": height})
+            yield browser.new_page(viewport={"width": width, "height": height}, has_touch=touch)
         finally:
             browser.close()
 
@@ -327,7 +328,7 @@ def test_a_phone_keeps_the_sliders_in_sight_over_the_charts(app_url):
     once scrolled past they stay at the top of the screen over the tokens and charts, where a student
     drags them while a Run streams. A desktop keeps its two columns."""
     top = "el => Math.round(el.getBoundingClientRect().top)"
-    with browser_page(844, width=390) as page:
+    with browser_page(844, width=390, touch=True) as page:
         page.goto(app_url + "?tab=playground")
         page.wait_for_selector("#chart-throughput .js-plotly-plot", timeout=60000)
         run, knobs, status, policy = (page.eval_on_selector(s, top) for s in ("#run", "#pg-knobs", "#status", "#policy"))
@@ -340,6 +341,12 @@ def test_a_phone_keeps_the_sliders_in_sight_over_the_charts(app_url):
         depth.press("Tab")
         assert page.locator("#depth input[type=range]").input_value() == "3"          # taken, not just shown
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        # a swipe up over a chart scrolls the page: it zoomed the chart, and four charts blocked the page
+        chart = "#chart-throughput .js-plotly-plot"
+        page.evaluate("document.getElementById('chart-throughput').scrollIntoView({block: 'center'})")
+        before = page.evaluate("window.scrollY")
+        swipe(page, chart, 0, -200)
+        assert page.evaluate("window.scrollY") > before + 50, (before, page.evaluate("window.scrollY"))
     with browser_page(900, width=1300) as page:
         page.goto(app_url + "?tab=playground")
         page.wait_for_selector("#pg-knobs", timeout=60000)
@@ -352,6 +359,21 @@ def test_a_phone_keeps_the_sliders_in_sight_over_the_charts(app_url):
             bar = page.eval_on_selector(f"{chart} .modebar", "e => e.getBoundingClientRect().left")
             badge = page.eval_on_selector(f"{chart} label, {chart} [data-testid=block-label]", left)
             assert bar > badge, (chart, bar, badge)
+
+
+def swipe(page, selector: str, dx: int, dy: int) -> None:
+    """A finger dragged across the middle of `selector` (a phone's swipe), as touch events from the browser's
+    own input layer: a page's scroll and plotly's drag both see it as they would on a phone. The page needs
+    `browser_page(..., touch=True)`."""
+    cdp = page.context.new_cdp_session(page)
+    box = page.locator(selector).bounding_box()
+    x, y = box["x"] + box["width"] * 0.6, box["y"] + box["height"] / 2
+    cdp.send("Input.dispatchTouchEvent", {"type": "touchStart", "touchPoints": [{"x": x, "y": y}]})
+    for i in range(1, 11):
+        cdp.send("Input.dispatchTouchEvent", {"type": "touchMove", "touchPoints": [{"x": x + dx * i / 10, "y": y + dy * i / 10}]})
+        page.wait_for_timeout(16)
+    cdp.send("Input.dispatchTouchEvent", {"type": "touchEnd", "touchPoints": []})
+    page.wait_for_timeout(400)
 
 
 def _toast(page, pattern: str, timeout_ms: int = 20000) -> str:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 from apphelp import client, pair_label
-from test_app import browser_page, needs_chromium
+from test_app import browser_page, needs_chromium, swipe
 
 from specviz import lessons
 from specviz.chapters import CHAPTERS as REGISTRY
@@ -234,7 +234,7 @@ def test_a_phone_scrolls_a_chart_in_its_box_not_the_page(api):
     """At 390 px a chart keeps the width its panels need and scrolls sideways inside its own box, under a
     hint that says so; the page itself never scrolls sideways. Persian too."""
     _, _, url = api
-    with browser_page(844, width=390) as page:
+    with browser_page(844, width=390, touch=True) as page:
         for lang in ("en", "fa"):
             page.goto(url + f"?tab=lesson&chapter=sweep&lang={lang}")
             plot = "#plot-vllm-sweep"                      # the recorded vLLM sweep: drawn without a run
@@ -243,6 +243,14 @@ def test_a_phone_scrolls_a_chart_in_its_box_not_the_page(api):
             box = page.evaluate(f"[document.querySelector('{plot}').scrollWidth, document.querySelector('{plot}').clientWidth]")
             assert drawn >= 640 and box[0] > box[1], (lang, drawn, box)
             assert page.evaluate("document.documentElement.scrollWidth") <= 390, lang
+            # a swipe over the chart scrolls its box, and does not zoom the chart (gradio's block hid the
+            # overflow, and plotly took the swipe as a zoom)
+            axis = f"document.querySelector('{plot} .js-plotly-plot')._fullLayout.xaxis.range.join()"
+            shown = page.evaluate(axis)
+            page.locator(plot).scroll_into_view_if_needed()
+            swipe(page, plot, -150, 0)
+            assert page.evaluate(f"document.querySelector('{plot}').scrollLeft") > 50, lang
+            assert page.evaluate(axis) == shown, lang
             # a chart cut at the screen's edge looked finished: a hint above it, in the reader's direction
             # (style.css's '.sv-rtl' rules apply: gradio scopes them, and the class is set inside its scope)
             hint = page.evaluate(f"(() => {{ const s = getComputedStyle(document.querySelector('{plot}'), '::before');"

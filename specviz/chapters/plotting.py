@@ -77,7 +77,9 @@ def styled(fig: go.Figure, dark: bool, title: str | None = None, height: int = 3
                 # mid grey reads on the page's light and dark themes alike (the page, not the chart, picks)
                 font=dict(size=13, color="#8a8a8a"),
                 margin=dict(l=56, r=20, t=48 if title else 24, b=80),
-                legend=dict(orientation="h", y=-0.22, x=0), title=title)
+                legend=dict(orientation="h", y=-0.22, x=0), title=title,
+                # a phone's swipe scrolls the chart's box (or the page) instead of zooming: the toolbar zooms
+                dragmode=False)
     fig.update_layout(**{**base, **layout})
     fig.update_xaxes(gridcolor=GRID, zerolinecolor=GRID, linecolor=GRID)
     fig.update_yaxes(gridcolor=GRID, zerolinecolor=GRID, linecolor=GRID)
