@@ -5,7 +5,7 @@ import math
 import pytest
 
 from specviz.engine.policies import POLICY_NAMES, make_policy
-from specviz.engine.request import Knobs, Request
+from specviz.engine.request import Knobs, Request, RowStep, RunTotals, StepEvent
 from specviz.engine.synthetic import SyntheticDrafter, coin, reference_run
 from specviz.pairs.models import ModelError, parse_draft_ref
 
@@ -69,9 +69,11 @@ def test_acceptance_by_position_is_the_dial_and_tokens_per_step_follow_leviathan
     pair = make_pair(f"synthetic:{rate}")
     reached, kept = [0] * depth, [0] * depth
     per_step = []
+    totals = RunTotals()
     for seed in range(60):
         eng, events = _run(pair, prompts[:1], 1, depth, "fixed", max_new=60, seed=seed)
         for ev in events:
+            totals.add(ev)
             row = ev.rows[0]
             if len(row.drafted) == depth:          # not cut by the token limit
                 per_step.append(len(row.emitted))
@@ -85,6 +87,22 @@ def test_acceptance_by_position_is_the_dial_and_tokens_per_step_follow_leviathan
         assert abs(kept[j] / reached[j] - rate) < 3 * sd, (j, kept[j], reached[j])
     expected = (1 - rate ** (depth + 1)) / (1 - rate)
     assert abs(sum(per_step) / len(per_step) / expected - 1) < 0.05
+    # the α the theory takes is the dial's A: kept ÷ the drafts the target reached; kept ÷ drafted counts
+    # the drafts after a rejection, never judged, and reads about 0.44 at A = 0.7, k = 4
+    assert abs(totals.alpha - rate) < 3 * math.sqrt(rate * (1 - rate) / totals.reached), totals
+    assert totals.acceptance_rate < rate - 0.15, totals
+
+
+def test_alpha_counts_the_drafts_the_target_reached():
+    """A row that kept 1 of 4 drafts was judged on 2 (the second was rejected, the last two never seen); a
+    row that kept all 3 on 3; a row with no drafts on none."""
+    rows = [RowStep(0, [5, 6, 7, 8], 1, [5, 9], "correction"), RowStep(1, [1, 2, 3], 3, [1, 2, 3, 4], "bonus"),
+            RowStep(2, [], 0, [4], "plain")]
+    ev = StepEvent(1, 3, 4, "fixed", rows, 0.0, 0.0, 0.0, 0.0, 0.0, 10, 8, 0.0, 0.0, 0.0, 0.0, 0.0)
+    totals = RunTotals()
+    totals.add(ev)
+    assert (totals.reached, totals.alpha, totals.acceptance_rate) == (5, 4 / 5, 4 / 7)
+    assert RunTotals().alpha is None
 
 
 def test_every_arm_draws_the_same_coins(make_pair, prompts):

@@ -120,9 +120,9 @@ def run_ledger(pair, prompt_ids: list[int], depth: int = 4, max_new: int = 48,
     first) with the factors that separate it from the measurement. `acceptance`: the dial's A (the
     pair's target with the synthetic draft; its reference decoded first, its cost reported).
 
-    α is the simple ratio accepted ÷ drafted (vLLM's draft acceptance rate, RunTotals.acceptance_rate),
-    not the α that would make the i.i.d. model reproduce the measured tokens per pass: fitted that way
-    the theory's tokens per pass would equal the measurement by construction and compare nothing.
+    α is kept ÷ the drafts the target reached (RunTotals.alpha, the i.i.d. model's maximum-likelihood
+    estimate), not accepted ÷ drafted (vLLM's ratio, low by the drafts after a rejection, never judged),
+    nor the α that makes the model reproduce the measured tokens per pass (that would compare nothing).
     Measured speed-up is decode throughput (prefill excluded, as in the theory).
 
     Extra keys: `parts` (FLOPs parts), `times` (wall-time parts), `positions`, `theory` (rows of
@@ -132,7 +132,7 @@ def run_ledger(pair, prompt_ids: list[int], depth: int = 4, max_new: int = 48,
         pair = pair.with_synthetic(acceptance)
     refs = References()
     settings = settings_of(pair, depth=depth, max_new=max_new, prompt_tokens=len(prompt_ids),
-                           alpha_estimate="accepted ÷ drafted")
+                           alpha_estimate="accepted ÷ reached")
     yield snapshot("ledger", pair, settings, 0.0, [], parts=[], times=[], positions=[], theory=[], curve=None,
                    **dial_keys(pair, refs))
     dial_warm_up(pair, refs, [prompt_ids], depth)
@@ -171,7 +171,7 @@ def dial_values(spec: TimedRun, plain: TimedRun, curve: PassCurve, depth: int, a
                 reference_s: float) -> dict:
     """The prediction from the pass-time curve at A (the dial) or the measured α, against the measured
     speed-up, and the measured factors between them (`specviz.chapters.theory`)."""
-    rate = acceptance if acceptance is not None else finite(spec.totals.acceptance_rate)
+    rate = acceptance if acceptance is not None else finite(spec.totals.alpha)
     pred = th.predict(th.shapes_of(spec.events), rate, curve)
     g = th.gap(pred, spec.totals, plain.totals)
     return {**th.gap_values(g, pred), "rate": rate, "k1": depth + 1,
@@ -188,7 +188,7 @@ def _time_parts(run: TimedRun) -> list[dict]:
 
 
 def ledger_values(spec: TimedRun, plain: TimedRun, led: FlopsLedger, depth: int) -> tuple[dict, list[dict]]:
-    alpha = finite(spec.totals.acceptance_rate)
+    alpha = finite(spec.totals.alpha)
     c = draft_cost(spec, plain)
     theory = leviathan_theory(alpha, depth, c)
     measured = spec.totals.mean_accepted_length

@@ -158,6 +158,7 @@ class RunTotals:
     shared_batch_max: int = 0       # the most rows in any step this request took part in
     users_max: int = 0              # the most distinct requests in such a step
     proposed: int = 0               # drafts this request's rows proposed (drafted = those verified)
+    reached: int = 0                # verified drafts the target came to: those kept, and each first rejection
 
     def copy(self) -> "RunTotals":
         """A snapshot to hand to another thread (these totals keep changing in the engine's thread)."""
@@ -178,6 +179,7 @@ class RunTotals:
         self.shared_batch_max = max(self.shared_batch_max, ev.batch_size)
         self.users_max = max(self.users_max, ev.users)
         self.proposed += sum(r.proposed for r in ev.rows)
+        self.reached += sum(min(len(r.drafted), r.accepted + 1) for r in ev.rows)
 
     @property
     def tokens_per_s(self) -> float:
@@ -195,7 +197,15 @@ class RunTotals:
 
     @property
     def acceptance_rate(self) -> float | None:
+        """Kept ÷ verified drafts (vLLM's draft acceptance rate): a descriptive figure, not Leviathan's α."""
         return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def alpha(self) -> float | None:
+        """Leviathan's α as measured: kept ÷ the drafts the target reached (its maximum-likelihood estimate
+        under the i.i.d. model). A draft after a row's first rejection is never judged; counting it, as
+        `acceptance_rate` does, reads α low at depth > 1 (0.30 where the dial's A was 0.5)."""
+        return self.accepted / self.reached if self.reached else None
 
     @property
     def mean_accepted_length(self) -> float:
@@ -213,7 +223,7 @@ class RunTotals:
 
     def as_dict(self) -> dict:
         return {"steps": self.steps, "tokens": self.tokens, "tokens_per_s": self.tokens_per_s,
-                "acceptance_rate": self.acceptance_rate, "mean_accepted_length": self.mean_accepted_length,
+                "acceptance_rate": self.acceptance_rate, "alpha": self.alpha, "mean_accepted_length": self.mean_accepted_length,
                 "flops_ratio": self.flops_ratio, "decode_s": self.wall_s, "prefill_s": self.prefill_s,
                 "draft_s": self.draft_s, "verify_s": self.verify_s, "overhead_share": self.overhead_share,
                 "shared_batch_max": self.shared_batch_max, "users_max": self.users_max,

@@ -37,7 +37,7 @@ EVENT_INTS = ("step", "batch_size", "depth", "tokens_per_pass", "context", "user
 EVENT_INTS_LATER = ("slots_drafted", "slots_verified", "real_tokens", "padded_tokens")
 EVENT_FLOATS = ("draft_s", "verify_s", "overhead_s", "wall_s", "prefill_s", "draft_flops", "draft_bytes",
                 "target_flops", "target_bytes", "plain_flops", "share")
-TOTAL_INTS = ("steps", "tokens", "row_steps", "drafted", "accepted", "shared_batch_max", "users_max", "proposed")
+TOTAL_INTS = ("steps", "tokens", "row_steps", "drafted", "accepted", "shared_batch_max", "users_max", "proposed", "reached")
 TOTAL_FLOATS = ("wall_s", "prefill_s", "draft_s", "verify_s", "spent_flops", "plain_flops")
 
 

@@ -171,7 +171,7 @@ class Playground:
     def _theory(self, streamer, live: LiveRun, packet, plain, dial) -> dict | None:
         """The prediction on this machine's pass-time curve against the measurement (ui.dialview)."""
         events = [ev for _, ev, _ in streamer.steps]
-        rate = dial if dial is not None else packet.totals.acceptance_rate
+        rate = dial if dial is not None else packet.totals.alpha
         return dialview.theory_result(events, live.rates, rate, live.current_curve(), packet.totals, plain)
 
     def _dial_note(self, lang: str, live: LiveRun, packet) -> str:
