@@ -228,3 +228,25 @@ def test_an_acceptance_chart_with_no_drafts_says_so(lang):
     assert tuple(empty.layout.yaxis.range) == (0, 1)
     drafted = lc.acceptance_histogram([3, 1], labels=labels, rtl=rtl)
     assert not drafted.layout.annotations and drafted.layout.yaxis.range is None
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_a_dial_moved_during_a_run_is_marked_and_named_at_both_ends(lang):
+    """The dial moved from A = 0.2 to 0.95 mid-Run: the throughput chart jumped with no mark (the k and B
+    moves had theirs), and the theory's sentence named only the first A."""
+    from specviz.engine.request import RowStep, StepEvent
+    from specviz.hardware.passcurve import PassCurve
+    from specviz.serve.live import LiveRun
+    from specviz.ui.dialview import theory_md
+
+    live = LiveRun(control=None, pair_label="pair", peaks=None, sampler=None, lang=lang)
+    for i, rate in enumerate((0.2, 0.2, 0.95)):
+        row = RowStep(0, [1, 2], 1, [1, 3], "correction")
+        live.record(StepEvent(i + 1, 1, 2, "fixed", [row], 0.0, 0.01, 0.0, 0.01, 0.0, 3, 9, 0, 0, 0, 0, 0), rate)
+    notes = [a.text for a in live.figures(read=False)[0].layout.annotations]
+    assert any("A=0.95" in n for n in notes) and not any("A=0.2" in n for n in notes), notes
+    curve = PassCurve((1, 2, 4, 8), (0.01, 0.011, 0.012, 0.02), "cpu: 2 cores", "fixed", 256)
+    said = theory_md(lang, dict(predicted_speedup=1.5, measured_speedup=1.4, tokens_per_step=1.8, rate=0.2,
+                                main="tokens", f_tokens=1.0, difference=0.07, abs_difference=0.07, moved=True,
+                                first=0.2, last=0.95), curve, True)
+    assert "0.20" in said and "0.95" in said, said

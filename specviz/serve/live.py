@@ -69,12 +69,15 @@ class LiveRun:
         """Fold one step into the chart series (called by the generating thread); `rate`: the dial's A
         at this step (a synthetic Run)."""
         with self.lock:
-            self._record(ev)
+            # the dial's move is marked on the chart as a knob's is (it reaches the engine outside its changes)
+            moved = rate is not None and self.rates and rate != self.rates[-1]
+            self._record(ev, [lessons.Said("playground.chart.change_acceptance", old=f"{self.rates[-1]:g}",
+                                           new=f"{rate:g}")] if moved else [])
             if rate is not None:
                 self.acceptance = rate
                 self.rates.append(rate)
 
-    def _record(self, ev: StepEvent) -> None:
+    def _record(self, ev: StepEvent, moved: list) -> None:
         now = self.elapsed()
         self.recent.append(ev)
         secs = sum(e.wall_s for e in self.recent)
@@ -88,8 +91,8 @@ class LiveRun:
             s.add(now, len(r.emitted) / ev.wall_s if ev.wall_s else None)
             if r.drafted:
                 self.hist[min(r.accepted, 16)] += 1
-        if ev.changes:
-            self.markers.append((now, list(ev.changes)))     # said in the chart's language
+        if ev.changes or moved:
+            self.markers.append((now, [*ev.changes, *moved]))     # said in the chart's language
         m = step_metrics(ev.draft_flops + ev.target_flops, ev.draft_bytes + ev.target_bytes,
                          ev.draft_s + ev.verify_s, self.peaks)
         # a replay has no peaks of the machine it ran on: this machine's would name a wrong regime
@@ -252,7 +255,8 @@ class LiveRun:
         return " · ".join(parts)
 
 
-SHORT_MARKS = {"playground.chart.change_depth": "k", "playground.chart.change_batch": "B"}
+SHORT_MARKS = {"playground.chart.change_depth": "k", "playground.chart.change_batch": "B",
+               "playground.chart.change_acceptance": "A"}
 
 
 def _marker(lang: str, change) -> tuple[str, str]:

@@ -46,8 +46,9 @@ def theory_md(lang: str, result: dict | None, curve: PassCurve | None, synthetic
     """Two sentences: the prediction and the measurement, then the largest factor between them."""
     if result is None:
         return ""
-    head = "playground.theory_synthetic" if synthetic else "playground.theory_real"
-    values = {k: v for k, v in result.items() if k not in ("main", "agree")}
+    head = "playground.theory_real" if not synthetic else \
+        "playground.theory_synthetic_moved" if result.get("moved") else "playground.theory_synthetic"
+    values = {k: v for k, v in result.items() if k not in ("main", "agree", "moved")}
     # "62 % below the measurement", not "-62 % off" (a first-time reader could not tell which way)
     above = values.get("difference", 0) > 0
     values["side"] = lessons.Key("playground.theory_above" if above else "playground.theory_below")

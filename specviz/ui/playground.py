@@ -172,7 +172,10 @@ class Playground:
         """The prediction on this machine's pass-time curve against the measurement (ui.dialview)."""
         events = [ev for _, ev, _ in streamer.steps]
         rate = dial if dial is not None else packet.totals.alpha
-        return dialview.theory_result(events, live.rates, rate, live.current_curve(), packet.totals, plain)
+        result = dialview.theory_result(events, live.rates, rate, live.current_curve(), packet.totals, plain)
+        if result is not None and len(set(live.rates)) > 1:     # the dial moved: the sentence names both ends
+            result.update(moved=True, first=live.rates[0], last=live.rates[-1])
+        return result
 
     def _dial_note(self, lang: str, live: LiveRun, packet) -> str:
         """A synthetic Run's line under the counters (its A, own engine, reference, re-alignments)."""
