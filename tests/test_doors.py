@@ -234,6 +234,17 @@ def test_hostile_recordings_are_refused_with_a_sentence(door, tmp_path, kind):
     assert isinstance(msg, str) and "recording" in msg, msg
 
 
+@pytest.mark.parametrize("name, text", [("notes.txt", "a teacher's notes"), ("run.json.bak", "{}")])
+def test_a_file_of_another_type_is_read_and_refused_in_our_words(door, tmp_path, name, text):
+    """gradio's own check refused a .txt in English ("Invalid file type"), on a Persian page too: the reader
+    now says what is wrong with the file, in the page's language."""
+    c, *_ = door
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    msg = replay_file(c, path)
+    assert isinstance(msg, str) and "recording" in msg and "Invalid file type" not in msg, msg
+
+
 def test_a_recording_reads_back_with_every_field():
     """Reading a recording kept only the fields it knew at first: a replay lost adaptive verification's
     proposed drafts and each pass's real and padded width (the counters' "verified of proposed")."""

@@ -568,6 +568,26 @@ def test_browser_persian_page_has_no_english_sentence(classroom, tmp_path):
 
 
 @needs_chromium
+def test_browser_a_file_of_another_type_is_refused_in_persian(classroom, tmp_path):
+    """A .txt picked as a recording got gradio's English toast ("Invalid file type: notes.txt. Only .json
+    allowed."), its full stop thrown to the front on a Persian page; the reader says what is wrong, in Persian."""
+    from test_app import _toast
+
+    _, url, _ = classroom
+    notes = tmp_path / "notes.txt"
+    notes.write_text("a teacher's notes", encoding="utf-8")
+    with browser_page(900) as page:
+        page.goto(url + "?lang=fa&tab=playground")
+        page.wait_for_selector("#chart-throughput .js-plotly-plot", timeout=60000)     # the page is live
+        page.locator("#replay-file input[type=file]").set_input_files(str(notes))
+        page.locator("#replay").click()
+        said = _toast(page, "JSON")
+        assert ARABIC.search(said) and not english_outside_isolates(said), said
+        shown = page.locator("[data-testid=toast-body]").all_inner_texts()
+        assert not any("Invalid file type" in t for t in shown), shown
+
+
+@needs_chromium
 def test_browser_language_switch_draws_the_run_on_the_page_again(classroom, tmp_path):
     """A reader who switched language after a Run saw its tokens replaced by "Press Run to start." and its
     counters, rows and charts left in English: the Run's last frame is drawn again in the language picked

@@ -77,7 +77,9 @@ def build(app) -> "Playground":
                                                  label=lessons.text("en", "playground.replay_pick")),
                                      lambda lang: gr.update(label=lessons.text(lang, "playground.replay_pick"),
                                                             choices=page.runs.shipped_options(lang)))
-                replay_file = tr.add(gr.File(file_types=[".json"], elem_id="replay-file", height=90),
+                # any type: gradio's own type check refused a .txt in English, on a Persian page too; the
+                # reader says in the page's language what is wrong with the file (serve.recordings)
+                replay_file = tr.add(gr.File(elem_id="replay-file", height=90),
                                      label="playground.replay_file")
                 replay = tr.add(gr.Button(elem_id="replay"), value="app.replay")
         with gr.Column(scale=3, min_width=320, elem_id="pg-main"):
