@@ -433,7 +433,9 @@ def test_browser_bad_values_get_one_sentence_and_nothing_covered(app_url):
         # the settings a Run reads only when it starts are refused as they are typed too, and the sentence
         # names the bound the slider moved to (what the next Run uses): it reads that bound
         for box, value, words in (("max-new-tokens", "100000", r"'Max new tokens' must be from 1 to \d+, not 100000: the slider is set to (\d+) instead\."),
-                                  ("temperature", "-1", r"'Temperature.*' must be from 0 to \d+, not -1: the slider is set to (\d+) instead\.")):
+                                  ("temperature", "-1", r"'Temperature.*' must be from 0 to \d+, not -1: the slider is set to (\d+) instead\."),
+                                  # a fraction of a row passed the box, and the next Run was refused
+                                  ("batch-size", "2.5", r"'Batch size \(rows\)' must be a whole number from 1 to \d+, not 2\.5: the slider is set to (3) instead\.")):
             page.locator(f"#{box} input[type=number]").fill(value)
             page.locator(f"#{box} input[type=number]").press("Enter")
             bound = re.search(words, _toast(page, words)).group(1)

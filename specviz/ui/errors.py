@@ -166,7 +166,9 @@ def input_sentence(block_fn, index: int | None, value, exc: Exception, name=None
     name = name if name is not None else _param_name(block_fn, index)
     # the page's own events (private: no API) come from a slider whose box moves to its bound as it loses
     # focus, before any Run or experiment reads it
-    outside = _outside_bounds(block, name, value, on_page=getattr(block_fn, "api_visibility", "") == "private")
+    on_page = getattr(block_fn, "api_visibility", "") == "private"
+    whole = getattr(block_fn.inputs[index], "whole", False)      # the page's component (a session's copy forgets)
+    outside = _outside_bounds(block, name, value, on_page) or (_off_step(block, name, value, on_page) if whole else None)
     if outside is not None:
         return outside
     if value is None and type(block).__name__ == "Slider":      # an emptied box, or "-" alone: not "None"
@@ -195,6 +197,36 @@ def _outside_bounds(block, name, value, on_page: bool = False) -> lessons.Said |
     return lessons.Said(key, name=name, lo=lo, hi=hi, value=brief(value))
 
 
+def _off_step(block, name, value, on_page: bool) -> lessons.Said | None:
+    """A fraction sent to a slider of whole numbers (`whole_numbers`); on the page its box then shows the
+    nearest whole number (COMMIT_TYPED_JS), and the sentence names it."""
+    if not _fraction(value):
+        return None
+    lo, hi = block.minimum, block.maximum
+    if on_page:
+        return lessons.Said("errors.input_whole_set", name=name, lo=lo, hi=hi, value=brief(value),
+                            bound=math.floor(value + 0.5))
+    return lessons.Said("errors.input_whole", name=name, lo=lo, hi=hi, value=brief(value))
+
+
+def whole_numbers(*sliders) -> None:
+    """Sliders of whole numbers (rows, depth, new tokens): gradio checks a slider's bounds, not its step, so
+    a typed 2.5 passed, the range beside its box showed 3, and the refusal came only at the next Run. The
+    mark is on the page's component: the boundary (`_guard_preprocess`) reads it there."""
+    for slider in sliders:
+        slider.whole = True
+
+
+def _fraction(value) -> bool:
+    return isinstance(value, float) and math.isfinite(value) and not value.is_integer()
+
+
+def _whole_refused(block_fn, inputs) -> bool:
+    """A fraction sent to a slider of whole numbers (gradio's own check lets it through)."""
+    return isinstance(inputs, list) and len(inputs) == len(block_fn.inputs) and any(
+        getattr(block, "whole", False) and _fraction(value) for block, value in zip(block_fn.inputs, inputs))
+
+
 def _param_name(block_fn, index: int) -> str:
     """The parameter's name as the API page shows it (the handler's argument), else the component's."""
     try:
@@ -217,6 +249,8 @@ def _guard_preprocess(blocks: gr.Blocks, lang_of: Callable[[str | None], str], n
 
     async def preprocess_data(block_fn, inputs, state, explicit_call=False):
         try:
+            if _whole_refused(block_fn, inputs):
+                raise ValueError("a fraction where a whole number belongs")
             return await original(block_fn, inputs, state, explicit_call)
         except Exception as exc:
             index, value = _failing_input(block_fn, inputs, state)
@@ -258,6 +292,8 @@ def _failing_input(block_fn, inputs, state=None) -> tuple[int | None, object]:
     for i, (block, value) in enumerate(zip(block_fn.inputs, inputs)):
         if getattr(block, "stateful", False):
             continue                # a gr.State holds the server's own value: the page sends none
+        if getattr(block, "whole", False) and _fraction(value):
+            return i, value
         block = _as_in_session(block, state)
         try:
             model = getattr(block, "data_model", None)
@@ -282,7 +318,13 @@ COMMIT_TYPED_JS = """() => {
     try { el.dispatchEvent(new Event('input', {bubbles: true})); } finally { passing = false; }
   };
   window.addEventListener('input', (e) => { if (!passing && numberBox(e.target)) { e.stopImmediatePropagation(); } }, true);
-  window.addEventListener('change', (e) => { if (numberBox(e.target)) { commit(e.target); } }, true);
+  // a fraction in a box of whole numbers (step 1) is sent as typed, to be refused with its sentence, and
+  // the box then moves to the nearest whole number (the range beside it showed that already)
+  const snap = (el) => {
+    if (el.step !== '1' || el.value === '' || Number.isInteger(Number(el.value))) { return; }
+    setTimeout(() => { el.value = String(Math.round(Number(el.value))); commit(el); }, 150);
+  };
+  window.addEventListener('change', (e) => { if (numberBox(e.target)) { commit(e.target); snap(e.target); } }, true);
   const inside = (el) => Number(el.value) >= Number(el.min) && Number(el.value) <= Number(el.max);
   // a slider's box: the range beside it moves the box to its nearest end when the box loses focus
   const bounded = (el) => el.value !== '' && el.max && el.min
@@ -291,7 +333,7 @@ COMMIT_TYPED_JS = """() => {
   // slider's end leaves the box as Tab does, so the box moves to the end its refusal names
   window.addEventListener('keydown', (e) => {
     if (e.key !== 'Enter' || !numberBox(e.target)) { return; }
-    if (bounded(e.target) && !inside(e.target)) { e.target.blur(); } else { commit(e.target); }
+    if (bounded(e.target) && !inside(e.target)) { e.target.blur(); } else { commit(e.target); snap(e.target); }
   }, true);
   // a slider moves its box to the nearest end as it loses focus, before the typed number reached the
   // server, so 1.5 typed and Tab went to 0.99 without a word: the box loses focus a moment later; the end

@@ -15,7 +15,7 @@ from specviz.engine.policies import FIXED, POLICIES
 from specviz.limits import MAX_DEPTH
 from specviz.serve.catalog import pair_options
 from specviz.serve.prompts import DEFAULT_DEPTH, DEFAULT_PROMPT, EXAMPLES
-from specviz.ui.errors import refuse_as_typed
+from specviz.ui.errors import refuse_as_typed, whole_numbers
 from specviz.ui.playground import CHART_PERIOD_S, DEFAULT_ACCEPTANCE, Playground
 from specviz.ui.render import legend_html, tokens_html
 
@@ -152,6 +152,7 @@ def build(app) -> "Playground":
                   show_progress="hidden")
     threshold.change(page.on_policy, [policy, threshold], **knob)
     refuse_as_typed(temperature, max_new)      # read at the next Run; a typo is refused now, as batch's is
+    whole_numbers(batch, depth, max_new)       # 2.5 rows is refused as typed, and the box moves to 3
     stop.click(page.on_stop, [press], None, js=STOP_PRESS_JS, api_name="stop", queue=False)
     page.components = dict(pair=pair, prompt=prompt, batch=batch, depth=depth, policy=policy, acceptance=acceptance,
                            temperature=temperature, max_new=max_new)
