@@ -157,6 +157,8 @@ def test_browser_run_slide_and_stop(app_url, tmp_path):
         # the charts are drawn (blank) before any Run: the plotting library loads with the page, not
         # on the CPU of the first Run (issue 27: it cost the first Run's verdict a third and more)
         page.wait_for_selector("#chart-throughput .js-plotly-plot", timeout=60000)
+        # the downloads show once they hold a Run's files (pressed before, they did nothing)
+        assert not page.locator("#csv-playground").is_visible() and not page.locator("#save-run").is_visible()
         page.locator("#prompt textarea").fill('<script>alert("x")</script> the quick brown')
         page.locator("#max-new-tokens input[type=number]").fill("512")
         page.locator("#max-new-tokens input[type=number]").press("Enter")
@@ -177,6 +179,10 @@ def test_browser_run_slide_and_stop(app_url, tmp_path):
         assert row2.evaluate("(d) => d.open")
         page.locator("#stop").click()
         _wait_status(page, "Stopped")
+        for button, ending in (("#csv-playground", ".csv"), ("#save-run", ".json")):
+            with page.expect_download(timeout=30000) as got:
+                page.locator(button).click()
+            assert got.value.suggested_filename.endswith(ending), got.value.suggested_filename
         # run 2 starts clean; slide depth to 0 mid-run: the following steps are plain decoding. The running
         # line arrives with the run's first step (speculative, at depth 16), so the slide follows it at once.
         # A run that ends before the slide lands (the page slow under load) shows nothing of it, and is run

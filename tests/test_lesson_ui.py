@@ -202,11 +202,17 @@ def test_browser_walks_the_lesson(api, tmp_path):
         for chapter in CHAPTERS:
             page.locator(f"#next-{_previous(chapter)}").click()
             page.wait_for_selector(f"#chapter-{chapter}", state="visible", timeout=10000)
+            # the chapter's download shows once it holds the run's data (pressed before, it did nothing)
+            assert not page.locator(f"#csv-{chapter}").is_visible(), chapter
             page.locator(f"#{_button(chapter)}").click()
             page.wait_for_function(
                 f"document.querySelector('#conclusion-{chapter}').innerText.includes('measured on this machine')",
                 timeout=120000)
             page.wait_for_selector(f"#plot-{chapter} .js-plotly-plot", timeout=30000)
+            if chapter == CHAPTERS[0]:
+                with page.expect_download(timeout=30000) as got:
+                    page.locator(f"#csv-{chapter}").click()
+                assert got.value.suggested_filename.endswith(".csv"), got.value.suggested_filename
             texts[chapter] = page.locator(f"#conclusion-{chapter}").inner_text()
             if chapter == "race":
                 page.screenshot(path=str(tmp_path / "lesson.png"), full_page=True)

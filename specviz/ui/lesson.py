@@ -315,7 +315,7 @@ class Lesson:
         write_csv(path, result["table"] or [{"chart": chapter}])
         self._keep(session, chapter, result)
         note, fig = redrawn(self.lang(session), result)    # the reader may have switched language meanwhile
-        yield note, fig, gr.update(value=path), result
+        yield note, fig, gr.update(value=path, visible=True), result
 
     def _running(self, kind: tuple, lang: str) -> str:
         """The chapter's "running" line, with how long to expect where this server has run it before."""
@@ -416,7 +416,8 @@ def _experiment_panel(lesson: Lesson, tr, chap: Chapter, pair) -> None:
     note = tr.direction(gr.Markdown("", label="Conclusion", elem_id=f"conclusion-{ch}",
                                      elem_classes=["sv-conclusion"]))
     plot = gr.Plot(label="Chart", elem_id=f"plot-{ch}", show_label=False)
-    csv = tr.add(gr.DownloadButton(value=None, size="sm", elem_id=f"csv-{ch}"), label="app.download_csv")
+    # shown once it holds the chapter's data (pressed before a run, it did nothing)
+    csv = tr.add(gr.DownloadButton(value=None, size="sm", elem_id=f"csv-{ch}", visible=False), label="app.download_csv")
     data = gr.JSON(label="Measurements", visible=False)
     lesson.shown.append((ch, note, plot))
     outputs = [note, plot, csv, data]

@@ -111,10 +111,12 @@ def build(app) -> "Playground":
             chart_k = tr.add(gr.Plot(blank_figure(), label="Pass time", elem_id="chart-knee-live"),
                              label="playground.chart.plot_knee")
             with gr.Row():
-                # a DownloadButton's label is its text; its value is the file (set when a Run ends)
-                csv = tr.add(gr.DownloadButton(value=None, elem_id="csv-playground", size="sm"),
+                # a DownloadButton's label is its text; its value is the file, set when a Run ends: shown then
+                # (pressed before, it did nothing)
+                csv = tr.add(gr.DownloadButton(value=None, elem_id="csv-playground", size="sm", visible=False),
                              label="playground.download_label")
-                save = tr.add(gr.DownloadButton(value=None, elem_id="save-run", size="sm"), label="app.save_run")
+                save = tr.add(gr.DownloadButton(value=None, elem_id="save-run", size="sm", visible=False),
+                              label="app.save_run")
                 check = tr.add(gr.Button(size="sm", elem_id="check-lossless"), value="app.check_lossless")
             lossless = tr.direction(gr.Markdown("", label="Lossless check", elem_id="lossless"))
             result = gr.JSON(label="Result", visible=False, elem_id="result")
