@@ -106,6 +106,14 @@ def test_conclusion_templates_carry_their_numbers(tables):
         assert names <= {name for name, _, _ in fields(en[key])}, key
 
 
+def test_a_workload_says_its_token_limit_is_a_limit(tables):
+    """The race said "48 new tokens" and stopped at 27, where the lesson's answer ends: a workload names
+    its limit as "up to" (en) / "حداکثر" (fa)."""
+    for lang, word in (("en", "up to {max_new}"), ("fa", "حداکثر {max_new}")):
+        workloads = {k: v for k, v in flat(tables[lang]).items() if k.endswith(".workload") and "{max_new}" in v}
+        assert len(workloads) >= 4 and all(word in v for v in workloads.values()), workloads
+
+
 def test_persian_is_persian_with_english_terms(tables):
     fa = tables["fa"]
     for chapter in KEYS:
