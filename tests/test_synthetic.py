@@ -168,3 +168,17 @@ def test_eight_clients_at_once_through_the_shared_scheduler_are_exact(make_pair,
     for i, r in enumerate(runs):
         assert r.outputs == reference(i % len(prompts), MAX_NEW), i
     assert sum(r.totals.accepted for r in runs) > 0
+
+
+def test_every_guess_is_a_token_of_the_rows_own_text(make_pair, prompts):
+    """A wrong guess was any token of the vocabulary: on a class's projected screen the rejected drafts read
+    as random words, whatever the tokenizer holds. It is now a token of the row's own continuation, taken
+    from another place; the right ones are that continuation's own."""
+    pair = make_pair("synthetic:0.3")
+    eng = pair.engine()
+    refs, _ = reference_run(eng, prompts[:2], 2, MAX_NEW)
+    events = list(eng.generate(prompts[:2], Knobs(4, 2, make_policy("fixed")), MAX_NEW, seed=0, references=refs))
+    own = {tok for continuation in refs.values() for tok in continuation}
+    drafted = [t for ev in events for r in ev.rows for t in r.drafted]
+    rejected = sum(len(r.drafted) > r.accepted for ev in events for r in ev.rows)
+    assert rejected > 5 and all(t in own for t in drafted), (rejected, sorted(set(drafted) - own))

@@ -1,9 +1,10 @@
 """A synthetic draft with a set acceptance rate: acceptance as a dial, losslessly.
 
 `synthetic:A` proposes, at each drafted position, the target's own greedy token with probability A and
-otherwise a token the target would not choose. The target's own tokens come from a reference: the
-target's greedy continuation of each row, decoded beforehand by the same engine at depth 0 on the same
-batch (`RowTag.reference`, carried by the request). Verification stays the real one, so the output is
+otherwise a token the target would not choose there (a token of the row's own continuation, from another
+place). The target's own tokens come from a reference: the target's greedy continuation of each row,
+decoded beforehand by the same engine at depth 0 on the same batch (`RowTag.reference`, carried by the
+request). Verification stays the real one, so the output is
 the target's token for token and the acceptance measured is the target's verdict, not the coin; with
 a free draft (no forward pass) the expected tokens per step are (1 − A^(k+1)) ÷ (1 − A).
 
@@ -103,8 +104,18 @@ class SyntheticDrafter:
             if coin(tag.seed, tag.row, pos) < self.rate:
                 out.append(right)
             else:          # any other token: the target, whose greedy choice is `right`, rejects it
-                out.append((right + 1 + int(coin(tag.seed ^ _WRONG, tag.row, pos) * (self.vocab - 1))) % self.vocab)
+                out.append(self._wrong(ref, tag, pos, right))
         return out
+
+    def _wrong(self, ref, tag: RowTag, pos: int, right: int) -> int:
+        """A wrong guess taken from the row's own continuation, at another place: random vocabulary put
+        whatever words a tokenizer holds on a class's projected screen. Keyed by the coins, as the rest."""
+        n = len(ref)
+        start = int(coin(tag.seed ^ _WRONG, tag.row, pos) * n)
+        for j in range(n):
+            if ref[(start + j) % n] != right:
+                return ref[(start + j) % n]
+        return (right + 1) % self.vocab          # a continuation of one repeated token: its neighbour id
 
     def _follow(self, i: int, seq: list[int], tag: RowTag, done: int) -> bool:
         """Check the tokens emitted since the last step against the reference; count a row once when its
