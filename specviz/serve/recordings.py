@@ -80,8 +80,11 @@ def from_json(text: str) -> Recording:
     except check.Bad as exc:
         raise RecordingError(Said("errors.recording_bad_field", detail=str(exc))) from None
     steps = _events(d["steps"])
+    totals = RunTotals(**d["totals"])
+    if "reached" not in data.get("totals", {}):       # older than the field: its steps count it
+        totals.reached = sum(min(len(r.drafted), r.accepted + 1) for _, ev, _ in steps for r in ev.rows)
     return Recording(d["device"], d["date"], d["pair"], d["prompt"], d["settings"], steps, d["samples"],
-                     RunTotals(**d["totals"]), d["outputs"], d["prompt_ids"], d["versions"])
+                     totals, d["outputs"], d["prompt_ids"], d["versions"])
 
 
 def too_big(size: int) -> Said:

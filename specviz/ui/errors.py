@@ -222,8 +222,9 @@ def _fraction(value) -> bool:
 
 
 def _whole_refused(block_fn, inputs) -> bool:
-    """A fraction sent to a slider of whole numbers (gradio's own check lets it through)."""
-    return isinstance(inputs, list) and len(inputs) == len(block_fn.inputs) and any(
+    """A fraction sent to a slider of whole numbers (gradio's own check lets it through). A handler that
+    reads raw values (preprocess=False: a Run, its door's own sentences) checks them itself."""
+    return block_fn.preprocess and isinstance(inputs, list) and len(inputs) == len(block_fn.inputs) and any(
         getattr(block, "whole", False) and _fraction(value) for block, value in zip(block_fn.inputs, inputs))
 
 
@@ -292,7 +293,7 @@ def _failing_input(block_fn, inputs, state=None) -> tuple[int | None, object]:
     for i, (block, value) in enumerate(zip(block_fn.inputs, inputs)):
         if getattr(block, "stateful", False):
             continue                # a gr.State holds the server's own value: the page sends none
-        if getattr(block, "whole", False) and _fraction(value):
+        if getattr(block, "whole", False) and _fraction(value) and block_fn.preprocess:
             return i, value
         block = _as_in_session(block, state)
         try:
@@ -321,7 +322,7 @@ COMMIT_TYPED_JS = """() => {
   // a fraction in a box of whole numbers (step 1) is sent as typed, to be refused with its sentence, and
   // the box then moves to the nearest whole number (the range beside it showed that already)
   const snap = (el) => {
-    if (el.step !== '1' || el.value === '' || Number.isInteger(Number(el.value))) { return; }
+    if (el.step !== '1' || !bounded(el) || Number.isInteger(Number(el.value))) { return; }
     setTimeout(() => { el.value = String(Math.round(Number(el.value))); commit(el); }, 150);
   };
   window.addEventListener('change', (e) => { if (numberBox(e.target)) { commit(e.target); snap(e.target); } }, true);

@@ -18,7 +18,7 @@ from specviz.pairs.models import ModelError
 from specviz.serve import runner
 from specviz.serve.catalog import pair_options
 from specviz.ui.deeplink import WHATIF_KNOBS, query
-from specviz.ui.errors import as_sentences
+from specviz.ui.errors import as_sentences, whole_numbers
 from specviz.ui.runs import TempFiles, write_csv
 from specviz.ui.shown import SessionTable
 from specviz.ui.whatif_measured import KNEE_CONTEXT, knee_view, profile_view
@@ -89,10 +89,13 @@ def build(app, on_page_load=None) -> tuple[dict, Wiring]:
                 # only a floor here: a preset GPU ignores these numbers, whatever an API call sends, and a
                 # custom one is held to its bounds in whatif_views._hardware
                 custom = DEFAULTS["gpu"] == CUSTOM_GPU     # editable only where they count (gpu.change below)
+                # both bounds on the box: a value past either end is refused in the same words
                 bw = tr.add(gr.Number(DEFAULTS["bandwidth_tbs"], label=tx("en", "label.bandwidth"), minimum=BW_TBS[0],
-                                      elem_id="whatif-bandwidth", interactive=custom), **_label("bandwidth"))
+                                      maximum=BW_TBS[1], elem_id="whatif-bandwidth", interactive=custom),
+                            **_label("bandwidth"))
                 fl = tr.add(gr.Number(DEFAULTS["flops_tflops"], label=tx("en", "label.flops"), minimum=FLOPS_TFLOPS[0],
-                                      elem_id="whatif-flops", interactive=custom), **_label("flops"))
+                                      maximum=FLOPS_TFLOPS[1], elem_id="whatif-flops", interactive=custom),
+                            **_label("flops"))
         with gr.Column(scale=3, min_width=420):
             vals = list(DEFAULTS.values())
             md0, lat0, x0 = compute(app, *vals)
@@ -112,6 +115,7 @@ def build(app, on_page_load=None) -> tuple[dict, Wiring]:
     # and a page's load computes once after its link's values are all in (on_link): its .change events read
     # the knobs half set, and met the draft's old list (4 refusals of a draft the link had right)
     triggers = [alpha.input, context.input, overhead.input, model.input, bw.blur, fl.blur]
+    whole_numbers(context)             # tokens of context: 800.5 is refused, and the box moves to 801
     # Enter leaves the box, so its commit is the blur alone: Enter and then a click elsewhere sent the
     # value twice, and a refused one gave its sentence twice ("(2)")
     for box in (bw, fl):
@@ -153,19 +157,25 @@ def build(app, on_page_load=None) -> tuple[dict, Wiring]:
         if on_page_load is not None:
             on_page_load(request, lang)
         if not WHATIF_KNOBS & set(query(request)) and lang == lessons.DEFAULT_LANG:
-            return (gr.skip(),) * 4
+            return (gr.skip(),) * 5
         vals = (gpu, target, draft, alpha, context, overhead, model, bw, fl)
-        return (*on_change(*vals, request=request), on_speedup(*vals, request=request))
+        return (*on_change(*vals, request=request), on_speedup(*vals, request=request), (bw, fl))
 
-    # the speed-up figure follows only a change the summary accepted: a refused value gets one sentence
-    (gr.on(triggers, on_change, inputs, [summary, fig_lat, fig_x], api_name="whatif", show_progress="hidden")
-     .success(on_speedup, inputs, [fig_speedup], api_name="whatif_speedup", show_progress="hidden"))
+    # the speed-up figure follows only a change the summary accepted: a refused value gets one sentence,
+    # and its box goes back to the value the figures were computed from (it kept the refused one)
+    accepted = gr.State((DEFAULTS["bandwidth_tbs"], DEFAULTS["flops_tflops"]))
+    quiet = dict(api_name=False, queue=False, show_progress="hidden")
+    change = gr.on(triggers, on_change, inputs, [summary, fig_lat, fig_x], api_name="whatif", show_progress="hidden")
+    change.success(on_speedup, inputs, [fig_speedup], api_name="whatif_speedup", show_progress="hidden")
+    change.success(lambda b, f: (b, f), [bw, fl], [accepted], **quiet)
+    change.failure(lambda last: last, [accepted], [bw, fl], **quiet)
     # a dropdown's pick is its .blur, once by mouse or keyboard: gradio sends .select for a click only, and
     # .input twice (the pick, then the blur after it: the second new target met the first's draft list)
     (gr.on([gpu.blur, target.blur, draft.blur], on_pick, [target, draft], [draft], api_name="on_target",
            show_progress="hidden")
      .success(on_change, inputs, [summary, fig_lat, fig_x], api_name=False, show_progress="hidden")
-     .success(on_speedup, inputs, [fig_speedup], api_name=False, show_progress="hidden"))
+     .success(on_speedup, inputs, [fig_speedup], api_name=False, show_progress="hidden")
+     .success(lambda b, f: (b, f), [bw, fl], [accepted], **quiet))
     # a preset GPU ignores the two boxes: a reader typed 1 TB/s with the H100 picked and nothing changed;
     # they show the preset's own rates (L4's showed H100's), a start for a custom GPU picked next
     gpu.change(lambda g: preset_rates(g, app.peaks), [gpu], [bw, fl], api_name=False, queue=False,
@@ -188,7 +198,7 @@ def build(app, on_page_load=None) -> tuple[dict, Wiring]:
     knobs = dict(gpu=gpu, target=target, draft=draft, alpha=alpha, context=context, overhead=overhead, model=model,
                  bandwidth=bw, flops=fl)
     figures = [summary, fig_lat, fig_x, fig_speedup]
-    return knobs, Wiring(on_link=(on_link, inputs, figures), relabel=(relabel, inputs, [*figures, draft]))
+    return knobs, Wiring(on_link=(on_link, inputs, [*figures, accepted]), relabel=(relabel, inputs, [*figures, draft]))
 
 
 def preset_rates(gpu: str, peaks=None) -> tuple:
