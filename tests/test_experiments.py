@@ -12,6 +12,7 @@ import torch
 
 from specviz import lessons
 from specviz.chapters import BY_KEY, CHAPTERS, breadth_depth, common, frontier, knee, ledger, policies, race, sweep
+from specviz.chapters.plotting import DRAFT
 from specviz.engine.request import Knobs, Request
 from specviz.hardware.costmodel import crossover_from_rows
 from specviz.hardware.device import Peaks
@@ -525,6 +526,21 @@ def test_figures_use_the_given_labels(runs):
     assert any("EAGLE-3" in n and "published measurement" in n for n in names)
     fig = ledger.figure_ledger(runs["ledger"][-1], {"part_rejected": "WASTE-X"})
     assert "WASTE-X" in {tr.name for tr in fig.data}
+
+
+def test_the_ledgers_legend_gives_one_colour_one_meaning_under_each_bars_name(runs):
+    """A first-time user read blue as the target's own tokens (FLOPs, 22 %) and as verify passes (wall time,
+    52 %), and the measured bars were that blue too: each colour now means one thing, and a part named in
+    both bars (the draft) sits under each bar's name in the legend."""
+    fig = ledger.figure_ledger(runs["ledger"][-1], {})
+    shown = [tr for tr in fig.data if tr.showlegend is not False]
+    by_colour = {}
+    for tr in shown:
+        by_colour.setdefault(tr.marker.color, set()).add(tr.legendgroup or tr.name)
+    # one colour, one meaning: the draft's orange in both bars is the same draft, under two groups
+    assert all(len(names) == 1 or tr_colour == DRAFT for tr_colour, names in by_colour.items()), by_colour
+    stacked = [tr for tr in shown if tr.orientation == "h"]
+    assert stacked and all(tr.legendgrouptitle.text == tr.legendgroup for tr in stacked)
 
 
 def test_every_chapter_says_the_work_it_ran(runs):

@@ -22,7 +22,7 @@ from specviz.chapters.base import Chapter, Result
 from specviz.chapters.common import TimedRun, draft_cost, finished, finite, settings_of, snapshot, timed_run
 from specviz.chapters.dial import References, dial_keys, dial_title
 from specviz.chapters.dial import warm_up as dial_warm_up
-from specviz.chapters.plotting import (DRAFT, KEPT, OTHER, OWN, PLAIN, PREFILL, REJECTED, VERIFY, labels_for,
+from specviz.chapters.plotting import (DRAFT, KEPT, OTHER, OWN, PLAIN, PREFILL, REJECTED, TICK, VERIFY, labels_for,
                                        styled)
 from specviz.engine.request import StepEvent
 from specviz.engine.torchmode import inference_steps
@@ -242,7 +242,7 @@ def figure_ledger(result: dict, labels: dict | None = None, dark: bool = False) 
     names = [("tokens_per_pass", L["row_tokens_per_pass"]), ("speedup", L["row_speedup"]),
              ("curve_speedup", L["row_curve_speedup"])]
     if theory:
-        for col, name, colour in (("theory", L["theory"], PLAIN), ("measured", L["measured"], VERIFY)):
+        for col, name, colour in (("theory", L["theory"], PLAIN), ("measured", L["measured"], TICK)):
             ys = [theory[q][col] if q in theory else None for q, _ in names]
             fig.add_trace(go.Bar(x=[n for _, n in names], y=ys, name=name, marker_color=colour, offsetgroup=col,
                                  text=[f"{y:.2f}" if y is not None else "" for y in ys], textposition="outside",
@@ -255,7 +255,8 @@ def figure_ledger(result: dict, labels: dict | None = None, dark: bool = False) 
     fig.update_xaxes(title_text=L["axis_share"], tickformat=".0%", range=[0, 1], row=1, col=1)
     fig.update_xaxes(title_text=L["axis_position"], dtick=1, row=1, col=2)
     fig.update_yaxes(title_text=L["axis_survival"], tickformat=".0%", range=[0, 1.05], row=1, col=2)
-    return styled(fig, dark, title=dial_title(L, result), height=560, barmode="group", legend=dict(orientation="h", y=-0.12, x=0))
+    return styled(fig, dark, title=dial_title(L, result), height=560, barmode="group",
+                  legend=dict(orientation="h", y=-0.12, x=0, groupclick="toggleitem"))
 
 
 def _stack(fig: go.Figure, parts: list[dict], order: list[tuple], row_name: str) -> None:
@@ -267,8 +268,10 @@ def _stack(fig: go.Figure, parts: list[dict], order: list[tuple], row_name: str)
         share = by.get(key, 0.0)
         if key not in by:
             continue
+        # each bar's parts under its own name in the legend: "draft" is a part of both bars
         fig.add_trace(go.Bar(orientation="h", y=[row_name], x=[share], base=[base], name=name, marker_color=colour,
-                             offsetgroup="stack", legendgroup=key + row_name, text=[f"{share:.0%}"],
+                             offsetgroup="stack", legendgroup=row_name, legendgrouptitle_text=row_name,
+                             text=[f"{share:.0%}"],
                              textposition="inside", insidetextanchor="middle",
                              hovertemplate=name + ": %{x:.1%}<extra></extra>"), row=1, col=1)
         base += share

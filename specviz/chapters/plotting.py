@@ -18,7 +18,9 @@ import plotly.graph_objects as go
 from specviz import lessons
 
 GRID = "rgba(136,136,136,0.35)"
-DRAFT, VERIFY, PLAIN, PREFILL, OTHER = "#f39c34", "#2c7bb6", "#8c8c8c", "#9e7cc1", "#5c5c5c"
+# the target's verify passes teal, its own tokens blue (as the Playground's tokens): one blue in the ledger's
+# legend meant both
+DRAFT, VERIFY, PLAIN, PREFILL, OTHER = "#f39c34", "#35978f", "#8c8c8c", "#9e7cc1", "#5c5c5c"
 KEPT, REJECTED, OWN, TICK = "#1a9850", "#d73027", "#2c7bb6", "#e6b800"
 POLICY_COLOURS = ["#8c8c8c", "#f39c34", "#9e7cc1", "#1a9850", "#2c7bb6", "#d73027"]
 
