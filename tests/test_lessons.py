@@ -114,6 +114,16 @@ def test_a_workload_says_its_token_limit_is_a_limit(tables):
         assert len(workloads) >= 4 and all(word in v for v in workloads.values()), workloads
 
 
+def test_a_conclusion_from_single_cells_does_not_claim_what_it_did_not_measure(tables):
+    """The sweep called its fixed 5 % rule "this machine's noise" (each cell is one measurement), and the
+    policies chapter read a ±26 % band as "the choice hardly matters": a band that wide says this run cannot
+    tell, and a second press of either chapter drew a different line."""
+    en = flat(tables["en"])
+    assert "noise" not in en["chapter.sweep.conclusion_best"] and "one measurement" in en["chapter.sweep.conclusion_best"]
+    assert "hardly matters" not in en["chapter.policies.conclusion_close"]
+    assert "cannot tell" in en["chapter.policies.conclusion_close"]
+
+
 def test_persian_is_persian_with_english_terms(tables):
     fa = tables["fa"]
     for chapter in KEYS:
