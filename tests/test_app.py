@@ -453,6 +453,15 @@ def test_browser_bad_values_get_one_sentence_and_nothing_covered(app_url):
             said = [t for t in page.locator("[data-testid=toast-body]").all_inner_texts() if re.search(words, t)]
             assert len(said) == 1 and "(2)" not in said[0], said           # once
             _close_toasts(page)
+        # a fraction past the end is the end's refusal, once: not a second one for the whole number beyond it
+        top = page.locator("#batch-size input[type=range]").get_attribute("max")
+        page.locator("#batch-size input[type=number]").fill(f"{top}.5")
+        page.locator("#batch-size input[type=number]").press("Enter")
+        _toast(page, rf"not {top}\.5: the slider is set to {top} instead")
+        page.wait_for_timeout(1500)
+        said = [t for t in page.locator("[data-testid=toast-body]").all_inner_texts() if "Batch size" in t]
+        assert len(said) == 1 and "(2)" not in said[0] and "whole number" not in said[0], said
+        _close_toasts(page)
         page.locator("#prompt textarea").fill("")
         page.click("#run")
         _toast(page, "the prompt is empty")

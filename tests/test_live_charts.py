@@ -233,20 +233,33 @@ def test_an_acceptance_chart_with_no_drafts_says_so(lang):
 @pytest.mark.parametrize("lang", ["en", "fa"])
 def test_a_dial_moved_during_a_run_is_marked_and_named_at_both_ends(lang):
     """The dial moved from A = 0.2 to 0.95 mid-Run: the throughput chart jumped with no mark (the k and B
-    moves had theirs), and the theory's sentence named only the first A."""
-    from specviz.engine.request import RowStep, StepEvent
+    moves had theirs), a saved Run replayed without it, and the theory's sentence named only the first A."""
+    from types import SimpleNamespace
+
+    from specviz.engine.request import RowStep, RunTotals, StepEvent
     from specviz.hardware.passcurve import PassCurve
     from specviz.serve.live import LiveRun
     from specviz.ui.dialview import theory_md
+    from specviz.ui.playground import Playground
 
     live = LiveRun(control=None, pair_label="pair", peaks=None, sampler=None, lang=lang)
+    live.curve = PassCurve((1, 2, 4, 8), (0.01, 0.011, 0.012, 0.02), "cpu: 2 cores", "fixed", 256)
+    kept, totals = [], RunTotals()
     for i, rate in enumerate((0.2, 0.2, 0.95)):
         row = RowStep(0, [1, 2], 1, [1, 3], "correction")
-        live.record(StepEvent(i + 1, 1, 2, "fixed", [row], 0.0, 0.01, 0.0, 0.01, 0.0, 3, 9, 0, 0, 0, 0, 0), rate)
-    notes = [a.text for a in live.figures(read=False)[0].layout.annotations]
-    assert any("A=0.95" in n for n in notes) and not any("A=0.2" in n for n in notes), notes
-    curve = PassCurve((1, 2, 4, 8), (0.01, 0.011, 0.012, 0.02), "cpu: 2 cores", "fixed", 256)
-    said = theory_md(lang, dict(predicted_speedup=1.5, measured_speedup=1.4, tokens_per_step=1.8, rate=0.2,
-                                main="tokens", f_tokens=1.0, difference=0.07, abs_difference=0.07, moved=True,
-                                first=0.2, last=0.95), curve, True)
+        ev = StepEvent(i + 1, 1, 2, "fixed", [row], 0.0, 0.01, 0.0, 0.01, 0.0, 3, 9, 0, 0, 0, 0, 0)
+        kept.append(live.record(ev, rate))
+        totals.add(kept[-1])
+    assert [len(ev.changes) for ev in kept] == [0, 0, 1]        # the Run keeps the move with its step
+    replay = LiveRun(control=None, pair_label="pair", peaks=None, sampler=None, lang=lang)
+    for ev in kept:
+        replay.record(ev)                                       # a replay has no rates: the step names it
+    for run in (live, replay):
+        notes = [a.text for a in run.figures(read=False)[0].layout.annotations]
+        assert any("A=0.95" in n for n in notes) and not any("A=0.2" in n for n in notes), notes
+    plain = RunTotals(steps=6, tokens=6, row_steps=6, wall_s=0.06, verify_s=0.06)
+    streamer = SimpleNamespace(steps=[(0.0, ev, {}) for ev in kept])
+    result = Playground._theory(None, streamer, live, SimpleNamespace(totals=totals), plain, 0.2)
+    assert (result["moved"], result["first"], result["last"]) == (True, 0.2, 0.95)
+    said = theory_md(lang, result, live.curve, True)
     assert "0.20" in said and "0.95" in said, said

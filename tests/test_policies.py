@@ -67,6 +67,15 @@ def test_adaptive_speculates_when_verify_is_flat_and_stops_when_it_is_linear():
     assert _feed(AdaptiveGoodput(max_depth=6), 32, 0.3, linear) == 0
 
 
+def test_adaptive_estimates_alpha_per_draft_the_target_came_to():
+    """Each step a row keeps 2 of 4 drafts: the target judged 3 of them (the fourth follows a rejection),
+    so α is 2/3. Kept ÷ drafted read 1/2, lower the deeper the policy went, and it shied from depth."""
+    p = AdaptiveGoodput(max_depth=4)
+    for _ in range(200):
+        p.observe(StepObservation(1, 4, 4, 2, 0.0, 0, 0.1, 5, reached=3))
+    assert abs(p.alpha - 2 / 3) < 0.01, p.alpha
+
+
 # --- the registry ------------------------------------------------------------------------------------------
 
 def test_the_registry_is_the_one_list_of_policies():

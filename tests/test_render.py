@@ -191,3 +191,13 @@ def test_a_line_breaks_between_words_never_inside_a_number_at_a_step(page_class)
     assert "".join(lines) == "".join(pieces)
     numbers = [int(w) for line in lines for w in line.replace(",", " ").split()]
     assert numbers == list(range(1, 101)), lines          # no number cut in two across lines
+
+
+def test_the_counters_name_kept_over_drafted_drafts_kept_not_acceptance():
+    """At A = 0.70, k = 4 the counter read "acceptance 44 %" beside the dial's 0.70: kept ÷ drafted counts
+    the drafts after a rejection, so it is named for what it counts."""
+    from specviz.engine.request import RunTotals
+    from specviz.ui.counters import counters_md
+
+    line = counters_md("en", RunTotals(steps=10, tokens=20, row_steps=10, drafted=100, accepted=44, wall_s=1.0))
+    assert "drafts kept **44%**" in line and "acceptance" not in line, line

@@ -117,6 +117,15 @@ def test_align_explains_chunks_with_per_step_arrays():
     assert steps.align([[1], [2]], {"per_step_accepted": [3, 3], "per_step_drafted": [4, 4]}) is None
 
 
+def test_alpha_counts_the_drafts_vllm_reached_from_its_per_step_lists():
+    """The live reading lumps a row's rejections into one closing step (one reached draft), and α came out
+    near 1; the per-step lists give the drafts the target came to: kept 2 of 4 (3 reached), 0 of 4 (1), 4 of 4."""
+    assert steps.reached_of({"per_step_accepted": [2, 0, 4], "per_step_drafted": [4, 4, 4]}) == 3 + 1 + 4
+    assert steps.reached_of({"per_step_accepted": [], "per_step_drafted": []}) == 0     # drafted nothing
+    assert steps.reached_of(None) is None and steps.reached_of({"num_draft_tokens": 4}) is None
+    assert steps.reached_of({"per_step_accepted": [1], "per_step_drafted": [4, 4]}) is None
+
+
 def test_speculative_config_and_argv():
     cfg = speculative_config("ngram", 4)
     assert cfg == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}

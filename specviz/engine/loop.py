@@ -298,7 +298,7 @@ class SpeculativeEngine:
         req.steps += 1
         req.totals.add(ev)
         req.state.policy.observe(StepObservation(ev.batch_size, plan.depth, ev.drafted, ev.accepted, ev.draft_s,
-                                                 prop.passes, ev.verify_s, ev.tokens_per_pass))
+                                                 prop.passes, ev.verify_s, ev.tokens_per_pass, ev.reached))
 
     def _accept(self, logits: torch.Tensor, prop: Proposal, temps: list[float], gens: list):
         """Greedy rows keep the drafts that match the target's argmax; sampled rows apply the

@@ -61,6 +61,7 @@ class StepObservation:
     draft_passes: int       # draft forward passes run
     verify_s: float         # time in the target's verify forward
     tokens_per_pass: int    # slots the verify pass processed (batch × (k+1))
+    reached: int | None = None   # drafts the target came to (StepEvent.reached); None: take `drafted`
 
 
 class Policy(Protocol):
@@ -209,7 +210,10 @@ class AdaptiveGoodput:
     def observe(self, obs: StepObservation) -> None:
         s = self.smoothing
         if obs.drafted:
-            self.alpha = (1 - s) * self.alpha + s * (obs.accepted / obs.drafted)
+            # α per draft the target came to: kept ÷ drafted counts the drafts after a rejection, never
+            # judged, and read α low the deeper the policy went
+            judged = obs.reached if obs.reached else obs.drafted
+            self.alpha = (1 - s) * self.alpha + s * (obs.accepted / judged)
             self._since_draft = 0
         else:
             self._since_draft += 1

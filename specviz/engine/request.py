@@ -141,6 +141,11 @@ class StepEvent:
     def accepted(self) -> int:
         return sum(r.accepted for r in self.rows)
 
+    @property
+    def reached(self) -> int:
+        """Verified drafts the target came to: those kept, and each row's first rejection (α's denominator)."""
+        return sum(min(len(r.drafted), r.accepted + 1) for r in self.rows)
+
 
 @dataclass
 class RunTotals:
@@ -179,7 +184,7 @@ class RunTotals:
         self.shared_batch_max = max(self.shared_batch_max, ev.batch_size)
         self.users_max = max(self.users_max, ev.users)
         self.proposed += sum(r.proposed for r in ev.rows)
-        self.reached += sum(min(len(r.drafted), r.accepted + 1) for r in ev.rows)
+        self.reached += ev.reached
 
     @property
     def tokens_per_s(self) -> float:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, NamedTuple
 
 from specviz import lessons, live_charts
@@ -65,19 +65,21 @@ class LiveRun:
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
 
-    def record(self, ev: StepEvent, rate: float | None = None) -> None:
+    def record(self, ev: StepEvent, rate: float | None = None) -> StepEvent:
         """Fold one step into the chart series (called by the generating thread); `rate`: the dial's A
-        at this step (a synthetic Run)."""
+        at this step (a synthetic Run). Returns the step as the Run keeps it: where the dial moved, a copy
+        whose changes name the move (it reaches the engine outside them), so a saved Run replays its mark."""
         with self.lock:
-            # the dial's move is marked on the chart as a knob's is (it reaches the engine outside its changes)
-            moved = rate is not None and self.rates and rate != self.rates[-1]
-            self._record(ev, [lessons.Said("playground.chart.change_acceptance", old=f"{self.rates[-1]:g}",
-                                           new=f"{rate:g}")] if moved else [])
+            if rate is not None and self.rates and rate != self.rates[-1]:
+                moved = lessons.Said("playground.chart.change_acceptance", old=f"{self.rates[-1]:g}", new=f"{rate:g}")
+                ev = replace(ev, changes=[*ev.changes, moved])
+            self._record(ev)
             if rate is not None:
                 self.acceptance = rate
                 self.rates.append(rate)
+        return ev
 
-    def _record(self, ev: StepEvent, moved: list) -> None:
+    def _record(self, ev: StepEvent) -> None:
         now = self.elapsed()
         self.recent.append(ev)
         secs = sum(e.wall_s for e in self.recent)
@@ -91,8 +93,8 @@ class LiveRun:
             s.add(now, len(r.emitted) / ev.wall_s if ev.wall_s else None)
             if r.drafted:
                 self.hist[min(r.accepted, 16)] += 1
-        if ev.changes or moved:
-            self.markers.append((now, [*ev.changes, *moved]))     # said in the chart's language
+        if ev.changes:
+            self.markers.append((now, list(ev.changes)))     # said in the chart's language
         m = step_metrics(ev.draft_flops + ev.target_flops, ev.draft_bytes + ev.target_bytes,
                          ev.draft_s + ev.verify_s, self.peaks)
         # a replay has no peaks of the machine it ran on: this machine's would name a wrong regime

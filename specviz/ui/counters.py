@@ -130,6 +130,8 @@ def path_md(lang: str, path: str, fast) -> str:
 
 def counters_md(lang: str, totals, regime: str = "", sample=None, pass_md: str = "", path_md: str = "") -> str:
     """The counters' line; `regime`, `pass_md` and `path_md` are their parts, already said (regime_md…)."""
+    # kept ÷ verified drafts (vLLM's ratio) is named "drafts kept", not "acceptance": it reads below the
+    # dial's A at depth > 1 (the drafts after a rejection count), and beside the dial looked like it failing
     acc = "—" if totals.acceptance_rate is None else f"{totals.acceptance_rate:.0%}"
     parts = [t(lang, "playground.tokens_per_s", value=totals.tokens_per_s),
              t(lang, "playground.acceptance", value=acc),

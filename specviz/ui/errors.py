@@ -210,9 +210,9 @@ def _off_step(block, name, value, on_page: bool) -> lessons.Said | None:
 
 
 def whole_numbers(*sliders) -> None:
-    """Sliders of whole numbers (rows, depth, new tokens): gradio checks a slider's bounds, not its step, so
-    a typed 2.5 passed, the range beside its box showed 3, and the refusal came only at the next Run. The
-    mark is on the page's component: the boundary (`_guard_preprocess`) reads it there."""
+    """Sliders of whole numbers (rows, depth, new tokens, context): gradio checks a slider's bounds, not its
+    step, so the boundary (`_guard_preprocess`) refuses a fraction itself. The mark is on the page's
+    component, where the boundary reads it (a session's copy of a component is rebuilt without it)."""
     for slider in sliders:
         slider.whole = True
 
@@ -321,9 +321,11 @@ COMMIT_TYPED_JS = """() => {
   window.addEventListener('input', (e) => { if (!passing && numberBox(e.target)) { e.stopImmediatePropagation(); } }, true);
   // a fraction in a box of whole numbers (step 1) is sent as typed, to be refused with its sentence, and
   // the box then moves to the nearest whole number (the range beside it showed that already)
+  // (a fraction past an end is the end's business: the blur moves the box there, with one sentence)
+  const fraction = (el) => el.step === '1' && bounded(el) && inside(el) && !Number.isInteger(Number(el.value));
   const snap = (el) => {
-    if (el.step !== '1' || !bounded(el) || Number.isInteger(Number(el.value))) { return; }
-    setTimeout(() => { el.value = String(Math.round(Number(el.value))); commit(el); }, 150);
+    if (!fraction(el)) { return; }
+    setTimeout(() => { if (fraction(el)) { el.value = String(Math.round(Number(el.value))); commit(el); } }, 150);
   };
   window.addEventListener('change', (e) => { if (numberBox(e.target)) { commit(e.target); snap(e.target); } }, true);
   const inside = (el) => Number(el.value) >= Number(el.min) && Number(el.value) <= Number(el.max);

@@ -416,7 +416,7 @@ def _experiment_panel(lesson: Lesson, tr, chap: Chapter, pair) -> None:
     note = tr.direction(gr.Markdown("", label="Conclusion", elem_id=f"conclusion-{ch}",
                                      elem_classes=["sv-conclusion"]))
     plot = gr.Plot(label="Chart", elem_id=f"plot-{ch}", show_label=False)
-    # shown once it holds the chapter's data (pressed before a run, it did nothing)
+    # shown once it holds the chapter's data: without a file the button does nothing
     csv = tr.add(gr.DownloadButton(value=None, size="sm", elem_id=f"csv-{ch}", visible=False), label="app.download_csv")
     data = gr.JSON(label="Measurements", visible=False)
     lesson.shown.append((ch, note, plot))

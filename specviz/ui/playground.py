@@ -298,8 +298,7 @@ class Playground:
         if keep_peaks and packet.peaks is not None:
             self.app.peaks = packet.peaks      # a ZeroGPU worker's calibration: the what-if tab can use it
         for ev, rate in zip(packet.events, packet.rates or [None] * len(packet.events)):
-            live.record(ev, rate)
-            streamer.add(ev)
+            streamer.add(live.record(ev, rate))       # the step as the Run keeps it (a dial's move named)
 
     def _where(self) -> str:
         return " · ZeroGPU" if self.app.runner.zero_gpu else ""

@@ -111,8 +111,8 @@ def build(app) -> "Playground":
             chart_k = tr.add(gr.Plot(blank_figure(), label="Pass time", elem_id="chart-knee-live"),
                              label="playground.chart.plot_knee")
             with gr.Row():
-                # a DownloadButton's label is its text; its value is the file, set when a Run ends: shown then
-                # (pressed before, it did nothing)
+                # a DownloadButton's label is its text; its value is the file, set when a Run ends: shown then,
+                # since one without a file does nothing when pressed
                 csv = tr.add(gr.DownloadButton(value=None, elem_id="csv-playground", size="sm", visible=False),
                              label="playground.download_label")
                 save = tr.add(gr.DownloadButton(value=None, elem_id="save-run", size="sm", visible=False),

@@ -162,13 +162,15 @@ def build(app, on_page_load=None) -> tuple[dict, Wiring]:
         return (*on_change(*vals, request=request), on_speedup(*vals, request=request), (bw, fl))
 
     # the speed-up figure follows only a change the summary accepted: a refused value gets one sentence,
-    # and its box goes back to the value the figures were computed from (it kept the refused one)
+    # and its box goes back to the value the figures were computed from, so box and figures agree
     accepted = gr.State((DEFAULTS["bandwidth_tbs"], DEFAULTS["flops_tflops"]))
     quiet = dict(api_name=False, queue=False, show_progress="hidden")
     change = gr.on(triggers, on_change, inputs, [summary, fig_lat, fig_x], api_name="whatif", show_progress="hidden")
     change.success(on_speedup, inputs, [fig_speedup], api_name="whatif_speedup", show_progress="hidden")
     change.success(lambda b, f: (b, f), [bw, fl], [accepted], **quiet)
-    change.failure(lambda last: last, [accepted], [bw, fl], **quiet)
+    # a preset picked meanwhile shows its own rates (its pick may land before this refusal returns)
+    change.failure(lambda last, g: last if g == CUSTOM_GPU else preset_rates(g, app.peaks), [accepted, gpu], [bw, fl],
+                   **quiet)
     # a dropdown's pick is its .blur, once by mouse or keyboard: gradio sends .select for a click only, and
     # .input twice (the pick, then the blur after it: the second new target met the first's draft list)
     (gr.on([gpu.blur, target.blur, draft.blur], on_pick, [target, draft], [draft], api_name="on_target",

@@ -17,7 +17,7 @@ from typing import Iterator
 from specviz.engine.request import RowStep, RunTotals, StepEvent
 from specviz.lessons import Said
 from specviz.vllm.client import VllmClient, VllmError
-from specviz.vllm.steps import align, closing_step, live_step, row_figures
+from specviz.vllm.steps import align, closing_step, live_step, reached_of, row_figures
 
 POLL_S = 0.25
 
@@ -139,6 +139,10 @@ class VllmRun:
         if all(st.spec is not None for st in self.rows.values()):
             self.totals.drafted = sum(f.drafted for f in figs.values())
             self.totals.accepted = sum(f.accepted for f in figs.values())
+        # α's denominator from the exact per-step lists, else none (alpha None): the live steps lump a row's
+        # rejections into one
+        reached = [reached_of(st.spec) for st in self.rows.values()]
+        self.totals.reached = sum(reached) if reached and None not in reached else 0
         per_step = {}
         for i, st in self.rows.items():
             steps = align(st.chunks, st.spec) if st.spec else None

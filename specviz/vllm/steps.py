@@ -107,6 +107,17 @@ class RowFigures:
     accepted: int
 
 
+def reached_of(spec: dict | None) -> int | None:
+    """Drafts the target came to (kept, and each step's first rejection: α's denominator), from the per-step
+    lists; None where vLLM sent none (the live reading lumps a row's rejections into one closing step)."""
+    if not spec or "per_step_drafted" not in spec:
+        return None
+    acc, dra = list(spec.get("per_step_accepted") or []), list(spec.get("per_step_drafted") or [])
+    if len(acc) != len(dra):
+        return None
+    return sum(min(int(d), int(a) + 1) for d, a in zip(dra, acc))
+
+
 def row_figures(tokens: int, spec: dict | None) -> RowFigures:
     s = spec or {}
     return RowFigures(tokens, int(s.get("num_draft_tokens", 0)), int(s.get("num_accepted_draft_tokens", 0)))
