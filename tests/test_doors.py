@@ -248,7 +248,7 @@ def test_a_file_of_another_type_is_read_and_refused_in_our_words(door, tmp_path,
 def test_a_recording_reads_back_with_every_field():
     """Reading a recording kept only the fields it knew at first: a replay lost adaptive verification's
     proposed drafts and each pass's real and padded width (the counters' "verified of proposed")."""
-    from specviz.serve.recordings import from_json
+    from specviz.serve.recordings import RecordingError, from_json
 
     text = SHIPPED.read_text(encoding="utf-8")
     rec = json.loads(text)
@@ -261,6 +261,10 @@ def test_a_recording_reads_back_with_every_field():
     old = json.loads(text)
     reached = old["totals"].pop("reached")
     assert reached > 0 and from_json(json.dumps(old, ensure_ascii=False)).totals.reached == reached
+    # more drafts reached than drafted (α above 1) is a broken file, said so
+    old["totals"]["reached"] = old["totals"]["drafted"] + 1
+    with pytest.raises(RecordingError, match="reached"):
+        from_json(json.dumps(old, ensure_ascii=False))
 
 
 def test_a_stored_sentence_this_version_cannot_say_keeps_the_recorded_english():

@@ -195,6 +195,9 @@ def totals(d) -> dict:
     d = mapping(d, "'totals'")
     out = {k: whole(d.get(k, 0), f"totals '{k}'", 0, 2**53) for k in TOTAL_INTS}
     out.update({k: number(d.get(k, 0.0), f"totals '{k}'") for k in TOTAL_FLOATS})
+    # α = accepted ÷ reached: the drafts reached lie between those kept and those drafted (0: not counted)
+    if out["reached"] and not out["accepted"] <= out["reached"] <= out["drafted"]:
+        raise Bad(f"totals 'reached' must be from {out['accepted']} to {out['drafted']}, not {out['reached']}")
     return out
 
 
