@@ -315,7 +315,7 @@ class Lesson:
         write_csv(path, result["table"] or [{"chart": chapter}])
         self._keep(session, chapter, result)
         note, fig = redrawn(self.lang(session), result)    # the reader may have switched language meanwhile
-        yield note, fig, gr.update(value=path, visible=True), result
+        yield note, fig, path, result
 
     def _running(self, kind: tuple, lang: str) -> str:
         """The chapter's "running" line, with how long to expect where this server has run it before."""
@@ -421,15 +421,19 @@ def _experiment_panel(lesson: Lesson, tr, chap: Chapter, pair) -> None:
     data = gr.JSON(label="Measurements", visible=False)
     lesson.shown.append((ch, note, plot))
     outputs = [note, plot, csv, data]
+    # the API's outputs stay plain values (the file's path); the page shows the button once a run gave it one
+    shown = dict(fn=lambda: gr.update(visible=True), inputs=None, outputs=[csv], api_name=False, queue=False,
+                 show_progress="hidden")
     if dial is None:
         def run(pair_label, request: gr.Request):
             yield from lesson.run(ch, pair_label, request)
-        button.click(run, [pair], outputs, api_name=f"lesson_{ch}", concurrency_limit=4)
+        button.click(run, [pair], outputs, api_name=f"lesson_{ch}", concurrency_limit=4).success(**shown)
         return
 
     def run_dial(pair_label, synthetic: bool, acceptance: float, request: gr.Request):
         yield from lesson.run(ch, pair_label, request, synthetic, acceptance)
-    button.click(run_dial, [pair, dial[0], dial[1]], outputs, api_name=f"lesson_{ch}", concurrency_limit=4)
+    button.click(run_dial, [pair, dial[0], dial[1]], outputs, api_name=f"lesson_{ch}",
+                 concurrency_limit=4).success(**shown)
 
 
 def _dial(lesson: Lesson, tr, ch: str) -> tuple:

@@ -136,7 +136,8 @@ def build(app) -> "Playground":
               page.generate, [prompt, pair, batch, depth, policy, threshold, temperature, max_new, same, acceptance],
               outputs,
               api_name="generate", concurrency_limit=app.limits.max_shared_rows + app.limits.max_queue,
-              preprocess=False)
+              preprocess=False).success(   # the API's outputs stay the files' paths; the page shows the buttons
+        lambda: (gr.update(visible=True),) * 2, None, [csv, save], api_name=False, queue=False, show_progress="hidden")
     # a replay mostly sleeps: it never waits for another user's replay or Run (RunStore.replay_slot)
     replay.click(page.on_replay_press, None, [lossless], api_name=False, queue=False, show_progress="hidden").then(
                  page.replay, [replay_pick, replay_file], outputs, api_name="replay", concurrency_limit=None)

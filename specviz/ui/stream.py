@@ -105,10 +105,7 @@ class Streamer:
         rows = rows_html(self.views, self.state, lang=lang, tail=None if final else ROW_TAIL)
         values = dict(tokens=tokens_html(first), rows=rows, counters=text,
                       chart_t=charts[0], chart_h=charts[1], chart_a=charts[2])
-        for name, v in (("status", status), ("result", result)):
+        for name, v in (("status", status), ("result", result), ("csv", csv), ("save", save)):
             if v is not None:
                 values[name] = v
-        for name, v in (("csv", csv), ("save", save)):     # a download shows once it holds its file
-            if v is not None:
-                values[name] = gr.update(value=v, visible=True)
         return pack(**values)
