@@ -82,7 +82,7 @@ def from_json(text: str) -> Recording:
     steps = _events(d["steps"])
     totals = RunTotals(**d["totals"])
     if "reached" not in data.get("totals", {}):       # older than the field: its steps count it
-        totals.reached = sum(min(len(r.drafted), r.accepted + 1) for _, ev, _ in steps for r in ev.rows)
+        totals.reached = sum(ev.reached for _, ev, _ in steps)
     return Recording(d["device"], d["date"], d["pair"], d["prompt"], d["settings"], steps, d["samples"],
                      totals, d["outputs"], d["prompt_ids"], d["versions"])
 

@@ -86,10 +86,9 @@ def build(app, on_page_load=None) -> tuple[dict, Wiring]:
                            lambda lang: gr.update(label=tx(lang, "label.model"), info=tx(lang, "label.model_info"),
                                                   choices=model_options(lang)))
             with gr.Row():
-                # only a floor here: a preset GPU ignores these numbers, whatever an API call sends, and a
-                # custom one is held to its bounds in whatif_views._hardware
+                # both bounds on the box, so a value past either end is refused in the same words before any
+                # handler (a custom GPU is held to them again in whatif_views._hardware, for the CLI)
                 custom = DEFAULTS["gpu"] == CUSTOM_GPU     # editable only where they count (gpu.change below)
-                # both bounds on the box: a value past either end is refused in the same words
                 bw = tr.add(gr.Number(DEFAULTS["bandwidth_tbs"], label=tx("en", "label.bandwidth"), minimum=BW_TBS[0],
                                       maximum=BW_TBS[1], elem_id="whatif-bandwidth", interactive=custom),
                             **_label("bandwidth"))
@@ -165,9 +164,10 @@ def build(app, on_page_load=None) -> tuple[dict, Wiring]:
     # and its box goes back to the value the figures were computed from, so box and figures agree
     accepted = gr.State((DEFAULTS["bandwidth_tbs"], DEFAULTS["flops_tflops"]))
     quiet = dict(api_name=False, queue=False, show_progress="hidden")
+    remember = dict(fn=lambda b, f: (b, f), inputs=[bw, fl], outputs=[accepted], **quiet)
     change = gr.on(triggers, on_change, inputs, [summary, fig_lat, fig_x], api_name="whatif", show_progress="hidden")
     change.success(on_speedup, inputs, [fig_speedup], api_name="whatif_speedup", show_progress="hidden")
-    change.success(lambda b, f: (b, f), [bw, fl], [accepted], **quiet)
+    change.success(**remember)
     # a preset picked meanwhile shows its own rates (its pick may land before this refusal returns)
     change.failure(lambda last, g: last if g == CUSTOM_GPU else preset_rates(g, app.peaks), [accepted, gpu], [bw, fl],
                    **quiet)
@@ -177,7 +177,7 @@ def build(app, on_page_load=None) -> tuple[dict, Wiring]:
            show_progress="hidden")
      .success(on_change, inputs, [summary, fig_lat, fig_x], api_name=False, show_progress="hidden")
      .success(on_speedup, inputs, [fig_speedup], api_name=False, show_progress="hidden")
-     .success(lambda b, f: (b, f), [bw, fl], [accepted], **quiet))
+     .success(**remember))
     # a preset GPU ignores the two boxes: a reader typed 1 TB/s with the H100 picked and nothing changed;
     # they show the preset's own rates (L4's showed H100's), a start for a custom GPU picked next
     gpu.change(lambda g: preset_rates(g, app.peaks), [gpu], [bw, fl], api_name=False, queue=False,
