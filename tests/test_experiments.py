@@ -334,10 +334,10 @@ def test_sweep_fills_cell_by_cell_and_finds_crossover(runs):
     last = ds[-1]
     assert last["depths"] == [0, 1, 2] and last["batches"] == [1, 2, 3]   # k = 0 always measured
     sizes = [len(d["table"]) for d in ds]
-    assert sizes == [0] + list(range(1, 10)) + [9]                       # one yield per cell
+    # one yield per run: a batch size's cells appear in its first round, and its two later rounds redo them
+    assert sizes == [0, 1, 2, 3, 3, 3, 3, 3, 3, 3, 4, 5, 6] + [6] * 6 + [7, 8, 9] + [9] * 7
     for d in ds[1:]:
-        r = d["table"][-1]
-        assert r["speedup"] is not None and r["speedup"] > 0              # known as soon as measured
+        assert all(r["speedup"] is not None and r["speedup"] > 0 for r in d["table"])   # known once measured
     cross = sweep.sweep_crossover(last["table"])
     assert last["crossover_batch"] == cross
     assert last["best_depth"] == [{"batch_size": b, "depth": k} for b, k in sweep.sweep_best_depths(last["table"]).items()]
@@ -345,9 +345,40 @@ def test_sweep_fills_cell_by_cell_and_finds_crossover(runs):
     assert last["conclusion"] == sweep.sweep_conclusion(cross, unsettled)
     assert last["conclusions"][0] == "conclusion_best"
     assert len(last["best_depth"]) == 3 and last["values"]["max_batch"] == 3
-    for row in last["table"]:
-        base = next(r for r in last["table"] if r["batch_size"] == row["batch_size"] and r["depth"] == 0)
-        assert row["speedup"] == pytest.approx(row["tokens_per_s"] / base["tokens_per_s"])
+    assert {r["runs"] for r in last["table"]} == {sweep.SWEEP_ROUNDS} and last["values"]["rounds"] == 3
+    assert all((r["band"] is None) == (r["depth"] == 0) for r in last["table"])
+    assert last["values"]["edge_band"] >= sweep.SWEEP_PAYS - 1
+
+
+def _timed(tps: float) -> common.TimedRun:
+    from specviz.engine.request import RunTotals
+    return common.TimedRun([], [], 1.0, RunTotals(tokens=int(tps)), {})
+
+
+def test_a_sweep_cell_is_the_median_of_its_rounds_paired_with_plain():
+    """Each round's ratio is taken to plain decoding of the same round (a slow round slows both), the
+    cell's speed-up is their median and its band their spread: one cell run once moved the crossover
+    between presses of the same button."""
+    runs = {0: [_timed(100), _timed(50), _timed(100)], 2: [_timed(120), _timed(60), _timed(100)]}
+    plain, two = sweep.sweep_cells(runs, 4)
+    assert plain["speedup"] == 1.0 and plain["band"] is None and plain["tokens_per_s"] == 100
+    assert two["speedup"] == pytest.approx(1.2) and two["runs"] == 3      # ratios 1.2, 1.2, 1.0
+    assert two["tokens_per_s"] == 100                                      # the median run's speed
+    assert two["band"] == pytest.approx(0.1 / 1.2)                         # (1.2 − 1.0) ÷ 2 ÷ 1.2
+    assert sweep.sweep_cells({0: [_timed(100)], 2: []}, 4) == [sweep.sweep_cells({0: [_timed(100)]}, 4)[0]]
+    assert sweep.turn([0, 1, 2], 0) == [0, 1, 2] and sweep.turn([0, 1, 2], 1) == [2, 1, 0]
+
+
+def test_a_depth_pays_only_outside_its_own_band():
+    rows = [{"batch_size": 8, "depth": 0, "speedup": 1.0}, {"batch_size": 8, "depth": 2, "speedup": 1.08, "band": 0.1},
+            {"batch_size": 8, "depth": 4, "speedup": 1.06, "band": None}]
+    assert sweep.sweep_best_depths(rows) == {8: 4}                   # 1.08 inside ±10 %; 1.06 outside ±5 %
+    rows[2]["speedup"] = 1.04
+    assert sweep.sweep_best_depths(rows) == {8: 0}
+    rows[1]["band"] = 0.06
+    assert sweep.sweep_best_depths(rows) == {8: 2}
+    assert sweep.edge_values(rows, None) == {"edge_depth": 2, "edge_speedup": 1.08, "edge_band": 0.06}
+    assert sweep.edge_values(rows, 16)["edge_depth"] == "—"
 
 
 def test_sweep_publishes_sources():

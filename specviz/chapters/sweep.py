@@ -2,10 +2,15 @@
 crossover batch, and published GPU measurements beside it (always labelled as published). With the
 acceptance dial, the same grid on the synthetic draft: its references decoded first, batch by batch.
 
-Measured: about 35 s on the 2-core CPU with the offline SmolLM2-135M and the n-gram draft (B up to 32).
+Every cell runs SWEEP_ROUNDS times, the depths of a batch size taking turns, so a cell's speed-up is the
+median of its rounds' ratios to plain decoding in the same round and its band is their spread: one run per
+cell moved the crossover between presses (B = 32 read 1.03× and 1.07× on the same CPU).
+
+Measured: about 50 s on the 2-core CPU with the offline SmolLM2-135M and the n-gram draft (B up to 32).
 """
 from __future__ import annotations
 
+import statistics
 from typing import Iterable, Iterator
 
 import plotly.graph_objects as go
@@ -16,24 +21,32 @@ from specviz.chapters import vllm_panels
 from specviz.chapters.base import Chapter, Result, VllmPanel
 from specviz.chapters.common import TimedRun, finished, settings_of, snapshot, timed_run
 from specviz.chapters.dial import References, acceptance_of, dial_keys, dial_title, dialled, warm_up
+from specviz.chapters.frontier_verdict import paired_band
 from specviz.chapters.plotting import PLAIN, POLICY_COLOURS, aligned, is_rtl, labels_for, said_label, styled
 from specviz.engine.torchmode import inference_steps
-from specviz.hardware.costmodel import best_depths, crossover_from_rows
+from specviz.hardware.costmodel import crossover_from_rows
 from specviz.hardware.profiles import PUBLISHED_LABEL, load_published
 from specviz.lessons import Listed, Said
 
 SWEEP_PAYS = 1.05        # a depth "pays" at a batch size when it beats plain decoding by ≥ 5 % (the race's band)
+SWEEP_ROUNDS = 3         # runs of every cell, the depths taking turns (the median of 3 survives one outlier)
 
 
 def sweep_best_depths(rows: list[dict]) -> dict[int, int]:
-    """Batch size → best depth: the fastest cell (roofline.best_depths), unless no depth beats plain
-    decoding by 5 % — then k = 0: a 1 % "win" on a shared CPU is noise, not a reason to speculate."""
-    best = best_depths(rows)
-    for b, k in best.items():
-        ups = [r["speedup"] for r in rows if r["batch_size"] == b and r["depth"] > 0 and r.get("speedup")]
-        if k and max(ups, default=0.0) < SWEEP_PAYS:
-            best[b] = 0
+    """Batch size → best depth: of the depths that beat plain decoding by more than their own band (their
+    rounds' spread, `band`, at least 5 %), the one with the highest speed-up; k = 0 where none did: a 3 %
+    "win" inside a cell's noise is not a reason to speculate."""
+    best: dict[int, int] = {}
+    for b in sorted({r["batch_size"] for r in rows}):
+        paying = [r for r in rows if r["batch_size"] == b and r["depth"] > 0 and r.get("speedup")
+                  and r["speedup"] >= 1 + pays_band(r)]
+        best[b] = max(paying, key=lambda r: r["speedup"])["depth"] if paying else 0
     return best
+
+
+def pays_band(row: dict) -> float:
+    """How far past 1× a cell must be to pay: its own band, at least SWEEP_PAYS's 5 %."""
+    return max(SWEEP_PAYS - 1, row.get("band") or 0.0)
 
 
 def sweep_crossover(rows: list[dict]) -> int | None:
@@ -88,16 +101,19 @@ def published_points() -> list[dict]:
 
 @inference_steps
 def run_sweep(pair, prompt_ids: list[int], batches: Iterable[int] = (1, 2, 4, 8, 16, 32),
-              depths: Iterable[int] = (0, 1, 2, 4), max_new: int = 24) -> Iterator[Result]:
-    """Every (batch B, depth k) cell: B rows of the prompt, greedy, end-to-end tokens/s, speed-up over
-    k = 0 at the same B (k = 0 is always measured, first, so every cell's speed-up is known as soon as it
-    finishes). One yield per cell. Extra keys: `batches`, `depths`, `best_depth` ([{batch_size, depth}],
-    sweep_best_depths), `crossover_batch` (sweep_crossover), `published` (see published_points), and the
-    dial's (chapters.dial): with a synthetic draft, each batch size's cells run on one engine that first
+              depths: Iterable[int] = (0, 1, 2, 4), max_new: int = 24,
+              rounds: int = SWEEP_ROUNDS) -> Iterator[Result]:
+    """Every (batch B, depth k) cell, `rounds` times (see `turn`): B rows of the prompt, greedy, end-to-end
+    tokens/s, speed-up over k = 0 at the same B (k = 0 is measured first, so every cell's speed-up is known
+    as soon as it finishes; see `sweep_cells`). One yield per run. Extra keys: `batches`, `depths`,
+    `best_depth` ([{batch_size, depth}], sweep_best_depths), `crossover_batch` (sweep_crossover), `published`
+    (see published_points), and the dial's (chapters.dial): with a synthetic draft, each batch size's cells run on one engine that first
     decoded that batch at depth 0, untimed, for their references."""
     batches = sorted({int(b) for b in batches})
     depths = sorted({0, *(int(k) for k in depths)})
-    settings = settings_of(pair, batches=batches, depths=depths, max_new=max_new, prompt_tokens=len(prompt_ids))
+    rounds = max(1, int(rounds))
+    settings = settings_of(pair, batches=batches, depths=depths, max_new=max_new, rounds=rounds,
+                           prompt_tokens=len(prompt_ids))
     pub = published_points()
     refs = References()
     extra = {"batches": batches, "depths": depths, "best_depth": [], "crossover_batch": None, "published": pub,
@@ -105,20 +121,24 @@ def run_sweep(pair, prompt_ids: list[int], batches: Iterable[int] = (1, 2, 4, 8,
     yield snapshot("sweep", pair, settings, 0.0, [], **extra)
     warm_up(pair, refs, [prompt_ids], max(depths))
     rows: list[dict] = []
-    total = len(batches) * len(depths)
+    total, done = len(batches) * len(depths) * rounds, 0
     synthetic = acceptance_of(pair) is not None
     for b in batches:
         engine, ref = refs.engine(pair, [prompt_ids], b, max_new) if synthetic else (None, None)
-        for k in depths:
-            run = timed_run(pair, [prompt_ids], k, b, max_new, engine=engine, references=ref)
-            rows.append(sweep_row(run, b, k, rows, pair.draft_ref))
-            extra.update(best_depth=_best(rows), **dial_keys(pair, refs))
-            yield snapshot("sweep", pair, settings, len(rows) / total, rows, **extra)
+        runs: dict[int, list[TimedRun]] = {k: [] for k in depths}
+        for r in range(rounds):
+            for k in turn(depths, r):
+                runs[k].append(timed_run(pair, [prompt_ids], k, b, max_new, engine=engine, references=ref))
+                rows = [x for x in rows if x["batch_size"] != b] + sweep_cells(runs, b, pair.draft_ref)
+                done += 1
+                extra.update(best_depth=_best(rows), **dial_keys(pair, refs))
+                yield snapshot("sweep", pair, settings, done / total, rows, **extra)
     cross = sweep_crossover(rows)
     extra.update(best_depth=_best(rows), crossover_batch=cross)
     best = sweep_best_depths(rows)
     values = {"best_depths": Listed(f"B={b}: k={k}" for b, k in best.items()),
-              "crossover": cross if cross is not None else "—", "max_batch": max(batches), "pays": SWEEP_PAYS - 1}
+              "crossover": cross if cross is not None else "—", "max_batch": max(batches), "pays": SWEEP_PAYS - 1,
+              "rounds": rounds, **edge_values(rows, cross)}
     plain_b, spec_b = sweep_unsettled(best)
     values.update(plain_batches=Listed(map(str, plain_b)), spec_batches=Listed(map(str, spec_b)))
     key = sweep_conclusion(cross, bool(plain_b))
@@ -129,14 +149,44 @@ def run_sweep(pair, prompt_ids: list[int], batches: Iterable[int] = (1, 2, 4, 8,
     yield finished(snapshot("sweep", pair, settings, 1.0, rows, **extra), values, key, keys, vals)
 
 
-def sweep_row(run: TimedRun, batch: int, depth: int, rows: list[dict], draft: str = "") -> dict:
-    base = next((r["tokens_per_s"] for r in rows if r["batch_size"] == batch and r["depth"] == 0), None)
-    tps = run.tokens_per_s
-    return {"batch_size": batch, "depth": depth, "draft": draft, "tokens_per_s": tps,
-            "speedup": 1.0 if depth == 0 else (tps / base if base else None),
-            "acceptance_rate": run.totals.acceptance_rate, "flops_ratio": run.totals.flops_ratio,
-            "tokens": run.totals.tokens, "drafted": run.totals.drafted, "accepted": run.totals.accepted,
-            **first_drafts(run), "wall_s": run.wall_s}
+def turn(depths: list[int], r: int) -> list[int]:
+    """Round r's order: ascending, then descending, so no depth always runs right after plain decoding
+    (round 0 starts with k = 0, so a cell's speed-up is known from its first run)."""
+    return list(depths) if r % 2 == 0 else list(reversed(depths))
+
+
+def sweep_cells(runs: dict[int, list[TimedRun]], batch: int, draft: str = "") -> list[dict]:
+    """One row per depth measured so far at `batch`: the median tokens/s of its runs, its speed-up the
+    median of its rounds' ratios to k = 0 of the same round, and `band` (frontier_verdict.paired_band of
+    those ratios, None from one round). Counts come from the first run: greedy runs repeat the same tokens."""
+    plain = [x.tokens_per_s for x in runs.get(0, [])]
+    out = []
+    for k, mine in runs.items():
+        if not mine:
+            continue
+        tps = [x.tokens_per_s for x in mine]
+        ratios = [a / p for a, p in zip(tps, plain) if p > 0]
+        first = mine[0]
+        out.append({"batch_size": batch, "depth": k, "draft": draft, "tokens_per_s": statistics.median(tps),
+                    "speedup": 1.0 if k == 0 else (statistics.median(ratios) if ratios else None),
+                    "band": paired_band(ratios) if k and len(ratios) > 1 else None, "runs": len(mine),
+                    "acceptance_rate": first.totals.acceptance_rate, "flops_ratio": first.totals.flops_ratio,
+                    "tokens": first.totals.tokens, "drafted": first.totals.drafted,
+                    "accepted": first.totals.accepted, **first_drafts(first),
+                    "wall_s": statistics.median(x.wall_s for x in mine)})
+    return out
+
+
+def edge_values(rows: list[dict], cross: int | None) -> dict:
+    """The cell the conclusion turns on, for its sentence: the fastest depth at the crossover batch size
+    (which did not pay), or at the largest one without a crossover (which did). Its speed-up and band are
+    said, so a reader sees how close a call that was."""
+    b = cross if cross is not None else max((r["batch_size"] for r in rows), default=0)
+    spec = [r for r in rows if r["batch_size"] == b and r["depth"] > 0 and r.get("speedup")]
+    if not spec:
+        return {"edge_depth": "—", "edge_speedup": 1.0, "edge_band": SWEEP_PAYS - 1}
+    top = max(spec, key=lambda r: r["speedup"])
+    return {"edge_depth": top["depth"], "edge_speedup": top["speedup"], "edge_band": pays_band(top)}
 
 
 def first_drafts(run: TimedRun) -> dict:
@@ -189,17 +239,20 @@ def figure_recorded_sweep(result: dict, labels: dict | None = None, dark: bool =
 def _heatmap(fig: go.Figure, result: dict, L: dict, colorbar_x: float, name: str | None = None) -> None:
     batches, depths = result.get("batches", []), result.get("depths", [])
     cell = {(r["batch_size"], r["depth"]): r.get("speedup") for r in result.get("table", [])}
+    # a cell's band (its rounds' spread) in its hover: the number alone hides how far to trust it
+    bands = {(r["batch_size"], r["depth"]): r.get("band") for r in result.get("table", [])}
     best = {(b["batch_size"], b["depth"]) for b in result.get("best_depth", [])}
     z = [[cell.get((b, k)) for b in batches] for k in depths]
     # the best k per batch size is starred inside its cell (a marker on top would hide the number); no "×"
     # (the colour bar's title says it): plotly shrinks a cell's text to fit, on a phone to about 6 px
     text = [["" if cell.get((b, k)) is None else ("★" if (b, k) in best else "") + f"{cell[(b, k)]:.2f}"
              for b in batches] for k in depths]
+    spread = [["" if bands.get((b, k)) is None else f" (±{bands[(b, k)]:.0%})" for b in batches] for k in depths]
     fig.add_trace(go.Heatmap(z=z, x=[str(b) for b in batches], y=[str(k) for k in depths], text=text,
-                             texttemplate="%{text}", textfont=dict(size=11), colorscale="RdYlGn", zmid=1.0,
+                             customdata=spread, texttemplate="%{text}", textfont=dict(size=11), colorscale="RdYlGn", zmid=1.0,
                              showscale=True,
                              colorbar=dict(title=dict(text="×", side="top"), x=colorbar_x, len=0.9, thickness=12),
-                             hovertemplate="B=%{x}, k=%{y}: %{z:.2f}×<extra></extra>", hoverongaps=False,
+                             hovertemplate="B=%{x}, k=%{y}: %{z:.2f}×%{customdata}<extra></extra>", hoverongaps=False,
                              name=name, showlegend=name is not None), row=1, col=1)
     if best:
         fig.add_annotation(text="★ " + L["best"], x=0, y=1.0, xref="paper", yref="paper", yanchor="bottom",
