@@ -119,6 +119,32 @@ def test_a_failing_hanging_or_late_step_is_reported_and_the_others_go_on(gc, tmp
     assert fine["counters"] == {"graphs": 3} and fine["compile"] == "off"
 
 
+def test_output_that_is_not_utf8_or_a_stack_dump_does_not_break_or_fail_a_step(gc, tmp_path):
+    """A kill can cut a multibyte character (UnicodeDecodeError ended the run), and a hung step's stack dump
+    names Dynamo's recompile code: neither is a recompile, nor the end of the run."""
+    plan = gc.Plan(tmp_path, tmp_path, True, "ngram", gc.DRY, {"PATH": "/usr/bin:/bin"}, gc.DRY_PATHS)
+
+    class NoSamples:
+        def window(self, t0, t1):
+            return {"source": "none", "samples": 0}
+
+    code = ("import sys; sys.stdout.buffer.write(b'\\xff\\xfe\\n{\"identical\": true}\\n'); "
+            "sys.stderr.write('  File \"torch/_dynamo/guards.py\", line 9, in recompile_reasons\\n')")
+    step = gc.run_one("u", None, 60, [sys.executable, "-c", code], plan, NoSamples())
+    assert step["status"] == "passed" and step["result"] == {"identical": True}, step
+    assert step["recompile_warnings"] == 0
+    said = ("V1204 torch/_dynamo/guards.py:2 [__recompiles] Recompiling function hidden in llama.py:88\n"
+            "W1204 torch._dynamo hit config.recompile_limit (16)\n")
+    assert len(gc.RECOMPILE_LINE.findall(said)) == 2
+
+
+def test_a_device_that_does_not_answer_is_reported_in_the_json(gc, tmp_path, monkeypatch):
+    plan = gc.Plan(tmp_path, tmp_path, True, "ngram", gc.DRY, {"PATH": "/usr/bin:/bin"}, gc.DRY_PATHS)
+    monkeypatch.setattr(gc, "DEVICE_WAIT_S", 1)
+    monkeypatch.setattr(gc, "internal", lambda *a: [sys.executable, "-c", "import time; time.sleep(30)"])
+    assert gc.device_info(plan)["error"].startswith("reading the device failed: TimeoutExpired")
+
+
 def test_goals_read_the_issue_targets_from_the_steps(gc):
     curve = [1e-3 * x for x in (1, 1, 1.05, 1.1, 1.1, 1.15, 1.2, 1.6, 2.2, 3.0, 4.0)]
     steps = [{"name": "roofline-1.7b-graph", "result": {"mbu_at_1_token": 0.7, "measured_knee": 180,

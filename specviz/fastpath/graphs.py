@@ -149,8 +149,14 @@ class CudaCapture:
             graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
             try:
                 body()
-            finally:
-                graph.capture_end()
+            except BaseException:
+                # the body's own error is the one to see: ending a broken capture raises one of its own
+                try:
+                    graph.capture_end()
+                except Exception:           # noqa: BLE001
+                    log.debug("graph path: ending a failed capture failed too", exc_info=True)
+                raise
+            graph.capture_end()
         torch.cuda.current_stream(self.device).wait_stream(self.stream)
         torch.cuda.synchronize(self.device)
         self._graphs.append(graph)
@@ -291,7 +297,7 @@ class GraphRunner:
                 replays["compiled"] = (fwd, probe.capture(self._body(sh, fwd)))
             except Exception as exc:                  # noqa: BLE001 — any failure to compile leaves eager
                 log.warning("graph path, auto: the compiled forward failed (%s: %s); keeping eager",
-                            type(exc).__name__, exc)
+                            type(exc).__name__, exc, exc_info=True)
                 return "eager", self.compact.hidden, f"auto: the compiled forward failed ({type(exc).__name__})"
             ms = {k: [] for k in replays}
             for _ in range(PROBE_ROUNDS):
