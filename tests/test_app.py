@@ -308,6 +308,32 @@ def test_measure_knee_in_the_app(app_url):
     assert "overhead-bound" in md                        # a 64-wide model: launches dominate, said so
 
 
+def _detached_plots(page) -> int:
+    """Plot elements that left the page yet are still alive (after a garbage collection)."""
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("HeapProfiler.collectGarbage")
+    roots = cdp.send("DOM.getDetachedDomNodes")["detachedNodes"]
+    return sum("js-plotly-plot" in " ".join(d["treeNode"].get("attributes", [])) for d in roots)
+
+
+@needs_chromium
+def test_a_run_leaves_no_old_plot_alive(app_url):
+    """gradio replaces a plot's element at each update and never purges the old one: plotly's window resize
+    handler kept every one of them (12 a Playground Run, ~4,000 nodes and 700 listeners each Run, for as
+    long as a class keeps the tab open). PURGE_PLOTS_JS purges them."""
+    with browser_page(1100) as page:
+        page.goto(app_url + "?tab=playground")
+        page.wait_for_selector("#run", timeout=60000)
+        page.wait_for_timeout(1500)
+        for _ in range(2):
+            page.locator("#run").click()
+            page.wait_for_timeout(1000)
+            _wait_status(page, "Done")
+        page.wait_for_timeout(2500)                       # the purge runs a second after a plot leaves
+        assert page.evaluate("document.querySelectorAll('.js-plotly-plot').length") >= 3   # the charts still there
+        assert _detached_plots(page) == 0
+
+
 @needs_chromium
 def test_browser_stop_pressed_with_run_stops_it(app_url):
     """Run and Stop in one go (the Run still queued when the Stop lands): the Run is stopped, it does

@@ -34,6 +34,7 @@ from specviz.ui import lesson, playground_layout, whatif
 from specviz.ui.deeplink import EXTRA, link_notice, query, restore
 from specviz.ui.errors import COMMIT_TYPED_JS, as_human_errors, error, guard_blocks
 from specviz.ui.i18n import Translations, pick_lang, switch_js
+from specviz.ui.plotjs import PURGE_PLOTS_JS
 from specviz.ui.render import KEEP_ROWS_JS
 from specviz.ui.whatif_views import CUSTOM_GPU
 
@@ -269,6 +270,7 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
             return [*restore(app, request, chosen), *updates]
         blocks.load(on_load, None, deep + tr.components, api_name=False, queue=False).then(
             None, [lang], None, js=switch_js()).then(None, None, None, js=KEEP_ROWS_JS).then(
+            None, None, None, js=PURGE_PLOTS_JS).then(
             None, None, None, js=COMMIT_TYPED_JS).then(*whatif_wiring.on_link, api_name=False,
                                                         show_progress="hidden")
 
