@@ -167,6 +167,14 @@ def test_goals_read_the_issue_targets_from_the_steps(gc):
     assert gc.step_env("sweep", "graph", steps, False) == ({"SPECVIZ_GRAPH_FORWARD": "compiled"}, None)
     assert gc.step_env("roofline-27b-graph", "graph", steps, False) == ({"SPECVIZ_GRAPH_FORWARD": "compiled"}, None)
     assert gc.step_env("roofline-1.7b-eager", "eager", steps, False) == ({}, None)
+    # bench-hf decodes one row: its warm-up captures the one-row shapes only (the grid's others stay default)
+    assert gc.step_env("bench-hf", "graph", steps, False) == ({"SPECVIZ_GRAPH_FORWARD": "compiled",
+                                                               "SPECVIZ_GRAPH_BUCKETS": "rows=1"}, None)
+    assert gc.step_env("bench-hf", "graph", steps[1:], False) == ({"SPECVIZ_GRAPH_BUCKETS": "rows=1"}, None)
+    assert gc.step_env("bench-hf", "graph", steps, True) == ({"SPECVIZ_GRAPH_FORWARD": "compiled"}, None)
+    from specviz.fastpath.buckets import ROWS, TOKENS, parse
+    one = parse(gc.ONE_ROW)
+    assert one.rows == (1,) and one.tokens == TOKENS and len(one.shapes()) < len(parse("").shapes()) and ROWS[0] == 1
     assert gc.step_env("sweep", "graph", steps[1:], False) == ({}, None)                  # auto decides itself
     assert gc.step_env("roofline-1.7b-graph-other", "graph", steps[1:], False) == ({}, gc.NO_BASIS)   # skipped
     fwd = next(g for g in gc.goals(steps + [other], 250) if g["goal"].startswith("graph path: auto's forward"))
