@@ -46,7 +46,8 @@ LIVE_LABELS = dict(throughput_title="Tokens per second", seconds="seconds", toke
                    each_row="each row",
                    your_rows="your rows", all_rows="all rows", whole_batch="whole shared batch (all users)",
                    hardware_title="Hardware: busy ≠ used", mbu="MBU (est. bytes ÷ time ÷ peak)",
-                   peak_line="100% = this machine's calibrated peak",
+                   peak_line="100% = this machine's calibrated peak; a pass above it means that calibration read "
+                             "the machine low",
                    mfu="MFU (est. FLOPs ÷ time ÷ peak)", accept_title="Accepted drafts per row-step",
                    accepted_tokens="accepted tokens", row_steps="row-steps",
                    no_drafts="no drafts yet: every step so far decoded plainly (depth 0 or nothing drafted)",

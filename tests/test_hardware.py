@@ -66,7 +66,7 @@ def test_calibration_turns_its_timings_into_the_right_rates(monkeypatch):
 
     timed = []
 
-    def fake_timed(fn, device, repeats):
+    def fake_timed(fn, device, repeats, best=False):
         out = fn()
         timed.append(out)
         return 0.01 if len(timed) == 1 else 0.002          # 10 ms for the copy, 2 ms for the matmul
@@ -81,14 +81,16 @@ def test_calibration_turns_its_timings_into_the_right_rates(monkeypatch):
     assert peaks.device == "cpu" and peaks.dtype == str(torch.get_default_dtype()).replace("torch.", "")
 
 
-def test_calibration_times_each_operation_and_keeps_the_median(monkeypatch):
+def test_calibration_times_each_operation_and_keeps_the_fastest(monkeypatch):
     """The real timing path (`_timed`, `timed_once`) under a scripted clock: each operation runs once
-    untimed, then `repeats` times between two clock reads, and the median duration makes the rate. The
+    untimed, then `repeats` times between two clock reads, and the fastest duration makes the rate (a
+    peak: the medians of a calibration beside other work, kept a week in the cache, read 12 GB/s and
+    24 GFLOP/s on a machine that does 33 and 180, and the hardware chart drew MFU at 250 %). The
     clock advances only while a timed operation runs, so each duration is the script's, whatever the
     machine's speed (a real rate on a shared machine has no bound worth asserting)."""
     import types
 
-    copy_s, matmul_s = [0.004, 0.001, 0.002], [0.5, 0.1, 0.3]           # medians 0.002 and 0.3
+    copy_s, matmul_s = [0.004, 0.001, 0.002], [0.5, 0.1, 0.3]           # fastest 0.001 and 0.1
     durations, now, reads = iter(copy_s + matmul_s), [100.0], []
 
     def perf_counter():
@@ -100,8 +102,8 @@ def test_calibration_times_each_operation_and_keeps_the_median(monkeypatch):
     monkeypatch.setattr(hw, "time", types.SimpleNamespace(perf_counter=perf_counter, time=time.time))
     peaks = hw.calibrate(size_mb=4, matmul_n=32, repeats=3)
     assert len(reads) == 2 * (len(copy_s) + len(matmul_s))          # no warm-up run was timed
-    assert peaks.bandwidth == pytest.approx(2 * 4 * 2**20 / 0.002)
-    assert peaks.flops == pytest.approx(2 * 32**3 / 0.3)
+    assert peaks.bandwidth == pytest.approx(2 * 4 * 2**20 / 0.001)
+    assert peaks.flops == pytest.approx(2 * 32**3 / 0.1)
 
 
 def test_on_a_gpu_calibration_times_by_the_device_clock(monkeypatch):

@@ -12,7 +12,7 @@ from typing import Callable, NamedTuple
 
 from specviz import lessons, live_charts
 from specviz.engine.request import StepEvent
-from specviz.hardware.device import UNKNOWN_REGIMES, Peaks, Sample, Sampler, step_metrics
+from specviz.hardware.device import BEATEN, UNKNOWN_REGIMES, Peaks, Sample, Sampler, distrust, step_metrics
 from specviz.hardware.passcurve import PassCurve
 from specviz.hardware.roofline import ModelSpec, predicted_knee
 
@@ -99,6 +99,9 @@ class LiveRun:
                          ev.draft_s + ev.verify_s, self.peaks)
         # a replay has no peaks of the machine it ran on: this machine's would name a wrong regime
         self.regime = "unrecorded" if self.recorded and self.peaks is None else m.regime
+        most = max(m.mbu or 0.0, m.mfu or 0.0)
+        if most > BEATEN and not self.recorded:
+            distrust(self.peaks, f"{most:.0%}")      # the chart says so now; the next start measures again
         self.path = ev.path or self.path
         # the event names the tokens the pass carried and the shape the path computed (its padding); a
         # recording older than those fields has only the pass's width, unpadded then
