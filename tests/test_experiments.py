@@ -575,6 +575,18 @@ def test_the_ledgers_legend_gives_one_colour_one_meaning_under_each_bars_name(ru
     assert stacked and all(tr.legendgrouptitle.text == tr.legendgroup for tr in stacked)
 
 
+def test_the_ledgers_curve_prediction_is_not_drawn_as_leviathans_theory(runs):
+    """The third group's bar (the speed-up priced on this machine's pass-time curve) was drawn in the
+    colour and under the name of "theory (Leviathan et al.)": a reader gave the paper a number it never
+    made. It has a name and colour of its own, in the theory's place."""
+    fig = ledger.figure_ledger(runs["ledger"][-1], {})
+    bars = {tr.name: tr for tr in fig.data if tr.orientation != "h" and tr.xaxis == "x3"}
+    theory, curve = bars["theory (Leviathan et al.)"], bars["prediction on this machine's pass-time curve"]
+    assert theory.y[2] is None and None not in theory.y[:2]
+    assert curve.y[:2] == (None, None) and curve.y[2] is not None and curve.offsetgroup == theory.offsetgroup
+    assert curve.marker.color not in {theory.marker.color, bars["measured"].marker.color}
+
+
 def test_every_chapter_says_the_work_it_ran(runs):
     """The chapters measure different work (one prompt or a pool, rows, tokens, depths), so one batch
     size's speed-up differs between them: each says what it ran, from its own settings, in both languages."""

@@ -92,7 +92,7 @@ def test_conclusion_templates_carry_their_numbers(tables):
         "chapter.knee.conclusion_not_memory_bound": {"ratio2"},
         "chapter.breadth_depth.conclusion_stops": {"n"},
         "chapter.ledger.conclusion_waste": {"waste"},
-        "chapter.ledger.conclusion_theory": {"theory", "measured"},
+        "chapter.ledger.conclusion_theory": {"theory", "measured", "measured_speedup_end_to_end"},   # which speed-up
         "chapter.sweep.conclusion_crossover": {"crossover"},
         "chapter.sweep.conclusion_no_crossover": {"max_batch"},
         "app.lossless_identical": {"n"},

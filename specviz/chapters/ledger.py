@@ -22,8 +22,8 @@ from specviz.chapters.base import Chapter, Result
 from specviz.chapters.common import TimedRun, draft_cost, finished, finite, settings_of, snapshot, timed_run
 from specviz.chapters.dial import References, dial_keys, dial_title
 from specviz.chapters.dial import warm_up as dial_warm_up
-from specviz.chapters.plotting import (DRAFT, KEPT, OTHER, OWN, PLAIN, PREFILL, REJECTED, TICK, VERIFY, labels_for,
-                                       styled)
+from specviz.chapters.plotting import (DRAFT, KEPT, OTHER, OWN, PLAIN, PREDICTION, PREFILL, REJECTED, TICK, VERIFY,
+                                       labels_for, styled)
 from specviz.engine.request import StepEvent
 from specviz.engine.torchmode import inference_steps
 from specviz.hardware.passcurve import PassCurve, measure_curve
@@ -242,8 +242,13 @@ def figure_ledger(result: dict, labels: dict | None = None, dark: bool = False) 
     names = [("tokens_per_pass", L["row_tokens_per_pass"]), ("speedup", L["row_speedup"]),
              ("curve_speedup", L["row_curve_speedup"])]
     if theory:
-        for col, name, colour in (("theory", L["theory"], PLAIN), ("measured", L["measured"], TICK)):
-            ys = [theory[q][col] if q in theory else None for q, _ in names]
+        # the third group's prediction is priced on this machine's curve, not Leviathan's formulas: its bar
+        # takes the theory's place under a name and colour of its own
+        formula = [q for q, _ in names if q != "curve_speedup"]
+        for col, name, colour, only in (("theory", L["theory"], PLAIN, formula),
+                                        ("theory", L["curve_prediction"], PREDICTION, ["curve_speedup"]),
+                                        ("measured", L["measured"], TICK, [q for q, _ in names])):
+            ys = [theory[q][col] if q in theory and q in only else None for q, _ in names]
             fig.add_trace(go.Bar(x=[n for _, n in names], y=ys, name=name, marker_color=colour, offsetgroup=col,
                                  text=[f"{y:.2f}" if y is not None else "" for y in ys], textposition="outside",
                                  cliponaxis=False),

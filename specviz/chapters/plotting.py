@@ -22,6 +22,7 @@ GRID = "rgba(136,136,136,0.35)"
 # legend meant both
 DRAFT, VERIFY, PLAIN, PREFILL, OTHER = "#f39c34", "#35978f", "#8c8c8c", "#9e7cc1", "#5c5c5c"
 KEPT, REJECTED, OWN, TICK = "#1a9850", "#d73027", "#2c7bb6", "#e6b800"
+PREDICTION = "#c51b7d"     # a prediction priced on this machine's curve: no part of a bar shares its hue
 POLICY_COLOURS = ["#8c8c8c", "#f39c34", "#9e7cc1", "#1a9850", "#2c7bb6", "#d73027"]
 
 
