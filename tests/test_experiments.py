@@ -381,6 +381,28 @@ def test_a_depth_pays_only_outside_its_own_band():
     assert sweep.edge_values(rows, 16)["edge_depth"] == "—"
 
 
+def test_the_sweeps_colours_show_a_loss_and_keep_their_scale():
+    """A reader saw 0.95-0.99× cells in the pale yellow of 1.00× (RdYlGn centred on 1 over 0-2) under a
+    chapter called "When it hurts", and the colour bar ran 0-2 on one press and 0.5-1.5 on the next."""
+    import plotly.colors as pc
+
+    def colour(c, v):
+        lo, hi = c["zmin"], c["zmax"]
+        pos = (v - lo) / (hi - lo)
+        stops = c["colorscale"]
+        for (a, ca), (b, cb) in zip(stops, stops[1:]):
+            if a <= pos <= b:
+                return pc.find_intermediate_color(pc.hex_to_rgb(ca), pc.hex_to_rgb(cb), (pos - a) / (b - a) if b > a else 0)
+    one, few = sweep.speedup_colours([1.0, 1.2]), sweep.speedup_colours([0.97, 1.6])
+    assert (one["zmin"], one["zmax"]) == (few["zmin"], few["zmax"]) == sweep.COLOUR_RANGE
+    r, g, b = colour(few, 0.97)
+    assert r > g + 40 and r > b + 40                                 # salmon: a loss
+    r1, g1, b1 = colour(few, 1.03)
+    assert g1 > r1 and g1 > b1                                       # green: a gain
+    wide = sweep.speedup_colours([0.3, 2.5])
+    assert (wide["zmin"], wide["zmax"]) == (0.3, 2.5)                # no cell past the ends
+
+
 def test_sweep_publishes_sources():
     pts = sweep.published_points()
     assert pts and all(p["label"] == "published measurement" and p["source"] for p in pts)

@@ -221,7 +221,9 @@ def figure_sweep(result: dict, labels: dict | None = None, dark: bool = False) -
     fig = make_subplots(rows=1, cols=2, column_widths=[0.5, 0.5], horizontal_spacing=0.12)
     _heatmap(fig, result, L, colorbar_x=0.5, name=title)
     _published(fig, result.get("published", []), L)
-    fig.update_xaxes(title_text=L["axis_batch"], type="log", row=1, col=2)
+    # powers of two, as the batch sizes are: plotly's own log ticks read "… 9 10 2 3 …" (the second 2 is 20)
+    fig.update_xaxes(title_text=L["axis_batch"], type="log", tickvals=BATCH_TICKS, ticktext=[str(b) for b in BATCH_TICKS],
+                     row=1, col=2)
     # the published panel's axis on the right, so the heatmap's colour bar sits between the panels
     fig.update_yaxes(title_text=L["cell"], side="right", row=1, col=2)
     return styled(fig, dark, title=title, height=560, margin=dict(l=56, r=64, t=72 if title else 32, b=230),
@@ -249,9 +251,11 @@ def _heatmap(fig: go.Figure, result: dict, L: dict, colorbar_x: float, name: str
              for b in batches] for k in depths]
     spread = [["" if bands.get((b, k)) is None else f" (±{bands[(b, k)]:.0%})" for b in batches] for k in depths]
     fig.add_trace(go.Heatmap(z=z, x=[str(b) for b in batches], y=[str(k) for k in depths], text=text,
-                             customdata=spread, texttemplate="%{text}", textfont=dict(size=11), colorscale="RdYlGn", zmid=1.0,
+                             customdata=spread, texttemplate="%{text}", textfont=dict(size=11),
+                             **speedup_colours([v for row in z for v in row]),
                              showscale=True,
-                             colorbar=dict(title=dict(text="×", side="top"), x=colorbar_x, len=0.9, thickness=12),
+                             colorbar=dict(title=dict(text="×", side="top"), x=colorbar_x, len=0.9, thickness=12,
+                                           tickvals=COLOUR_TICKS, ticktext=[f"{v:g}×" for v in COLOUR_TICKS]),
                              hovertemplate="B=%{x}, k=%{y}: %{z:.2f}×%{customdata}<extra></extra>", hoverongaps=False,
                              name=name, showlegend=name is not None), row=1, col=1)
     if best:
@@ -259,6 +263,23 @@ def _heatmap(fig: go.Figure, result: dict, L: dict, colorbar_x: float, name: str
                            xanchor="left", showarrow=False, font=dict(size=12))
     fig.update_xaxes(title_text=L["axis_batch"], type="category", row=1, col=1)
     fig.update_yaxes(title_text=L["axis_depth"], type="category", row=1, col=1)
+
+
+BATCH_TICKS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+COLOUR_RANGE = (0.5, 2.0)          # the colour bar's ends, the same on every run (cells past them take the end's colour)
+COLOUR_TICKS = (0.5, 0.75, 1, 1.5, 2)
+
+
+def speedup_colours(values: list) -> dict:
+    """A heatmap's colours for speed-ups: red to salmon below 1×, pale at 1×, light to deep green above,
+    with a step at 1× so a 0.97× cell reads as a loss (RdYlGn centred on 1 over 0-2 gave 0.95 the pale
+    yellow of 1.00, and its range moved with each run's cells)."""
+    shown = [v for v in values if v is not None]
+    lo, hi = min([COLOUR_RANGE[0], *shown]), max([COLOUR_RANGE[1], *shown])
+    one = (1 - lo) / (hi - lo)
+    scale = [[0.0, "#b2182b"], [one - 1e-6, "#f4a582"], [one, "#ffffbf"], [min(1.0, one + 1e-6), "#d9f0d3"],
+             [1.0, "#1a9850"]]
+    return {"zmin": lo, "zmax": hi, "colorscale": scale}
 
 
 def _published(fig: go.Figure, points: list[dict], L: dict) -> None:
@@ -294,7 +315,7 @@ def _published(fig: go.Figure, points: list[dict], L: dict) -> None:
         head = lessons.chart_fill(L["vllm_note"], {"published": L["published"], "points": ""})
         note = "<br>".join(lessons.isolate_rtl(line) for line in [head.rstrip(), *lines])
         fig.add_annotation(text=note, y=-0.45, xref="paper", yref="paper", showarrow=False, yanchor="top",
-                           font=dict(size=11), **aligned(L))
+                           font=dict(size=12), **aligned(L))
 
 
 # beside the class's sweep: vLLM's own recorded grid as a speed-up heatmap
