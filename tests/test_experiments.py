@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import string
 
 import pytest
@@ -595,6 +596,18 @@ def test_the_ledgers_legend_gives_one_colour_one_meaning_under_each_bars_name(ru
         by_colour
     stacked = [tr for tr in shown if tr.orientation == "h"]
     assert stacked and all(tr.legendgrouptitle.text == tr.legendgroup for tr in stacked)
+
+
+def test_a_race_pass_says_what_it_checked_and_wrote(runs):
+    """A reader hovered a verify bar and got only "0.237–0.272 s", and could not tell what the one-token
+    passes in the speculative lane were: each pass now says its tokens checked and written."""
+    fig = race.figure_race(runs["race"][-1], {})
+    verify = next(tr for tr in fig.data if tr.name == "verify pass (target)")
+    said = [c[2] for c in verify.customdata]
+    assert all(re.fullmatch(r" · \d+ tokens checked, \d+ written", w) for w in said), said
+    assert "%{customdata[2]}" in verify.hovertemplate
+    prefill = next(tr for tr in fig.data if tr.name == "prefill (prompt)")
+    assert [c[2] for c in prefill.customdata] == [""] * len(prefill.customdata)
 
 
 def test_the_ledgers_curve_prediction_is_not_drawn_as_leviathans_theory(runs):

@@ -47,7 +47,8 @@ def lane(run: TimedRun, name: str) -> tuple[list[dict], list[dict]]:
             segs.append({"lane": name, "kind": "draft", "start_s": t, "end_s": t + ev.draft_s, "tokens": 0})
             t += ev.draft_s
         kind = "plain" if ev.tokens_per_pass == ev.batch_size else "verify"
-        segs.append({"lane": name, "kind": kind, "start_s": t, "end_s": t + ev.verify_s, "tokens": ev.emitted})
+        segs.append({"lane": name, "kind": kind, "start_s": t, "end_s": t + ev.verify_s, "tokens": ev.emitted,
+                     "checked": ev.tokens_per_pass})
         for r in ev.rows:
             kinds = ["accepted"] * min(r.accepted, len(r.emitted)) + [r.last_kind]
             for k in kinds[: len(r.emitted)]:
@@ -132,11 +133,15 @@ def figure_race(result: dict, labels: dict | None = None, dark: bool = False) ->
         if kind == "draft" and each < TOO_THIN * lane_s:
             # an n-gram lookup takes microseconds: its bars are in the chart but no eye finds them
             name = lessons.chart_fill(L["legend_draft_thin"], {"us": 1e6 * each})
+        # a pass's hover says what it did: a verify pass's tokens checked and written, a one-token pass's
+        # token (in the speculative lane: a step whose draft found nothing to propose)
+        said = [_pass_said(s, L) for s in mine]
         fig.add_trace(go.Bar(orientation="h", y=[names.get(s["lane"], s["lane"]) for s in mine],
                              x=[max(s["end_s"] - s["start_s"], 1e-5) for s in mine],
                              base=[s["start_s"] for s in mine], name=name, marker=dict(color=colour),
-                             width=0.5, customdata=[[s["start_s"], s["end_s"]] for s in mine],
-                             hovertemplate="%{customdata[0]:.3f}–%{customdata[1]:.3f} s<extra>" + name + "</extra>"))
+                             width=0.5, customdata=[[s["start_s"], s["end_s"], w] for s, w in zip(mine, said)],
+                             hovertemplate="%{customdata[0]:.3f}–%{customdata[1]:.3f} s%{customdata[2]}<extra>"
+                                           + name + "</extra>"))
     steps: dict[tuple, list[int]] = {}
     for t in result.get("tokens", []):
         steps.setdefault((t["lane"], t["t_s"]), []).append(t["index"])
@@ -156,6 +161,14 @@ def figure_race(result: dict, labels: dict | None = None, dark: bool = False) ->
     fig.update_yaxes(categoryorder="array", categoryarray=[names["plain"], names["spec"]])
     return styled(fig, dark, height=320, barmode="overlay", xaxis_title=L["axis_seconds"],
                   margin=dict(l=150, r=20, t=84, b=100), legend=dict(orientation="h", y=-0.45, x=0))
+
+
+def _pass_said(seg: dict, L: dict) -> str:
+    """" · 7 tokens checked, 4 written" for a verify pass; "" for a prefill or a draft pass (and for a
+    result recorded before segments carried `checked`)."""
+    if seg["kind"] not in ("verify", "plain") or not seg.get("checked"):
+        return ""
+    return " · " + lessons.chart_fill(L["hover_pass"], {"checked": seg["checked"], "written": seg["tokens"]})
 
 
 def _span(idx: list[int], L: dict) -> str:
