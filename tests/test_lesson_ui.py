@@ -316,3 +316,14 @@ def test_stop_ends_a_replay(api, tmp_path):
             c.predict(api_name="/stop")
     final = job.outputs()[-1]
     assert final[-1]["stopped"] is True and final[6].startswith("Replay stopped"), final[6]
+
+
+def test_a_persian_conclusion_names_the_machines_cores_in_persian():
+    """A Persian page ended each chapter with "(cpu: 2 cores)"."""
+    from specviz.ui.lesson import conclusion_md, machine_said
+
+    assert machine_said("en", "cpu: 1 core") == "cpu: 1 core"
+    assert "هسته" in machine_said("fa", "cpu: 2 cores") and "cores" not in machine_said("fa", "cpu: 2 cores")
+    assert machine_said("fa", "cuda: NVIDIA H200") == "cuda: NVIDIA H200"
+    result = {"chapter": "race", "conclusions": [], "values": {}, "device": "cpu: 2 cores", "settings": {}}
+    assert "cores" not in conclusion_md("fa", result) and "2 cores" in conclusion_md("en", result)
