@@ -396,7 +396,11 @@ def machine_said(lang: str, device: str) -> str:
     English keeps device_name()'s own words ("1 core")."""
     if lang == lessons.DEFAULT_LANG:
         return device
-    return re.sub(r"\b(\d+) cores?\b", lambda m: t(lang, "app.cores", n=int(m.group(1))), device)
+    m = re.fullmatch(r"(.*?)\s*(\d+) cores?", device)
+    if m is None:
+        return device
+    # the Latin part isolated on its own: the whole is right-to-left now (lessons.isolate_ltr keeps it so)
+    return f"{lessons.isolate_ltr(m.group(1))} {lessons.template(lang, 'app.cores').format(n=int(m.group(2)))}"
 
 
 def _machine(device: str) -> str:
