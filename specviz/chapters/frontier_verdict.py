@@ -35,15 +35,20 @@ def class_ratios(a: dict, b: dict) -> list[float]:
 
 
 def paired_band(ratios: list[float]) -> float:
-    """How far the median of a comparison's own class ratios could be off: half the width of the
+    """paired_spread, at least NOISE_FLOOR: the band a comparison is judged within."""
+    return max(NOISE_FLOOR, paired_spread(ratios))
+
+
+def paired_spread(ratios: list[float]) -> float:
+    """How far the median of a comparison's own ratios could be off, as measured: half the width of the
     distribution-free ~90 % interval of that median (the order statistics 0.82 √n places either side of
     it: from six ratios the four middle ones, so one preempted class never sets it; from sixty-four, a
-    band that shrinks as the classes add up), relative to the median, at least NOISE_FLOOR."""
+    band that shrinks as the classes add up), relative to the median (NOISE_FLOOR without a median)."""
     xs = sorted(ratios)
     n, h = len(xs), max(1, math.floor(0.82 * math.sqrt(len(xs))))
     lo, hi = xs[max(0, n // 2 - h)], xs[min(n - 1, (n - 1) // 2 + h)]
     mid = statistics.median(xs)
-    return max(NOISE_FLOOR, (hi - lo) / 2 / mid if mid else NOISE_FLOOR)
+    return (hi - lo) / 2 / mid if mid else NOISE_FLOOR
 
 
 def paired(a: dict, b: dict) -> float | None:

@@ -282,8 +282,7 @@ def _stack(fig: go.Figure, parts: list[dict], order: list[tuple], row_name: str)
         base += share
 
 
-# the race's depth (the lesson's): at 4 here and 6 there, chapter 2 read "1.9× the FLOPs" and this one
-# "1.3×" of the same prompt, and a reader took the two for a contradiction
+# the race's depth (the lesson's): two chapters pricing the same prompt at two depths read as a contradiction
 CHAPTER = Chapter("ledger",
                   run=lambda ctx: run_ledger(ctx.pair, ctx.prompt, depth=ctx.depth, acceptance=ctx.acceptance),
                   figure=figure_ledger, button_id="run-ledger", dial=True)

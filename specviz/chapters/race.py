@@ -164,9 +164,11 @@ def figure_race(result: dict, labels: dict | None = None, dark: bool = False) ->
 
 
 def _pass_said(seg: dict, L: dict) -> str:
-    """" · 7 tokens checked, 4 written" for a verify pass; "" for a prefill or a draft pass (and for a
-    result recorded before segments carried `checked`)."""
-    if seg["kind"] not in ("verify", "plain") or not seg.get("checked"):
+    """" · 7 tokens checked, 4 written" for a verify pass, " · one token written" for a pass with no draft
+    to check; "" for a prefill or a draft pass (and for a result recorded before segments carried `checked`)."""
+    if seg["kind"] == "plain" and seg.get("checked"):
+        return " · " + L["hover_plain"]
+    if seg["kind"] != "verify" or not seg.get("checked"):
         return ""
     return " · " + lessons.chart_fill(L["hover_pass"], {"checked": seg["checked"], "written": seg["tokens"]})
 

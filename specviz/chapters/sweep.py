@@ -3,8 +3,8 @@ crossover batch, and published GPU measurements beside it (always labelled as pu
 acceptance dial, the same grid on the synthetic draft: its references decoded first, batch by batch.
 
 Every cell runs SWEEP_ROUNDS times, the depths of a batch size taking turns, so a cell's speed-up is the
-median of its rounds' ratios to plain decoding in the same round and its band is their spread: one run per
-cell moved the crossover between presses (B = 32 read 1.03× and 1.07× on the same CPU).
+median of its rounds' ratios to plain decoding in the same round and its band is their measured spread: a
+single run per cell is noisier than the gains near the crossover.
 
 Measured: about 50 s on the 2-core CPU with the offline SmolLM2-135M and the n-gram draft (B up to 32).
 """
@@ -21,37 +21,36 @@ from specviz.chapters import vllm_panels
 from specviz.chapters.base import Chapter, Result, VllmPanel
 from specviz.chapters.common import TimedRun, finished, settings_of, snapshot, timed_run
 from specviz.chapters.dial import References, acceptance_of, dial_keys, dial_title, dialled, warm_up
-from specviz.chapters.frontier_verdict import paired_band
+from specviz.chapters.frontier_verdict import NOISE_FLOOR, paired_spread
 from specviz.chapters.plotting import PLAIN, POLICY_COLOURS, aligned, is_rtl, labels_for, said_label, styled
 from specviz.engine.torchmode import inference_steps
 from specviz.hardware.costmodel import crossover_from_rows
 from specviz.hardware.profiles import PUBLISHED_LABEL, load_published
 from specviz.lessons import Listed, Said
 
-SWEEP_PAYS = 1.05        # a depth "pays" at a batch size when it beats plain decoding by ≥ 5 % (the race's band)
 SWEEP_ROUNDS = 3         # runs of every cell, the depths taking turns (the median of 3 survives one outlier)
 
 
 def sweep_best_depths(rows: list[dict]) -> dict[int, int]:
     """Batch size → best depth: of the depths that beat plain decoding by more than their own band (their
-    rounds' spread, `band`, at least 5 %), the one with the highest speed-up; k = 0 where none did: a 3 %
-    "win" inside a cell's noise is not a reason to speculate."""
+    rounds' measured spread, `band`, or 5 % where that is less), the one with the highest speed-up; k = 0
+    where none did: a 3 % "win" inside a cell's noise is not a reason to speculate."""
     best: dict[int, int] = {}
     for b in sorted({r["batch_size"] for r in rows}):
         paying = [r for r in rows if r["batch_size"] == b and r["depth"] > 0 and r.get("speedup")
-                  and r["speedup"] >= 1 + pays_band(r)]
+                  and r["speedup"] > 1 + pays_band(r)]
         best[b] = max(paying, key=lambda r: r["speedup"])["depth"] if paying else 0
     return best
 
 
 def pays_band(row: dict) -> float:
-    """How far past 1× a cell must be to pay: its own band, at least SWEEP_PAYS's 5 %."""
-    return max(SWEEP_PAYS - 1, row.get("band") or 0.0)
+    """How far past 1× a cell must be to pay: its own measured band, at least NOISE_FLOOR (the race's ±5 %)."""
+    return max(NOISE_FLOOR, row.get("band") or 0.0)
 
 
 def sweep_crossover(rows: list[dict]) -> int | None:
     """The smallest batch size from which on, at every larger one too, the best depth is 0 (no depth paid,
-    by the 5 % rule above): roofline.crossover_from_rows over those best depths."""
+    by sweep_best_depths' band rule): roofline.crossover_from_rows over those best depths."""
     best = sweep_best_depths(rows)
     return crossover_from_rows([{"batch_size": b, "depth": k, "tokens_per_s": 1.0} for b, k in best.items()])
 
@@ -137,7 +136,7 @@ def run_sweep(pair, prompt_ids: list[int], batches: Iterable[int] = (1, 2, 4, 8,
     extra.update(best_depth=_best(rows), crossover_batch=cross)
     best = sweep_best_depths(rows)
     values = {"best_depths": Listed(f"B={b}: k={k}" for b, k in best.items()),
-              "crossover": cross if cross is not None else "—", "max_batch": max(batches), "pays": SWEEP_PAYS - 1,
+              "crossover": cross if cross is not None else "—", "max_batch": max(batches), "pays": NOISE_FLOOR,
               "rounds": rounds, **edge_values(rows, cross)}
     plain_b, spec_b = sweep_unsettled(best)
     values.update(plain_batches=Listed(map(str, plain_b)), spec_batches=Listed(map(str, spec_b)))
@@ -157,8 +156,9 @@ def turn(depths: list[int], r: int) -> list[int]:
 
 def sweep_cells(runs: dict[int, list[TimedRun]], batch: int, draft: str = "") -> list[dict]:
     """One row per depth measured so far at `batch`: the median tokens/s of its runs, its speed-up the
-    median of its rounds' ratios to k = 0 of the same round, and `band` (frontier_verdict.paired_band of
-    those ratios, None from one round). Counts come from the first run: greedy runs repeat the same tokens."""
+    median of its rounds' ratios to k = 0 of the same round (not median tokens/s ÷ plain's median tokens/s:
+    pairing within a round cancels a slow round), and `band` (frontier_verdict.paired_spread of those
+    ratios, None from one round). Counts come from the first run: greedy runs repeat the same tokens."""
     plain = [x.tokens_per_s for x in runs.get(0, [])]
     out = []
     for k, mine in runs.items():
@@ -169,7 +169,7 @@ def sweep_cells(runs: dict[int, list[TimedRun]], batch: int, draft: str = "") ->
         first = mine[0]
         out.append({"batch_size": batch, "depth": k, "draft": draft, "tokens_per_s": statistics.median(tps),
                     "speedup": 1.0 if k == 0 else (statistics.median(ratios) if ratios else None),
-                    "band": paired_band(ratios) if k and len(ratios) > 1 else None, "runs": len(mine),
+                    "band": paired_spread(ratios) if k and len(ratios) > 1 else None, "runs": len(mine),
                     "acceptance_rate": first.totals.acceptance_rate, "flops_ratio": first.totals.flops_ratio,
                     "tokens": first.totals.tokens, "drafted": first.totals.drafted,
                     "accepted": first.totals.accepted, **first_drafts(first),
@@ -179,14 +179,20 @@ def sweep_cells(runs: dict[int, list[TimedRun]], batch: int, draft: str = "") ->
 
 def edge_values(rows: list[dict], cross: int | None) -> dict:
     """The cell the conclusion turns on, for its sentence: the fastest depth at the crossover batch size
-    (which did not pay), or at the largest one without a crossover (which did). Its speed-up and band are
-    said, so a reader sees how close a call that was."""
-    b = cross if cross is not None else max((r["batch_size"] for r in rows), default=0)
-    spec = [r for r in rows if r["batch_size"] == b and r["depth"] > 0 and r.get("speedup")]
-    if not spec:
-        return {"edge_depth": "—", "edge_speedup": 1.0, "edge_band": SWEEP_PAYS - 1}
-    top = max(spec, key=lambda r: r["speedup"])
-    return {"edge_depth": top["depth"], "edge_speedup": top["speedup"], "edge_band": pays_band(top)}
+    (which did not pay), or the best depth at the largest one without a crossover (which did), with its
+    speed-up and measured band (the 5 % floor where it ran once), so a reader sees how close a call it was."""
+    if cross is not None:
+        spec = [r for r in rows if r["batch_size"] == cross and r["depth"] > 0 and r.get("speedup")]
+        top = max(spec, key=lambda r: r["speedup"], default=None)
+    else:
+        b = max((r["batch_size"] for r in rows), default=0)
+        k = sweep_best_depths(rows).get(b, 0)
+        top = next((r for r in rows if r["batch_size"] == b and r["depth"] == k and k > 0), None)
+    if top is None:
+        return {"edge_depth": "—", "edge_speedup": 1.0, "edge_band": NOISE_FLOOR}
+    band = top.get("band")
+    return {"edge_depth": top["depth"], "edge_speedup": top["speedup"],
+            "edge_band": band if band is not None else NOISE_FLOOR}
 
 
 def first_drafts(run: TimedRun) -> dict:
@@ -266,14 +272,13 @@ def _heatmap(fig: go.Figure, result: dict, L: dict, colorbar_x: float, name: str
 
 
 BATCH_TICKS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-COLOUR_RANGE = (0.5, 2.0)          # the colour bar's ends, the same on every run (cells past them take the end's colour)
+COLOUR_RANGE = (0.5, 2.0)          # the colour bar's ends on every run whose cells lie within them (others widen it)
 COLOUR_TICKS = (0.5, 0.75, 1, 1.5, 2)
 
 
 def speedup_colours(values: list) -> dict:
     """A heatmap's colours for speed-ups: red to salmon below 1×, pale at 1×, light to deep green above,
-    with a step at 1× so a 0.97× cell reads as a loss (RdYlGn centred on 1 over 0-2 gave 0.95 the pale
-    yellow of 1.00, and its range moved with each run's cells)."""
+    with a step at 1× so a small loss reads as a loss, over COLOUR_RANGE so presses compare."""
     shown = [v for v in values if v is not None]
     lo, hi = min([COLOUR_RANGE[0], *shown]), max([COLOUR_RANGE[1], *shown])
     one = (1 - lo) / (hi - lo)

@@ -234,7 +234,8 @@ def is_busy(record) -> bool:
 
 def remeasure_reason(record, now: float | None = None) -> str:
     """Why a cached measurement should be taken again ("" when it may be kept): it has no load record
-    (an older version's entry), was taken on a busy machine, or is older than MAX_AGE_S."""
+    (an older version's entry), a pass beat it (`distrust`), was taken on a busy machine, or is older than
+    MAX_AGE_S. The process that measured it keeps it whatever the reason."""
     if not isinstance(record, dict):
         return "stored without the machine's load"
     if record.get("pid") == _this_process():
@@ -263,13 +264,14 @@ def distrust(peaks: Peaks, what: str) -> bool:
     # on first use: torch is slow to import
     import torch
 
+    seen = f"{peaks.device} {peaks.dtype}"        # tried once, even where no key can be made here
+    if seen in _distrusted:
+        return False
+    _distrusted.add(seen)
     try:
         key = machine_key(torch.device(peaks.device), getattr(torch, peaks.dtype))
     except Exception:                  # noqa: BLE001 — e.g. a GPU worker's peaks in a process without CUDA
         return False
-    if key in _distrusted:
-        return False
-    _distrusted.add(key)
     path = cache_root() / "peaks.json"
     table = read_table(path)
     entry = table.get(key)

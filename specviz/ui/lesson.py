@@ -392,8 +392,7 @@ def vllm_md(lang: str, chap: Chapter, sw) -> str:
 
 
 def machine_said(lang: str, device: str) -> str:
-    """device_name()'s "cpu: 2 cores" with its cores in `lang` (a Persian page read "(cpu: 2 cores)");
-    English keeps device_name()'s own words ("1 core")."""
+    """device_name()'s "cpu: 2 cores" with its cores in `lang`; English keeps device_name()'s words."""
     if lang == lessons.DEFAULT_LANG:
         return device
     m = re.fullmatch(r"(.*?)\s*(\d+) cores?", device)

@@ -1,9 +1,8 @@
 """Browser-side care for plotly charts that gradio leaves behind.
 
 gradio draws a fresh plot element on every update of a gr.Plot and drops the old one without
-`Plotly.purge`, so plotly's window resize handler keeps the old element and its SVG alive: 12 plots a
-Playground Run, about 4,000 detached nodes and 700 listeners, for as long as the tab stays open (a
-class's whole lesson). PURGE_PLOTS_JS purges a plot once it has left the page for good.
+`Plotly.purge`, so plotly's window resize handler keeps the old element and its SVG alive for as long as
+the tab stays open (a class's whole lesson). PURGE_PLOTS_JS purges a plot once it has left the page for good.
 """
 from __future__ import annotations
 
