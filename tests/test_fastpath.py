@@ -795,6 +795,30 @@ def test_calibrated_peaks_a_pass_beat_are_measured_again_at_the_next_start(tmp_p
     assert not device.distrust(peaks, "300%")                   # once a process
 
 
+def test_two_pages_beating_the_peak_at_once_mark_it_once(tmp_path, monkeypatch):
+    """Two watching pages' steps may both beat the peak in the same instant: one marks the cache."""
+    import threading
+
+    from specviz.hardware import device
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    monkeypatch.setattr(device, "_distrusted", set())
+    monkeypatch.setattr(device, "calibrate", lambda d, t, **kw: device.Peaks("cpu", 1e10, 1e9, "float32"))
+    monkeypatch.setattr(device.os, "getloadavg", lambda: (0.1, 0, 0))
+    peaks = device.cached_peaks(torch.device("cpu"), torch.float32)
+    start, marked = threading.Barrier(8), []
+
+    def page():
+        start.wait()
+        marked.append(device.distrust(peaks, "150%"))
+    threads = [threading.Thread(target=page) for _ in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert sorted(marked) == [False] * 7 + [True]
+
+
 @pytest.mark.parametrize("kinds", [("stock",) * 3, ("colmajor",) * 3, ("stock", "colmajor", "rows")])
 def test_c_layers_can_call_the_library_product(loaded, monkeypatch, kinds):
     """A C layer multiplies through the BLAS product torch links (stock or column-major matrix) where

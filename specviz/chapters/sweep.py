@@ -106,8 +106,8 @@ def run_sweep(pair, prompt_ids: list[int], batches: Iterable[int] = (1, 2, 4, 8,
     tokens/s, speed-up over k = 0 at the same B (k = 0 is measured first, so every cell's speed-up is known
     as soon as it finishes; see `sweep_cells`). One yield per run. Extra keys: `batches`, `depths`,
     `best_depth` ([{batch_size, depth}], sweep_best_depths), `crossover_batch` (sweep_crossover), `published`
-    (see published_points), and the dial's (chapters.dial): with a synthetic draft, each batch size's cells run on one engine that first
-    decoded that batch at depth 0, untimed, for their references."""
+    (see published_points), and the dial's (chapters.dial): with a synthetic draft, each batch size's cells
+    run on one engine that first decoded that batch at depth 0, untimed, for their references."""
     batches = sorted({int(b) for b in batches})
     depths = sorted({0, *(int(k) for k in depths)})
     rounds = max(1, int(rounds))
@@ -228,8 +228,8 @@ def figure_sweep(result: dict, labels: dict | None = None, dark: bool = False) -
     _heatmap(fig, result, L, colorbar_x=0.5, name=title)
     _published(fig, result.get("published", []), L)
     # powers of two, as the batch sizes are: plotly's own log ticks read "… 9 10 2 3 …" (the second 2 is 20)
-    fig.update_xaxes(title_text=L["axis_batch"], type="log", tickvals=BATCH_TICKS, ticktext=[str(b) for b in BATCH_TICKS],
-                     row=1, col=2)
+    fig.update_xaxes(title_text=L["axis_batch"], type="log", tickvals=BATCH_TICKS,
+                     ticktext=[str(b) for b in BATCH_TICKS], row=1, col=2)
     # the published panel's axis on the right, so the heatmap's colour bar sits between the panels
     fig.update_yaxes(title_text=L["cell"], side="right", row=1, col=2)
     return styled(fig, dark, title=title, height=560, margin=dict(l=56, r=64, t=72 if title else 32, b=230),

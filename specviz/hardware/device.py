@@ -252,7 +252,8 @@ def remeasure_reason(record, now: float | None = None) -> str:
 
 
 BEATEN = 1.10                 # a pass this far past a calibrated peak (MBU or MFU) proves the peak was measured low
-_distrusted: set[str] = set()
+_distrusted: set[str] = set()    # devices a pass beat here, each marked once (under _distrust_lock)
+_distrust_lock = threading.Lock()  # two watching pages' steps may both beat the peak at once
 
 
 def distrust(peaks: Peaks, what: str) -> bool:
@@ -265,9 +266,10 @@ def distrust(peaks: Peaks, what: str) -> bool:
     import torch
 
     seen = f"{peaks.device} {peaks.dtype}"        # tried once, even where no key can be made here
-    if seen in _distrusted:
-        return False
-    _distrusted.add(seen)
+    with _distrust_lock:
+        if seen in _distrusted:
+            return False
+        _distrusted.add(seen)
     try:
         key = machine_key(torch.device(peaks.device), getattr(torch, peaks.dtype))
     except Exception:                  # noqa: BLE001 — e.g. a GPU worker's peaks in a process without CUDA
