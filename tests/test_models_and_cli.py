@@ -185,3 +185,43 @@ def test_row_counts_kept_on_the_host_match_the_slots(loaded, prompts):
     counts_match()
     both([[5], [5]], [[1], [1]])
     counts_match()
+
+
+def _fake_gguf(path: Path, content: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    return path
+
+
+class _Saves:
+    """Stands in for a dequantised model or tokenizer: writes the one file convert_gguf checks for."""
+    def __init__(self, name):
+        self.name, self.config, self.hf_quantizer = name, object(), "q"
+
+    def save_pretrained(self, folder):
+        Path(folder, self.name).write_text("{}")
+
+
+def test_a_gguf_is_converted_once_per_content_and_old_conversions_go(tmp_path, monkeypatch):
+    import transformers
+
+    from specviz.pairs import models
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / "cache"))
+    loads = []
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: loads.append(a) or _Saves("config.json"))
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: _Saves("tokenizer.json"))
+    gguf = tmp_path / "cache" / "gguf"
+    stale = [gguf / "m.Q4_1-0123456789abcdef", gguf / "m.Q4_1-fedcba9876543210"]  # path-keyed, venvs gone
+    kept = [gguf / "m.Q4_1-v2-0123456789abcdef", gguf / "other-0123456789abcdef"]  # other files' caches
+    for d in stale + kept:
+        d.mkdir(parents=True)
+
+    first = models.convert_gguf(_fake_gguf(tmp_path / "venv1" / "m.Q4_1.gguf", b"weights" * 1000))
+    copy = _fake_gguf(tmp_path / "venv2" / "m.Q4_1.gguf", b"weights" * 1000)
+    os.utime(copy, ns=(1, 1))
+    assert models.convert_gguf(copy) == first and len(loads) == 1   # a second venv's copy reuses it
+    assert not any(d.exists() for d in stale) and all(d.exists() for d in kept)
+
+    newer = models.convert_gguf(_fake_gguf(tmp_path / "venv1" / "m.Q4_1.gguf", b"weights" * 999 + b"v2"))
+    assert newer != first and len(loads) == 2 and not first.exists()   # a new version replaces the old

@@ -16,10 +16,12 @@ skipped) or `synthetic:A` (the target's own greedy continuation, each drafted to
 A; `specviz.engine.synthetic`); those are parsed here but built by the engine, since they are not models.
 
 Dequantising a GGUF takes ~25 s on a laptop CPU, so the converted weights are cached as safetensors in
-the user cache directory (override with `SPECVIZ_CACHE`), keyed by the file's path, size and mtime.
+the user cache directory (override with `SPECVIZ_CACHE`), keyed by the file's name and content: a copy in
+another virtual environment reuses it, and a new version replaces the old one (each is ~0.5 GB).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -150,10 +152,30 @@ def offline_gguf_path() -> Path:
     return path
 
 
+@functools.lru_cache(maxsize=8)
+def _content_key(path: str, size: int, mtime_ns: int) -> str:
+    """A digest of the file's bytes (~0.1 s for the offline GGUF), once per file version and process."""
+    digest = hashlib.blake2b(digest_size=8)
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _gguf_cache_dir(path: Path) -> Path:
     st = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    key = _content_key(str(path.resolve()), st.st_size, st.st_mtime_ns)
     return cache_root() / "gguf" / f"{path.stem}-{key}"
+
+
+def _prune_siblings(out: Path) -> None:
+    """Remove other conversions of the same file name: older versions, and caches keyed by a path that a
+    deleted virtual environment once had (each fresh clone's venv left one behind)."""
+    stem = out.name.rsplit("-", 1)[0]
+    ours = re.compile(re.escape(stem) + r"-[0-9a-f]{16}")  # not another file whose name extends this one
+    for old in out.parent.iterdir():
+        if old != out and old.is_dir() and ours.fullmatch(old.name):
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def convert_gguf(path: Path) -> Path:
@@ -186,6 +208,7 @@ def convert_gguf(path: Path) -> Path:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    _prune_siblings(out)
     return out
 
 
