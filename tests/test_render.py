@@ -152,6 +152,10 @@ def test_theory_says_which_side_of_the_measurement_the_prediction_lies():
     above = theory_md("en", {**base, "difference": 0.25, "abs_difference": 0.25}, curve, False)
     assert "25% above the measurement" in above
     assert "پایین‌تر از" in theory_md("fa", {**base, "difference": -0.62, "abs_difference": 0.62}, curve, False)
+    assert "Nearly as large" not in below
+    both = {**base, "difference": gap, "abs_difference": -gap, "runner_up": "passes", "f_passes": 0.55, "close": 0.05}
+    assert "Nearly as large: the passes themselves (×0.55). The two lie within 5%" in theory_md("en", both, curve, False)
+    assert "تقریباً به همان بزرگی: خود passها" in theory_md("fa", both, curve, False)
 
 
 def test_a_row_that_drafted_nothing_is_not_drawn_as_rejections():

@@ -93,6 +93,15 @@ def test_the_main_reason_is_the_factor_furthest_from_one():
     assert g.main == "rest" and g.agree
 
 
+def test_a_factor_nearly_as_large_as_the_main_one_is_named_beside_it():
+    """Factors 1.20 and 0.85 (|log| 0.182 and 0.163, 2 % apart) trade places from run to run: the
+    sentence names both; 1.20 against 0.90 names one."""
+    close = theory.Gap(2.0, 1.0, {"tokens": 1.20, "passes": 0.85, "draft": 1.0, "overhead": 1.0, "rest": 1.0}, {})
+    assert (close.main, close.runner_up) == ("tokens", "passes")
+    clear = theory.Gap(2.0, 1.0, {"tokens": 1.20, "passes": 0.90, "draft": 1.0, "overhead": 1.0, "rest": 1.0}, {})
+    assert (clear.main, clear.runner_up) == ("tokens", None)
+
+
 @pytest.mark.parametrize("lang", ["en", "fa"])
 def test_the_ledger_on_the_dial_is_synthetic_and_priced_on_a_measured_curve(make_pair, prompts, lang):
     """The ledger with A set: the synthetic draft on the pair's target, its reference's cost said, the
@@ -102,6 +111,7 @@ def test_the_ledger_on_the_dial_is_synthetic_and_priced_on_a_measured_curve(make
     v = last["values"]
     assert last["settings"]["draft"] == "synthetic:0.6" and last["synthetic"] == 0.6 and last["reference_s"] > 0
     assert f"reason_{v['main']}" in last["conclusions"] and "conclusion_curve" in last["conclusions"]
+    assert (f"close_{v['runner_up']}" in last["conclusions"]) == bool(v["runner_up"])
     assert v["rate"] == 0.6 and v["reference_s"] == pytest.approx(last["reference_s"], abs=1e-3)
     assert v["predicted_speedup"] > 0 and v["measured_speedup"] > 0
     assert last["curve"]["recorded"] == "" and 4 in last["curve"]["tokens_per_pass"]

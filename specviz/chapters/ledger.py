@@ -156,6 +156,7 @@ def run_ledger(pair, prompt_ids: list[int], depth: int = 4, max_new: int = 48,
     snap = snapshot("ledger", pair, settings, 1.0, _ledger_table(parts, times, positions, theory), **extra,
                     **dial_keys(pair, refs))
     said = ["conclusion_waste", "conclusion_theory", agree, "conclusion_curve", f"reason_{dial['main']}"]
+    said += [f"close_{dial['runner_up']}"] if dial["runner_up"] else []
     yield finished(snap, values, agree, said)      # under the dial the page says what ran and its reference's cost
 
 

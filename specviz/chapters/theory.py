@@ -24,6 +24,7 @@ from specviz.hardware.roofline import expected_tokens_per_pass
 
 AGREE = 0.15           # prediction and measurement within 15 % "agree"
 REASONS = ("tokens", "passes", "draft", "overhead", "rest")
+CLOSE = 0.05           # two factors within 5 % of each other: either may come out largest in the next run
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,17 @@ class Gap:
     @property
     def main(self) -> str:
         """The reason that moves the measurement furthest from the prediction."""
-        return max(REASONS, key=lambda r: abs(math.log(max(self.factors[r], 1e-9))))
+        return max(REASONS, key=self._size)
+
+    @property
+    def runner_up(self) -> str | None:
+        """The second reason where it is within CLOSE of the main one: naming one alone would flip between
+        runs of the same work (single passes on a shared machine are that noisy)."""
+        first, second = sorted(REASONS, key=self._size, reverse=True)[:2]
+        return second if self._size(first) - self._size(second) < math.log1p(CLOSE) else None
+
+    def _size(self, reason: str) -> float:
+        return abs(math.log(max(self.factors[reason], 1e-9)))
 
 
 def _per(total: float, n: int) -> float:
@@ -122,4 +133,5 @@ def gap_values(g: Gap, pred: Prediction) -> dict:
     """The numbers a theory sentence fills in (the ledger's `reason_*`, the Playground's `theory_*`)."""
     return {"predicted_speedup": g.predicted, "measured_speedup": g.measured, "difference": g.difference,
             "abs_difference": abs(g.difference), "tokens_per_step": pred.tokens_per_step, "main": g.main,
+            "runner_up": g.runner_up or "", "close": CLOSE,
             **{f"f_{k}": v for k, v in g.factors.items()}, **g.detail}

@@ -48,9 +48,12 @@ def theory_md(lang: str, result: dict | None, curve: PassCurve | None, synthetic
         return ""
     head = "playground.theory_real" if not synthetic else \
         "playground.theory_synthetic_moved" if result.get("moved") else "playground.theory_synthetic"
-    values = {k: v for k, v in result.items() if k not in ("main", "agree", "moved")}
+    values = {k: v for k, v in result.items() if k not in ("main", "runner_up", "agree", "moved")}
     # "62 % below the measurement", not "-62 % off" (a first-time reader could not tell which way)
     above = values.get("difference", 0) > 0
     values["side"] = lessons.Key("playground.theory_above" if above else "playground.theory_below")
     text = f"{t(lang, head, **values)} ({curve_md(lang, curve)})"
-    return text + "\n\n" + t(lang, f"playground.theory_reason_{result['main']}", **values)
+    text += "\n\n" + t(lang, f"playground.theory_reason_{result['main']}", **values)
+    if result.get("runner_up"):     # the ledger's sentence: the same two factors, named the same way
+        text += " " + t(lang, f"chapter.ledger.close_{result['runner_up']}", **values)
+    return text
