@@ -15,6 +15,7 @@ import os
 
 def parse_args(argv=None):
     from specviz.cli.args import int_in
+    from specviz.limits import MAX_DEPTH
 
     port = int_in(1, 65535)
     on_space = bool(os.environ.get("SPACE_ID"))
@@ -34,7 +35,8 @@ def parse_args(argv=None):
                    help="start a local vLLM server (offline SmolLM2-135M, n-gram draft, k = --vllm-depth) from "
                         ".venv-vllm (bash scripts/vllm-setup); moving the depth slider starts one for that k "
                         "(kept while memory allows); all stopped when the app stops")
-    p.add_argument("--vllm-depth", type=int, default=4, help="k of the first launched vLLM server (default 4)")
+    p.add_argument("--vllm-depth", type=int_in(0, MAX_DEPTH), default=4,
+                   help=f"k of the first launched vLLM server, 0 to {MAX_DEPTH} (default 4; 0: no speculation)")
     p.add_argument("--vllm-eager", action="store_true",
                    help="launch it with --enforce-eager: no compile at start (minutes sooner on a busy CPU, slower)")
     args = p.parse_args(argv)

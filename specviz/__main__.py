@@ -10,8 +10,9 @@ import sys
 
 from specviz.cli import bench, bench_vllm, classroom, download, generate, hardware_cmds, tiny, whatif
 from specviz.cli.args import negatives_attached
-from specviz.cli.common import naming_flag
+from specviz.cli.common import compile_from_env, naming_flag
 from specviz.engine.policies import PolicyError
+from specviz.fastpath import CompileError
 from specviz.limits import LimitError
 from specviz.pairs.models import ModelError
 
@@ -55,16 +56,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(negatives_attached(sys.argv[1:] if argv is None else argv))
+        compile_from_env(args)
         _quiet_libraries()
         return int(args.func(args) or 0)
-    except (UsageError, ModelError, LimitError, PolicyError) as exc:
+    except (UsageError, ModelError, LimitError, PolicyError, CompileError) as exc:
         print(f"specviz: error: {naming_flag(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("specviz: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # an unexpected failure still gets one readable line
-        if os.environ.get("SPECVIZ_DEBUG"):
+        if os.environ.get("SPECVIZ_DEBUG", "0") not in ("", "0"):
             raise
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         print(f"specviz: error: {type(exc).__name__}: {first}", file=sys.stderr)

@@ -61,6 +61,9 @@ ROOT = Path(__file__).resolve().parents[1]
     (["sweep", "--depths", "-1,2"], "argument --depths: must be whole numbers from 0 to 16 separated by commas"),
     (["whatif", "--gpu", "H200", "--batch-sizes", "-4,8"], "--batch-sizes must be whole numbers from 1 to 65536"),
     (["generate", "--depth", "-3"], "argument --depth: speculation depth must be from 0 to 16; -3 is out of range"),
+    (["generate", "--policy", "adaptive", "--max-depth", "99"], "argument --max-depth: adaptive max depth must be"),
+    (["generate", "--policy", "batch-table", "--batch-table", "1:99"], "argument --batch-table: batch table needs"),
+    (["generate", "--policy", "nosuch"], "argument --policy: unknown policy 'nosuch'"),
 ])
 def test_bad_values_are_refused_in_one_sentence(argv, said, capsys):
     assert main(argv) == 2
@@ -73,6 +76,26 @@ def test_a_wrong_compile_variable_is_named(monkeypatch, capsys):
     assert main(["bench-classroom", "--users", "2"]) == 2
     assert capsys.readouterr().err.strip() == ("specviz: error: SPECVIZ_COMPILE must be one of auto, on, off, static, "
                                                "not 'bogus'")
+    assert main(["generate", "--prompt", "Hi"]) == 2 and "SPECVIZ_COMPILE must be" in capsys.readouterr().err
+    # the commands that decode nothing are not stopped by it, nor is any command's --help
+    assert main(["whatif", "--gpu", "H200", "--json"]) == 0 and "SPECVIZ_COMPILE" not in capsys.readouterr().err
+    with pytest.raises(SystemExit) as shown:
+        main(["generate", "--help"])
+    assert shown.value.code == 0
+
+
+def test_specviz_debug_0_keeps_the_one_line_error(monkeypatch, capsys):
+    import specviz.__main__ as entry
+
+    def boom(args):
+        raise RuntimeError("disk full\nsecond line")
+    monkeypatch.setattr(entry.whatif, "run", boom)       # add_parser reads it when main builds the parser
+    monkeypatch.setenv("SPECVIZ_DEBUG", "0")
+    assert main(["whatif", "--gpu", "H200"]) == 1
+    assert capsys.readouterr().err.strip() == "specviz: error: RuntimeError: disk full"
+    monkeypatch.setenv("SPECVIZ_DEBUG", "1")
+    with pytest.raises(RuntimeError):
+        main(["whatif", "--gpu", "H200"])
 
 
 def test_cuda_is_refused_where_torch_sees_no_gpu(capsys):
@@ -130,6 +153,16 @@ def test_the_apps_port_is_refused_by_the_flag_or_the_variable_that_set_it(monkey
         assert exited.value.code == 2 and said in capsys.readouterr().err
     monkeypatch.setenv("SPECVIZ_PORT", "9000")
     assert app.parse_args([]).port == 9000 and app.parse_args(["--port", "8080"]).port == 8080
+
+
+@pytest.mark.parametrize("depth", ["-1", "17", "four"])
+def test_the_launched_vllm_depth_is_refused_outside_0_to_16(depth, capsys):
+    """A negative k once started a vLLM server without speculation, and said nothing."""
+    import app
+
+    with pytest.raises(SystemExit) as exited:
+        app.parse_args(["--vllm-launch", "--vllm-depth", depth])
+    assert exited.value.code == 2 and "argument --vllm-depth: must be a whole number from 0 to 16" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [["bench-hf", "--prompt", ""], ["sweep", "--prompt", " "]])

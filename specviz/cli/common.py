@@ -50,8 +50,15 @@ def _compile_default() -> str:
         raise LimitError(str(exc)) from None
 
 
+def compile_from_env(args) -> None:
+    """Fill --compile's default from SPECVIZ_COMPILE after parsing: a wrong value then stops only the
+    commands that decode (not `whatif`, nor any command's --help)."""
+    if getattr(args, "compile", "") is None:
+        args.compile = _compile_default()
+
+
 def add_compile_arg(p) -> None:
-    p.add_argument("--compile", default=_compile_default(), type=_compile_choice,
+    p.add_argument("--compile", default=None, type=_compile_choice,
                    help="fast path: auto (default, what the app uses) = static KV cache + compact forward where "
                         "its pass measured faster than eager on this machine (on CUDA: CUDA graphs per shape "
                         "bucket, captured at warm-up, where a replayed pass measured faster); static = that "
@@ -121,10 +128,17 @@ DOOR_FLAGS = {"errors.what_batch": "--batch-size", "errors.what_depth": "--depth
               "errors.what_temperature": "--temperature", "errors.what_max_new": "--max-new-tokens"}
 
 
+# a policy's refusals name the value as the page's boxes do ("adaptive max depth"): the flag leads here too
+POLICY_FLAGS = {"errors.threshold_not_number": "--threshold", "errors.threshold_not_finite": "--threshold",
+                "errors.threshold_batch": "--threshold", "errors.confidence_range": "--threshold",
+                "errors.batch_table_range": "--batch-table", "errors.bad_batch_table": "--batch-table",
+                "errors.adaptive_range": "--max-depth", "errors.unknown_policy": "--policy"}
+
+
 def naming_flag(exc: Exception) -> str:
     """A refusal's sentence, led by the flag whose value the door refused ("argument --depth: …")."""
     said = exc.args[0] if exc.args else None
-    flag = DOOR_FLAGS.get(said.values.get("what")) if isinstance(said, Said) else None
+    flag = (DOOR_FLAGS.get(said.values.get("what")) or POLICY_FLAGS.get(said.key)) if isinstance(said, Said) else None
     return f"argument {flag}: {exc}" if flag else str(exc)
 
 
