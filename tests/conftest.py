@@ -12,6 +12,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # tests/test_served_auto.py serves the default auto): a warm-up in the background takes CPU from the tests
 # beside it
 os.environ.setdefault("SPECVIZ_COMPILE", "off")
+# measurements taken under the tests' load (peaks, layouts, auto verdicts) stay out of the cache the app
+# reads; kept between runs, so the offline model is converted once
+os.environ.setdefault("SPECVIZ_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "specviz-tests"))
 sys.path.insert(0, str(Path(__file__).parent))
 
 import pytest  # noqa: E402
