@@ -551,6 +551,35 @@ def test_browser_whatif_refused_bandwidth_names_itself_and_the_tab_recovers(what
         _summary_has(page, "at α = 0.70")
 
 
+def test_browser_an_emptied_slider_box_goes_back_and_persian_digits_count(whatif_app):
+    """An emptied α box was refused and then showed 0 (the slider's low end) beside figures of 0.7; a
+    Persian keyboard's ۰٫۵ entered nothing at all (a number box drops those digits)."""
+    with _page() as page:
+        page.goto(whatif_app + "?tab=whatif")
+        page.wait_for_selector("#whatif-speedup .js-plotly-plot", timeout=30000)
+        alpha = page.locator("#whatif-alpha input[type=number]")
+        for typed in ("", "abc"):
+            alpha.click()
+            alpha.fill("")
+            page.keyboard.type(typed)           # letters: the box drops them, as a person's typing
+            alpha.press("Enter")
+            page.wait_for_selector("[data-testid=toast-body]", timeout=20000)
+            assert "its box is empty or holds no number" in page.locator("[data-testid=toast-body]").first.inner_text()
+            page.locator("#whatif-summary").click()
+            page.wait_for_function("document.querySelector('#whatif-alpha input[type=range]').value === '0.7'",
+                                   timeout=10000)
+            assert alpha.input_value() == "0.7"
+            _summary_has(page, "at α = 0.70")
+            for button in page.locator("[data-testid=toast-close]").all():
+                button.click()
+        alpha.click()
+        alpha.press("Control+a")
+        page.keyboard.type("۰٫۵")
+        alpha.press("Enter")
+        _summary_has(page, "at α = 0.50")
+        assert alpha.input_value() == "0.5"
+
+
 def test_the_latency_chart_names_the_gpu_as_its_list_does():
     """The Persian chart's title said "Custom GPU (bandwidth and FLOP/s below)", the English value."""
     from specviz.ui import whatif_views

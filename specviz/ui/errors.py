@@ -315,10 +315,26 @@ COMMIT_TYPED_JS = """() => {
   const numberBox = (el) => el instanceof HTMLInputElement && el.type === 'number';
   let passing = false;
   const commit = (el) => {
+    if (el.value !== '' && el.dataset.svHeld !== undefined && inside(el)) { el.dataset.svHeld = el.value; }
     passing = true;
     try { el.dispatchEvent(new Event('input', {bubbles: true})); } finally { passing = false; }
   };
   window.addEventListener('input', (e) => { if (!passing && numberBox(e.target)) { e.stopImmediatePropagation(); } }, true);
+  // a Persian keyboard types ۰–۹ and ٫, which a number box drops (it read as empty): typed or pasted,
+  // they enter as the digits and the point the box reads
+  const persian = /[۰-۹٠-٩٫]/g;
+  const latin = (c) => c === '٫' ? '.' : String('۰۱۲۳۴۵۶۷۸۹'.indexOf(c) >= 0 ? '۰۱۲۳۴۵۶۷۸۹'.indexOf(c) : '٠١٢٣٤٥٦٧٨٩'.indexOf(c));
+  window.addEventListener('beforeinput', (e) => {
+    const text = e.data ?? e.dataTransfer?.getData('text/plain');
+    if (!numberBox(e.target) || !text || !text.match(persian)) { return; }
+    e.preventDefault();
+    document.execCommand('insertText', false, text.replace(persian, latin));
+  }, true);
+  // a slider's box left empty (or holding no number) went to the slider's low end while the figures kept
+  // the value before: after its refusal it goes back to the value it held
+  const sliderBox = (el) => numberBox(el) && !!(el.closest('.block') || el.parentElement).querySelector('input[type=range]');
+  const hold = (el) => { if (sliderBox(el) && el.value !== '') { el.dataset.svHeld = el.value; } };
+  window.addEventListener('focusin', (e) => hold(e.target), true);
   // a fraction in a box of whole numbers (step 1) is sent as typed, to be refused with its sentence, and
   // the box then moves to the nearest whole number (the range beside it showed that already)
   // (a fraction past an end is the end's business: the blur moves the box there, with one sentence)
@@ -350,6 +366,11 @@ COMMIT_TYPED_JS = """() => {
   }, true);
   window.addEventListener('blur', (e) => {
     const el = e.target;
+    if (!passing && sliderBox(el) && el.value === '' && el.dataset.svHeld !== undefined) {
+      el.value = el.dataset.svHeld;         // before the slider's own blur moves an empty box to its low end
+      commit(el);
+      return;
+    }
     if (passing || !numberBox(el) || !bounded(el) || inside(el)) { return; }
     e.stopImmediatePropagation();
     setTimeout(() => {
