@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from specviz import lessons
 from specviz.hardware import costmodel, presets
 from specviz.hardware import roofline as rf
 from specviz.hardware.profiles import PROFILES_DIR, load_profiles
@@ -826,3 +827,18 @@ def test_the_custom_boxes_show_a_preset_gpus_own_rates():
     from specviz.hardware.device import Peaks
     bw, fl = preset_rates(THIS_MACHINE, Peaks("cpu", 46.4e9, 0.188e12, "float32"))   # its calibrated peaks
     assert bw["value"] == pytest.approx(0.046) and fl["value"] == pytest.approx(0.188) and not bw["interactive"]
+
+
+def test_a_persian_profile_label_keeps_device_and_path_apart_and_names_cores_in_persian():
+    """The list read ", static (eager)cpu: 2 cores روی smollm2…": two left-to-right values side by side
+    swapped places in the right-to-left line, and the cores stayed English (here and in the summary)."""
+    base = next(p for p in load_profiles() if p.device.startswith("cpu"))
+    for path in ("static (eager)", "eager"):
+        label = replace(base, path=path).label
+        assert str(label).startswith(f"{base.target} on {base.device}")        # the value the API exchanges
+        fa = lessons.say("fa", label)
+        assert "cores" not in fa and "هسته" in fa and "\u2069\u2066" not in fa, fa
+        assert ("، \u2066static (eager)\u2069" in fa) == (path == "static (eager)"), fa
+    from specviz.ui.whatif_views import tx
+    summary = tx("fa", "profile_md", device="AMD EPYC (2 cores)", bw=40, fl=0.2, context=256, knee=9, pred=8)
+    assert "(2 هسته)" in summary and "cores" not in summary

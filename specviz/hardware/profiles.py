@@ -64,8 +64,10 @@ class Profile:
     @property
     def label(self) -> str:
         """English (the value the dropdown and the API exchange); a page shows it in its reader's language."""
-        on = "" if self.path == EAGER else f", {self.path}"
-        return Said("whatif.profile_label", target=self.target, device=self.device, path=on)
+        if self.path == EAGER:
+            return Said("whatif.profile_label", target=self.target, device=self.device)
+        # the path its own field: beside the device in one value, a right-to-left label swapped the two
+        return Said("whatif.profile_label_path", target=self.target, device=self.device, path=self.path)
 
 
 def spec_to_dict(spec: ModelSpec) -> dict:

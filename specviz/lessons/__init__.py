@@ -156,13 +156,13 @@ def counted(lang: str, key: str, values: dict) -> str:
 def text(lang: str, key: str, /, **values) -> str:
     """Lesson text for `key` in `lang`, with `{placeholders}` filled from `values` (a `Said` or `Key` value
     is shown in `lang` too)."""
-    return fill(counted(lang, key, values), _said_in(lang, values))
+    return fill(counted(lang, key, values), said_in(lang, values))
 
 
 def text_bidi(lang: str, key: str, /, **values) -> str:
     """Like `text`, but every filled-in value is wrapped in LRI…PDI so numbers, code and tokens stay
     left-to-right inside right-to-left sentences (harmless in English). Persian values stay as they are."""
-    return fill(counted(lang, key, values), _said_in(lang, values), wrap=isolate_ltr)
+    return fill(counted(lang, key, values), said_in(lang, values), wrap=isolate_ltr)
 
 
 def policy_label(lang: str, name: str) -> str:
@@ -172,8 +172,25 @@ def policy_label(lang: str, name: str) -> str:
     return text(lang, key) if template(lang, key) != key else str(name)
 
 
-def _said_in(lang: str, values: dict) -> dict:
-    return {k: (say(lang, v) if isinstance(v, (Key, Said, Listed)) else v) for k, v in values.items()}
+def said_in(lang: str, values: dict) -> dict:
+    """A sentence's values as `lang` shows them: Saids and Keys in `lang`, a machine's cores too."""
+    return {k: (say(lang, v) if isinstance(v, (Key, Said, Listed)) else machine(lang, v) if isinstance(v, str) else v)
+            for k, v in values.items()}
+
+
+MACHINE = re.compile(r"(.*?)\s*(\(?)(\d+) cores?(\)?)")     # "cpu: 2 cores", "AMD EPYC (2 cores)"
+
+
+def machine(lang: str, device: str) -> str:
+    """A machine's name as device_name() and the recordings write it, with its cores in `lang` (a Persian
+    page read "cpu: 2 cores"); English, and any other value, as it is."""
+    m = MACHINE.fullmatch(device) if lang in RTL_LANGS else None
+    if m is None or bool(m.group(2)) != bool(m.group(4)):
+        return device
+    cores = template(lang, "app.cores").format(n=int(m.group(3)))
+    # the Latin part isolated on its own: the whole is right-to-left now (isolate_ltr keeps it so)
+    name = isolate_ltr(m.group(1)) + " " if m.group(1) else ""
+    return f"{name}{m.group(2)}{cores}{m.group(4)}"
 
 
 def chart_fill(template_text: str, values: dict) -> str:
@@ -230,7 +247,7 @@ class Listed(str):
 
 
 def _render(lang: str, key: str, values: dict) -> str:
-    plain = _said_in(lang, values)
+    plain = said_in(lang, values)
     if lang in RTL_LANGS:
         return fill(counted(lang, key, values), plain, wrap=isolate_ltr)
     return fill(counted(lang, key, values), plain)

@@ -393,13 +393,7 @@ def vllm_md(lang: str, chap: Chapter, sw) -> str:
 
 def machine_said(lang: str, device: str) -> str:
     """device_name()'s "cpu: 2 cores" with its cores in `lang`; English keeps device_name()'s words."""
-    if lang == lessons.DEFAULT_LANG:
-        return device
-    m = re.fullmatch(r"(.*?)\s*(\d+) cores?", device)
-    if m is None:
-        return device
-    # the Latin part isolated on its own: the whole is right-to-left now (lessons.isolate_ltr keeps it so)
-    return f"{lessons.isolate_ltr(m.group(1))} {lessons.template(lang, 'app.cores').format(n=int(m.group(2)))}"
+    return lessons.machine(lang, device)
 
 
 def _machine(device: str) -> str:

@@ -48,9 +48,7 @@ def is_rtl(lang: str) -> bool:
 def tx(lang: str, key: str, /, **values) -> str:
     """The tab's text `whatif.<key>` in `lang`, with `values` filled in (bidi-safe in Persian)."""
     wrap = lessons.isolate_ltr if is_rtl(lang) else None
-    values = {k: lessons.say(lang, v) if isinstance(v, (lessons.Said, lessons.Key, lessons.Listed)) else v
-              for k, v in values.items()}
-    return lessons.fill(lessons.template(lang, f"whatif.{key}"), values, wrap)
+    return lessons.fill(lessons.template(lang, f"whatif.{key}"), lessons.said_in(lang, values), wrap)
 
 
 def _cell(lang: str, value: str) -> str:
