@@ -150,7 +150,7 @@ def _vline(fig, x: float, label: str, color: str, dash: str) -> None:
 def knee_figure(tokens: list[int], seconds: list[float], knee: float, predicted: float) -> go.Figure:
     fig = go.Figure(go.Scatter(x=tokens, y=[1000 * s for s in seconds], mode="lines+markers",
                                name="measured latency", line=dict(color=BONUS)))
-    _vline(fig, knee, f"measured knee ≈ {knee:.0f}", REJECT, "dot")
+    _vline(fig, knee, f"measured knee ≈ {knee:.0f}", BONUS, "dashdot")   # the measured curve's colour
     _vline(fig, predicted, f"predicted knee ≈ {predicted:.0f}", PLAIN, "dash")
     fig.update_layout(title="Forward latency vs tokens per pass", xaxis_type="log",
                       xaxis_title="tokens per pass", yaxis_title="ms", xaxis=POW2, **LAYOUT)
@@ -183,6 +183,12 @@ def _whatif_labels(labels: dict | None) -> dict:
     return {**WHATIF_LABELS, **(labels or {})}
 
 
+def _hover(lab: dict, x_key: str, y_key: str, y_format: str, unit: str = "") -> str:
+    """A point's hover in the axes' own words and rounded ("batch size: 128 · 1.21×", not plotly's
+    "(128, 1.209865)"), the trace's whole name beside it (plotly cuts names at 15 characters)."""
+    return f"{lab[x_key]}: %{{x}}<br>{lab[y_key]}: %{{y:{y_format}}}{unit}<extra>%{{fullData.name}}</extra>"
+
+
 DEPTH_COLOURS = ["#7f7f7f", "#fdae61", "#f46d43", "#d73027", "#a50026", "#762a83", "#1b7837", "#2c7bb6"]
 
 
@@ -196,6 +202,7 @@ def crossover_figure(rows: list[dict], title: str, labels: dict | None = None) -
         pts = sorted((r["batch_size"], r["tokens_per_s"]) for r in rows if r["depth"] == k)
         fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[t for _, t in pts], mode="lines+markers",
                                  name=lab["plain"] if k == 0 else fill(lab["depth"], k=k),
+                                 hovertemplate=_hover(lab, "batch_size", "tokens_per_s", ",.0f"),
                                  line=dict(color=DEPTH_COLOURS[i % len(DEPTH_COLOURS)], width=3 if k == 0 else 2)))
     by = {(r["batch_size"], r["depth"]): r["tokens_per_s"] for r in rows}
     pts = sorted(best_depths(rows).items())
@@ -216,18 +223,20 @@ def latency_figure(tokens: list[int], estimate_ms: list[float], predicted: float
     one, a measured curve (solid) on log axes."""
     lab = _whatif_labels(labels)
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=tokens, y=estimate_ms, mode="lines", name=lab["roofline"],
+    hover = _hover(lab, "tokens_per_pass", "ms_per_pass", ".2f")
+    fig.add_trace(go.Scatter(x=tokens, y=estimate_ms, mode="lines", name=lab["roofline"], hovertemplate=hover,
                              line=dict(color=PLAIN, dash="dash", width=2)))
     if calibrated_ms is not None:
         fig.add_trace(go.Scatter(x=tokens, y=calibrated_ms, mode="lines", name=lab["calibrated"],
-                                 line=dict(color=REJECT, dash="dot", width=3)))
+                                 hovertemplate=hover, line=dict(color=REJECT, dash="dot", width=3)))
     if measured is not None:
         fig.add_trace(go.Scatter(x=measured[0], y=[1000 * s for s in measured[1]], mode="lines+markers",
-                                 name=lab["measured"], line=dict(color=BONUS, width=3)))
+                                 name=lab["measured"], hovertemplate=hover, line=dict(color=BONUS, width=3)))
     if predicted is not None:
         _vline(fig, predicted, fill(lab["predicted_knee"], knee=predicted), PLAIN, "dash")
     if measured_knee is not None:
-        _vline(fig, measured_knee, fill(lab["measured_knee"], knee=measured_knee), REJECT, "dot")
+        # the measured curve's colour: in the calibrated estimate's red dots it read as that estimate's knee
+        _vline(fig, measured_knee, fill(lab["measured_knee"], knee=measured_knee), BONUS, "dashdot")
     fig.update_layout(title=title, xaxis_type="log", yaxis_type="log", xaxis_title=lab["tokens_per_pass"],
                       yaxis_title=lab["ms_per_pass"], xaxis=POW2, yaxis=ONE_TWO_FIVE, **LAYOUT)
     return fig
@@ -243,7 +252,8 @@ class PointSet:
     speedup: list[float]
 
 
-ESTIMATE_DASH = {"calibrated": "solid", "calibrated-sglang": "longdash", "ideal": "dash"}
+MODEL_COLOURS = ["#d95f02", "#7570b3", "#1b9e77", "#7f7f7f"]     # Dark2: told apart on a projector
+ESTIMATE_DASH = {"calibrated": "solid", "calibrated-sglang": "longdash", "ideal": "dash", "profile": "solid"}
 
 
 def speedup_figure(curves: dict[str, list[dict]], depths: list[int], points: list[PointSet],
@@ -253,17 +263,20 @@ def speedup_figure(curves: dict[str, list[dict]], depths: list[int], points: lis
     break-even line at 1×. `labels` may name the models too (`model_calibrated`, `model_ideal`)."""
     lab = _whatif_labels(labels)
     fig = go.Figure()
-    for model, rows in curves.items():
+    hover = _hover(lab, "batch_size", "speedup_axis", ".2f")      # the axis says (×)
+    by_model = len(depths) == 1 and len(curves) > 1      # one depth, several models: one hue each, not one orange
+    for m, (model, rows) in enumerate(curves.items()):
         for i, k in enumerate(depths):
             pts = sorted((r["batch_size"], r["speedup"]) for r in rows if r["depth"] == k)
-            fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[s for _, s in pts], mode="lines",
+            colour = MODEL_COLOURS[m % len(MODEL_COLOURS)] if by_model else DEPTH_COLOURS[(i + 1) % len(DEPTH_COLOURS)]
+            fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[s for _, s in pts], mode="lines", hovertemplate=hover,
                                      name=fill(lab["estimate_line"], k=k, model=lab.get(f"model_{model}", model)),
-                                     line=dict(color=DEPTH_COLOURS[(i + 1) % len(DEPTH_COLOURS)],
+                                     line=dict(color=colour,
                                                dash=ESTIMATE_DASH.get(model, "dot"),
-                                               width=3 if model.startswith("calibrated") else 2)))
+                                               width=2 if model == "ideal" else 3)))
     symbols = ["circle", "diamond", "square", "triangle-up"]
     for i, p in enumerate(points):
-        fig.add_trace(go.Scatter(x=p.batch_sizes, y=p.speedup, mode="markers", name=p.label,
+        fig.add_trace(go.Scatter(x=p.batch_sizes, y=p.speedup, mode="markers", name=p.label, hovertemplate=hover,
                                  marker=dict(symbol=symbols[i % len(symbols)], size=10, color="#111",
                                              line=dict(color="white", width=1))))
     xs = [r["batch_size"] for rows in curves.values() for r in rows] + [b for p in points for b in p.batch_sizes]

@@ -155,9 +155,12 @@ def test_this_machine_is_calibrated_from_its_recorded_profile():
     class Cpu:
         peaks = Peaks("cpu", 23e9, 0.24e12, "float32")
 
-    md, lat, _ = whatif_views.compute(Cpu(), whatif_views.THIS_MACHINE, "SmolLM2-135M", whatif_views.NGRAM, 0.6, 256, 0)
+    md, _, cross = whatif_views.compute(Cpu(), whatif_views.THIS_MACHINE, "SmolLM2-135M", whatif_views.NGRAM, 0.6, 256, 0)
     # the profile recorded on the fast path, which the app serves where it measured faster
     assert "measured** by calibration" in md and "fitted to cpu-2core-smollm2-135m-fast.json" in md
+    # its verdict names the profile it ran on, not vLLM's fit ("By the calibrated (vLLM) estimate")
+    assert "By the recorded-profile estimate" in md and "calibrated (vLLM)" not in md
+    assert "(recorded-profile estimate)" in cross.layout.title.text
 
     class Gpu:
         peaks = Peaks("cuda", 4e12, 900e12, "bfloat16")
@@ -842,3 +845,21 @@ def test_a_persian_profile_label_keeps_device_and_path_apart_and_names_cores_in_
     from specviz.ui.whatif_views import tx
     summary = tx("fa", "profile_md", device="AMD EPYC (2 cores)", bw=40, fl=0.2, context=256, knee=9, pred=8)
     assert "(2 هسته)" in summary and "cores" not in summary
+
+
+def test_the_what_if_charts_hover_in_their_axes_words_with_whole_names():
+    """Hover read "EAGLE on SGL...(24, 0.93)" and "(128, 1.209865)"; one depth of three models drew three
+    orange lines told apart by dash alone; the measured knee wore the calibrated estimate's red dots."""
+    from specviz import charts
+
+    lab = {"model_calibrated": "calibrated", "model_ideal": "ideal"}
+    rows = [{"batch_size": b, "depth": k, "speedup": 1.2} for b in (1, 8) for k in (0, 4)]
+    fig = charts.speedup_figure({"calibrated": rows, "ideal": rows}, [4], [charts.PointSet("EAGLE on SGLang", [24], [0.93])],
+                                "t", lab)
+    lines = [t for t in fig.data if t.mode == "lines" and t.hoverinfo != "skip"]
+    assert len({t.line.color for t in lines}) == 2
+    assert all("%{y:.2f}" in t.hovertemplate and "%{fullData.name}" in t.hovertemplate for t in fig.data[:3])
+    lat = charts.latency_figure([1, 2], [1.0, 1.1], 2, ([1, 2], [0.001, 0.0011]), 2, calibrated_ms=[1.2, 1.3])
+    knees = {t.line.color: t.line.dash for t in lat.data if t.yaxis == "y2"}
+    assert knees[charts.BONUS] == "dashdot" and len(knees) == 2
+    assert all("%{y:.2f}" in t.hovertemplate for t in lat.data if t.yaxis != "y2")

@@ -25,6 +25,7 @@ CALIBRATED, IDEAL = "calibrated", "ideal"
 # the calibrated model plus the per-sequence bookkeeping fitted to SGLang's published speed-ups
 SGLANG, SGLANG_STACK = "calibrated-sglang", "SGLang v0.4.4"
 KINDS = (CALIBRATED, SGLANG, IDEAL)
+PROFILE = "profile"     # what "This machine" runs on instead of vLLM's fit: the machine's recorded profile
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 DEPTHS = [0, 1, 2, 3, 4, 6, 8]
 PLOT_DEPTHS = {0, 1, 2, 4, 8}
@@ -65,13 +66,13 @@ def lang_of(app, request) -> str:
 
 def model_name(lang: str, kind: str) -> str:
     """"calibrated" / "ideal" as the reader's language says it (the API value stays `kind`)."""
-    return tx(lang, f"model_{kind}") if kind in KINDS else str(kind)
+    return tx(lang, f"model_{kind}") if kind in (*KINDS, PROFILE) else str(kind)
 
 
 def chart_labels(lang: str) -> dict:
     """Raw templates for the what-if figures (charts.py fills the numbers in), plus the models' names."""
     labels = {k: lessons.isolate_rtl(lessons.template(lang, f"whatif.chart.{k}")) for k in charts.WHATIF_LABELS}
-    return {**labels, **{f"model_{k}": model_name(lang, k) for k in KINDS}}
+    return {**labels, **{f"model_{k}": model_name(lang, k) for k in (*KINDS, PROFILE)}}
 
 
 def _for_reader(fig, lang: str):
@@ -250,7 +251,7 @@ def compute(app, gpu, target, draft, alpha, context, overhead_ms, model=CALIBRAT
         t_spec, setup.bandwidth, setup.flops, TOKENS, setup.context, setup.overhead_s, cal)]
     rows = whatif_rows(t_spec, setup.draft, setup.bandwidth, setup.flops, alpha, setup.context, BATCHES, DEPTHS,
                        setup.overhead_s, cal)
-    kind = _kind(model, cal)
+    kind = _kind(model, cal, str(gpu))
     labels = chart_labels(lang)
     curve = curve_for(gpu, target) if gpu in GPUS else None
     measured = None
@@ -288,9 +289,10 @@ def recorded_md(gpu: str, target: str, curve: RecordedCurve | None, setup: costm
     return "\n\n" + text
 
 
-def _kind(model: str, cal: costmodel.Calibration) -> str:
-    """The model that actually ran: "ideal" when the calibrated one had to fall back to it."""
-    return IDEAL if cal.is_ideal else str(model)
+def _kind(model: str, cal: costmodel.Calibration, gpu: str) -> str:
+    """The model that actually ran: "ideal" when the calibrated one had to fall back to it, this machine's
+    recorded profile where "This machine" is picked (its verdict had named vLLM's fit)."""
+    return IDEAL if cal.is_ideal else PROFILE if gpu == THIS_MACHINE else str(model)
 
 
 def csv_rows(app, gpu, target, draft, alpha, context, overhead_ms, model=CALIBRATED,
@@ -463,7 +465,7 @@ def speedup_view(app, gpu, target, draft, alpha, context, overhead_ms, model=CAL
     setup, alpha, _, _ = _inputs(app, gpu, target, draft, alpha, context, overhead_ms, model, bw_tbs, flops_tflops,
                                  lang)
     series = _matching(gpu, target, draft)
-    kind = _kind(model, setup.calibration)
+    kind = _kind(model, setup.calibration, str(gpu))
     labels = chart_labels(lang)
 
     def rows(cal, depths):
