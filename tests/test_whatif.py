@@ -863,3 +863,25 @@ def test_the_what_if_charts_hover_in_their_axes_words_with_whole_names():
     knees = {t.line.color: t.line.dash for t in lat.data if t.yaxis == "y2"}
     assert knees[charts.BONUS] == "dashdot" and len(knees) == 2
     assert all("%{y:.2f}" in t.hovertemplate for t in lat.data if t.yaxis != "y2")
+
+
+def test_browser_the_address_keeps_language_tab_and_chapter_for_a_reload(whatif_app):
+    """The address never changed, so a reload opened the first tab and chapter in English after a reader
+    had switched to Persian and the What if? tab."""
+    with _page() as page:
+        page.goto(whatif_app)
+        page.wait_for_selector("#chapter input", timeout=30000)
+        page.locator("#lang label").filter(has_text="فارسی").click()
+        page.wait_for_function("location.search.includes('lang=fa')", timeout=10000)
+        page.locator("#chapter label").nth(3).click()
+        page.wait_for_function("location.search.includes('chapter=')", timeout=10000)
+        chapter = page.locator("#chapter input:checked").get_attribute("value")
+        page.reload()
+        page.wait_for_function(f"document.querySelector('#chapter input:checked')?.value === {chapter!r}", timeout=30000)
+        assert page.evaluate("document.documentElement.lang") == "fa"
+        page.locator("button[role=tab]").nth(2).click()
+        page.wait_for_function("location.search.includes('tab=whatif')", timeout=10000)
+        page.reload()
+        page.wait_for_selector("#whatif-speedup .js-plotly-plot", timeout=30000)
+        assert page.locator("#whatif").is_visible() and not page.locator("#lesson").is_visible()
+        assert page.evaluate("document.documentElement.lang") == "fa"

@@ -27,6 +27,10 @@ SWITCH_JS = """(lang) => {
   // gradio also copies style.css's rules under '.gradio-container .contain' (a rule inside @media only
   // there), and those copies outrank the plain ones: the '.sv-rtl …' rules need the class in there too
   for (const el of document.querySelectorAll('.gradio-container .contain > *')) { el.classList.toggle('sv-rtl', rtl); }
+  // the address says the page's language, so a reload or a bookmark opens it in the same one (the
+  // browser's language chose it otherwise)
+  const here = new URL(window.location.href);
+  if (here.searchParams.get('lang') !== lang) { here.searchParams.set('lang', lang); history.replaceState(history.state, '', here); }
   const titles = __TITLES__;
   if (titles[lang]) { document.title = titles[lang]; }
   // gradio (6.x) heads every toast with its type ("Error", "Warning") and never shows the title a

@@ -214,6 +214,23 @@ LINK_JS = """(tab, chapter, pair, prompt, batch, depth, policy, lang, acceptance
 }"""
 
 
+# the open tab and chapter in the address as they change (the language's is the switch's): a reload, a
+# bookmark or the browser's history came back to the first tab and chapter, in the browser's language
+ADDRESS_JS = """(value) => {
+  const here = new URL(window.location.href);
+  if (value && here.searchParams.get('__NAME__') !== value) {
+    here.searchParams.set('__NAME__', value);
+    history.replaceState(history.state, '', here);
+  }
+}"""
+
+
+def address_js(name: str, value: str | None = None) -> str:
+    """Keep URL parameter `name` at the event's input (or at `value`, for an event without one)."""
+    js = ADDRESS_JS.replace("__NAME__", name)
+    return js if value is None else f"() => ({js})({json.dumps(value)})"
+
+
 def link_js() -> str:
     """The copy-link button's browser side: the link to this state, copied, and "Link copied" for a moment."""
 
@@ -256,6 +273,8 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
                 knobs, whatif_wiring = whatif.build(app, on_page_load=link_notice(app))
         for tab, tid in ((t_lesson, "lesson"), (t_play, "playground"), (t_what, "whatif")):
             tab.select(lambda tid=tid: tid, None, [tab_state], api_name=False, queue=False, show_progress="hidden")
+            tab.select(None, None, None, js=address_js("tab", tid), api_name=False, queue=False)
+        chapter.change(None, [chapter], None, js=address_js("chapter"), api_name=False, queue=False)
         c = page.components
         extra = [c[name] if name in c else knobs[name] for name in EXTRA]       # deeplink.EXTRA's order
         deep = [tabs, chapter, c["pair"], c["prompt"], c["batch"], c["depth"], c["policy"], c["acceptance"], lang,
