@@ -335,7 +335,12 @@ def hint_css() -> str:
     return "".join(rule(lang) for lang in lessons.LANGS)
 
 
+# the system's own sans-serif: the Soft theme's bundled Montserrat draws E and N as "Ɛ" and "Ɲ" (a
+# student copied "ƐAGLƐ" from a projector); the Persian page has Vazirmatn (assets/fonts)
+THEME = gr.themes.Soft(font=["ui-sans-serif", "system-ui", "sans-serif"])
+
+
 def launch_kwargs() -> dict:
     # a classroom: every waiting Run holds a worker thread while it streams (gradio's default is 40)
-    return {"css_paths": [str(ASSETS / "style.css")], "css": font_css() + hint_css(), "theme": gr.themes.Soft(),
+    return {"css_paths": [str(ASSETS / "style.css")], "css": font_css() + hint_css(), "theme": THEME,
             "max_threads": 160, "allowed_paths": [str(FONTS)]}
