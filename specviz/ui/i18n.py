@@ -19,6 +19,19 @@ import gradio as gr
 
 from specviz import lessons
 
+# URL parameter `name` set to `value` without a reload; held until the page has read its link (the link's
+# notice reads the address as it is then, and named "tab = nope" no more once the page had rewritten it)
+SET_ADDRESS_JS = """window.__svSetAddress = window.__svSetAddress || ((name, value) => {
+    if (!window.__svLinkRead) { (window.__svPending = window.__svPending || {})[name] = value; return; }
+    const here = new URL(window.location.href);
+    if (value && here.searchParams.get(name) !== value) {
+      here.searchParams.set(name, value);
+      history.replaceState(history.state, '', here);
+    }
+  });"""
+LINK_READ_JS = ("() => { " + SET_ADDRESS_JS + " window.__svLinkRead = true;"
+                " for (const [k, v] of Object.entries(window.__svPending || {})) { window.__svSetAddress(k, v); } }")
+
 SWITCH_JS = """(lang) => {
   const rtl = lang === 'fa';
   document.documentElement.setAttribute('dir', rtl ? 'rtl' : 'ltr');
@@ -29,8 +42,8 @@ SWITCH_JS = """(lang) => {
   for (const el of document.querySelectorAll('.gradio-container .contain > *')) { el.classList.toggle('sv-rtl', rtl); }
   // the address says the page's language, so a reload or a bookmark opens it in the same one (the
   // browser's language chose it otherwise)
-  const here = new URL(window.location.href);
-  if (here.searchParams.get('lang') !== lang) { here.searchParams.set('lang', lang); history.replaceState(history.state, '', here); }
+  __SET_ADDRESS__
+  window.__svSetAddress('lang', lang);
   const titles = __TITLES__;
   if (titles[lang]) { document.title = titles[lang]; }
   // gradio (6.x) heads every toast with its type ("Error", "Warning") and never shows the title a
@@ -92,7 +105,7 @@ def switch_js() -> str:
     upload = {lang: {k: lessons.text(lang, f"app.upload_{k}") for k in ("drop", "or", "click")} for lang in lessons.LANGS}
     aria = {lang: {k: lessons.template(lang, f"app.aria_{k}") for k in ("reset", "number", "range")}
             for lang in lessons.LANGS}
-    return (SWITCH_JS.replace("__TITLES__", json.dumps(titles, ensure_ascii=False))
+    return (SWITCH_JS.replace("__SET_ADDRESS__", SET_ADDRESS_JS).replace("__TITLES__", json.dumps(titles, ensure_ascii=False))
             .replace("__TOASTS__", json.dumps(toasts, ensure_ascii=False))
             .replace("__UPLOAD__", json.dumps(upload, ensure_ascii=False))
             .replace("__ARIA__", json.dumps(aria, ensure_ascii=False)))

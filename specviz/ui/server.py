@@ -33,7 +33,7 @@ from specviz.serve.vllm_router import VllmRouter, vllm_choices
 from specviz.ui import lesson, playground_layout, whatif
 from specviz.ui.deeplink import EXTRA, link_notice, query, restore
 from specviz.ui.errors import COMMIT_TYPED_JS, as_human_errors, error, guard_blocks
-from specviz.ui.i18n import Translations, pick_lang, switch_js
+from specviz.ui.i18n import LINK_READ_JS, SET_ADDRESS_JS, Translations, pick_lang, switch_js
 from specviz.ui.plotjs import PURGE_PLOTS_JS
 from specviz.ui.render import KEEP_ROWS_JS
 from specviz.ui.whatif_views import CUSTOM_GPU
@@ -216,19 +216,10 @@ LINK_JS = """(tab, chapter, pair, prompt, batch, depth, policy, lang, acceptance
 
 # the open tab and chapter in the address as they change (the language's is the switch's): a reload, a
 # bookmark or the browser's history came back to the first tab and chapter, in the browser's language
-ADDRESS_JS = """(value) => {
-  const here = new URL(window.location.href);
-  if (value && here.searchParams.get('__NAME__') !== value) {
-    here.searchParams.set('__NAME__', value);
-    history.replaceState(history.state, '', here);
-  }
-}"""
-
-
 def address_js(name: str, value: str | None = None) -> str:
     """Keep URL parameter `name` at the event's input (or at `value`, for an event without one)."""
-    js = ADDRESS_JS.replace("__NAME__", name)
-    return js if value is None else f"() => ({js})({json.dumps(value)})"
+    arg = "value" if value is None else json.dumps(value)
+    return f"(value) => {{ {SET_ADDRESS_JS} window.__svSetAddress({json.dumps(name)}, {arg}); }}"
 
 
 def link_js() -> str:
@@ -291,7 +282,8 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
             None, [lang], None, js=switch_js()).then(None, None, None, js=KEEP_ROWS_JS).then(
             None, None, None, js=PURGE_PLOTS_JS).then(
             None, None, None, js=COMMIT_TYPED_JS).then(*whatif_wiring.on_link, api_name=False,
-                                                        show_progress="hidden")
+                                                        show_progress="hidden").then(
+            None, None, None, js=LINK_READ_JS)
 
         def on_lang(chosen, request: gr.Request):
             chosen = pick_lang(None, chosen)
