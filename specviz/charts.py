@@ -183,10 +183,10 @@ def _whatif_labels(labels: dict | None) -> dict:
     return {**WHATIF_LABELS, **(labels or {})}
 
 
-def _hover(lab: dict, x_key: str, y_key: str, y_format: str, unit: str = "") -> str:
-    """A point's hover in the axes' own words and rounded ("batch size: 128 · 1.21×", not plotly's
-    "(128, 1.209865)"), the trace's whole name beside it (plotly cuts names at 15 characters)."""
-    return f"{lab[x_key]}: %{{x}}<br>{lab[y_key]}: %{{y:{y_format}}}{unit}<extra>%{{fullData.name}}</extra>"
+def _hover(lab: dict, x_key: str, y_key: str, y_format: str) -> str:
+    """A point's hover in the axes' own words and rounded ("batch size: 128", then "speed-up …: 1.21" on a
+    second line; plotly wrote "(128, 1.209865)"), the trace's whole name beside it (plotly cuts at 15)."""
+    return f"{lab[x_key]}: %{{x}}<br>{lab[y_key]}: %{{y:{y_format}}}<extra>%{{fullData.name}}</extra>"
 
 
 DEPTH_COLOURS = ["#7f7f7f", "#fdae61", "#f46d43", "#d73027", "#a50026", "#762a83", "#1b7837", "#2c7bb6"]
@@ -252,7 +252,8 @@ class PointSet:
     speedup: list[float]
 
 
-MODEL_COLOURS = ["#d95f02", "#7570b3", "#1b9e77", "#7f7f7f"]     # Dark2: told apart on a projector
+# Dark2, one per model (by name: a model keeps its colour whichever is picked), told apart on a projector
+MODEL_COLOURS = {"calibrated": "#d95f02", "calibrated-sglang": "#7570b3", "ideal": "#1b9e77", "profile": "#e7298a"}
 ESTIMATE_DASH = {"calibrated": "solid", "calibrated-sglang": "longdash", "ideal": "dash", "profile": "solid"}
 
 
@@ -265,10 +266,10 @@ def speedup_figure(curves: dict[str, list[dict]], depths: list[int], points: lis
     fig = go.Figure()
     hover = _hover(lab, "batch_size", "speedup_axis", ".2f")      # the axis says (×)
     by_model = len(depths) == 1 and len(curves) > 1      # one depth, several models: one hue each, not one orange
-    for m, (model, rows) in enumerate(curves.items()):
+    for model, rows in curves.items():
         for i, k in enumerate(depths):
             pts = sorted((r["batch_size"], r["speedup"]) for r in rows if r["depth"] == k)
-            colour = MODEL_COLOURS[m % len(MODEL_COLOURS)] if by_model else DEPTH_COLOURS[(i + 1) % len(DEPTH_COLOURS)]
+            colour = MODEL_COLOURS.get(model, PLAIN) if by_model else DEPTH_COLOURS[(i + 1) % len(DEPTH_COLOURS)]
             fig.add_trace(go.Scatter(x=[b for b, _ in pts], y=[s for _, s in pts], mode="lines", hovertemplate=hover,
                                      name=fill(lab["estimate_line"], k=k, model=lab.get(f"model_{model}", model)),
                                      line=dict(color=colour,

@@ -326,3 +326,13 @@ def test_a_persian_conclusion_names_the_machines_cores_in_persian():
     assert machine_said("fa", "cuda: NVIDIA H200") == "cuda: NVIDIA H200"
     result = {"chapter": "race", "conclusions": [], "values": {}, "device": "cpu: 2 cores", "settings": {}}
     assert "cores" not in conclusion_md("fa", result) and "2 cores" in conclusion_md("en", result)
+
+
+def test_only_a_device_field_has_its_cores_named_in_persian():
+    """A reader's own words are echoed as typed: a model typed as "llama 8 cores" is not "llama 8 هسته"."""
+    from specviz import lessons
+
+    said = lessons.Said("errors.bad_model_ref", ref="llama 8 cores", alias="x")
+    assert "llama 8 cores" in lessons.say("fa", said)
+    assert "هسته" in lessons.say("fa", lessons.Said("whatif.profile_label", target="t", device="AMD EPYC (2 cores)"))
+    assert lessons.machine("fa", "x (2 cores") == "x (2 cores"          # an unclosed bracket: as it is

@@ -100,12 +100,15 @@ def test_a_factor_nearly_as_large_as_the_main_one_is_named_beside_it():
     assert (close.main, close.runner_up) == ("tokens", "passes")
     clear = theory.Gap(2.0, 1.0, {"tokens": 1.20, "passes": 0.90, "draft": 1.0, "overhead": 1.0, "rest": 1.0}, {})
     assert (clear.main, clear.runner_up) == ("tokens", None)
+    agree = theory.Gap(2.0, 2.0, {"tokens": 1.03, "passes": 1.0, "draft": 1.0, "overhead": 1.0, "rest": 1.0}, {})
+    assert agree.runner_up is None                  # ×1.00 beside ×1.03 is not "nearly as large"
 
 
 @pytest.mark.parametrize("lang", ["en", "fa"])
-def test_the_ledger_on_the_dial_is_synthetic_and_priced_on_a_measured_curve(make_pair, prompts, lang):
+def test_the_ledger_on_the_dial_is_synthetic_and_priced_on_a_measured_curve(make_pair, prompts, lang, monkeypatch):
     """The ledger with A set: the synthetic draft on the pair's target, its reference's cost said, the
     prediction from a curve measured here, and every sentence filled in both languages."""
+    monkeypatch.setattr(theory, "CLOSE", 100.0)      # every second factor past ×1.05 is "close": said beside
     results = list(ledger.run_ledger(make_pair("ngram"), prompts[1], depth=3, max_new=12, acceptance=0.6))
     last = results[-1]
     v = last["values"]

@@ -161,6 +161,11 @@ def test_this_machine_is_calibrated_from_its_recorded_profile():
     # its verdict names the profile it ran on, not vLLM's fit ("By the calibrated (vLLM) estimate")
     assert "By the recorded-profile estimate" in md and "calibrated (vLLM)" not in md
     assert "(recorded-profile estimate)" in cross.layout.title.text
+    assert "whatif." not in md and "Estimates from this machine's recorded profile" in md     # no raw key
+    for model in whatif_views.KINDS:
+        fa, *_ = whatif_views.compute(Cpu(), whatif_views.THIS_MACHINE, "SmolLM2-135M", whatif_views.NGRAM, 0.6, 256,
+                                      0, model, lang="fa")
+        assert "whatif." not in fa, fa[:200]
 
     class Gpu:
         peaks = Peaks("cuda", 4e12, 900e12, "bfloat16")
@@ -576,6 +581,8 @@ def test_browser_an_emptied_slider_box_goes_back_and_persian_digits_count(whatif
             _summary_has(page, "at α = 0.70")
             for button in page.locator("[data-testid=toast-close]").all():
                 button.click()
+            # the next refusal is its own toast, not this one fading out
+            page.wait_for_function("!document.querySelector('[data-testid=toast-body]')", timeout=10000)
         alpha.click()
         alpha.press("Control+a")
         page.keyboard.type("۰٫۵")

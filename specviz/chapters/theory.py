@@ -97,7 +97,9 @@ class Gap:
         """The second reason where it is within CLOSE of the main one: naming one alone would flip between
         runs of the same work (single passes on a shared machine are that noisy)."""
         first, second = sorted(REASONS, key=self._size, reverse=True)[:2]
-        return second if self._size(first) - self._size(second) < math.log1p(CLOSE) else None
+        close = math.log1p(CLOSE)
+        # a second factor of ×1.00 is no reason at all, however small the first
+        return second if self._size(second) >= close and self._size(first) - self._size(second) < close else None
 
     def _size(self, reason: str) -> float:
         return abs(math.log(max(self.factors[reason], 1e-9)))

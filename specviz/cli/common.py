@@ -52,7 +52,7 @@ def _compile_default() -> str:
 
 def compile_from_env(args) -> None:
     """Fill --compile's default from SPECVIZ_COMPILE after parsing: a wrong value then stops only the
-    commands that decode (not `whatif`, nor any command's --help)."""
+    commands that take --compile (not `whatif`, nor any command's --help)."""
     if getattr(args, "compile", "") is None:
         args.compile = _compile_default()
 

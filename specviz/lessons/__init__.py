@@ -173,24 +173,26 @@ def policy_label(lang: str, name: str) -> str:
 
 
 def said_in(lang: str, values: dict) -> dict:
-    """A sentence's values as `lang` shows them: Saids and Keys in `lang`, a machine's cores too."""
-    return {k: (say(lang, v) if isinstance(v, (Key, Said, Listed)) else machine(lang, v) if isinstance(v, str) else v)
+    """A sentence's values as `lang` shows them: Saids and Keys in `lang`, and a `device`'s cores (only
+    that field: a prompt or a model typed as "… 4 cores" is echoed as typed)."""
+    return {k: (say(lang, v) if isinstance(v, (Key, Said, Listed)) else
+                machine(lang, v) if k == "device" and isinstance(v, str) else v)
             for k, v in values.items()}
 
 
-MACHINE = re.compile(r"(.*?)\s*(\(?)(\d+) cores?(\)?)")     # "cpu: 2 cores", "AMD EPYC (2 cores)"
+MACHINE = re.compile(r"\s*(\(?)(\d{1,5}) cores?(\)?)\Z")     # "cpu: 2 cores", "AMD EPYC (2 cores)"
 
 
 def machine(lang: str, device: str) -> str:
     """A machine's name as device_name() and the recordings write it, with its cores in `lang` (a Persian
     page read "cpu: 2 cores"); English, and any other value, as it is."""
-    m = MACHINE.fullmatch(device) if lang in RTL_LANGS else None
-    if m is None or bool(m.group(2)) != bool(m.group(4)):
+    m = MACHINE.search(device) if lang in RTL_LANGS and len(device) <= 200 else None
+    if m is None or bool(m.group(1)) != bool(m.group(3)):
         return device
-    cores = template(lang, "app.cores").format(n=int(m.group(3)))
+    cores = template(lang, "app.cores").format(n=int(m.group(2)))
     # the Latin part isolated on its own: the whole is right-to-left now (isolate_ltr keeps it so)
-    name = isolate_ltr(m.group(1)) + " " if m.group(1) else ""
-    return f"{name}{m.group(2)}{cores}{m.group(4)}"
+    name = device[:m.start()]
+    return f"{isolate_ltr(name) + ' ' if name else ''}{m.group(1)}{cores}{m.group(3)}"
 
 
 def chart_fill(template_text: str, values: dict) -> str:
