@@ -203,6 +203,8 @@ class _Saves:
 
 
 def test_a_gguf_is_converted_once_per_content_and_old_conversions_go(tmp_path, monkeypatch):
+    """Every fresh clone's venv left a 0.5 GB conversion behind (keyed by the file's path): one per content
+    now, reused by a copy, and removed once no living file uses it."""
     import transformers
 
     from specviz.pairs import models
@@ -213,15 +215,22 @@ def test_a_gguf_is_converted_once_per_content_and_old_conversions_go(tmp_path, m
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: _Saves("tokenizer.json"))
     gguf = tmp_path / "cache" / "gguf"
     stale = [gguf / "m.Q4_1-0123456789abcdef", gguf / "m.Q4_1-fedcba9876543210"]  # path-keyed, venvs gone
-    kept = [gguf / "m.Q4_1-v2-0123456789abcdef", gguf / "other-0123456789abcdef"]  # other files' caches
+    kept = [gguf / "m.Q4_1-v2-0123456789abcdef", gguf / "other-0123456789abcdef",   # other files' caches
+            gguf / "m.Q4_1-00000000000000aa"]               # the same name, used by a file that lives
     for d in stale + kept:
         d.mkdir(parents=True)
+    alive = _fake_gguf(tmp_path / "elsewhere" / "m.Q4_1.gguf", b"another model")
+    (kept[-1] / "sources.txt").write_text(f"{alive}\n")
 
-    first = models.convert_gguf(_fake_gguf(tmp_path / "venv1" / "m.Q4_1.gguf", b"weights" * 1000))
+    one = tmp_path / "venv1" / "m.Q4_1.gguf"
+    first = models.convert_gguf(_fake_gguf(one, b"weights" * 1000))
     copy = _fake_gguf(tmp_path / "venv2" / "m.Q4_1.gguf", b"weights" * 1000)
     os.utime(copy, ns=(1, 1))
     assert models.convert_gguf(copy) == first and len(loads) == 1   # a second venv's copy reuses it
     assert not any(d.exists() for d in stale) and all(d.exists() for d in kept)
 
-    newer = models.convert_gguf(_fake_gguf(tmp_path / "venv1" / "m.Q4_1.gguf", b"weights" * 999 + b"v2"))
-    assert newer != first and len(loads) == 2 and not first.exists()   # a new version replaces the old
+    newer = models.convert_gguf(_fake_gguf(one, b"weights" * 999 + b"v2"))
+    assert newer != first and len(loads) == 2 and first.exists()    # the copy in venv2 still uses it
+    copy.unlink()
+    models.convert_gguf(_fake_gguf(one, b"weights" * 999 + b"v3"))
+    assert not first.exists() and not newer.exists() and kept[-1].exists()   # nothing living used them

@@ -15,25 +15,19 @@ A *draft reference* may also be `ngram` (prompt lookup), `layerskip:A-B` (the ta
 skipped) or `synthetic:A` (the target's own greedy continuation, each drafted token right with probability
 A; `specviz.engine.synthetic`); those are parsed here but built by the engine, since they are not models.
 
-Dequantising a GGUF takes ~25 s on a laptop CPU, so the converted weights are cached as safetensors in
-the user cache directory (override with `SPECVIZ_CACHE`), keyed by the file's name and content: a copy in
-another virtual environment reuses it, and a new version replaces the old one (each is ~0.5 GB).
+A `.gguf` is dequantised once into the user cache (`specviz.pairs.gguf`).
 """
 from __future__ import annotations
 
-import functools
-import hashlib
 import importlib.util
 import os
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from specviz.hardware.presets import MODELS
 from specviz.lessons import Said
-from specviz.machine import cache_root
+from specviz.pairs import gguf
 
 OFFLINE_ALIAS = "smollm2-135m-offline"
 OFFLINE_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -152,64 +146,12 @@ def offline_gguf_path() -> Path:
     return path
 
 
-@functools.lru_cache(maxsize=8)
-def _content_key(path: str, size: int, mtime_ns: int) -> str:
-    """A digest of the file's bytes (~0.1 s for the offline GGUF), once per file version and process."""
-    digest = hashlib.blake2b(digest_size=8)
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _gguf_cache_dir(path: Path) -> Path:
-    st = path.stat()
-    key = _content_key(str(path.resolve()), st.st_size, st.st_mtime_ns)
-    return cache_root() / "gguf" / f"{path.stem}-{key}"
-
-
-def _prune_siblings(out: Path) -> None:
-    """Remove other conversions of the same file name: older versions, and caches keyed by a path that a
-    deleted virtual environment once had (each fresh clone's venv left one behind)."""
-    stem = out.name.rsplit("-", 1)[0]
-    ours = re.compile(re.escape(stem) + r"-[0-9a-f]{16}")  # not another file whose name extends this one
-    for old in out.parent.iterdir():
-        if old != out and old.is_dir() and ours.fullmatch(old.name):
-            shutil.rmtree(old, ignore_errors=True)
-
-
 def convert_gguf(path: Path) -> Path:
     """Dequantise a GGUF once into a safetensors model directory and return that directory."""
-    out = _gguf_cache_dir(path)
-    if (out / "config.json").is_file() and (out / "tokenizer.json").is_file():
-        return out
-    # on first use: transformers is slow to import
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     try:
-        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
-    except ImportError as exc:
-        raise ModelError(Said("errors.needs_gguf", file=path.name, detail=str(exc))) from exc
-    except Exception as exc:  # a corrupt or unsupported file
-        raise ModelError(Said("errors.bad_gguf", path=str(path), detail=str(exc))) from exc
-    # The weights are already dequantised to float; drop the quantizer so save_pretrained accepts them.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-"))
-    try:
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)  # atomic: a crash mid-write never leaves a half cache behind
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    _prune_siblings(out)
-    return out
+        return gguf.convert(path)
+    except gguf.GgufError as exc:
+        raise ModelError(exc.args[0]) from exc
 
 
 def resolve_ref(ref: str) -> str:
