@@ -892,3 +892,15 @@ def test_browser_the_address_keeps_language_tab_and_chapter_for_a_reload(whatif_
         page.wait_for_selector("#whatif-speedup .js-plotly-plot", timeout=30000)
         assert page.locator("#whatif").is_visible() and not page.locator("#lesson").is_visible()
         assert page.evaluate("document.documentElement.lang") == "fa"
+
+
+def test_browser_reset_goes_to_the_pages_default_after_a_link(whatif_app):
+    """Opened with ?alpha=0.4, ↺ ("reset to default value") kept 0.4: gradio took the link's value as the
+    default."""
+    with _page() as page:
+        page.goto(whatif_app + "?tab=whatif&alpha=0.4")
+        page.wait_for_selector("#whatif-speedup .js-plotly-plot", timeout=30000)
+        _summary_has(page, "α = 0.40")
+        page.locator("#whatif-alpha [data-testid=reset-button]").click()
+        _summary_has(page, "α = 0.70")
+        assert page.locator("#whatif-alpha input[type=number]").input_value() == "0.7"

@@ -359,10 +359,19 @@ COMMIT_TYPED_JS = """() => {
   // it moved to is then committed too (what reads the slider's .input showed the figures of the old value)
   // a slider's ↺ sends its .change alone, and what reads the slider's .input kept the figures of the value
   // before it: the box it reset is committed too
+  // ↺ went back to the value a link had set (gradio takes the first value it drew as the default): it
+  // goes to the page's own default, from the config the page was built with
+  const byDefault = (block) => {
+    const c = (window.gradio_config?.components || []).find((c) => block.id && c.props?.elem_id === block.id);
+    return c && typeof c.props.value === 'number' ? String(c.props.value) : null;
+  };
   window.addEventListener('click', (e) => {
     const reset = e.target instanceof Element ? e.target.closest('button[data-testid=reset-button]') : null;
-    const box = reset && (reset.closest('.block') || reset.parentElement).querySelector('input[type=number]');
-    if (box) { setTimeout(() => commit(box), 100); }
+    const block = reset && (reset.closest('.block') || reset.parentElement);
+    const box = block && block.querySelector('input[type=number]');
+    if (box) {
+      setTimeout(() => { const d = byDefault(block); if (d !== null) { box.value = d; } commit(box); }, 100);
+    }
   }, true);
   window.addEventListener('blur', (e) => {
     const el = e.target;
