@@ -29,8 +29,27 @@ SET_ADDRESS_JS = """window.__svSetAddress = window.__svSetAddress || ((name, val
       history.replaceState(history.state, '', here);
     }
   });"""
-LINK_READ_JS = ("() => { " + SET_ADDRESS_JS + " window.__svLinkRead = true;"
-                " for (const [k, v] of Object.entries(window.__svPending || {})) { window.__svSetAddress(k, v); } }")
+# Once the link is read: the held writes land, and the open tab and chapter follow into the address as
+# they change (watched in the page itself: a gradio event of its own per tab and chapter kept the
+# Playground's Stop from reaching its Run)
+LINK_READ_JS = """() => {
+  __SET_ADDRESS__
+  window.__svLinkRead = true;
+  for (const [k, v] of Object.entries(window.__svPending || {})) { window.__svSetAddress(k, v); }
+  if (window.__svAddressWatch) { return; }
+  window.__svAddressWatch = true;
+  const shown = () => {
+    const tab = document.querySelector('button[role=tab][aria-selected=true][data-tab-id]');
+    if (tab) { window.__svSetAddress('tab', tab.dataset.tabId); }
+    const chapter = document.querySelector('#chapter input:checked');
+    if (chapter) { window.__svSetAddress('chapter', chapter.value); }
+  };
+  const watch = (el) => el && new MutationObserver(shown).observe(el, {subtree: true, attributes: true,
+                                                                       attributeFilter: ['aria-selected', 'aria-checked']});
+  watch(document.querySelector('button[role=tab]')?.parentElement);
+  watch(document.querySelector('#chapter'));
+  shown();          // what the reader picked before the link was read
+}""".replace("__SET_ADDRESS__", SET_ADDRESS_JS)
 
 SWITCH_JS = """(lang) => {
   const rtl = lang === 'fa';

@@ -33,7 +33,7 @@ from specviz.serve.vllm_router import VllmRouter, vllm_choices
 from specviz.ui import lesson, playground_layout, whatif
 from specviz.ui.deeplink import EXTRA, link_notice, query, restore
 from specviz.ui.errors import COMMIT_TYPED_JS, as_human_errors, error, guard_blocks
-from specviz.ui.i18n import LINK_READ_JS, SET_ADDRESS_JS, Translations, pick_lang, switch_js
+from specviz.ui.i18n import LINK_READ_JS, Translations, pick_lang, switch_js
 from specviz.ui.plotjs import PURGE_PLOTS_JS
 from specviz.ui.render import KEEP_ROWS_JS
 from specviz.ui.whatif_views import CUSTOM_GPU
@@ -214,14 +214,6 @@ LINK_JS = """(tab, chapter, pair, prompt, batch, depth, policy, lang, acceptance
 }"""
 
 
-# the open tab and chapter in the address as they change (the language's is the switch's): a reload, a
-# bookmark or the browser's history came back to the first tab and chapter, in the browser's language
-def address_js(name: str, value: str | None = None) -> str:
-    """Keep URL parameter `name` at the event's input (or at `value`, for an event without one)."""
-    arg = "value" if value is None else json.dumps(value)
-    return f"(value) => {{ {SET_ADDRESS_JS} window.__svSetAddress({json.dumps(name)}, {arg}); }}"
-
-
 def link_js() -> str:
     """The copy-link button's browser side: the link to this state, copied, and "Link copied" for a moment."""
 
@@ -264,8 +256,6 @@ def build_blocks(app: SpecVizApp) -> gr.Blocks:
                 knobs, whatif_wiring = whatif.build(app, on_page_load=link_notice(app))
         for tab, tid in ((t_lesson, "lesson"), (t_play, "playground"), (t_what, "whatif")):
             tab.select(lambda tid=tid: tid, None, [tab_state], api_name=False, queue=False, show_progress="hidden")
-            tab.select(None, None, None, js=address_js("tab", tid), api_name=False, queue=False)
-        chapter.change(None, [chapter], None, js=address_js("chapter"), api_name=False, queue=False)
         c = page.components
         extra = [c[name] if name in c else knobs[name] for name in EXTRA]       # deeplink.EXTRA's order
         deep = [tabs, chapter, c["pair"], c["prompt"], c["batch"], c["depth"], c["policy"], c["acceptance"], lang,
