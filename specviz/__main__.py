@@ -10,9 +10,8 @@ import sys
 
 from specviz.cli import bench, bench_vllm, classroom, download, generate, hardware_cmds, tiny, whatif
 from specviz.cli.args import negatives_attached
-from specviz.cli.common import compile_from_env, naming_flag
+from specviz.cli.common import CompileError, compile_from_env, naming_flag
 from specviz.engine.policies import PolicyError
-from specviz.fastpath import CompileError
 from specviz.limits import LimitError
 from specviz.pairs.models import ModelError
 

@@ -336,3 +336,5 @@ def test_only_a_device_field_has_its_cores_named_in_persian():
     assert "llama 8 cores" in lessons.say("fa", said)
     assert "هسته" in lessons.say("fa", lessons.Said("whatif.profile_label", target="t", device="AMD EPYC (2 cores)"))
     assert lessons.machine("fa", "x (2 cores") == "x (2 cores"          # an unclosed bracket: as it is
+    # a heading's "AMD EPYC, 2 cores": a Persian comma outside the Latin name (it read "(2 هسته AMD EPYC,)")
+    assert lessons.machine("fa", "AMD EPYC, 2 cores") == "\u2066AMD EPYC\u2069، 2 هسته"

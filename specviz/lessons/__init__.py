@@ -192,7 +192,10 @@ def machine(lang: str, device: str) -> str:
     cores = template(lang, "app.cores").format(n=int(m.group(2)))
     # the Latin part isolated on its own: the whole is right-to-left now (isolate_ltr keeps it so)
     name = device[:m.start()]
-    return f"{isolate_ltr(name) + ' ' if name else ''}{m.group(1)}{cores}{m.group(3)}"
+    # "AMD EPYC, 2 cores" (a heading's): the comma is the sentence's, not the Latin name's
+    comma = "، " if name.endswith(",") else " "
+    name = name.rstrip(",")
+    return f"{isolate_ltr(name) + comma if name else ''}{m.group(1)}{cores}{m.group(3)}"
 
 
 def chart_fill(template_text: str, values: dict) -> str:

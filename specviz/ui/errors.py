@@ -352,6 +352,12 @@ COMMIT_TYPED_JS = """() => {
   // slider's end leaves the box as Tab does, so the box moves to the end its refusal names
   window.addEventListener('keydown', (e) => {
     if (e.key !== 'Enter' || !numberBox(e.target)) { return; }
+    const el = e.target;
+    if (sliderBox(el) && el.value === '' && el.dataset.svHeld !== undefined) {
+      commit(el);                 // its refusal, then the value it held, at once (the knob sat mid-slider)
+      setTimeout(() => { if (el.value === '') { el.value = el.dataset.svHeld; commit(el); } }, 150);
+      return;
+    }
     if (bounded(e.target) && !inside(e.target)) { e.target.blur(); } else { commit(e.target); snap(e.target); }
   }, true);
   // a slider moves its box to the nearest end as it loses focus, before the typed number reached the
