@@ -320,10 +320,11 @@ def test_stop_ends_a_replay(api, tmp_path):
 
 def test_a_persian_conclusion_names_the_machines_cores_in_persian():
     """A Persian page ended each chapter with "(cpu: 2 cores)"."""
-    from specviz.ui.lesson import conclusion_md, machine_said
+    from specviz.lessons import machine
+    from specviz.ui.lesson import conclusion_md
 
-    assert "هسته" in machine_said("fa", "cpu: 2 cores") and "cores" not in machine_said("fa", "cpu: 2 cores")
-    assert machine_said("fa", "cuda: NVIDIA H200") == "cuda: NVIDIA H200"
+    assert "هسته" in machine("fa", "cpu: 2 cores") and "cores" not in machine("fa", "cpu: 2 cores")
+    assert machine("fa", "cuda: NVIDIA H200") == "cuda: NVIDIA H200"
     result = {"chapter": "race", "conclusions": [], "values": {}, "device": "cpu: 2 cores", "settings": {}}
     assert "cores" not in conclusion_md("fa", result) and "2 cores" in conclusion_md("en", result)
 

@@ -323,17 +323,20 @@ COMMIT_TYPED_JS = """() => {
   // a Persian keyboard types ۰–۹ and ٫, which a number box drops (it read as empty): typed or pasted,
   // they enter as the digits and the point the box reads
   const persian = /[۰-۹٠-٩٫]/g;
-  const latin = (c) => c === '٫' ? '.' : String('۰۱۲۳۴۵۶۷۸۹'.indexOf(c) >= 0 ? '۰۱۲۳۴۵۶۷۸۹'.indexOf(c) : '٠١٢٣٤٥٦٧٨٩'.indexOf(c));
+  const LATIN = {'٫': '.'};
+  for (const digits of ['۰۱۲۳۴۵۶۷۸۹', '٠١٢٣٤٥٦٧٨٩']) { [...digits].forEach((c, i) => { LATIN[c] = String(i); }); }
   window.addEventListener('beforeinput', (e) => {
     const text = e.data ?? e.dataTransfer?.getData('text/plain');
     if (!numberBox(e.target) || !text || !text.match(persian)) { return; }
     e.preventDefault();
-    document.execCommand('insertText', false, text.replace(persian, latin));
+    document.execCommand('insertText', false, text.replace(persian, (c) => LATIN[c]));
   }, true);
   // a slider's box left empty (or holding no number) went to the slider's low end while the figures kept
   // the value before: after its refusal it goes back to the value it held
   const sliderBox = (el) => numberBox(el) && !!(el.closest('.block') || el.parentElement).querySelector('input[type=range]');
   const hold = (el) => { if (sliderBox(el) && el.value !== '') { el.dataset.svHeld = el.value; } };
+  const emptied = (el) => sliderBox(el) && el.value === '' && el.dataset.svHeld !== undefined;
+  const restore = (el) => { el.value = el.dataset.svHeld; commit(el); };
   window.addEventListener('focusin', (e) => hold(e.target), true);
   // a fraction in a box of whole numbers (step 1) is sent as typed, to be refused with its sentence, and
   // the box then moves to the nearest whole number (the range beside it showed that already)
@@ -346,19 +349,18 @@ COMMIT_TYPED_JS = """() => {
   window.addEventListener('change', (e) => { if (numberBox(e.target)) { commit(e.target); snap(e.target); } }, true);
   const inside = (el) => Number(el.value) >= Number(el.min) && Number(el.value) <= Number(el.max);
   // a slider's box: the range beside it moves the box to its nearest end when the box loses focus
-  const bounded = (el) => el.value !== '' && el.max && el.min
-    && !!(el.closest('.block') || el.parentElement).querySelector('input[type=range]');
+  const bounded = (el) => el.value !== '' && el.max && el.min && sliderBox(el);
   // Enter commits at once (a number box's own 'change' waits for it to lose focus); a number past a
   // slider's end leaves the box as Tab does, so the box moves to the end its refusal names
   window.addEventListener('keydown', (e) => {
     if (e.key !== 'Enter' || !numberBox(e.target)) { return; }
     const el = e.target;
-    if (sliderBox(el) && el.value === '' && el.dataset.svHeld !== undefined) {
+    if (emptied(el)) {
       commit(el);                 // its refusal, then the value it held, at once (the knob sat mid-slider)
-      setTimeout(() => { if (el.value === '') { el.value = el.dataset.svHeld; commit(el); } }, 150);
+      setTimeout(() => { if (el.value === '') { restore(el); } }, 150);
       return;
     }
-    if (bounded(e.target) && !inside(e.target)) { e.target.blur(); } else { commit(e.target); snap(e.target); }
+    if (bounded(el) && !inside(el)) { el.blur(); } else { commit(el); snap(el); }
   }, true);
   // a slider moves its box to the nearest end as it loses focus, before the typed number reached the
   // server, so 1.5 typed and Tab went to 0.99 without a word: the box loses focus a moment later; the end
@@ -381,9 +383,8 @@ COMMIT_TYPED_JS = """() => {
   }, true);
   window.addEventListener('blur', (e) => {
     const el = e.target;
-    if (!passing && sliderBox(el) && el.value === '' && el.dataset.svHeld !== undefined) {
-      el.value = el.dataset.svHeld;         // before the slider's own blur moves an empty box to its low end
-      commit(el);
+    if (!passing && emptied(el)) {
+      restore(el);                // before the slider's own blur moves an empty box to its low end
       return;
     }
     if (passing || !numberBox(el) || !bounded(el) || inside(el)) { return; }

@@ -100,7 +100,7 @@ def conclusion_md(lang: str, result: dict) -> str:
         parts.append(workload)
     if chapter == "sweep":          # the same curve on real GPUs, from published measurements (right panel)
         parts.append(lessons.text(lang, "chapter.sweep.published_intro"))
-    device = machine_said(lang, str(result.get("device", "?")))
+    device = lessons.machine(lang, str(result.get("device", "?")))
     if lessons.direction(lang) == "rtl":
         device = lessons.isolate_ltr(device)
     parts.append(f"_{lessons.text(lang, 'app.measured_here')} ({device}) · "
@@ -389,11 +389,6 @@ def vllm_md(lang: str, chap: Chapter, sw) -> str:
              t(lang, f"chapter.{ch}.vllm_body", command=sw.command)]
     parts += [t(lang, key, **_named(lang, values)) for key, values in chap.vllm.notes(sw)]
     return "\n\n".join(parts)
-
-
-def machine_said(lang: str, device: str) -> str:
-    """device_name()'s "cpu: 2 cores" with its cores in `lang`; English keeps device_name()'s words."""
-    return lessons.machine(lang, device)
 
 
 def _machine(device: str) -> str:
