@@ -562,7 +562,7 @@ def test_browser_whatif_refused_bandwidth_names_itself_and_the_tab_recovers(what
 
 def test_browser_an_emptied_slider_box_goes_back_and_persian_digits_count(whatif_app):
     """An emptied α box was refused and then showed 0 (the slider's low end) beside figures of 0.7; a
-    Persian keyboard's ۰٫۵ entered nothing at all (a number box drops those digits)."""
+    Persian keyboard's ۰٫۵ entered nothing at all (a number box drops those digits), and 0,6 read 6."""
     with _page() as page:
         page.goto(whatif_app + "?tab=whatif")
         page.wait_for_selector("#whatif-speedup .js-plotly-plot", timeout=30000)
@@ -590,6 +590,21 @@ def test_browser_an_emptied_slider_box_goes_back_and_persian_digits_count(whatif
         alpha.press("Enter")
         _summary_has(page, "at α = 0.50")
         assert alpha.input_value() == "0.5"
+        # a decimal comma in a box of fractions is its point (the box dropped it: "0,6" read 6, refused);
+        # in a box of whole numbers it stays a thousands mark
+        alpha.click()
+        alpha.press("Control+a")
+        page.keyboard.type("0,6")
+        alpha.press("Enter")
+        _summary_has(page, "at α = 0.60")
+        context = page.locator("#whatif-context input[type=number]")
+        context.click()
+        context.press("Control+a")
+        page.keyboard.type("2,048")
+        context.press("Enter")
+        page.wait_for_function("document.querySelector('#whatif-context input[type=range]').value === '2048'",
+                               timeout=10000)
+        assert not page.locator("[data-testid=toast-body]").all_inner_texts()
 
 
 def test_the_latency_chart_names_the_gpu_as_its_list_does():

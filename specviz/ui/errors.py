@@ -325,11 +325,15 @@ COMMIT_TYPED_JS = """() => {
   const persian = /[۰-۹٠-٩٫]/g;
   const LATIN = {'٫': '.'};
   for (const digits of ['۰۱۲۳۴۵۶۷۸۹', '٠١٢٣٤٥٦٧٨٩']) { [...digits].forEach((c, i) => { LATIN[c] = String(i); }); }
+  // a decimal comma ("0,7" for the dial) was dropped, and 07 refused as 7: in a box whose step is a
+  // fraction it is the point; elsewhere (whole numbers, a GPU's 1,979 TFLOP/s) it stays a thousands mark
+  const fractional = (el) => !Number.isInteger(Number(el.step));
+  const typed = (el, text) => (fractional(el) ? text.replace(/,/g, '.') : text).replace(persian, (c) => LATIN[c]);
   window.addEventListener('beforeinput', (e) => {
     const text = e.data ?? e.dataTransfer?.getData('text/plain');
-    if (!numberBox(e.target) || !text || !text.match(persian)) { return; }
+    if (!numberBox(e.target) || !text || typed(e.target, text) === text) { return; }
     e.preventDefault();
-    document.execCommand('insertText', false, text.replace(persian, (c) => LATIN[c]));
+    document.execCommand('insertText', false, typed(e.target, text));
   }, true);
   // a slider's box left empty (or holding no number) went to the slider's low end while the figures kept
   // the value before: after its refusal it goes back to the value it held
