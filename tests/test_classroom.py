@@ -160,3 +160,17 @@ def test_soak_memory_stays_flat(classroom):
     growth = (rss[-1] - rss[1]) / rss[1]          # after a warm-up of 40 runs
     print("soak RSS MiB every 20 runs:", [round(r / 2**20) for r in rss], f"growth {growth:.1%}")
     assert growth < 0.05
+
+
+def test_a_plain_run_beside_a_deep_one_is_charged_its_own_flops(classroom, tiny_paths, greedy):
+    """A student decoding plainly (depth 0) beside one at depth 6 read "FLOPs 3.0× plain decoding": the
+    request was charged its rows at the pass's width, which the deeper request had widened."""
+    _, url, _ = classroom
+    label = pair_label(client(url))
+    # the deep Run is the longer, so the plain one shares its steps whatever the machine's speed
+    calls = [("the quick brown", label, 1, 6, "fixed", 8, 0, 160), ("the quick brown", label, 1, 0, "fixed", 8, 0, 40)]
+    (kind_deep, deep), (kind_plain, plain) = run_clients(url, calls)
+    assert kind_deep == "ok" and kind_plain == "ok", (deep, plain)
+    assert plain["users_max"] == 2 and plain["outputs"][0] == greedy(plain["prompt_ids"][0], 40)
+    assert 0.95 <= plain["flops_ratio"] <= 1.05, plain["flops_ratio"]
+    assert deep["flops_ratio"] > 1.2, deep["flops_ratio"]

@@ -56,8 +56,8 @@ class FlopsLedger:
     """Where one request's FLOPs went. The verify pass is split evenly per slot (its matmuls cost the same
     per token; attention differs by a few per cent along the block): a row's slots are its drafts kept,
     its drafts rejected — with the padding slots of shorter drafts, also thrown away — and the slot that
-    yields the target's own token. Parts are scaled by the request's share of a shared pass, so they add
-    up to RunTotals.spent_flops."""
+    yields the target's own token. A shared pass is charged as StepEvent.draft_part and target_part
+    charge it, so the parts add up to RunTotals.spent_flops."""
 
     draft: float = 0.0
     kept: float = 0.0
@@ -68,9 +68,9 @@ class FlopsLedger:
     accepted_at: list[int] = field(default_factory=list)   # position i: of which accepted
 
     def add(self, ev: StepEvent) -> None:
-        self.draft += ev.draft_flops * ev.share
+        self.draft += ev.draft_part
         per_slot = ev.target_flops / ev.tokens_per_pass if ev.tokens_per_pass else 0.0
-        k = ev.tokens_per_pass // ev.batch_size - 1        # draft slots per row in this verify pass
+        k = ev.width - 1                                   # draft slots a row of this request is charged
         for r in ev.rows:
             self.kept += per_slot * r.accepted
             self.rejected += per_slot * (k - r.accepted)

@@ -98,7 +98,8 @@ class StepEvent:
     """One record per step and request; the UI and the CLI draw everything from these.
 
     `rows` are this request's rows; the timings, `batch_size`, `tokens_per_pass` and the FLOPs/bytes are
-    those of the shared passes (what the hardware did), and `share` is this request's part of them."""
+    those of the shared passes (what the hardware did); `draft_part` and `target_part` are this request's
+    part of their FLOPs."""
 
     step: int                       # this request's step count
     batch_size: int                 # rows in this step, all requests together
@@ -121,7 +122,7 @@ class StepEvent:
     retired: list[int] = field(default_factory=list)   # rows retired by a lower batch size
     users: int = 1                  # distinct requests in this step
     shared_emitted: int = 0         # tokens all rows of the step emitted
-    share: float = 1.0              # this request's rows ÷ rows in the step (its part of the FLOPs)
+    share: float = 1.0              # this request's rows ÷ rows in the step
     path: str = ""                  # the forward path that ran the passes (specviz.fastpath labels)
     slots_drafted: int = 0          # draft slots proposed this step, all rows of the batch together
     slots_verified: int = 0         # of which the verify pass checked (fewer under adaptive verification)
@@ -145,6 +146,28 @@ class StepEvent:
     def reached(self) -> int:
         """Verified drafts the target came to: those kept, and each row's first rejection (α's denominator)."""
         return sum(min(len(r.drafted), r.accepted + 1) for r in self.rows)
+
+    @property
+    def width(self) -> int:
+        """Verify slots this request's rows are charged: the pass's width, capped at 1 + its own depth. A
+        deeper request beside it widens the pass; that padding is not this request's (a plain-decoding
+        student read 3.0× the FLOPs of plain decoding), and the compact forward does not compute it."""
+        pass_width = self.tokens_per_pass // self.batch_size if self.batch_size else 1
+        return min(pass_width, self.depth + 1)
+
+    @property
+    def target_part(self) -> float:
+        """This request's FLOPs of the verify pass: its rows at its width, at the pass's cost a slot."""
+        per_slot = self.target_flops / self.tokens_per_pass if self.tokens_per_pass else 0.0
+        return per_slot * len(self.rows) * self.width
+
+    @property
+    def draft_part(self) -> float:
+        """This request's FLOPs of the draft passes: by the drafts its rows proposed (a row that drafted
+        nothing cost the drafter nothing), by rows where the step's proposals were not recorded."""
+        if self.slots_drafted:
+            return self.draft_flops * sum(r.proposed for r in self.rows) / self.slots_drafted
+        return self.draft_flops * self.share
 
 
 @dataclass
@@ -179,7 +202,7 @@ class RunTotals:
         self.prefill_s += ev.prefill_s
         self.draft_s += ev.draft_s
         self.verify_s += ev.verify_s
-        self.spent_flops += (ev.draft_flops + ev.target_flops) * ev.share
+        self.spent_flops += ev.draft_part + ev.target_part
         self.plain_flops += ev.plain_flops
         self.shared_batch_max = max(self.shared_batch_max, ev.batch_size)
         self.users_max = max(self.users_max, ev.users)
