@@ -339,3 +339,33 @@ def test_only_a_device_field_has_its_cores_named_in_persian():
     assert lessons.machine("fa", "x (2 cores") == "x (2 cores"          # an unclosed bracket: as it is
     # a heading's "AMD EPYC, 2 cores": a Persian comma outside the Latin name (it read "(2 هسته AMD EPYC,)")
     assert lessons.machine("fa", "AMD EPYC, 2 cores") == "\u2066AMD EPYC\u2069، 2 هسته"
+
+
+def test_a_lossless_check_overtaken_by_a_run_gives_no_verdict(monkeypatch):
+    """Check pressed, then Run (or Replay) while it decoded: its "Identical: 300 of 300" sat under the new
+    Run's 36 tokens, and under a sampled Run it never checked. It says it gave no verdict, and why."""
+    from types import SimpleNamespace
+
+    from specviz.engine.divergence import DivergenceReport
+    from specviz.ui import runs
+
+    store = runs.RunStore()
+    req = SimpleNamespace(temperature=0)
+    store._last["s1"] = runs.FinishedRun(None, "p", req, {"prompt_ids": [[1, 2]], "outputs": [[3, 4]]}, "", "")
+    target = SimpleNamespace(model=None, device="cpu", eos_ids=())
+    app = SimpleNamespace(runs=SimpleNamespace(get=lambda s: None), runner=SimpleNamespace(zero_gpu=False),
+                          load=lambda choice, lang: SimpleNamespace(target=target, tokenizer=SimpleNamespace(decode=str)))
+    press = {"during": None}
+
+    def check(*args):
+        if press["during"]:
+            press["during"]()
+        return DivergenceReport(rows=1, tokens=2, divergences=())
+    monkeypatch.setattr(runs, "check_against_target", check)
+    assert store.check_lossless("s1", app, "en")("en").startswith("Identical: 2 of 2")
+    for pressed in (lambda: store.pressed("s1"), lambda: store.replayed("s1")):
+        press["during"] = pressed
+        assert store.check_lossless("s1", app, "en") is None
+        store._replayed.clear()
+    press["during"] = lambda: store.pressed("another session")     # another student's Run is not this page's
+    assert store.check_lossless("s1", app, "en")("en").startswith("Identical")

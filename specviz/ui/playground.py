@@ -96,6 +96,7 @@ class Playground:
         with as_sentences(lang):
             args, choice, knobs, dial = self._checked(pair_label, batch_size, k, policy_name, thr, temp, max_tokens,
                                                       prompt_text, acceptance, lang)
+        self.runs.pressed(session)         # (an API caller presses no button)
         # a Run was pressed: not "Press Run to start." nor the last Run's tokens or its "Done." (in the language
         # it ended in, after a switch) while it loads, queues or waits
         yield pack(tokens=tokens_html(None), status=t(lang, "playground.status_starting", pair=choice.label))
@@ -342,6 +343,8 @@ class Playground:
         lang = self.lang(session)
         with as_sentences(lang):
             said = self.runs.check_lossless(session, self.app, lang)
+        if said is None:
+            return t(lang, "playground.lossless_moved_on")
         shown = self.shown.get(session)
         if isinstance(shown, Shown):        # the language switch says it again, of the Run it speaks of
             shown.verdict = said
@@ -418,9 +421,11 @@ class Playground:
 
     def on_arm(self, press=None, request: gr.Request = None):
         self.app.runs.arm(_session(request), press)
+        self.runs.pressed(_session(request))
         return ""          # the lossless verdict spoke of the run before this one
 
-    def on_replay_press(self):
+    def on_replay_press(self, request: gr.Request = None):
+        self.runs.pressed(_session(request))
         return ""          # as on_arm: the verdict spoke of what the page showed before
 
     # --- the chart timer --------------------------------------------------------------------------------

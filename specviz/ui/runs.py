@@ -97,6 +97,7 @@ class RunStore:
         self._lock = threading.Lock()
         self._last: dict[str, FinishedRun] = {}
         self._replayed: dict[str, None] = {}      # sessions whose page shows a replay, not their last Run
+        self._presses: dict[str, int] = {}        # Run and Replay presses a session made (see pressed)
         self._files = TempFiles()
         self._replaying = 0
         self._uploads = UploadSweeper(float(os.environ.get("SPECVIZ_UPLOAD_KEEP_S", "") or 60.0))
@@ -141,8 +142,18 @@ class RunStore:
 
     def replayed(self, session: str) -> None:
         """The page now shows a recording: the lossless check must not answer for the Run before it."""
+        self.pressed(session)
         with self._lock:
             keep_newest(self._replayed, session, None, KEEP_RUNS)
+
+    def pressed(self, session: str) -> None:
+        """Run or Replay pressed: a lossless check still under way speaks of what the page showed before."""
+        with self._lock:
+            keep_newest(self._presses, session, self._presses.get(session, 0) + 1, KEEP_RUNS)
+
+    def _presses_of(self, session: str) -> int:
+        with self._lock:
+            return self._presses.get(session, 0)
 
     def last(self, session: str) -> FinishedRun | None:
         with self._lock:
@@ -223,10 +234,12 @@ class RunStore:
         yield shown.draw(read=True, result=result)
 
     # --- lossless check -------------------------------------------------------------------------------
-    def check_lossless(self, session: str, app, lang: str) -> Callable[[str], str]:
+    def check_lossless(self, session: str, app, lang: str) -> Callable[[str], str] | None:
         """Every row (up to LOSSLESS_ROWS) against the target decoding its prompt alone: "identical", or per
         row the first divergence judged by the one near-tie rule (engine.divergence); a bug reads red. The
-        answer in any language (`lang`: the sentences of a check that could not start, and loading's)."""
+        answer in any language (`lang`: the sentences of a check that could not start, and loading's). None:
+        Run or Replay was pressed while it decoded, so its answer would sit under a run it never checked."""
+        presses = self._presses_of(session)
         with self._lock:
             replay = session in self._replayed
         if replay:
@@ -245,6 +258,8 @@ class RunStore:
         ours = [list(o) for o in run.result["outputs"]][:LOSSLESS_ROWS]
         target = pair.target
         report = check_against_target(target.model, target.device, target.eos_ids, prompts, ours)
+        if self._presses_of(session) != presses:
+            return None
         return lambda lang: lossless_md(lang, report, len(run.result["outputs"]), pair.tokenizer.decode)
 
 
