@@ -113,7 +113,8 @@ def test_the_ledger_on_the_dial_is_synthetic_and_priced_on_a_measured_curve(make
     last = results[-1]
     v = last["values"]
     assert last["settings"]["draft"] == "synthetic:0.6" and last["synthetic"] == 0.6 and last["reference_s"] > 0
-    assert f"reason_{v['main']}" in last["conclusions"] and "conclusion_curve" in last["conclusions"]
+    assert v["reason"] == theory.reason_key(v["main"], True) and v["reason"] in last["conclusions"]
+    assert "conclusion_curve" in last["conclusions"] and v["coin_n"] == last["values"]["coin_n"] > 0
     assert (f"close_{v['runner_up']}" in last["conclusions"]) == bool(v["runner_up"])
     assert v["rate"] == 0.6 and v["reference_s"] == pytest.approx(last["reference_s"], abs=1e-3)
     assert v["predicted_speedup"] > 0 and v["measured_speedup"] > 0
@@ -159,3 +160,35 @@ def test_the_app_measures_a_beaten_curve_again_once_a_while(tiny_paths, monkeypa
     cache._measuring.discard(choice.target)
     assert not cache.recheck_curve(choice, [(3, 0.6)] * 6)    # a Run slower than the curve proves nothing
     assert cache.recheck_curve(choice, fast_run) and len(started) == 2
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_under_the_dial_a_tokens_gap_is_the_coins_luck_not_streaks(lang):
+    """The ledger at A = 0.5 read "1.41× what the formula expects … acceptance comes in streaks": its
+    coins are independent; over the 27 guesses judged they came up right 63 % of the time. Said so, with
+    the band of a coin's share over that many throws, in the ledger and in the Playground alike."""
+    from types import SimpleNamespace
+
+    from specviz.ui import dialview
+
+    shapes = [theory.StepShape(1, 7, (6,))] * 10
+    totals = SimpleNamespace(alpha=17 / 27, reached=27, mean_accepted_length=2.7)
+    coins = theory.coin_values(shapes, totals, 0.5, CURVE)
+    assert coins["coin_band"] == pytest.approx(2 * math.sqrt(0.25 / 27))          # ±19 %
+    assert coins["tokens_at_alpha"] == pytest.approx(E(17 / 27, 6)) and coins["measured_tokens"] == 2.7
+    assert theory.reason_key("tokens", True) == "reason_tokens_dial"
+    assert theory.reason_key("passes", True) == "reason_passes"
+    assert theory.reason_key("tokens", False) == "reason_tokens"
+    values = {"f_tokens": 1.41, "acceptance": 0.5, "rate": 0.5, **coins}
+    for key in ("chapter.ledger.reason_tokens_dial", "playground.theory_reason_tokens_dial"):
+        said = lessons.text(lang, key, **values)
+        assert "27" in said and "63%" in said and "19%" in said and "2.70" in said, said
+    assert "comes in streaks" not in lessons.text("en", "chapter.ledger.reason_tokens_dial", **values)
+    # the Playground picks it for a synthetic Run with one A, not for a real draft's
+    run = RunTotals(steps=10, tokens=27, row_steps=10, drafted=51, accepted=17, reached=27, wall_s=0.2, verify_s=0.18)
+    plain = RunTotals(steps=27, tokens=27, row_steps=27, wall_s=0.5, verify_s=0.48)
+    events = [SimpleNamespace(batch_size=1, tokens_per_pass=7, rows=[SimpleNamespace(drafted=[0] * 6)])] * 10
+    synthetic = dialview.theory_result(events, [0.5] * 10, 0.5, CURVE, run, plain, synthetic=True)
+    real = dialview.theory_result(events, [], 17 / 27, CURVE, run, plain)
+    assert synthetic["reason"] == "reason_tokens_dial" and real["reason"] == f"reason_{real['main']}"
+    assert "63%" in dialview.theory_md(lang, synthetic, CURVE, True)

@@ -155,7 +155,7 @@ def run_ledger(pair, prompt_ids: list[int], depth: int = 4, max_new: int = 48,
     extra["theory"] = theory
     snap = snapshot("ledger", pair, settings, 1.0, _ledger_table(parts, times, positions, theory), **extra,
                     **dial_keys(pair, refs))
-    said = ["conclusion_waste", "conclusion_theory", agree, "conclusion_curve", f"reason_{dial['main']}"]
+    said = ["conclusion_waste", "conclusion_theory", agree, "conclusion_curve", dial["reason"]]
     said += [f"close_{dial['runner_up']}"] if dial["runner_up"] else []
     yield finished(snap, values, agree, said)      # under the dial the page says what ran and its reference's cost
 
@@ -173,9 +173,12 @@ def dial_values(spec: TimedRun, plain: TimedRun, curve: PassCurve, depth: int, a
     """The prediction from the pass-time curve at A (the dial) or the measured α, against the measured
     speed-up, and the measured factors between them (`specviz.chapters.theory`)."""
     rate = acceptance if acceptance is not None else finite(spec.totals.alpha)
-    pred = th.predict(th.shapes_of(spec.events), rate, curve)
+    shapes = th.shapes_of(spec.events)
+    pred = th.predict(shapes, rate, curve)
     g = th.gap(pred, spec.totals, plain.totals)
-    return {**th.gap_values(g, pred), "rate": rate, "k1": depth + 1,
+    coins = th.coin_values(shapes, spec.totals, acceptance, curve) if acceptance is not None else {}
+    return {**th.gap_values(g, pred), **coins, "rate": rate, "k1": depth + 1,
+            "reason": th.reason_key(g.main, bool(coins)),
             "t1_ms": 1e3 * curve.at(1), "tk_ms": 1e3 * curve.at(depth + 1), "step_ms": 1e3 * pred.step_s,
             "acceptance": acceptance if acceptance is not None else 0.0, "reference_s": reference_s,
             "curve_context": curve.context}

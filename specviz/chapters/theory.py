@@ -126,6 +126,23 @@ def gap(pred: Prediction, spec, plain) -> Gap:
     return Gap(pred.speedup, measured, f, detail)
 
 
+def coin_values(shapes: list[StepShape], spec, acceptance: float, curve: PassCurve) -> dict:
+    """Under the dial, how far the synthetic draft's coins landed from A. They are independent, as the
+    formula assumes, so a tokens-a-step gap there is their luck over a short answer, not streaks: the
+    share right over n judged guesses lies within ±2σ = 2√(A(1 − A) ÷ n) of A, 19 times in 20.
+    `spec`: the run's RunTotals."""
+    alpha, n = spec.alpha or 0.0, spec.reached
+    return {"coin_alpha": alpha, "coin_n": n,
+            "coin_band": 2 * math.sqrt(acceptance * (1 - acceptance) / n) if n else 0.0,
+            "tokens_at_alpha": predict(shapes, alpha, curve).tokens_per_step,
+            "measured_tokens": spec.mean_accepted_length}
+
+
+def reason_key(main: str, coins: bool) -> str:
+    """The largest factor's sentence; where the dial's coins set the tokens a step, theirs."""
+    return f"reason_{main}_dial" if coins and main == "tokens" else f"reason_{main}"
+
+
 def _ratio(a: float, b: float) -> float:
     """a ÷ b; 1 where b is missing (a part that was not measured is no part of the gap)."""
     return a / b if b > 0 else 1.0

@@ -31,7 +31,8 @@ def curve_md(lang: str, curve: PassCurve) -> str:
     return t(lang, "playground.curve_measured", context=curve.context)
 
 
-def theory_result(events, rates: list, rate: float | None, curve: PassCurve | None, spec, plain) -> dict | None:
+def theory_result(events, rates: list, rate: float | None, curve: PassCurve | None, spec, plain,
+                  synthetic: bool = False) -> dict | None:
     """The prediction against the measurement for a finished Run (None where there is nothing to compare:
     no drafts, no plain baseline, no curve). `rate`: the dial's A, or the measured acceptance."""
     shapes = theory.shapes_of(events, rates or None)
@@ -39,7 +40,10 @@ def theory_result(events, rates: list, rate: float | None, curve: PassCurve | No
         return None
     pred = theory.predict(shapes, rate, curve)
     g = theory.gap(pred, spec, plain)
-    return {**theory.gap_values(g, pred), "rate": rate, "agree": g.agree}
+    # one A all Run long: its coins' share right against it (a moved dial mixes several A)
+    coins = theory.coin_values(shapes, spec, rate, curve) if synthetic and len(set(rates or [rate])) == 1 else {}
+    return {**theory.gap_values(g, pred), **coins, "rate": rate, "agree": g.agree,
+            "reason": theory.reason_key(g.main, bool(coins))}
 
 
 def theory_md(lang: str, result: dict | None, curve: PassCurve | None, synthetic: bool) -> str:
@@ -48,12 +52,12 @@ def theory_md(lang: str, result: dict | None, curve: PassCurve | None, synthetic
         return ""
     head = "playground.theory_real" if not synthetic else \
         "playground.theory_synthetic_moved" if result.get("moved") else "playground.theory_synthetic"
-    values = {k: v for k, v in result.items() if k not in ("main", "runner_up", "agree", "moved")}
+    values = {k: v for k, v in result.items() if k not in ("main", "runner_up", "agree", "moved", "reason")}
     # "62 % below the measurement", not "-62 % off" (a first-time reader could not tell which way)
     above = values.get("difference", 0) > 0
     values["side"] = lessons.Key("playground.theory_above" if above else "playground.theory_below")
     text = f"{t(lang, head, **values)} ({curve_md(lang, curve)})"
-    text += "\n\n" + t(lang, f"playground.theory_reason_{result['main']}", **values)
+    text += "\n\n" + t(lang, "playground.theory_" + result.get("reason", f"reason_{result['main']}"), **values)
     if result.get("runner_up"):     # the ledger's sentence: the same two factors, named the same way
         text += " " + t(lang, f"chapter.ledger.close_{result['runner_up']}", **values)
     return text

@@ -173,7 +173,8 @@ class Playground:
         """The prediction on this machine's pass-time curve against the measurement (ui.dialview)."""
         events = [ev for _, ev, _ in streamer.steps]
         rate = dial if dial is not None else packet.totals.alpha
-        result = dialview.theory_result(events, live.rates, rate, live.current_curve(), packet.totals, plain)
+        result = dialview.theory_result(events, live.rates, rate, live.current_curve(), packet.totals, plain,
+                                        synthetic=dial is not None)
         if result is not None and len(set(live.rates)) > 1:     # the dial moved: the sentence names both ends
             result.update(moved=True, first=live.rates[0], last=live.rates[-1])
         return result
