@@ -46,8 +46,7 @@ LIVE_LABELS = dict(throughput_title="Tokens per second", seconds="seconds", toke
                    each_row="each row",
                    your_rows="your rows", all_rows="all rows", whole_batch="whole shared batch (all users)",
                    hardware_title="Hardware: busy ≠ used", mbu="MBU (est. bytes ÷ time ÷ peak)",
-                   peak_line="100% = this machine's calibrated peak; a pass above it means that calibration read "
-                             "the machine low",
+                   peak_line="100% = the calibrated peak; above it, calibration read the machine low",
                    mfu="MFU (est. FLOPs ÷ time ÷ peak)", accept_title="Accepted drafts per row-step",
                    accepted_tokens="accepted tokens", row_steps="row-steps",
                    no_drafts="no drafts yet: every step so far decoded plainly (depth 0 or nothing drafted)",
@@ -171,11 +170,12 @@ def hardware_figure(util: Series, mbu: Series, mfu: Series, util_label: str, lab
                                or [0.0]))
     if top <= 100:
         return _figure(data, lab["hardware_title"], lab["seconds"], "%", rtl, yaxis=dict(range=[0, 105]))
-    peak = dict(type="line", xref="paper", x0=0, x1=1, y0=100, y1=100, line=dict(dash="dot", color="#999"))
-    note = dict(xref="paper", x=0.98 if rtl else 0.02, xanchor="right" if rtl else "left", y=100, yanchor="bottom",
-                text=lines_for(lab["peak_line"], rtl, NOTE_CHARS), showarrow=False, font=dict(size=11, color="#666"))
-    return _figure(data, lab["hardware_title"], lab["seconds"], "%", rtl, yaxis=dict(range=[0, 1.08 * top]),
-                   shapes=[peak], annotations=[note])
+    # the peak's line says what it is in the legend: a note inside the plot lay over the MBU line (and
+    # over the Persian title)
+    xs = [x for s in (util, mbu, mfu) for x in s.x]
+    peak = dict(type="scatter", mode="lines", x=[min(xs), max(xs)], y=[100, 100], hoverinfo="skip",
+                name=lines_for(lab["peak_line"], rtl, LEGEND_CHARS), line=dict(dash="dot", color="#999", width=1))
+    return _figure(data + [peak], lab["hardware_title"], lab["seconds"], "%", rtl, yaxis=dict(range=[0, 1.08 * top]))
 
 
 def acceptance_histogram(counts: list[int], labels: dict | None = None, rtl: bool = False) -> go.Figure:
