@@ -264,3 +264,23 @@ def test_a_dial_moved_during_a_run_is_marked_and_named_at_both_ends(lang):
     assert (result["moved"], result["first"], result["last"]) == (True, 0.2, 0.95)
     said = theory_md(lang, result, live.curve, True)
     assert "0.20" in said and "0.95" in said, said
+
+
+def test_the_pass_time_chart_and_the_counters_place_a_step_at_the_same_knee():
+    """A 7-token step beside a measured knee of 6.6 read "past the knee" on the chart and "at the knee
+    ≈ 7" in the counters above it (one of 7.3, "below"): both place it against the knee as they name it."""
+    from specviz.hardware.passcurve import PassCurve
+    from specviz.serve.live import LiveRun
+    from specviz.serve.live import PassShape
+    from specviz.ui import counters
+
+    live = LiveRun(control=None, pair_label="pair", peaks=None, sampler=None, lang="en")
+    live.curve = PassCurve(tokens=(1, 2, 4, 8, 16), seconds=(0.022, 0.022, 0.022, 0.024, 0.040),
+                           device="cpu: 2 cores", path="eager", context=64)
+    knee, measured = live.knee_for_counters()
+    assert 7 < live.curve.knee < 7.5 and knee == 7 and measured
+    for n, chart, said in ((6, "below the knee", "below"), (7, "at the knee", "at the knee"), (8, "past the knee", "past")):
+        live.passes.append(lc.PassPoint(n, n, 0.03))
+        live.last_rows = (1, n - 1)
+        assert chart in live._step_label(live_labels("en"), live.curve.knee)
+        assert said in counters.pass_md("en", PassShape(n, 1, 64, n), knee, measured)

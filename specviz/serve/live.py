@@ -247,7 +247,10 @@ class LiveRun:
                  lessons.chart_fill(labels["step_parts"], dict(rows=say(self.lang, "app.n_rows", n=rows),
                                                                drafts=say(self.lang, "app.n_drafts_verified", n=drafts)))]
         if knee is not None and 0 < knee < float("inf"):
-            parts.append(labels["below_knee" if n < knee else "past_knee"])
+            # the knee as the legend and the counters name it ("≈ 7"): a 7-token step at 6.6 read "past
+            # the knee" here and "at the knee" in the counters
+            k = round(knee)
+            parts.append(labels["below_knee" if n < k else "at_knee" if n == k else "past_knee"])
         if self.regime:
             name = f"playground.regime_name.{self.regime}"
             has = lessons.template("en", name) != name
@@ -279,7 +282,7 @@ def _marker(lang: str, change) -> tuple[str, str]:
 def live_labels(lang: str) -> dict:
     """The live charts' words in `lang` ([playground.chart]); a Persian label is right-to-left as a whole,
     since plotly lays its text out left-to-right."""
-    keys = [*live_charts.LIVE_LABELS, "util_nvml", "util_psutil", "util_none", "below_knee", "past_knee"]
+    keys = [*live_charts.LIVE_LABELS, "util_nvml", "util_psutil", "util_none", "below_knee", "at_knee", "past_knee"]
     return {k: lessons.isolate_rtl(lessons.text(lang, f"playground.chart.{k}")) for k in keys}
 
 
