@@ -235,3 +235,11 @@ def test_a_stored_sentence_comes_back_whole_and_a_strange_one_is_refused():
     many = {"listed": [{"listed": ["a"] * 16}] * 16}
     with pytest.raises(TooMany):
         from_plain(many, prefixes, Budget(200))
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_the_lesson_names_the_article_it_follows(lang):
+    """Chapter 4 ended "The article's claim holds on this machine" where no chapter had named an article."""
+    assert "Joe Barrow" in lessons.text(lang, "chapter.intro.body")
+    assert "Why is Speculative Decoding Fast?" in lessons.text(lang, "chapter.intro.body")
+    assert "Barrow" in lessons.template(lang, "chapter.breadth_depth.conclusion_holds")
