@@ -243,3 +243,11 @@ def test_the_lesson_names_the_article_it_follows(lang):
     assert "Joe Barrow" in lessons.text(lang, "chapter.intro.body")
     assert "Why is Speculative Decoding Fast?" in lessons.text(lang, "chapter.intro.body")
     assert "Barrow" in lessons.template(lang, "chapter.breadth_depth.conclusion_holds")
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_the_policies_workload_says_it_is_not_the_sweeps(lang):
+    """Chapter 6 had k = 4 at 1.21× at batch 4 and chapter 7 every policy 0.80–0.88× there, with nothing to
+    say the prompts differ (the lesson's prompt in every row, against the pool's)."""
+    said = lessons.text(lang, "chapter.policies.workload", prompts=9, max_new=32, batches="1, 4", depth=4)
+    assert "sweep" in said and "9" in said
