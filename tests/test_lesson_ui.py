@@ -87,6 +87,8 @@ def test_saved_run_replays_the_same_tokens(api):
     assert replay[-1]["outputs"] == result["outputs"] and replay[-1]["replay"]
     assert "· recorded on" in replay[6] and replay[6].count("Replay") == 1      # named a replay once
     assert replay[6].startswith(f"Replay ended: {result['tokens']} tokens, as recorded · ")     # it says it ended
+    # what the recorded Run was asked: the page's own controls keep the reader's values
+    assert "“a small draft model guesses and the”, batch 2, depth 3, up to 24 new tokens" in replay[6], replay[6]
     # the page now shows the recording: the check does not answer for the Run before it, until a new Run;
     # another student's check, meanwhile, still answers for their own Run
     other = client(url)

@@ -321,9 +321,28 @@ def _replay_status(lang: str, rec: Recording, speed: float, ended: bool = False)
     the line that says the replay ended (which names it a replay already)."""
     key = "playground.replay_origin" if ended else "playground.status_replay"
     status = t(lang, key, device=_device(rec.device), date=rec.date[:16].replace("T", " "), pair=known_label(rec.pair))
+    settings = _replay_settings(lang, rec)
+    if settings:
+        status += " · " + settings
     if speed > 1:
         status += " · " + t(lang, "playground.replay_faster", speed=round(speed, 1), limit=int(REPLAY_MAX_S))
     return status
+
+
+REPLAY_PROMPT_CHARS = 60
+
+
+def _replay_settings(lang: str, rec: Recording) -> str:
+    """What the recorded Run was asked (its prompt, batch, depth, tokens): a replay leaves the page's own
+    controls as they are, and a reader who replayed their saved file could not tell which run played."""
+    s = rec.settings if isinstance(rec.settings, dict) else {}
+    if not all(isinstance(s.get(k), (int, float)) for k in ("batch", "depth", "max_new")):
+        return ""                  # a recording from before its settings were kept
+    prompt = " ".join(rec.prompt.split())
+    if len(prompt) > REPLAY_PROMPT_CHARS:
+        prompt = prompt[:REPLAY_PROMPT_CHARS - 1].rstrip() + "…"
+    return t(lang, "playground.replay_settings", prompt=prompt, batch=int(s["batch"]), depth=int(s["depth"]),
+             max_new=int(s["max_new"]))
 
 
 def _readings_by_step_time(rec: Recording) -> list[tuple[float, Sample]]:
