@@ -270,7 +270,10 @@ def knee_live_figure(curve: tuple[list[int], list[float]] | None, curve_name: st
                           showarrow=False, font=dict(size=12, color=ACCEPT)))
     ms = [y for d in data if d.get("yaxis") != "y2" for y in d["y"] if y and y > 0]
     room = STEP_LINE * (label.count("<br>") + 1) + 8 if label else 0
+    # from one token a pass (a replay's plain steps alone, all at 1, ticked 0.125 … 8), to 8 at least
+    widest = max([x for d in data for x in d["x"] if x and x > 0] or [1])
+    span = [math.log10(0.8), math.log10(1.25 * max(8, widest))]
     return _figure(data, lab["knee_title"], lab["tokens_per_pass"], lab["ms_per_pass"], rtl, below_title=room,
-                   height=400 + room, annotations=notes, xaxis=dict(type="log", **POW2),
+                   height=400 + room, annotations=notes, xaxis=dict(type="log", range=span, **POW2),
                    yaxis=dict(type="log", **(log_ticks(min(ms), max(ms)) if ms else {})),
                    yaxis2=dict(overlaying="y", range=[0, 1], visible=False))

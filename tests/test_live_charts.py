@@ -284,3 +284,15 @@ def test_the_pass_time_chart_and_the_counters_place_a_step_at_the_same_knee():
         live.last_rows = (1, n - 1)
         assert chart in live._step_label(live_labels("en"), live.curve.knee)
         assert said in counters.pass_md("en", PassShape(n, 1, 64, n), knee, measured)
+
+
+def test_the_pass_time_axis_starts_at_one_token_a_pass():
+    """A replay of plain decoding (every step 1 token a pass, no curve) ticked 0.125, 0.25, 0.5 tokens."""
+    import math
+
+    lone = lc.knee_live_figure(None, "curve", None, [lc.PassPoint(1, 1, 0.03)] * 3, "this step", live_labels("en"))
+    lo, hi = lone.layout.xaxis.range
+    assert 10 ** lo == pytest.approx(0.8) and 10 ** hi == pytest.approx(10)
+    wide = lc.knee_live_figure(([1, 2, 64], [0.02, 0.02, 0.2]), "curve", 7.0, [lc.PassPoint(40, 48, 0.1)], "s",
+                               live_labels("en"))
+    assert 10 ** wide.layout.xaxis.range[1] == pytest.approx(80) and math.isclose(10 ** wide.layout.xaxis.range[0], 0.8)
