@@ -61,6 +61,8 @@ def test_lossless_check_after_a_greedy_run(api):
     msg = c.predict(api_name="/check_lossless")
     n = sum(len(o) for o in out[-1]["outputs"])                   # both rows, each against the target alone
     assert len(out[-1]["outputs"]) == 2 and msg.startswith(f"Identical: {n} of {n} tokens")
+    # the status counts every row's tokens, and says so beside row 1's ("Done. 3 tokens." over 3 rows of 1)
+    assert out[6] == f"Done. {out[-1]['tokens']} tokens over 2 rows: row 1 above, every row in the list below.", out[6]
 
 
 def test_lossless_check_needs_greedy(api):

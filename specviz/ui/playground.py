@@ -157,7 +157,10 @@ class Playground:
             """The Run's last frame in `lang`: as it ends (with its files), and again at a language switch."""
             streamer.follow(lang)
             key = "playground.status_stopped" if packet.stopped else "playground.status_done"
-            note = f"⚠ {human(lang, packet.error)}" if packet.error else t(lang, key, tokens=packet.totals.tokens)
+            rows = len(result.get("outputs") or [])
+            # "Done. 3 tokens." beside row 1's one token: the count is every row's, said so
+            note = f"⚠ {human(lang, packet.error)}" if packet.error else \
+                t(lang, key + ("_rows" if rows > 1 else ""), tokens=packet.totals.tokens, rows=lessons.Said("app.n_rows", n=rows))
             streamer.note = self._dial_note(lang, live, packet)
             return streamer.outputs(packet.totals, final=True, status=note, plain=plain_tps, during_warmup=during_warmup,
                                     band=band, plain_users=plain_users, read=read,
