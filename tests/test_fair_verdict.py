@@ -402,3 +402,17 @@ def _let_go(th, release, timer) -> None:
     for other in threading.enumerate():
         if other.name == "specviz-pass-curve":
             other.join(60)
+
+
+def test_one_busy_baseline_does_not_widen_every_later_band():
+    """After six presses a walkthrough's band read ±62 %: one baseline taken while the machine was busy.
+    From five baselines on, the fastest and the slowest are left out of the spread, and the sentence says so."""
+    bands = counters.NoiseBands()
+    for tps in (10.0, 10.6, 4.0, 9.6):              # the busy one, 4.0, counts while there are few
+        band = bands.add("k", tps)
+    assert band.width == pytest.approx(6.6 / 9.8) and not band.trimmed
+    band = bands.add("k", 10.4)
+    assert band.samples == 5 and band.trimmed and band.width == pytest.approx(0.8 / 10.0)
+    totals = SimpleNamespace(tokens_per_s=13.6, flops_ratio=1.8, users_max=1)
+    said = counters.baseline_md("en", totals, 10.0, band=band)
+    assert "faster than plain decoding" in said and "without the fastest and the slowest" in said, said

@@ -50,12 +50,13 @@ class Band:
     request on this server (0: none yet, the race chapter's band borrowed)."""
     width: float = NOISE_BAND
     samples: int = 0
+    trimmed: bool = False           # the fastest and the slowest baseline were left out of the spread
 
 
 class NoiseBands:
     """The band measured here: every plain baseline of a request (pair, prompts, batch, tokens) is kept
     (the last KEEP), and once a request has two, its band is their spread, (max − min) ÷ median — how
-    much the same run measured twice differed on this machine — never narrower than NOISE_BAND. A short
+    much the same run measured twice differed on this machine (see _band) — never narrower than NOISE_BAND. A short
     Run on a 2-core machine spread ±20 % and more between presses, four times the borrowed band.
     Shared by every session of the server: guarded by a lock."""
     KEEP, MAX_KEYS = 8, 512
@@ -80,11 +81,18 @@ class NoiseBands:
             return _band(list(self._seen.get(key, [])))
 
 
+TRIM_FROM = 5     # baselines from which the fastest and the slowest are left out of the spread
+
+
 def _band(samples: list[float]) -> Band:
+    """From TRIM_FROM baselines on, the spread of the middle ones: one baseline taken while the machine
+    was busy (±62 % after six presses) called every later speed-up "about the same" until it aged out."""
     if len(samples) < 2:
         return Band(NOISE_BAND, 0)
-    spread = (max(samples) - min(samples)) / statistics.median(samples)
-    return Band(max(NOISE_BAND, spread), len(samples))
+    trim = len(samples) >= TRIM_FROM
+    middle = sorted(samples)[1:-1] if trim else samples
+    spread = (max(middle) - min(middle)) / statistics.median(samples)
+    return Band(max(NOISE_BAND, spread), len(samples), trim)
 
 
 def unlike(run_users: int, plain_users: int) -> bool:
@@ -111,7 +119,7 @@ def baseline_md(lang: str, totals, plain_tps: float | None, during_warmup: bool 
     speed = totals.tokens_per_s / plain_tps
     key = {"faster": "playground.baseline_faster", "slower": "playground.baseline_slower",
            "same": "playground.baseline_same"}[verdict(speed, band.width)]
-    source = (t(lang, "playground.band_measured", n=band.samples) if band.samples
+    source = (t(lang, "playground.band_measured" + ("_trimmed" if band.trimmed else ""), n=band.samples) if band.samples
               else t(lang, "playground.band_borrowed"))
     said = t(lang, key, flops=totals.flops_ratio, speed=speed, plain=plain_tps, band=band.width, source=source)
     shared = t(lang, "playground.baseline_shared_too", users=plain_users, run_users=totals.users_max)
