@@ -50,7 +50,7 @@ class Band:
     request on this server (0: none yet, the race chapter's band borrowed)."""
     width: float = NOISE_BAND
     samples: int = 0
-    trimmed: bool = False           # the fastest and the slowest baseline were left out of the spread
+    outliers: int = 0               # baselines left out of the spread, far from the rest (see _band)
 
 
 class NoiseBands:
@@ -81,18 +81,32 @@ class NoiseBands:
             return _band(list(self._seen.get(key, [])))
 
 
-TRIM_FROM = 5     # baselines from which the fastest and the slowest are left out of the spread
+# a baseline this many robust deviations from the median is left out of the spread: far enough that
+# normal noise (simulated, 10 % spread) almost never is, so the verdict's false alarms barely move
+OUTLIER_MADS = 8.0
 
 
 def _band(samples: list[float]) -> Band:
-    """From TRIM_FROM baselines on, the spread of the middle ones: one baseline taken while the machine
-    was busy (±62 % after six presses) called every later speed-up "about the same" until it aged out."""
+    """The spread of the baselines, less any far outlier: one baseline taken while the machine was busy
+    widened the band of every later verdict until it aged out. Ordinary noise is not trimmed (dropping
+    the fastest and slowest of five would halve the band and double the false verdicts)."""
     if len(samples) < 2:
         return Band(NOISE_BAND, 0)
-    trim = len(samples) >= TRIM_FROM
-    middle = sorted(samples)[1:-1] if trim else samples
-    spread = (max(middle) - min(middle)) / statistics.median(samples)
-    return Band(max(NOISE_BAND, spread), len(samples), trim)
+    kept = _without_outliers(samples)
+    spread = (max(kept) - min(kept)) / statistics.median(samples)
+    return Band(max(NOISE_BAND, spread), len(samples), len(samples) - len(kept))
+
+
+def _without_outliers(samples: list[float]) -> list[float]:
+    """Samples within OUTLIER_MADS × 1.4826 median absolute deviations of the median (1.4826 MAD is σ
+    for normal noise), from four samples on (fewer cannot tell an outlier from the rest)."""
+    if len(samples) < 4:
+        return samples
+    med = statistics.median(samples)
+    mad = statistics.median(abs(x - med) for x in samples)
+    if mad <= 0:
+        return samples
+    return [x for x in samples if abs(x - med) <= OUTLIER_MADS * 1.4826 * mad]
 
 
 def unlike(run_users: int, plain_users: int) -> bool:
@@ -119,7 +133,8 @@ def baseline_md(lang: str, totals, plain_tps: float | None, during_warmup: bool 
     speed = totals.tokens_per_s / plain_tps
     key = {"faster": "playground.baseline_faster", "slower": "playground.baseline_slower",
            "same": "playground.baseline_same"}[verdict(speed, band.width)]
-    source = (t(lang, "playground.band_measured" + ("_trimmed" if band.trimmed else ""), n=band.samples) if band.samples
+    source = (t(lang, "playground.band_measured" + ("_outliers" if band.outliers else ""), n=band.samples,
+                outliers=band.outliers) if band.samples
               else t(lang, "playground.band_borrowed"))
     said = t(lang, key, flops=totals.flops_ratio, speed=speed, plain=plain_tps, band=band.width, source=source)
     shared = t(lang, "playground.baseline_shared_too", users=plain_users, run_users=totals.users_max)
