@@ -113,8 +113,8 @@ def test_the_ledger_on_the_dial_is_synthetic_and_priced_on_a_measured_curve(make
     last = results[-1]
     v = last["values"]
     assert last["settings"]["draft"] == "synthetic:0.6" and last["synthetic"] == 0.6 and last["reference_s"] > 0
-    assert v["reason"] == theory.reason_key(v["main"], True) and v["reason"] in last["conclusions"]
-    assert "conclusion_curve" in last["conclusions"] and v["coin_n"] == last["values"]["coin_n"] > 0
+    assert v["reason"] == theory.reason_key(v["main"], v) and v["reason"] in last["conclusions"]
+    assert "conclusion_curve" in last["conclusions"] and v["coin_n"] > 0 and v["coin_a"] == 0.6
     assert (f"close_{v['runner_up']}" in last["conclusions"]) == bool(v["runner_up"])
     assert v["rate"] == 0.6 and v["reference_s"] == pytest.approx(last["reference_s"], abs=1e-3)
     assert v["predicted_speedup"] > 0 and v["measured_speedup"] > 0
@@ -176,13 +176,17 @@ def test_under_the_dial_a_tokens_gap_is_the_coins_luck_not_streaks(lang):
     coins = theory.coin_values(shapes, totals, 0.5, CURVE)
     assert coins["coin_band"] == pytest.approx(2 * math.sqrt(0.25 / 27))          # ±19 %
     assert coins["tokens_at_alpha"] == pytest.approx(E(17 / 27, 6)) and coins["measured_tokens"] == 2.7
-    assert theory.reason_key("tokens", True) == "reason_tokens_dial"
-    assert theory.reason_key("passes", True) == "reason_passes"
-    assert theory.reason_key("tokens", False) == "reason_tokens"
+    assert theory.reason_key("tokens", coins) == "reason_tokens_dial"
+    assert theory.reason_key("tokens", {**coins, "coin_alpha": 0.503}) == "reason_tokens_dial_even"   # not "50%, not 50%"
+    assert theory.reason_key("tokens", moved=True) == "reason_tokens_moved"
+    assert theory.reason_key("passes", coins) == "reason_passes" and theory.reason_key("tokens") == "reason_tokens"
     values = {"f_tokens": 1.41, "acceptance": 0.5, "rate": 0.5, **coins}
     for key in ("chapter.ledger.reason_tokens_dial", "playground.theory_reason_tokens_dial"):
         said = lessons.text(lang, key, **values)
         assert "27" in said and "63%" in said and "19%" in said and "2.70" in said, said
+    for key in ("chapter.ledger.reason_tokens_dial_even", "playground.theory_reason_tokens_dial_even"):
+        said = lessons.text(lang, key, **values)
+        assert "27" in said and "2.70" in said and "{" not in said, said
     assert "comes in streaks" not in lessons.text("en", "chapter.ledger.reason_tokens_dial", **values)
     # the Playground picks it for a synthetic Run with one A, not for a real draft's
     run = RunTotals(steps=10, tokens=27, row_steps=10, drafted=51, accepted=17, reached=27, wall_s=0.2, verify_s=0.18)
@@ -191,4 +195,10 @@ def test_under_the_dial_a_tokens_gap_is_the_coins_luck_not_streaks(lang):
     synthetic = dialview.theory_result(events, [0.5] * 10, 0.5, CURVE, run, plain, synthetic=True)
     real = dialview.theory_result(events, [], 17 / 27, CURVE, run, plain)
     assert synthetic["reason"] == "reason_tokens_dial" and real["reason"] == f"reason_{real['main']}"
+    # the Playground's steps carry their A: the formula at α is priced at α all the same
+    assert synthetic["tokens_at_alpha"] == pytest.approx(E(17 / 27, 6))
     assert "63%" in dialview.theory_md(lang, synthetic, CURVE, True)
+    moved = dialview.theory_result(events, [0.5] * 5 + [0.9] * 5, 0.5, CURVE, run, plain, synthetic=True)
+    assert moved["reason"] == "reason_tokens_moved" and "coin_n" not in moved
+    said = dialview.theory_md(lang, {**moved, "moved": True, "first": 0.5, "last": 0.9}, CURVE, True)
+    assert "comes in streaks" not in said and "{" not in said

@@ -178,7 +178,7 @@ def dial_values(spec: TimedRun, plain: TimedRun, curve: PassCurve, depth: int, a
     g = th.gap(pred, spec.totals, plain.totals)
     coins = th.coin_values(shapes, spec.totals, acceptance, curve) if acceptance is not None else {}
     return {**th.gap_values(g, pred), **coins, "rate": rate, "k1": depth + 1,
-            "reason": th.reason_key(g.main, bool(coins)),
+            "reason": th.reason_key(g.main, coins),
             "t1_ms": 1e3 * curve.at(1), "tk_ms": 1e3 * curve.at(depth + 1), "step_ms": 1e3 * pred.step_s,
             "acceptance": acceptance if acceptance is not None else 0.0, "reference_s": reference_s,
             "curve_context": curve.context}

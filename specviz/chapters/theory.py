@@ -17,7 +17,7 @@ A measurement differs from the prediction by factors that multiply one into the 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specviz.hardware.passcurve import PassCurve
 from specviz.hardware.roofline import expected_tokens_per_pass
@@ -132,15 +132,22 @@ def coin_values(shapes: list[StepShape], spec, acceptance: float, curve: PassCur
     share right over n judged guesses lies within ±2σ = 2√(A(1 − A) ÷ n) of A, 19 times in 20.
     `spec`: the run's RunTotals."""
     alpha, n = spec.alpha or 0.0, spec.reached
-    return {"coin_alpha": alpha, "coin_n": n,
+    at_alpha = [replace(s, rate=None) for s in shapes]        # a step's own A would override α
+    return {"coin_alpha": alpha, "coin_n": n, "coin_a": acceptance,
             "coin_band": 2 * math.sqrt(acceptance * (1 - acceptance) / n) if n else 0.0,
-            "tokens_at_alpha": predict(shapes, alpha, curve).tokens_per_step,
+            "tokens_at_alpha": predict(at_alpha, alpha, curve).tokens_per_step,
             "measured_tokens": spec.mean_accepted_length}
 
 
-def reason_key(main: str, coins: bool) -> str:
-    """The largest factor's sentence; where the dial's coins set the tokens a step, theirs."""
-    return f"reason_{main}_dial" if coins and main == "tokens" else f"reason_{main}"
+def reason_key(main: str, coins: dict | None = None, moved: bool = False) -> str:
+    """The largest factor's sentence. Where the dial's coins set the tokens a step, theirs: how far they
+    fell from A (or that they fell on it), or, for a dial moved during the Run, that they have no streaks."""
+    if main != "tokens" or not (coins or moved):
+        return f"reason_{main}"
+    if moved:
+        return "reason_tokens_moved"
+    even = round(100 * coins["coin_alpha"]) == round(100 * coins["coin_a"])
+    return "reason_tokens_dial_even" if even else "reason_tokens_dial"
 
 
 def _ratio(a: float, b: float) -> float:

@@ -41,9 +41,10 @@ def theory_result(events, rates: list, rate: float | None, curve: PassCurve | No
     pred = theory.predict(shapes, rate, curve)
     g = theory.gap(pred, spec, plain)
     # one A all Run long: its coins' share right against it (a moved dial mixes several A)
-    coins = theory.coin_values(shapes, spec, rate, curve) if synthetic and len(set(rates or [rate])) == 1 else {}
+    moved = synthetic and len(set(rates or [rate])) > 1
+    coins = theory.coin_values(shapes, spec, rate, curve) if synthetic and not moved else {}
     return {**theory.gap_values(g, pred), **coins, "rate": rate, "agree": g.agree,
-            "reason": theory.reason_key(g.main, bool(coins))}
+            "reason": theory.reason_key(g.main, coins, moved)}
 
 
 def theory_md(lang: str, result: dict | None, curve: PassCurve | None, synthetic: bool) -> str:

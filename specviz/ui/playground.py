@@ -175,7 +175,8 @@ class Playground:
     def _theory(self, streamer, live: LiveRun, packet, plain, dial) -> dict | None:
         """The prediction on this machine's pass-time curve against the measurement (ui.dialview)."""
         events = [ev for _, ev, _ in streamer.steps]
-        rate = dial if dial is not None else packet.totals.alpha
+        # the A the steps ran at (the dial may have moved between the press and the first step)
+        rate = packet.totals.alpha if dial is None else live.rates[0] if live.rates else dial
         result = dialview.theory_result(events, live.rates, rate, live.current_curve(), packet.totals, plain,
                                         synthetic=dial is not None)
         if result is not None and len(set(live.rates)) > 1:     # the dial moved: the sentence names both ends
