@@ -174,3 +174,31 @@ def test_a_plain_run_beside_a_deep_one_is_charged_its_own_flops(classroom, tiny_
     assert plain["users_max"] == 2 and plain["outputs"][0] == greedy(plain["prompt_ids"][0], 40)
     assert 0.95 <= plain["flops_ratio"] <= 1.05, plain["flops_ratio"]
     assert deep["flops_ratio"] > 1.2, deep["flops_ratio"]
+
+
+def _event(users: int, rows: list[int], depth: int, batch: int, width: int, slots_drafted: int = 0, share: float = 1.0):
+    """A step's event for one request: its rows' verified drafts `rows`, in a pass of `batch` rows × `width`."""
+    from specviz.engine.request import RowStep, StepEvent
+
+    steps = [RowStep(i, [0] * n, 0, [0], "correction", proposed=n) for i, n in enumerate(rows)]
+    return StepEvent(step=0, batch_size=batch, depth=depth, policy="fixed", rows=steps, draft_s=0, verify_s=0,
+                     overhead_s=0, wall_s=0, prefill_s=0, tokens_per_pass=batch * width, context=64,
+                     draft_flops=100.0, draft_bytes=0, target_flops=10.0 * batch * width, target_bytes=0,
+                     plain_flops=10.0, users=users, slots_drafted=slots_drafted, share=share)
+
+
+def test_a_request_is_charged_its_own_rows_at_its_own_width():
+    """Alone: the whole pass, padding of its shorter drafts included. Beside a wider request: its rows at
+    1 + the most drafts one of them had verified (a depth-4 request that verified 1 draft beside one that
+    verified 4 is charged 2 slots a row, not 5), and the draft work its rows proposed."""
+    alone = _event(1, [4, 2], depth=4, batch=2, width=5, slots_drafted=6)
+    assert alone.width == 5 and alone.target_part == 100.0 and alone.draft_part == 100.0
+    short = _event(2, [1], depth=4, batch=2, width=5, slots_drafted=5, share=0.5)
+    assert short.width == 2 and short.target_part == 20.0 and short.draft_part == pytest.approx(20.0)
+    plain = _event(2, [0], depth=0, batch=2, width=5, slots_drafted=4, share=0.5)
+    assert plain.width == 1 and plain.target_part == 10.0 and plain.draft_part == 0.0
+    old = _event(2, [0], depth=0, batch=2, width=5, share=0.5)          # a recording without slots_drafted
+    assert old.draft_part == 50.0
+    vllm = _event(1, [0], depth=0, batch=1, width=0)                    # vLLM's events: no pass priced
+    vllm.target_flops = 0.0
+    assert vllm.width == 0 and vllm.target_part == 0.0

@@ -357,7 +357,8 @@ def test_a_lossless_check_overtaken_by_a_run_gives_no_verdict(monkeypatch):
     req = SimpleNamespace(temperature=0)
     store._last["s1"] = runs.FinishedRun(None, "p", req, {"prompt_ids": [[1, 2]], "outputs": [[3, 4]]}, "", "")
     target = SimpleNamespace(model=None, device="cpu", eos_ids=())
-    app = SimpleNamespace(runs=SimpleNamespace(get=lambda s: None), runner=SimpleNamespace(zero_gpu=False),
+    armed = set()
+    app = SimpleNamespace(runs=SimpleNamespace(get=lambda s: None, armed=lambda s: s in armed), runner=SimpleNamespace(zero_gpu=False),
                           load=lambda choice, lang: SimpleNamespace(target=target, tokenizer=SimpleNamespace(decode=str)))
     press = {"during": None}
 
@@ -373,3 +374,6 @@ def test_a_lossless_check_overtaken_by_a_run_gives_no_verdict(monkeypatch):
         store._replayed.clear()
     press["during"] = lambda: store.pressed("another session")     # another student's Run is not this page's
     assert store.check_lossless("s1", app, "en")("en").startswith("Identical")
+    # Run pressed first, Check while that Run loads or queues: the check waits for it, as for a Run going
+    armed.add("s1")
+    assert store.check_lossless("s1", app, "en")("en") == lessons.text("en", "playground.lossless_running")

@@ -149,11 +149,14 @@ class StepEvent:
 
     @property
     def width(self) -> int:
-        """Verify slots this request's rows are charged: the pass's width, capped at 1 + its own depth. A
-        deeper request beside it widens the pass; that padding is not this request's (a plain-decoding
-        student read 3.0× the FLOPs of plain decoding), and the compact forward does not compute it."""
+        """Verify slots this request's rows are charged. Alone, the pass's width. Beside others, 1 + the
+        most drafts one of its rows had verified: a wider request widens the pass, and that padding is
+        charged to no one (the compact forward does not compute it; the stock modules do), so in a shared
+        step the requests' parts may add up to less than the pass."""
         pass_width = self.tokens_per_pass // self.batch_size if self.batch_size else 1
-        return min(pass_width, self.depth + 1)
+        if self.users <= 1:
+            return pass_width
+        return min(pass_width, 1 + max((len(r.drafted) for r in self.rows), default=0))
 
     @property
     def target_part(self) -> float:

@@ -387,6 +387,11 @@ class LiveRuns:
         with self._lock:
             return self._runs.get(session)
 
+    def armed(self, session: str) -> bool:
+        """Run was pressed and its handler has neither streamed nor ended (it loads or waits in the queue)."""
+        with self._lock:
+            return session in self._armed
+
     def finish(self, session: str, run: LiveRun) -> None:
         with self._lock:
             if self._runs.get(session) is run:

@@ -244,7 +244,7 @@ class RunStore:
             replay = session in self._replayed
         if replay:
             return _said("playground.lossless_replay")
-        if app.runs.get(session) is not None:           # the page shows a Run still going
+        if app.runs.get(session) is not None or app.runs.armed(session):     # a Run going, or about to
             return _said("playground.lossless_running")
         run = self.last(session)
         if run is None or not run.result.get("outputs"):
