@@ -542,6 +542,12 @@ def test_browser_whatif_refused_bandwidth_names_itself_and_the_tab_recovers(what
         box.press("Enter")
         _summary_has(page, "custom GPU (2 TB/s")
         _summary_has(page, "Llama-3-70B")
+        # TB/s are fractions: a decimal comma is their point (1,5 went to 15 TB/s, in range, without a word)
+        box.click()
+        box.press("Control+a")
+        page.keyboard.type("1,5")
+        box.press("Enter")
+        _summary_has(page, "custom GPU (1.5 TB/s")
         for button in page.locator("[data-testid=toast-close]").all():
             button.click()
         # a slider's box counts the number typed, not each key of it ("1" of "1.5" was refused on its own)

@@ -89,8 +89,10 @@ def build(app, on_page_load=None) -> tuple[dict, Wiring]:
                 # both bounds on the box, so a value past either end is refused in the same words before any
                 # handler (a custom GPU is held to them again in whatif_views._hardware, for the CLI)
                 custom = DEFAULTS["gpu"] == CUSTOM_GPU     # editable only where they count (gpu.change below)
+                # a step in thousandths: TB/s are fractions (3.35), so a typed decimal comma is their point;
+                # TFLOP/s keep whole steps, where a comma is a thousands mark (1,979)
                 bw = tr.add(gr.Number(DEFAULTS["bandwidth_tbs"], label=tx("en", "label.bandwidth"), minimum=BW_TBS[0],
-                                      maximum=BW_TBS[1], elem_id="whatif-bandwidth", interactive=custom),
+                                      maximum=BW_TBS[1], step=0.001, elem_id="whatif-bandwidth", interactive=custom),
                             **_label("bandwidth"))
                 fl = tr.add(gr.Number(DEFAULTS["flops_tflops"], label=tx("en", "label.flops"), minimum=FLOPS_TFLOPS[0],
                                       maximum=FLOPS_TFLOPS[1], elem_id="whatif-flops", interactive=custom),
