@@ -270,7 +270,7 @@ def knee_live_figure(curve: tuple[list[int], list[float]] | None, curve_name: st
                           showarrow=False, font=dict(size=12, color=ACCEPT)))
     ms = [y for d in data if d.get("yaxis") != "y2" for y in d["y"] if y and y > 0]
     room = STEP_LINE * (label.count("<br>") + 1) + 8 if label else 0
-    # from one token a pass (a replay's plain steps alone, all at 1, ticked 0.125 … 8), to 8 at least
+    # from one token a pass, to 8 at least: steps all at 1 (a replay of plain decoding) left plotly to tick fractions
     widest = max([x for d in data for x in d["x"] if x and x > 0] or [1])
     span = [math.log10(0.8), math.log10(1.25 * max(8, widest))]
     return _figure(data, lab["knee_title"], lab["tokens_per_pass"], lab["ms_per_pass"], rtl, below_title=room,

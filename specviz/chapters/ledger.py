@@ -56,8 +56,8 @@ class FlopsLedger:
     """Where one request's FLOPs went. The verify pass is split evenly per slot (its matmuls cost the same
     per token; attention differs by a few per cent along the block): a row's slots are its drafts kept,
     its drafts rejected — with the padding slots of shorter drafts, also thrown away — and the slot that
-    yields the target's own token. A shared pass is charged as StepEvent.draft_part and target_part
-    charge it, so the parts add up to RunTotals.spent_flops."""
+    yields the target's own token. In a shared pass a row has the slots StepEvent.width gives it, and
+    the draft work is StepEvent.draft_part, so the parts add up to RunTotals.spent_flops."""
 
     draft: float = 0.0
     kept: float = 0.0

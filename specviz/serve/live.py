@@ -247,8 +247,8 @@ class LiveRun:
                  lessons.chart_fill(labels["step_parts"], dict(rows=say(self.lang, "app.n_rows", n=rows),
                                                                drafts=say(self.lang, "app.n_drafts_verified", n=drafts)))]
         if knee is not None and 0 < knee < float("inf"):
-            # the knee as the legend and the counters name it ("≈ 7"): a 7-token step at 6.6 read "past
-            # the knee" here and "at the knee" in the counters
+            # the knee as the legend and the counters name it, rounded: the raw one put a step past the
+            # knee here that the counters placed at it
             k = round(knee)
             parts.append(labels["below_knee" if n < k else "at_knee" if n == k else "past_knee"])
         if self.regime:

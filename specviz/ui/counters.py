@@ -88,7 +88,7 @@ OUTLIER_MADS = 8.0
 
 def _band(samples: list[float]) -> Band:
     """The spread of the baselines, less any far outlier: one baseline taken while the machine was busy
-    widened the band of every later verdict until it aged out. Ordinary noise is not trimmed (dropping
+    would widen the band of every later verdict until it aged out. Ordinary noise is not trimmed (dropping
     the fastest and slowest of five would halve the band and double the false verdicts)."""
     if len(samples) < 2:
         return Band(NOISE_BAND, 0)

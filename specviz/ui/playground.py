@@ -158,7 +158,7 @@ class Playground:
             streamer.follow(lang)
             key = "playground.status_stopped" if packet.stopped else "playground.status_done"
             rows = len(result.get("outputs") or [])
-            # "Done. 3 tokens." beside row 1's one token: the count is every row's, said so
+            # the count is every row's, beside row 1's tokens alone: said so
             note = f"⚠ {human(lang, packet.error)}" if packet.error else \
                 t(lang, key + ("_rows" if rows > 1 else ""), tokens=packet.totals.tokens, rows=lessons.Said("app.n_rows", n=rows))
             streamer.note = self._dial_note(lang, live, packet)
