@@ -215,6 +215,34 @@ def _this_process() -> int:
     return os.getpid()
 
 
+class OthersMeter:
+    """The share of this machine's CPU time that other programs took while something ran here: the
+    machine's busy time less this process's own, over wall time × CPUs. None where psutil cannot say.
+    (A timed experiment holds the device against SpecViz's own work; other programs it cannot stop.)"""
+
+    def __init__(self):
+        self._start = self._read()
+
+    @staticmethod
+    def _read():
+        try:
+            import psutil
+
+            total, own = psutil.cpu_times(), psutil.Process().cpu_times()
+        except Exception:                  # noqa: BLE001 — no psutil, or no /proc to read
+            return None
+        busy = sum(total) - total.idle - getattr(total, "iowait", 0.0)
+        return time.monotonic(), busy, own.user + own.system, psutil.cpu_count() or 1
+
+    def share(self) -> float | None:
+        end = self._read()
+        if self._start is None or end is None:
+            return None
+        (t0, busy0, own0, cpus), (t1, busy1, own1, _) = self._start, end
+        wall = (t1 - t0) * cpus
+        return min(1.0, max(0.0, ((busy1 - busy0) - (own1 - own0)) / wall)) if wall > 0 else None
+
+
 def load_now() -> dict:
     """The machine's load right now, as stored beside a measurement: 1-minute load average, CPUs, time."""
     try:

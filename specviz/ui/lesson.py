@@ -25,6 +25,7 @@ import gradio as gr
 
 from specviz import lessons
 from specviz.chapters import BY_KEY, CHAPTERS, KEYS, Chapter, Context, frontier, vllm_panels
+from specviz.hardware.device import OthersMeter
 from specviz.limits import brief
 from specviz.pairs.pipeline import encode_prompt
 from specviz.serve import runner
@@ -103,9 +104,16 @@ def conclusion_md(lang: str, result: dict) -> str:
     device = lessons.machine(lang, str(result.get("device", "?")))
     if lessons.direction(lang) == "rtl":
         device = lessons.isolate_ltr(device)
-    parts.append(f"_{lessons.text(lang, 'app.measured_here')} ({device}) · "
-                 f"{lessons.text(lang, 'app.measured_alone')}._")
+    others = result.get("others_share")
+    alone = (t(lang, "app.measured_others", share=others) if others is not None and others >= OTHERS_NOTED
+             else lessons.text(lang, "app.measured_alone"))
+    parts.append(f"_{lessons.text(lang, 'app.measured_here')} ({device}) · {alone}._")
     return "\n\n".join(parts)
+
+
+# other programs' share of the CPU time during an experiment from which its figures are said to be at risk
+# (one busy core of a 2-core machine is a half)
+OTHERS_NOTED = 0.25
 
 
 def workload_md(lang: str, result: dict) -> str:
@@ -290,8 +298,11 @@ class Lesson:
         result = None
         started: list[float] = []
 
+        meter: list[OthersMeter] = []
+
         def timed():            # called once the gate is ours: the experiment's time, not the queue's
             started.append(time.perf_counter())
+            meter.append(OthersMeter())
             return make()
         # closed on a refusal too: the gate goes back and the experiment's thread ends
         with contextlib.closing(runner.exclusively(app.gate, timed)) as updates:
@@ -309,6 +320,7 @@ class Lesson:
                     yield line, figure(result, chart_labels(self.lang(session), chapter), dark=False), gr.skip(), gr.skip()
         if result is None:
             raise error(lang, "errors.experiment_no_result")
+        result["others_share"] = meter[0].share() if meter else None
         with self._took_lock:
             self._took[kind] = time.perf_counter() - started[0]
         path = self._files.path(f"specviz-{chapter}", "csv")
