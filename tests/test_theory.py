@@ -202,3 +202,15 @@ def test_under_the_dial_a_tokens_gap_is_the_coins_luck_not_streaks(lang):
     assert moved["reason"] == "reason_tokens_moved" and "coin_n" not in moved
     said = dialview.theory_md(lang, {**moved, "moved": True, "first": 0.5, "last": 0.9}, CURVE, True)
     assert "comes in streaks" not in said and "{" not in said
+
+
+def test_under_the_dial_a_ledger_that_differs_blames_no_streaks(make_pair, prompts, monkeypatch):
+    """Chapter 5 on the synthetic draft said the guesses 'come in streaks' in one paragraph and 'are no
+    streaks' in the next: a differing ledger under the dial has its own paragraph."""
+    monkeypatch.setattr(ledger, "LEDGER_AGREE", -1.0)           # every ledger "differs"
+    last = list(ledger.run_ledger(make_pair("ngram"), prompts[1], depth=3, max_new=12, acceptance=0.6))[-1]
+    assert "conclusion_differ_dial" in last["conclusions"] and "conclusion_differ" not in last["conclusions"]
+    said = lessons.text("en", "chapter.ledger.conclusion_differ_dial", diff=0.3)
+    assert "streaks" not in said and "near A" in said
+    real = list(ledger.run_ledger(make_pair("ngram"), prompts[1], depth=3, max_new=12))[-1]
+    assert "conclusion_differ" in real["conclusions"]

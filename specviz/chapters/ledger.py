@@ -152,6 +152,8 @@ def run_ledger(pair, prompt_ids: list[int], depth: int = 4, max_new: int = 48,
     values.update(dial)
     theory.append({"quantity": "curve_speedup", "theory": dial["predicted_speedup"], "measured": dial["measured_speedup"]})
     agree, _ = ledger_agreement(*_pairs(values))
+    if acceptance is not None and agree == "conclusion_differ":
+        agree = "conclusion_differ_dial"       # the synthetic draft's guesses come in no streaks
     extra["theory"] = theory
     snap = snapshot("ledger", pair, settings, 1.0, _ledger_table(parts, times, positions, theory), **extra,
                     **dial_keys(pair, refs))
