@@ -443,6 +443,22 @@ def test_stop_before_start_rules():
     assert not runs.stopped_early("d")
 
 
+def test_an_arm_whose_request_never_came_is_forgotten():
+    """armed() (which holds back the lossless check) trusts a press for ARM_MEMORY_S only: a Run whose
+    queued request was dropped never starts nor ends, and nothing else may come to forget it."""
+    from specviz.serve import live as lv
+
+    runs = lv.LiveRuns()
+    runs.arm("a", 1)
+    assert runs.armed("a") and not runs.armed("b")
+    when, n = runs._armed["a"]
+    runs._armed["a"] = (when - lv.ARM_MEMORY_S - 1, n)          # pressed long ago, never started
+    assert not runs.armed("a")
+    runs.arm("a", 2)
+    runs.end("a")
+    assert not runs.armed("a")
+
+
 def test_numbered_stop_finds_its_run_in_either_order():
     """The page numbers its Run presses; a Stop names the newest. Run and Stop pressed together may
     reach the server in either order (CI saw the Stop land first and the Run decode to the end)."""

@@ -291,6 +291,8 @@ def _last_nonzero(xs: list[int]) -> int:
 
 
 STOP_MEMORY_S = 5.0      # a Stop with no Run to stop yet waits this long for one (API: /stop before /generate starts)
+# a press whose handler never started nor ended (its request dropped in the queue) counts this long
+ARM_MEMORY_S = 60.0
 
 
 def _seq(value) -> int | None:
@@ -380,7 +382,7 @@ class LiveRuns:
         """Stops and arms older than a minute mean nothing any more (bounded in a long-running class)."""
         now = time.monotonic()
         for table in (self._stops, self._armed):
-            for k in [k for k, (t, _) in table.items() if now - t > 60.0]:
+            for k in [k for k, (t, _) in table.items() if now - t > ARM_MEMORY_S]:
                 del table[k]
 
     def get(self, session: str) -> LiveRun | None:
@@ -388,9 +390,11 @@ class LiveRuns:
             return self._runs.get(session)
 
     def armed(self, session: str) -> bool:
-        """Run was pressed and its handler has neither streamed nor ended (it loads or waits in the queue)."""
+        """Run was pressed and its handler has neither streamed nor ended (it loads or waits in the queue),
+        within ARM_MEMORY_S: a press whose request was dropped must not hold the session's check for good."""
         with self._lock:
-            return session in self._armed
+            armed = self._armed.get(session)
+            return armed is not None and time.monotonic() - armed[0] <= ARM_MEMORY_S
 
     def finish(self, session: str, run: LiveRun) -> None:
         with self._lock:
