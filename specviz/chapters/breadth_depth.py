@@ -2,13 +2,11 @@
 work for the hardware while memory-bound. With the acceptance dial (a synthetic draft), also what each
 depth pass bought: the tokens one row actually moved per pass, measured, against breadth's n.
 
-Measured: about 6 s on the 2-core CPU with the offline SmolLM2-135M (the real pair; the dial adds its
+Measured: about 8–9 s on the 2-core CPU with the offline SmolLM2-135M (the real pair; the dial adds its
 generation runs and their reference).
 """
 from __future__ import annotations
 
-import copy
-import statistics
 from typing import Iterable, Iterator
 
 import plotly.graph_objects as go
@@ -18,13 +16,15 @@ from plotly.subplots import make_subplots
 from specviz import lessons
 from specviz.chapters.base import Chapter, Result
 from specviz.chapters.common import finished, settings_of, snapshot
+from specviz.chapters.passes import Contexts
 from specviz.chapters.dial import References, acceptance_of, dial_keys, dial_title, dialled
 from specviz.chapters.plotting import DRAFT, OWN, REJECTED, labels_for, styled
 from specviz.engine.request import Knobs
 from specviz.engine.torchmode import inference_steps
-from specviz.hardware.device import timed_once
+from specviz.hardware.paired import FIRST_PAIRS, MOST_PAIRS, Ratio, paired_ratio
 
 BD_MATCH = 0.25          # breadth and depth "cost about the same" when within 25 % of each other
+BD_LINES = (1 - BD_MATCH, 1 + BD_MATCH)     # …so their ratio is judged at these two lines
 # Under the dial, the depth arm's answer: long enough for a few passes of 16 tokens that its end does not
 # cut, and short, since each n in DIAL_NS decodes it once more (after one reference).
 DIAL_MAX_NEW = 32
@@ -34,10 +34,11 @@ DIAL_NS = (1, 2, 4, 8, 16)   # n − 1 drafts per pass: 16 is the deepest the en
 DIAL_ROWS = 8
 
 
-def breadth_depth_breakpoint(ns: list[int], breadth_s: list[float], depth_s: list[float]) -> int | None:
-    """The smallest n from which on breadth and depth differ by more than 25 % at every larger n too
-    (one noisy mismatch below a matching point is not a breakpoint); None if they match at the largest n."""
-    match = [abs(b / d - 1) <= BD_MATCH if d > 0 else False for b, d in zip(breadth_s, depth_s)]
+def breadth_depth_breakpoint(ns: list[int], ratios: list[float]) -> int | None:
+    """The smallest n from which on breadth and depth (`ratios`: breadth ÷ depth) differ by more than 25 %
+    at every larger n too (one noisy mismatch below a matching point is not a breakpoint); None if they
+    match at the largest n."""
+    match = [abs(r - 1) <= BD_MATCH for r in ratios]
     if not match or match[-1]:
         return None
     i = len(match) - 1
@@ -46,72 +47,21 @@ def breadth_depth_breakpoint(ns: list[int], breadth_s: list[float], depth_s: lis
     return ns[i]
 
 
-def _pass_seconds(model, cache, device, rows: int, tokens: int, context: int, vocab: int, repeats: int,
-                  fast: bool = False) -> float:
-    """Median time of one forward of rows × tokens new tokens on top of `cache` (context slots per row):
-    a fast-path cache (`fast`) or transformers' own. The cache is cut back after every pass, so each
-    repeat sees the same context; the first pass is a warm-up and not counted."""
-
-    ids = torch.randint(0, vocab, (rows, tokens), device=device)
-    if fast:
-        ones = torch.ones_like(ids, dtype=torch.bool)
-        run, cut = (lambda: cache.forward(model, ids, ones)), (lambda: cache.truncate(context))
-    else:
-        run = lambda: model(input_ids=ids, past_key_values=cache, use_cache=True)    # noqa: E731
-        # a negative count means "remove this many" in every transformers 5.x (a positive one meant an
-        # absolute length in older releases and is refused by newer ones)
-        cut = lambda: cache.crop(-(cache.get_seq_length() - context))                # noqa: E731
-    times = []
-    for r in range(repeats + 1):
-        seconds = timed_once(run, device)
-        if r:
-            times.append(seconds)
-        cut()
-    return statistics.median(times)
-
-
-def _rows_of(pair, model, device, context: int, vocab: int):
-    """A function giving the cache of n rows that all hold the same `context` tokens, prefilled once:
-    through the forward path the pair's engine runs (the fast path once the app has switched to it, as the
-    knee chapter times), else transformers' own modules."""
-    ctx = torch.randint(0, vocab, (1, context), device=device)
-    if getattr(pair, "target_cache", None) is None:
-        # on first use: transformers is slow to import
-        from transformers import DynamicCache
-        one = DynamicCache()
-        model(input_ids=ctx, past_key_values=one, use_cache=True, logits_to_keep=1)
-
-        def stock(n: int):
-            if n == 1:
-                return one
-            cache = copy.deepcopy(one)
-            cache.batch_repeat_interleave(n)            # n rows with the same context, n caches to read
-            return cache
-        return stock
-    cache = pair.target_cache(1)
-    cache.forward(model, ctx, torch.ones_like(ctx, dtype=torch.bool), 1)
-
-    def fast(n: int):
-        # row 0 copied n times (n caches to read), or the other rows dropped again: every row is row 0
-        cache.select(torch.zeros(n, dtype=torch.long, device=device))
-        return cache
-    return fast
-
-
 @inference_steps
 def run_breadth_depth(pair, context: int = 256, ns: Iterable[int] = (1, 2, 4, 8, 16, 32, 64),
-                      repeats: int = 3, prompt_ids: list[int] | None = None,
+                      repeats: int = FIRST_PAIRS, prompt_ids: list[int] | None = None,
                       max_new: int = DIAL_MAX_NEW) -> Iterator[Result]:
     """At each tokens per pass n: one target pass of n rows × 1 token (breadth: every row has its own
-    `context`-slot cache) against 1 row × n tokens (depth: a verify of n − 1 drafts on one cache). One
-    yield per n. Extra key: `breakpoint` (first n from which they stop matching, or None), and the dial's
-    (chapters.dial). With a synthetic draft, each n in DIAL_NS also decodes `prompt_ids` for real at depth
-    n − 1 (DIAL_ROWS rows, `max_new` tokens, after their untimed reference): rows gain
+    `context`-slot cache) against 1 row × n tokens (depth: a verify of n − 1 drafts on one cache), timed
+    in alternation, `repeats` pairs (the largest n, which decides the verdict, gets more while close).
+    One yield per n. Extra key: `breakpoint` (first n from which they stop matching, or None), and the
+    dial's (chapters.dial). With a synthetic draft, each n in DIAL_NS also decodes `prompt_ids` for real
+    at depth n − 1 (DIAL_ROWS rows, `max_new` tokens, after their untimed reference): rows gain
     `depth_tokens_per_pass`."""
     model, device = pair.target.model, pair.target.device
     ns = sorted({int(n) for n in ns if int(n) >= 1})
     vocab = model.get_input_embeddings().weight.shape[0]
-    settings = settings_of(pair, context=context, ns=ns, repeats=repeats,
+    settings = settings_of(pair, context=context, ns=ns, repeats=repeats, most_pairs=MOST_PAIRS,
                            forward="fast" if getattr(pair, "target_cache", None) is not None else "stock")
     refs, engine, ref = References(), None, None
     if acceptance_of(pair) is not None:
@@ -120,13 +70,12 @@ def run_breadth_depth(pair, context: int = 256, ns: Iterable[int] = (1, 2, 4, 8,
         engine, ref = refs.engine(pair, [prompt_ids], DIAL_ROWS, max_new, eos_ids=[])
     yield snapshot("breadth_depth", pair, settings, 0.0, [], breakpoint=None, **dial_keys(pair, refs))
     rows: list[dict] = []
-    fast = settings["forward"] == "fast"
-    rows_of = _rows_of(pair, model, device, context, vocab)
+    contexts = Contexts(pair, torch.randint(0, vocab, (1, context), device=device))
     for i, n in enumerate(ns):
-        depth_s = _pass_seconds(model, rows_of(1), device, 1, n, context, vocab, repeats, fast)
-        breadth_s = _pass_seconds(model, rows_of(n), device, n, 1, context, vocab, repeats, fast)
-        rows.append({"tokens_per_pass": n, "breadth_ms": 1000 * breadth_s, "depth_ms": 1000 * depth_s,
-                     "breadth_over_depth": breadth_s / depth_s if depth_s > 0 else None})
+        # breadth and depth in alternation: a CPU that slows for a second slows both, not one
+        r = paired_ratio(contexts.shaped(1, n), contexts.shaped(n, 1), device,
+                         BD_LINES if n == ns[-1] else (), first=repeats)
+        rows.append(bd_row(n, r))
         if engine is not None:
             rows[-1].update(draft=pair.draft_ref, breadth_tokens_per_pass=n,
                             **depth_yield(engine, ref, prompt_ids, n, max_new))
@@ -139,6 +88,14 @@ def run_breadth_depth(pair, context: int = 256, ns: Iterable[int] = (1, 2, 4, 8,
         keys, vals = ["dial_yield", key], [yielded, values]
     yield finished(snapshot("breadth_depth", pair, settings, 1.0, rows, **dial_keys(pair, refs),
                            breakpoint=values["n"] if key == "conclusion_stops" else None), values, key, keys, vals)
+
+
+def bd_row(n: int, r: Ratio) -> dict:
+    """A row of the table: each shape's median time, and breadth ÷ depth as the middle of the pairs with
+    its 95 % interval (None where too few pairs ran for one)."""
+    finite = r.lo > float("-inf") and r.hi < float("inf")
+    return {"tokens_per_pass": n, "breadth_ms": 1000 * r.b_s, "depth_ms": 1000 * r.a_s, "breadth_over_depth": r.ratio,
+            "ratio_lo": r.lo if finite else None, "ratio_hi": r.hi if finite else None, "pairs": r.pairs}
 
 
 def depth_yield(engine, references: dict, prompt_ids: list[int], n: int, max_new: int) -> dict:
@@ -166,13 +123,23 @@ def dial_yield_values(rows: list[dict], acceptance: float | None) -> dict | None
 
 
 def breadth_depth_values(rows: list[dict]) -> tuple[dict, str]:
+    """The verdict: close to call when the largest n's interval holds a line of BD_LINES (or it has no
+    interval), else the breakpoint rule on the middle ratios."""
     ns = [r["tokens_per_pass"] for r in rows]
-    b = [r["breadth_ms"] for r in rows]
-    d = [r["depth_ms"] for r in rows]
-    bp = breadth_depth_breakpoint(ns, b, d)
-    at = rows[ns.index(bp)] if bp is not None else rows[-1]
-    values = {"n": at["tokens_per_pass"], "breadth_ms": at["breadth_ms"], "depth_ms": at["depth_ms"]}
-    return values, ("conclusion_holds" if bp is None else "conclusion_stops")
+    last = rows[-1]
+    lo, hi = last.get("ratio_lo"), last.get("ratio_hi")
+    if lo is None or hi is None or any(lo <= x <= hi for x in BD_LINES):
+        return _quoted(last), "conclusion_close"
+    bp = breadth_depth_breakpoint(ns, [r["breadth_over_depth"] for r in rows])
+    if bp is None:
+        return _quoted(last), "conclusion_holds"
+    return _quoted(rows[ns.index(bp)]), "conclusion_stops"
+
+
+def _quoted(at: dict) -> dict:
+    return {"n": at["tokens_per_pass"], "breadth_ms": at["breadth_ms"], "depth_ms": at["depth_ms"],
+            "ratio": at["breadth_over_depth"], "ratio_lo": at.get("ratio_lo") or 0.0,
+            "ratio_hi": at.get("ratio_hi") or 0.0, "pairs": at.get("pairs", 0), "match_pct": round(100 * BD_MATCH)}
 
 
 def figure_breadth_depth(result: dict, labels: dict | None = None, dark: bool = False) -> go.Figure:
