@@ -61,6 +61,7 @@ class LiveRun:
     lock: threading.Lock = field(default_factory=threading.Lock)   # record() and figures() race
     recorded: bool = False                 # a replay: its steps ran elsewhere, its readings are the recording's
     baseline: bool = False                 # a Run's plain baseline: Stop ends it, the sliders do not reach it
+    beaten: str | None = None              # how far a pass ran past the calibrated peaks ("180%"): measured low
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -101,7 +102,8 @@ class LiveRun:
         self.regime = "unrecorded" if self.recorded and self.peaks is None else m.regime
         most = max(m.mbu or 0.0, m.mfu or 0.0)
         if most > BEATEN and not self.recorded:
-            distrust(self.peaks, f"{most:.0%}")      # the chart says so now; the next start measures again
+            self.beaten = f"{most:.0%}"             # the app measures them again after the Run
+            distrust(self.peaks, self.beaten)        # and a start before that measures again too
         self.path = ev.path or self.path
         # the event names the tokens the pass carried and the shape the path computed (its padding); a
         # recording older than those fields has only the pass's width, unpadded then

@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import threading
+import time
 from pathlib import Path
 
 import gradio as gr
@@ -41,6 +42,7 @@ from specviz.ui.whatif_views import CUSTOM_GPU
 log = logging.getLogger("specviz")
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 MAX_TYPED_PAIRS = 4        # pairs typed by visitors (SPECVIZ_ALLOW_CUSTOM) that one server loads
+RECALIBRATE_S = 600.0      # peaks a pass beat are measured again at most this often (each holds every Run)
 
 
 class SpecVizApp:
@@ -53,6 +55,8 @@ class SpecVizApp:
         self.limits = limits or limits_from_env()
         self.runs = LiveRuns()
         self.peaks: Peaks | None = None
+        self._recal_lock, self._recalibrating = threading.Lock(), threading.Event()
+        self._recalibrated_at = -RECALIBRATE_S
         self.gate = DeviceGate()
         spaces = zero_gpu_spaces()
         if spaces is not None:
@@ -101,12 +105,33 @@ class SpecVizApp:
         parts.append(lessons.text(lang, "playground.zerogpu_note" if self.runner.zero_gpu else "playground.shared_note"))
         return " ".join(parts)
 
-    def _calibrate(self) -> None:
+    def _calibrate(self, refresh: bool = False) -> None:
         try:
             with self.gate.exclusive():          # timed: nothing else may run meanwhile
-                self.peaks = cached_peaks(size_mb=128, repeats=3)
+                self.peaks = cached_peaks(size_mb=128, repeats=3, refresh=refresh)
         except Exception:
-            self.peaks = None      # MBU/MFU then show as unavailable, the rest still works
+            if not refresh:
+                self.peaks = None  # MBU/MFU then show as unavailable, the rest still works
+            log.exception("calibrating this machine's peaks failed")
+        finally:
+            self._recalibrating.clear()
+
+    def recalibrate(self, beaten: str | None) -> bool:
+        """A Run's pass ran past the calibrated peaks (`beaten`: how far), so they were measured low beside
+        other work, and every MBU, MFU and roofline since reads wrong: measure them again now, in the
+        background with the device held, at most once every RECALIBRATE_S. True when it started."""
+        if not beaten or self.runner.zero_gpu or self.peaks is None:
+            return False
+        with self._recal_lock:
+            now = time.monotonic()
+            if self._recalibrating.is_set() or now - self._recalibrated_at < RECALIBRATE_S:
+                return False
+            self._recalibrating.set()
+            self._recalibrated_at = now
+        log.info("calibration: a Run's pass reached %s of the calibrated peak; measuring the peaks again", beaten)
+        threading.Thread(target=self._calibrate, kwargs={"refresh": True}, name="specviz-recalibrate",
+                         daemon=True).start()
+        return True
 
     def pair_options(self, lang: str) -> list[tuple[str, str]]:
         """The offered pairs for a dropdown: (label in `lang`, English label as the value)."""
