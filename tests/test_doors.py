@@ -457,6 +457,16 @@ def test_an_arm_whose_request_never_came_is_forgotten():
     runs.arm("a", 2)
     runs.end("a")
     assert not runs.armed("a")
+    # a handler that began keeps its press armed while it loads or waits for the warm-up (up to 180 s)
+    runs.arm("w", 3)
+    for _ in range(3):
+        when, n = runs._armed["w"]
+        runs._armed["w"] = (when - lv.ARM_MEMORY_S + 1, n)      # most of a minute since the last sign of life
+        runs.touch("w")
+    runs.arm("x", 1)                                            # another press forgets what is old: not this
+    assert runs.armed("w") and runs._armed["w"][1] == 3
+    runs.touch("nobody")                                        # touching a session with no press arms nothing
+    assert not runs.armed("nobody")
 
 
 def test_numbered_stop_finds_its_run_in_either_order():

@@ -192,7 +192,7 @@ def test_breadth_depth_side_by_side(runs):
     assert all(r["ratio_lo"] <= r["breadth_over_depth"] <= r["ratio_hi"] for r in rows if r["ratio_lo"] is not None)
     assert rows[-1]["ratio_lo"] is not None and rows[-1]["pairs"] >= 6        # the verdict's n has an interval
     bp = breadth_depth.breadth_depth_breakpoint([r["tokens_per_pass"] for r in rows],
-                                                [r["breadth_over_depth"] for r in rows])
+                                                [breadth_depth._differs(r) for r in rows])
     lo, hi = rows[-1]["ratio_lo"], rows[-1]["ratio_hi"]
     if lo <= 0.75 <= hi or lo <= 1.25 <= hi:
         assert last["conclusion"] == "conclusion_close" and last["breakpoint"] is None
@@ -223,11 +223,28 @@ def test_breadth_depth_times_the_path_the_engine_decodes_on(make_pair, one_model
 
 def test_breadth_depth_breakpoint_rule():
     ns = [1, 2, 4, 8, 16]
-    assert breadth_depth.breadth_depth_breakpoint(ns, [1, 1, 1.1, 1.2, 1.2]) is None
-    assert breadth_depth.breadth_depth_breakpoint(ns, [1, 1, 1, 2, 3]) == 8
+    F, T = False, True
+    assert breadth_depth.breadth_depth_breakpoint(ns, [F, F, F, F, F]) is None
+    assert breadth_depth.breadth_depth_breakpoint(ns, [F, F, F, T, T]) == 8
     # one noisy mismatch below a matching point is not the breakpoint
-    assert breadth_depth.breadth_depth_breakpoint(ns, [1, 1.6, 1, 2, 3]) == 8
-    assert breadth_depth.breadth_depth_breakpoint(ns, [2, 2, 2, 2, 2]) == 1
+    assert breadth_depth.breadth_depth_breakpoint(ns, [F, T, F, T, T]) == 8
+    assert breadth_depth.breadth_depth_breakpoint(ns, [T, T, T, T, T]) == 1
+    assert breadth_depth.breadth_depth_breakpoint(ns, [T, T, T, T, F]) is None
+
+
+def test_breadth_depth_names_a_breakpoint_only_where_intervals_are_clear_of_the_band():
+    """A busy machine moved the breakpoint between presses (2, 8, 8, 64): an n whose interval reaches the
+    band is not 'different', so the breakpoint sits above it; a last n reaching it says 'close'."""
+    def row(n, ratio, lo, hi):
+        return {"tokens_per_pass": n, "breadth_ms": ratio, "depth_ms": 1.0, "breadth_over_depth": ratio,
+                "ratio_lo": lo, "ratio_hi": hi, "pairs": 9}
+    rows = [row(1, 1.0, 0.9, 1.1), row(2, 1.4, 1.2, 1.6), row(4, 1.5, 1.3, 1.7), row(8, 2.0, 1.8, 2.2)]
+    values, key = breadth_depth.breadth_depth_values(rows)
+    assert key == "conclusion_stops" and values["n"] == 4           # n = 2's interval reaches 1.25
+    rows[-1] = row(8, 1.3, 1.2, 1.4)
+    assert breadth_depth.breadth_depth_values(rows)[1] == "conclusion_close"
+    rows[-1] = row(8, 1.1, 1.0, 1.2)
+    assert breadth_depth.breadth_depth_values(rows) == (breadth_depth._quoted(rows[-1]), "conclusion_holds")
 
 
 # --- the ledger -----------------------------------------------------------------------------------------

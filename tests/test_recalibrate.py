@@ -84,6 +84,18 @@ def test_two_clients_beating_the_peaks_at_once_measure_them_once(app):
     assert sorted(started) == [False, True] and len(app.calls) == 1 and app.peaks == GOOD
 
 
+def test_a_measurement_lower_than_the_beaten_peaks_does_not_replace_them(app, monkeypatch):
+    """Measured again beside the same other work, a peak may read lower still: the fastest seen stays."""
+    from specviz.ui import server
+
+    monkeypatch.setattr(server, "cached_peaks", lambda **kw: Peaks("cpu", 5e2, 5e4, "float32"))
+    app.peaks = LOW
+    assert app.recalibrate("150%")
+    assert app.close()                                # and closing waits for the measurement
+    assert app.peaks == Peaks("cpu", 1e3, 5e4, "float32")
+    assert server.fastest(None, GOOD) == GOOD and server.fastest(Peaks("cuda", 9e12, 9e15, "bfloat16"), GOOD) == GOOD
+
+
 def test_a_failed_measurement_keeps_the_peaks_it_meant_to_replace(app, monkeypatch):
     from specviz.ui import server
 

@@ -16,8 +16,8 @@ from plotly.subplots import make_subplots
 from specviz import lessons
 from specviz.chapters.base import Chapter, Result
 from specviz.chapters.common import finished, settings_of, snapshot
-from specviz.chapters.passes import Contexts
 from specviz.chapters.dial import References, acceptance_of, dial_keys, dial_title, dialled
+from specviz.chapters.passes import Contexts
 from specviz.chapters.plotting import DRAFT, OWN, REJECTED, labels_for, styled
 from specviz.engine.request import Knobs
 from specviz.engine.torchmode import inference_steps
@@ -34,11 +34,11 @@ DIAL_NS = (1, 2, 4, 8, 16)   # n − 1 drafts per pass: 16 is the deepest the en
 DIAL_ROWS = 8
 
 
-def breadth_depth_breakpoint(ns: list[int], ratios: list[float]) -> int | None:
-    """The smallest n from which on breadth and depth (`ratios`: breadth ÷ depth) differ by more than 25 %
-    at every larger n too (one noisy mismatch below a matching point is not a breakpoint); None if they
-    match at the largest n."""
-    match = [abs(r - 1) <= BD_MATCH for r in ratios]
+def breadth_depth_breakpoint(ns: list[int], differ: list[bool]) -> int | None:
+    """The smallest n from which on breadth and depth differ (by more than 25 %, their interval clear of
+    the band) at every larger n too (one noisy mismatch below a matching point is not a breakpoint);
+    None if they do not differ at the largest n."""
+    match = [not d for d in differ]
     if not match or match[-1]:
         return None
     i = len(match) - 1
@@ -53,7 +53,7 @@ def run_breadth_depth(pair, context: int = 256, ns: Iterable[int] = (1, 2, 4, 8,
                       max_new: int = DIAL_MAX_NEW) -> Iterator[Result]:
     """At each tokens per pass n: one target pass of n rows × 1 token (breadth: every row has its own
     `context`-slot cache) against 1 row × n tokens (depth: a verify of n − 1 drafts on one cache), timed
-    in alternation, `repeats` pairs (the largest n, which decides the verdict, gets more while close).
+    in alternation, `repeats` pairs (more while the interval holds a line of the verdict's band).
     One yield per n. Extra key: `breakpoint` (first n from which they stop matching, or None), and the
     dial's (chapters.dial). With a synthetic draft, each n in DIAL_NS also decodes `prompt_ids` for real
     at depth n − 1 (DIAL_ROWS rows, `max_new` tokens, after their untimed reference): rows gain
@@ -73,8 +73,7 @@ def run_breadth_depth(pair, context: int = 256, ns: Iterable[int] = (1, 2, 4, 8,
     contexts = Contexts(pair, torch.randint(0, vocab, (1, context), device=device))
     for i, n in enumerate(ns):
         # breadth and depth in alternation: a CPU that slows for a second slows both, not one
-        r = paired_ratio(contexts.shaped(1, n), contexts.shaped(n, 1), device,
-                         BD_LINES if n == ns[-1] else (), first=repeats)
+        r = paired_ratio(contexts.shaped(1, n), contexts.shaped(n, 1), device, BD_LINES, first=repeats)
         rows.append(bd_row(n, r))
         if engine is not None:
             rows[-1].update(draft=pair.draft_ref, breadth_tokens_per_pass=n,
@@ -93,7 +92,7 @@ def run_breadth_depth(pair, context: int = 256, ns: Iterable[int] = (1, 2, 4, 8,
 def bd_row(n: int, r: Ratio) -> dict:
     """A row of the table: each shape's median time, and breadth ÷ depth as the middle of the pairs with
     its 95 % interval (None where too few pairs ran for one)."""
-    finite = r.lo > float("-inf") and r.hi < float("inf")
+    finite = r.finite()
     return {"tokens_per_pass": n, "breadth_ms": 1000 * r.b_s, "depth_ms": 1000 * r.a_s, "breadth_over_depth": r.ratio,
             "ratio_lo": r.lo if finite else None, "ratio_hi": r.hi if finite else None, "pairs": r.pairs}
 
@@ -123,23 +122,33 @@ def dial_yield_values(rows: list[dict], acceptance: float | None) -> dict | None
 
 
 def breadth_depth_values(rows: list[dict]) -> tuple[dict, str]:
-    """The verdict: close to call when the largest n's interval holds a line of BD_LINES (or it has no
-    interval), else the breakpoint rule on the middle ratios."""
-    ns = [r["tokens_per_pass"] for r in rows]
+    """The verdict: close to call when the largest n's interval holds a line of BD_LINES, else holds when
+    it lies inside the band, else stops from the smallest n whose interval and every larger n's lie
+    outside it (a breakpoint no nearer interval can move)."""
     last = rows[-1]
-    lo, hi = last.get("ratio_lo"), last.get("ratio_hi")
-    if lo is None or hi is None or any(lo <= x <= hi for x in BD_LINES):
+    if _straddles(last):
         return _quoted(last), "conclusion_close"
-    bp = breadth_depth_breakpoint(ns, [r["breadth_over_depth"] for r in rows])
+    bp = breadth_depth_breakpoint([r["tokens_per_pass"] for r in rows], [_differs(r) for r in rows])
     if bp is None:
         return _quoted(last), "conclusion_holds"
-    return _quoted(rows[ns.index(bp)]), "conclusion_stops"
+    return _quoted(next(r for r in rows if r["tokens_per_pass"] == bp)), "conclusion_stops"
+
+
+def _straddles(row: dict) -> bool:
+    lo, hi = row["ratio_lo"], row["ratio_hi"]
+    return lo is None or hi is None or any(lo <= x <= hi for x in BD_LINES)
+
+
+def _differs(row: dict) -> bool:
+    """Breadth ÷ depth known to lie outside the band (its whole interval on one side of it)."""
+    lo, hi = row["ratio_lo"], row["ratio_hi"]
+    return lo is not None and hi is not None and (hi < BD_LINES[0] or lo > BD_LINES[1])
 
 
 def _quoted(at: dict) -> dict:
     return {"n": at["tokens_per_pass"], "breadth_ms": at["breadth_ms"], "depth_ms": at["depth_ms"],
-            "ratio": at["breadth_over_depth"], "ratio_lo": at.get("ratio_lo") or 0.0,
-            "ratio_hi": at.get("ratio_hi") or 0.0, "pairs": at.get("pairs", 0), "match_pct": round(100 * BD_MATCH)}
+            "ratio": at["breadth_over_depth"], "ratio_lo": at["ratio_lo"], "ratio_hi": at["ratio_hi"],
+            "pairs": at["pairs"], "match_pct": round(100 * BD_MATCH)}
 
 
 def figure_breadth_depth(result: dict, labels: dict | None = None, dark: bool = False) -> go.Figure:

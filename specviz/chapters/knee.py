@@ -74,7 +74,8 @@ def run_knee(pair, peaks: Peaks | None, context: int = 256, repeats: int = 3,
              cap: int | None = None) -> Iterator[Result]:
     """Latency of one target pass against tokens per pass (hardware.knee_steps: log-spaced up to 128 on
     CPU, 512 on GPU, median of `repeats`), one yield per point, with the ideal roofline from this
-    machine's calibrated `peaks` (None: no roofline, and no overhead-bound verdict). Extra keys:
+    machine's calibrated `peaks` (None: no roofline, and no overhead-bound verdict). The verdict's ratio
+    (2 tokens ÷ 1) and the final 1- and 2-token points come from `verdict_passes`. Extra keys:
     `predicted_knee` (roofline), `measured_knee`."""
     t, spec = pair.target, pair.target_spec
     cap = cap or (512 if t.device.type == "cuda" else 128)
@@ -89,11 +90,11 @@ def run_knee(pair, peaks: Peaks | None, context: int = 256, repeats: int = 3,
     for ns, lat in knee_steps(t.model, t.device, t.dtype, context, repeats, cap, pair.target_cache):
         rows = knee_rows(spec, peaks, context, ns, lat)
         yield snapshot("knee", pair, settings, len(ns) / total, rows, **extra)
-    # the verdict's ratio again, from 1- and 2-token passes in alternation: the curve's two points were
-    # timed a second apart, and a CPU that slowed in between moved the verdict from run to run
-    ctx = torch.randint(0, t.model.get_input_embeddings().weight.shape[0], (1, context), device=t.device)
-    contexts = Contexts(pair, ctx)
-    measured = paired_ratio(contexts.shaped(1, 1), contexts.shaped(1, 2), t.device, (KNEE_FLAT,))
+    measured = verdict_passes(pair, context)
+    # the curve's 1- and 2-token points become the verdict's medians (more passes, alternated), so the
+    # conclusion's words and the chart read the passes it was judged on
+    lat = [measured.a_s, measured.b_s][: len(lat)] + lat[2:]
+    rows = knee_rows(spec, peaks, context, ns, lat)
     values = {**knee_values(ns, lat, rows), "predicted_knee": predicted, **measured.values("ratio2"),
               "line": KNEE_FLAT}
     extra["measured_knee"] = values["knee"]
@@ -104,6 +105,15 @@ def run_knee(pair, peaks: Peaks | None, context: int = 256, repeats: int = 3,
                    [key] + [k for k, _ in recorded], [values] + [v for _, v in recorded])
 
 
+def verdict_passes(pair, context: int) -> Ratio:
+    """A 2-token pass ÷ a 1-token pass, timed in alternation on one prefilled context: the curve's two
+    points were timed a second apart, and a CPU that slowed in between moved the verdict between presses."""
+    t = pair.target
+    ctx = torch.randint(0, t.model.get_input_embeddings().weight.shape[0], (1, context), device=t.device)
+    contexts = Contexts(pair, ctx)
+    return paired_ratio(contexts.shaped(1, 1), contexts.shaped(1, 2), t.device, (KNEE_FLAT,))
+
+
 def knee_rows(spec, peaks: Peaks | None, context: int, ns: list[int], lat: list[float]) -> list[dict]:
     roof = latency_curve(spec, peaks.bandwidth, peaks.flops, ns, context) if peaks else [None] * len(ns)
     return [{"tokens_per_pass": n, "measured_ms": 1000 * s, "roofline_ms": None if r is None else 1000 * r,
@@ -112,7 +122,7 @@ def knee_rows(spec, peaks: Peaks | None, context: int, ns: list[int], lat: list[
 
 def knee_values(ns: list[int], lat: list[float], rows: list[dict]) -> dict:
     """knee: where the measured curve leaves its flat part (hardware.find_knee), within the range measured;
-    ratio2: a 2-token pass ÷ a 1-token pass; overhead_ms: the cheapest pass (the floor); flat_to: the
+    ratio2: a 2-token pass ÷ a 1-token pass (run_knee quotes its alternating pairs' instead); overhead_ms: the cheapest pass (the floor); flat_to: the
     widest pass within 25 % of a one-token pass, flat_ratio: the slowest pass up to it ÷ the one-token pass."""
     knee = find_knee(ns, lat) if len(ns) >= 2 else float(ns[-1])
     knee = int(round(min(max(finite(knee, ns[-1]), 1.0), ns[-1])))

@@ -52,7 +52,8 @@ class Contexts:
             self.wide = copy.deepcopy(self.one)
             self.wide.batch_repeat_interleave(rows)          # rows caches to read, each the context
             return self.wide
-        self.wide = self.wide or self._prefilled()
+        if self.wide is None:
+            self.wide = self._prefilled()
         # every row holds the context, so row 0 copied `rows` times widens or narrows it alike
         self.wide.select(torch.zeros(rows, dtype=torch.long, device=self.device))
         return self.wide

@@ -18,7 +18,7 @@ CONFIDENCE = 0.95        # the interval around the middle ratio holds it at leas
 FIRST_PAIRS = 9          # 9 pairs are the fewest whose 95 % interval drops the two extremes
 MOST_PAIRS = 45          # a ratio near its line gets more pairs up to this many (~1.5 s on a CPU's 135M pass)
 MORE_BUDGET_S = 6.0      # …while the passes timed so far took less than this (a slow pass or a busy CPU)
-FEWEST = 6               # fewer pairs have no 95 % interval: a verdict always gets this many
+TICK_S = 1e-9            # a pass timed at 0 (a coarse clock) counts as this: every ratio stays finite
 
 Pass = tuple[Callable[[], object], Callable[[], object] | None]     # (one pass, its undo: not timed)
 
@@ -26,7 +26,7 @@ Pass = tuple[Callable[[], object], Callable[[], object] | None]     # (one pass,
 @dataclass(frozen=True)
 class Ratio:
     """b's time ÷ a's, the middle of `pairs` alternating pairs, with its CONFIDENCE interval [lo, hi]
-    (infinite below FEWEST pairs: no two order statistics of fewer hold the median 95 % of the time);
+    (infinite with too few pairs: below 6, no two order statistics hold the median 95 % of the time);
     a_s, b_s: each shape's own median seconds."""
     ratio: float
     lo: float
@@ -34,6 +34,9 @@ class Ratio:
     pairs: int
     a_s: float
     b_s: float
+
+    def finite(self) -> bool:
+        return math.isfinite(self.lo) and math.isfinite(self.hi)
 
     def holds(self, line: float) -> bool:
         """The interval reaches the line: which side the ratio lies on is not known."""
@@ -66,12 +69,14 @@ def alternate(a: Pass, b: Pass, device, pairs: int, times: tuple[list, list] | N
     if not ta:
         for run, undo in (a, b):
             run()
-            undo and undo()
+            if undo:
+                undo()
     done = len(ta)
     for i in range(pairs):
         for (run, undo), out in ((a, ta), (b, tb)) if (done + i) % 2 == 0 else ((b, tb), (a, ta)):
-            out.append(timed_once(run, device))
-            undo and undo()
+            out.append(max(timed_once(run, device), TICK_S))
+            if undo:
+                undo()
     return ta, tb
 
 
@@ -79,20 +84,21 @@ def paired_ratio(a: Pass, b: Pass, device, lines: tuple[float, ...] = (), first:
                  most: int = MOST_PAIRS, budget_s: float = MORE_BUDGET_S) -> Ratio:
     """b ÷ a from `first` alternating pairs, then `first` more at a time while the interval holds one
     of `lines` (the verdict's thresholds), fewer than `most` pairs ran and their passes took < budget_s
-    (a verdict gets FEWEST pairs in any case)."""
+    (a verdict's interval is always made finite, whatever the budget)."""
     first = max(1, int(first))
+    # each look at the interval may stop the pairs there, so each gets its share of the 5 % (Bonferroni):
+    # the interval quoted at the end then holds the middle with CONFIDENCE however many looks it took
+    confidence = 1 - (1 - CONFIDENCE) / (math.ceil(most / first) if lines else 1)
     times = alternate(a, b, device, first)
-    ratio = _ratio(*times)
-    while any(ratio.holds(x) for x in lines) and ratio.pairs < most and (
-            ratio.pairs < FEWEST or sum(times[0]) + sum(times[1]) < budget_s):
+    ratio = _ratio(*times, confidence)
+    while lines and ratio.pairs < most and any(ratio.holds(x) for x in lines) and (
+            not ratio.finite() or sum(times[0]) + sum(times[1]) < budget_s):
         times = alternate(a, b, device, min(first, most - ratio.pairs), times)
-        ratio = _ratio(*times)
+        ratio = _ratio(*times, confidence)
     return ratio
 
 
-def _ratio(ta: list[float], tb: list[float]) -> Ratio:
-    ratios = [b / a for a, b in zip(ta, tb) if a > 0]
-    if not ratios:
-        return Ratio(math.inf, -math.inf, math.inf, len(ta), statistics.median(ta), statistics.median(tb))
-    lo, hi = median_interval(ratios)
+def _ratio(ta: list[float], tb: list[float], confidence: float) -> Ratio:
+    ratios = [b / a for a, b in zip(ta, tb)]
+    lo, hi = median_interval(ratios, confidence)
     return Ratio(statistics.median(ratios), lo, hi, len(ratios), statistics.median(ta), statistics.median(tb))

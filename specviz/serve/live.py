@@ -387,6 +387,14 @@ class LiveRuns:
             for k in [k for k, (t, _) in table.items() if now - t > ARM_MEMORY_S]:
                 del table[k]
 
+    def touch(self, session: str) -> None:
+        """The session's Run handler is alive (loading, waiting for the warm-up): its press stays armed
+        past ARM_MEMORY_S, which only forgets presses whose request never came or whose handler died."""
+        with self._lock:
+            armed = self._armed.get(session)
+            if armed is not None:
+                self._armed[session] = (time.monotonic(), armed[1])
+
     def get(self, session: str) -> LiveRun | None:
         with self._lock:
             return self._runs.get(session)

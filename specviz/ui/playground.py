@@ -97,6 +97,7 @@ class Playground:
             args, choice, knobs, dial = self._checked(pair_label, batch_size, k, policy_name, thr, temp, max_tokens,
                                                       prompt_text, acceptance, lang)
         self.runs.pressed(session)         # (an API caller presses no button)
+        app.runs.touch(session)
         # a Run was pressed: not "Press Run to start." nor the last Run's tokens or its "Done." (in the language
         # it ended in, after a switch) while it loads, queues or waits
         yield pack(tokens=tokens_html(None), status=t(lang, "playground.status_starting", pair=choice.label))
@@ -107,7 +108,9 @@ class Playground:
             prompts, texts = [encode_prompt(pair.tokenizer, prompt_text, limits=app.limits)], [prompt_text]
             if not (same_prompt is True or str(same_prompt).lower() == "true"):
                 prompts, texts = prompts + self._pool(choice, pair), texts + ROW_POOL
-        during_warmup = yield from self._wait_for_warmup(choice, lambda: self.lang(session))
+        app.runs.touch(session)            # a long load does not lose the press
+        during_warmup = yield from self._wait_for_warmup(choice, lambda: self.lang(session),
+                                                         lambda: app.runs.touch(session))
         if app.runs.stopped_early(session):
             app.runs.end(session)
             yield pack(status=t(lang, "playground.status_stopped", tokens=0),
@@ -125,7 +128,6 @@ class Playground:
         packet = yield from self._run(req, choice, live, streamer, session)
         # a curve timed while a browser opened here is slower than the Run just seen: measured again
         app.runner.recheck_curve(choice, [(p.padded, p.seconds) for p in list(live.passes)])
-        app.recalibrate(live.beaten)       # likewise peaks a pass ran past: the next Run reads the new ones
         during_warmup = during_warmup or self._warming(choice)
         outs = packet.outputs or {}
         prompt_rows = [prompts[i % len(prompts)] for i in sorted(outs)]
@@ -135,6 +137,8 @@ class Playground:
             yield pack(status=t(self.lang(session), "playground.baseline_pending"))
             plain = yield from self._baseline(req, choice, knobs.max_batch, live, pair.tokenizer, session, texts)
             app.runs.draw_once(session, live)        # the pass-time chart back on the Run's last step
+        # peaks a pass ran past are measured again: after the baseline, which would queue behind them
+        app.recalibrate(live.beaten)
         plain_tps = (plain.tokens_per_s or None) if plain is not None else None
         plain_users = plain.users_max if plain is not None else 0
         speed = packet.totals.tokens_per_s / plain_tps if plain_tps and packet.totals.tokens_per_s else None
@@ -239,13 +243,15 @@ class Playground:
         fast = getattr(self.app.pairs, "fast_status", lambda c: None)(choice)
         return fast is not None and fast.state == "warming"
 
-    def _wait_for_warmup(self, choice, lang_now):
+    def _wait_for_warmup(self, choice, lang_now, alive=lambda: None):
         """While the app warms this pair's fast path, wait (up to WARMUP_WAIT_S) with a line saying so
-        and for how long; returns True when it is still warming (the Run's figures then get no verdict)."""
+        and for how long, calling `alive` at every poll; returns True when it is still warming (the Run's
+        figures then get no verdict)."""
         if not self._warming(choice):
             return False
         t0 = time.monotonic()
         while self._warming(choice) and time.monotonic() - t0 < WARMUP_WAIT_S:
+            alive()
             yield pack(status=t(lang_now(), "playground.warmup_wait", seconds=time.monotonic() - t0,
                                 limit=WARMUP_WAIT_S))
             time.sleep(WARMUP_POLL_S)
