@@ -419,6 +419,28 @@ def test_a_running_chapter_speaks_the_language_switched_to(monkeypatch):
     assert taught._live == {}                    # a chapter that ended is no longer redrawn as running
 
 
+def test_a_chapter_pressed_during_the_warm_up_waits_for_it_and_runs_on_the_warm_pair(monkeypatch):
+    """The knee pressed right after start timed the eager path beside the fast path's warm-up (2 tokens at
+    1.6× one, 4× slower a token): the chapter waits, saying so, and runs on the pair the warm-up made."""
+    from specviz.serve.catalog import FastStatus
+
+    states, loads, ran = iter(["warming", "warming"]), [], []
+    taught = _taught(monkeypatch, lambda: iter([{"done": False, "progress": 0.5}]), {"lang": "en"})
+    monkeypatch.setattr(lesson, "WARMUP_POLL_S", 0.0)
+    taught.app.pairs = SimpleNamespace(fast_status=lambda choice: FastStatus(next(states, "ready")))
+    taught.app.load = lambda choice, lang: loads.append("eager" if len(loads) == 0 else "fast") or loads[-1]
+    monkeypatch.setattr(taught, "_experiment", lambda chapter, pair, *a: ran.append(pair) or (lambda: iter(
+        [{"done": False, "progress": 0.5}])))
+    run = taught._run("race", "pair", "en", session="s1")
+    try:
+        lines = [next(run)[0] for _ in range(3)]
+    finally:
+        run.close()
+    waiting = lessons.text("en", "playground.warmup_wait", seconds=0, limit=lesson.WARMUP_WAIT_S)
+    assert lines[0][:60] == waiting[:60] and lines[1][:60] == waiting[:60]
+    assert lines[2] == lessons.text("en", "chapter.race.running") and ran == ["fast"]
+
+
 def test_a_chapter_that_ends_leaves_another_runs_line(monkeypatch):
     """API calls share one session: two runs of a chapter at once, the first ends, and the second, still
     waiting for the device, is still redrawn as waiting (the first's end removed its line), although the

@@ -34,6 +34,7 @@ from specviz.ui.errors import as_sentences, error, refuse_as_typed
 from specviz.ui.i18n import pick_lang, t
 from specviz.ui.runs import TempFiles, write_csv
 from specviz.ui.shown import keep_newest
+from specviz.ui.warmup import WARMUP_POLL_S, WARMUP_WAIT_S, warming
 
 
 def chapter_title(lang: str, chapter: str) -> str:
@@ -288,7 +289,9 @@ class Lesson:
         choice = app.choice(pair_label, lang)
         if app.runner.zero_gpu:
             raise error(lang, "errors.lesson_zerogpu")
-        pair = app.load(choice, lang)
+        app.load(choice, lang)                   # a first load starts the pair's warm-up
+        yield from self._warmed(choice, session, chapter, run)
+        pair = app.load(choice, lang)            # the fast pair once warm
         make = self._experiment(chapter, pair, lang, acceptance)
         figure = BY_KEY[chapter].figure
         kind = (chapter, choice.label, acceptance is not None)     # the dial's runs decode references too
@@ -328,6 +331,17 @@ class Lesson:
         self._keep(session, chapter, result)
         note, fig = redrawn(self.lang(session), result)    # the reader may have switched language meanwhile
         yield note, fig, path, result
+
+    def _warmed(self, choice, session: str, chapter: str, run: object):
+        """Wait (up to WARMUP_WAIT_S, saying so) while the app warms the pair's fast path: a chapter pressed
+        then timed the eager path beside the warm-up, and the knee read 2 tokens at 1.6× one."""
+        t0 = time.monotonic()
+        while warming(self.app, choice) and time.monotonic() - t0 < WARMUP_WAIT_S:
+            waited = time.monotonic() - t0
+            line = self._live_line(session, chapter, run, lambda lg, s=waited: t(lg, "playground.warmup_wait",
+                                                                                 seconds=s, limit=WARMUP_WAIT_S))
+            yield line, gr.skip(), gr.skip(), gr.skip()
+            time.sleep(WARMUP_POLL_S)
 
     def _running(self, kind: tuple, lang: str) -> str:
         """The chapter's "running" line, with how long to expect where this server has run it before."""

@@ -34,6 +34,7 @@ from specviz.ui.render import tokens_html
 from specviz.ui.runs import RunStore
 from specviz.ui.shown import GONE, Shown, ShownRuns, Streaming
 from specviz.ui.stream import OUTPUTS, Streamer, pack
+from specviz.ui.warmup import WARMUP_POLL_S, WARMUP_WAIT_S, warming
 
 MIN_UPDATE_S = 0.2        # ≤ 5 updates a second: faster only makes the browser steal the CPU
 # charts refresh at 2 Hz (gr.Timer); tokens at up to 5 Hz. Each chart update is a full plotly redraw in
@@ -43,8 +44,6 @@ BASELINE_MAX_NEW = 128    # the automatic plain-decoding baseline decodes at mos
 # A Run that arrives while the app warms up its fast path waits for it: beside the warm-up (which times
 # layouts on the same cores) a Run's verdict reads far below the same Run's once warm.
 # Past this wait it runs, and its verdict is withheld
-WARMUP_WAIT_S = 180.0
-WARMUP_POLL_S = 1.0
 DEFAULT_ACCEPTANCE = 0.7  # the dial's starting A: a draft right 70 % of the time pays at small batches
 
 
@@ -240,8 +239,7 @@ class Playground:
         return device_wait_line(lang, packet.device_wait, self.app.gate.turn_s)
 
     def _warming(self, choice) -> bool:
-        fast = getattr(self.app.pairs, "fast_status", lambda c: None)(choice)
-        return fast is not None and fast.state == "warming"
+        return warming(self.app, choice)
 
     def _wait_for_warmup(self, choice, lang_now, alive=lambda: None):
         """While the app warms this pair's fast path, wait (up to WARMUP_WAIT_S) with a line saying so
