@@ -334,7 +334,7 @@ class Lesson:
 
     def _warmed(self, choice, session: str, chapter: str, run: object):
         """Wait (up to WARMUP_WAIT_S, saying so) while the app warms the pair's fast path: a chapter pressed
-        then timed the eager path beside the warm-up, and the knee read 2 tokens at 1.6× one."""
+        then would time the eager path beside the warm-up, and conclude from that."""
         t0 = time.monotonic()
         while warming(self.app, choice) and time.monotonic() - t0 < WARMUP_WAIT_S:
             waited = time.monotonic() - t0

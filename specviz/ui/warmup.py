@@ -1,6 +1,6 @@
 """Waiting for the app's warm-up: while a pair's fast path times its weight layouts, a Run or a chapter
-measured beside it would time the warm-up and the eager path (about 4× slower a token on the 2-core
-CPU), so both wait for it, saying so, up to WARMUP_WAIT_S."""
+measured beside it would time the warm-up and the eager path (several times slower a token on a CPU),
+so both wait for it, saying so, up to WARMUP_WAIT_S."""
 from __future__ import annotations
 
 WARMUP_WAIT_S = 180.0
