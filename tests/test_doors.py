@@ -566,14 +566,17 @@ CHAPTERS = [c.key for c in REGISTRY if c.has_experiment]
 
 
 def test_each_chapter_under_concurrent_use(door):
-    """Each lesson experiment succeeds while other clients use the What-if and the Playground."""
+    """Each lesson experiment succeeds while another client uses the What-if and a third the Playground,
+    and each chapter's run overlapped a call of each kind in flight (a chapter alone proves nothing)."""
     c, label, url, *_ = door
     stop = threading.Event()
     errors: list[str] = []
+    calls: dict[str, list[tuple[float, float]]] = {"whatif": [], "playground": []}     # (start, end) each
 
     def busy(kind):
         k = client(url)
         while not stop.is_set():
+            t0 = time.perf_counter()
             try:
                 if kind == "whatif":
                     k.predict(*WHATIF, api_name="/whatif")
@@ -581,13 +584,17 @@ def test_each_chapter_under_concurrent_use(door):
                     k.predict("the quick", label, 2, 2, "fixed", 8, 0, 8, False, api_name="/generate")
             except Exception as exc:
                 errors.append(f"{kind}: {type(exc).__name__}: {exc}")      # some say nothing but their type
+            calls[kind].append((t0, time.perf_counter()))
             CALLS["n"] += 1
-    threads = [threading.Thread(target=busy, args=(k,), daemon=True) for k in ("whatif", "whatif", "playground")]
+    threads = [threading.Thread(target=busy, args=(k,), daemon=True) for k in calls]
     for t in threads:
         t.start()
+    spans = {}
     try:
         for ch in CHAPTERS:
+            t0 = time.perf_counter()
             result = c.predict(label, api_name=f"/lesson_{ch}")[-1]
+            spans[ch] = (t0, time.perf_counter())
             assert result["done"] and result["chapter"] == ch
             CALLS["n"] += 1
     finally:
@@ -595,6 +602,10 @@ def test_each_chapter_under_concurrent_use(door):
         for t in threads:
             t.join(120)
     assert not errors, errors[:3]
+    for ch, (a, b) in spans.items():
+        beside = {k: sum(s < b and e > a for s, e in v) for k, v in calls.items()}
+        print(f"{ch}: {b - a:.1f} s beside {beside}")
+        assert all(beside.values()), (ch, beside)
 
 
 # --- after everything: the log, the calls, the memory -----------------------------------------------------
