@@ -514,3 +514,20 @@ def test_a_line_says_its_ratio_is_class_by_class_where_it_is_not_the_printed_spe
     # one from before `by_medians` too: the printed medians' own ratio, never the paired one again
     older = {k: v for k, v in old.items() if k != "by_medians"}
     assert "medians' 1.04×" in lessons.text("en", "chapter.frontier.row_level", **_named("en", older))
+
+
+def test_a_paired_ratio_equal_to_the_medians_is_not_set_against_itself_and_reads_left_to_right_in_persian():
+    """A teacher read "(1.03× class by class, …, not the two medians' 1.03×)": where both read the same
+    at two decimals, the line names how the ratio was taken and nothing else. In Persian, the medians'
+    ratio nested in the line stays one left-to-right number ("1.04×", not "×1.04")."""
+    from specviz.ui.lesson import _named
+    line = {"users": 4, "av_tokens_per_s": 51.5, "best_arm": "fixed:8", "best_tokens_per_s": 50.0,
+            "ratio": 1.031, "by_medians": 1.0302, "ratio_how": "paired", "band": 0.05, "verified": 3.0,
+            "drafted": 8.0}
+    en = lessons.text("en", "chapter.frontier.row_level", **_named("en", line))
+    assert "1.03× class by class, the median of each round's own ratio, inside" in en, en
+    assert "medians'" not in en, en
+    differs = {**line, "by_medians": 1.04}
+    assert "not the two medians' 1.04×" in lessons.text("en", "chapter.frontier.row_level", **_named("en", differs))
+    fa = _named("fa", differs)["ratio_how"]
+    assert lessons.LRI + "1.04×" + lessons.PDI in fa, fa

@@ -82,12 +82,14 @@ def _named(lang: str, values: dict) -> dict:
 
 def _ratio_how(lang: str, how: str, values: dict) -> str:
     # a paired ratio can sit on the other side of 1 from the two medians printed beside it (44.5 against
-    # 44.9 tokens/s "1.04×"): it names what the medians give too
+    # 44.9 tokens/s "1.04×"): it names what the medians give too, where that reads differently
     medians = values.get("by_medians")
     if medians is None:         # a result from before the field: the two printed medians' own ratio
         best = values.get("best_tokens_per_s") or 0.0
         medians = values.get("av_tokens_per_s", 0.0) / best if best else values.get("ratio", 1.0)
-    return lessons.text(lang, f"chapter.frontier.ratio_{how}", by_medians=medians)
+    if how == "paired" and f"{medians:.2f}" == f"{values.get('ratio', math.nan):.2f}":
+        how = "paired_same"
+    return t(lang, f"chapter.frontier.ratio_{how}", by_medians=medians)
 
 
 def conclusion_md(lang: str, result: dict) -> str:
