@@ -22,12 +22,14 @@ class Series:
 
     x: list[float] = field(default_factory=list)
     y: list[float | None] = field(default_factory=list)
+    rolled: bool = False          # its oldest readings were let go: it no longer starts at the run's start
 
     def add(self, x: float, y: float | None, keep: int = 300) -> None:
         self.x.append(x)
         self.y.append(y)
         if len(self.x) > keep:
             del self.x[0], self.y[0]
+            self.rolled = True
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,8 @@ LIVE_LABELS = dict(throughput_title="Tokens per second", seconds="seconds", toke
                    curve_pending="pass time: being measured…", knee_line="measured knee ≈ {knee} tokens",
                    recent_steps="recent steps", padded="padded width {n}",
                    this_step="this step: {n} tokens per pass", this_step_one="this step: {n} token per pass",
-                   step_parts="{rows} + {drafts}")
+                   step_parts="{rows} + {drafts}",
+                   comparison_title="{title}: plain decoding (k = 0) for comparison")
 
 TOP_PERCENT = 1000    # the hardware chart's highest axis: ten times the calibrated peak
 NOTE_CHARS = 40      # a note inside a chart, in lines a phone's plot holds
@@ -73,6 +76,23 @@ MARKER_GAP = 0.06      # change markers closer than this share of the time axis 
 
 def _labels(labels: dict | None) -> dict:
     return {**LIVE_LABELS, **(labels or {})}
+
+
+def _title(lab: dict, key: str, comparison: bool) -> str:
+    """A chart's title; while a Run's plain baseline streams into the same charts, it says whose they are."""
+    return fill(lab["comparison_title"], title=lab[key]) if comparison else lab[key]
+
+
+def time_range(series: list[Series]) -> list[float] | None:
+    """One time axis for the charts of a run, from its start (or the oldest reading a rolled window
+    still holds) to its latest reading: each chart alone fitted its own readings, so two charts side by
+    side spanned 0.25–6.6 s and 0.25–11 s."""
+    held = [s for s in series if s.x]
+    if not held:
+        return None
+    lo = max(0.0, min(s.x[0] for s in held)) if any(s.rolled for s in held) else 0.0
+    hi = max(s.x[-1] for s in held)
+    return [lo, hi] if hi > lo else None
 
 
 @cache
@@ -131,8 +151,10 @@ def _marker_text(changes: list[str], rtl: bool, width: int = MARKER_CHARS) -> st
 def throughput_figure(total: Series, per_row: dict[int, Series] | None = None,
                       markers: list[tuple[float, list[tuple[str, str]]]] | None = None,
                       shared: Series | None = None,
-                      labels: dict | None = None, rtl: bool = False) -> go.Figure:
-    """Your rows' tokens/s (and each row's); with `shared`, the whole shared batch's (every user)."""
+                      labels: dict | None = None, rtl: bool = False, x_range: list[float] | None = None,
+                      comparison: bool = False) -> go.Figure:
+    """Your rows' tokens/s (and each row's); with `shared`, the whole shared batch's (every user).
+    `x_range`: the time axis the hardware chart beside it shares; `comparison`: a Run's plain baseline."""
     lab = _labels(labels)
     rows = sorted((per_row or {}).items())[:8]
     grouped, data = len(rows) > 2, []
@@ -148,13 +170,14 @@ def throughput_figure(total: Series, per_row: dict[int, Series] | None = None,
         data.append(_line(shared, lab["whole_batch"], line=dict(width=2, color="#762a83", dash="dash")))
     span = max(total.x[-1] - total.x[0], 1e-9) if len(total.x) > 1 else 1.0
     shapes, notes = _markers(markers or [], span, rtl)
-    return _figure(data, lab["throughput_title"], lab["seconds"], lab["tokens_per_s"], rtl,
-                   shapes=shapes, annotations=notes)
+    return _figure(data, _title(lab, "throughput_title", comparison), lab["seconds"], lab["tokens_per_s"], rtl,
+                   shapes=shapes, annotations=notes, xaxis=_x(x_range))
 
 
 def hardware_figure(util: Series, mbu: Series, mfu: Series, util_label: str, labels: dict | None = None,
-                    rtl: bool = False) -> go.Figure:
+                    rtl: bool = False, x_range: list[float] | None = None, comparison: bool = False) -> go.Figure:
     lab = _labels(labels)
+    title = _title(lab, "hardware_title", comparison)
     # a marker per step shows where the estimates were taken while steps are sparse; hundreds of them
     # were the page's dearest drawing, redrawn every tick
     mode = "lines+markers" if len(mbu.x) <= SPARSE else "lines"
@@ -169,13 +192,18 @@ def hardware_figure(util: Series, mbu: Series, mfu: Series, util_label: str, lab
     top = min(TOP_PERCENT, max([v for s in (util, mbu, mfu) for v in s.y if v is not None and math.isfinite(v)]
                                or [0.0]))
     if top <= 100:
-        return _figure(data, lab["hardware_title"], lab["seconds"], "%", rtl, yaxis=dict(range=[0, 105]))
+        return _figure(data, title, lab["seconds"], "%", rtl, yaxis=dict(range=[0, 105]), xaxis=_x(x_range))
     # the peak's line says what it is in the legend: a note inside the plot lay over the MBU line (and
     # over the Persian title)
     xs = [x for s in (util, mbu, mfu) for x in s.x]
     peak = dict(type="scatter", mode="lines", x=[min(xs), max(xs)], y=[100, 100], hoverinfo="skip",
                 name=lines_for(lab["peak_line"], rtl, LEGEND_CHARS), line=dict(dash="dot", color="#999", width=1))
-    return _figure(data + [peak], lab["hardware_title"], lab["seconds"], "%", rtl, yaxis=dict(range=[0, 1.08 * top]))
+    return _figure(data + [peak], title, lab["seconds"], "%", rtl, yaxis=dict(range=[0, 1.08 * top]),
+                   xaxis=_x(x_range))
+
+
+def _x(x_range: list[float] | None) -> dict:
+    return dict(range=list(x_range)) if x_range else {}
 
 
 def acceptance_histogram(counts: list[int], labels: dict | None = None, rtl: bool = False) -> go.Figure:
@@ -234,7 +262,7 @@ def _step_lines(label: str, rtl: bool) -> str:
 
 def knee_live_figure(curve: tuple[list[int], list[float]] | None, curve_name: str, knee: float | None,
                      steps: list[PassPoint], step_label: str, labels: dict | None = None,
-                     rtl: bool = False) -> go.Figure:
+                     rtl: bool = False, comparison: bool = False) -> go.Figure:
     """The knee chapter's curve (pass time against tokens per pass, log-log: the flat part and the slope
     both readable, a slow outlier squashes nothing) with the current step as a big dot at its real tokens
     per pass, its padded width beside it where that differs, a faint trail of the steps before it, and
@@ -273,7 +301,8 @@ def knee_live_figure(curve: tuple[list[int], list[float]] | None, curve_name: st
     # from one token a pass, to 8 at least: steps all at 1 (a replay of plain decoding) left plotly to tick fractions
     widest = max([x for d in data for x in d["x"] if x and x > 0] or [1])
     span = [math.log10(0.8), math.log10(1.25 * max(8, widest))]
-    return _figure(data, lab["knee_title"], lab["tokens_per_pass"], lab["ms_per_pass"], rtl, below_title=room,
+    return _figure(data, _title(lab, "knee_title", comparison), lab["tokens_per_pass"], lab["ms_per_pass"], rtl,
+                   below_title=room,
                    height=400 + room, annotations=notes, xaxis=dict(type="log", range=span, **POW2),
                    yaxis=dict(type="log", **(log_ticks(min(ms), max(ms)) if ms else {})),
                    yaxis2=dict(overlaying="y", range=[0, 1], visible=False))

@@ -422,3 +422,34 @@ def test_one_busy_baseline_does_not_widen_every_later_band():
     for tps in (9.0, 9.5, 10.0, 10.5, 11.0):        # noise, not an outlier: the whole range counts
         band = spread.add("k", tps)
     assert band.outliers == 0 and band.width == pytest.approx(2.0 / 10.0)
+
+
+def test_after_the_baseline_the_timer_draws_the_runs_own_charts_again(local_app, monkeypatch):
+    """While the plain baseline streams, the throughput and hardware charts are its own and say so; a tick
+    that drew them could reach the page after the Run's last frame and leave them there (a teacher saw
+    "plain decoding for comparison" under Done): the next tick draws the Run's charts, as the Run ended."""
+    from specviz.ui.playground import OUTPUTS
+
+    app = local_app
+    _states(app, monkeypatch, ["ready"])
+    step = app.gate.step
+
+    def slow_step(*args, **kwargs):        # the tiny models' baseline would be over before the page saw it
+        time.sleep(0.02)
+        return step(*args, **kwargs)
+    monkeypatch.setattr(app.gate, "step", slow_step)
+    tab, during = SimpleNamespace(session_hash="s2"), []
+    label = app.choices[0].label
+    for out in app.page.stream("the quick brown", label, 1, 4, "fixed", 8, 0, 64, "s2"):
+        last = dict(zip(OUTPUTS, out))
+        live = app.runs.get("s2")
+        if live is not None and live.baseline and live.passes and not during:
+            during = [f.layout.title.text for f in app.page.on_tick(label, tab)[:2]]
+    assert during and all("for comparison" in title for title in during), during
+    assert last["result"]["plain_tokens_per_s"]
+    final = [last["chart_t"], last["chart_h"]]
+    drawn = app.page.on_tick(label, tab)[:2]
+    for fig, ended in zip(drawn, final):
+        assert "for comparison" not in fig.layout.title.text
+        assert fig.to_plotly_json()["data"] == ended.to_plotly_json()["data"]
+    assert all(not hasattr(x, "layout") for x in app.page.on_tick(label, tab)[:2])     # drawn once

@@ -296,3 +296,44 @@ def test_the_pass_time_axis_starts_at_one_token_a_pass():
     wide = lc.knee_live_figure(([1, 2, 64], [0.02, 0.02, 0.2]), "curve", 7.0, [lc.PassPoint(40, 48, 0.1)], "s",
                                live_labels("en"))
     assert 10 ** wide.layout.xaxis.range[1] == pytest.approx(80) and math.isclose(10 ** wide.layout.xaxis.range[0], 0.8)
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_a_runs_charts_share_one_time_axis_from_its_start_and_its_baseline_says_whose_they_are(lang):
+    """A teacher saw the throughput chart span 0.25–6.6 s beside the hardware chart's 0.25–11 s: the Run's
+    utilisation line went on through the plain baseline that followed it, and while that baseline streamed
+    the same charts showed it under the Run's titles."""
+    from types import SimpleNamespace
+
+    from specviz.serve.live import LiveRun
+
+    sampler = SimpleNamespace(recent=lambda s: [SimpleNamespace(util=40.0)], source="psutil")
+    live = LiveRun(control=None, pair_label="pair", peaks=None, sampler=sampler, lang=lang)
+    live.t0 -= 6.0                      # six seconds into the Run
+    for i in range(4):
+        live.tps.add(0.25 + i * 2.0, 100.0)
+        live.util.add(0.1 + i * 1.9, 30.0)
+    throughput, hardware, _ = live.figures(read=True)
+    assert list(throughput.layout.xaxis.range) == list(hardware.layout.xaxis.range)
+    start, end = hardware.layout.xaxis.range
+    assert start == 0.0 and end >= 6.0                     # the latest reading joined at 6 s
+    live.end()
+    live.t0 -= 5.0                      # its baseline ran five seconds more
+    _, after, _ = live.figures(read=True)
+    assert max(after.data[0].x) < 6.5, after.data[0].x     # no reading of the baseline's time is the Run's
+    title = live_labels(lang)["throughput_title"]
+    assert throughput.layout.title.text.replace("<br>", " ").startswith(title.split("<br>")[0][:8])
+    baseline = LiveRun(control=None, pair_label="pair", peaks=None, sampler=None, lang=lang, baseline=True)
+    baseline.tps.add(0.2, 90.0)
+    words = lessons.text(lang, "playground.chart.comparison_title", title="").replace("\u2066", "").replace("\u2069", "")
+    for fig in (*baseline.figures(read=False)[:2], baseline.knee_figure()):
+        shown = fig.layout.title.text.replace("<br>", " ").replace("\u2066", "").replace("\u2069", "").replace("\u2067", "")
+        assert "k = 0" in shown and words.split()[-1] in shown, shown
+    for fig in (throughput, hardware, live.knee_figure()):
+        assert "k = 0" not in fig.layout.title.text, fig.layout.title.text
+
+
+def test_a_rolled_window_starts_the_time_axis_at_its_oldest_reading():
+    old = _series(400)                  # a long Run: the first 100 readings were let go
+    assert old.rolled and lc.time_range([old]) == [old.x[0], old.x[-1]]
+    assert lc.time_range([_series(10)]) == [0.0, 9 * 0.25] and lc.time_range([lc.Series()]) is None

@@ -62,6 +62,7 @@ class LiveRun:
     recorded: bool = False                 # a replay: its steps ran elsewhere, its readings are the recording's
     baseline: bool = False                 # a Run's plain baseline: Stop ends it, the sliders do not reach it
     beaten: str | None = None              # how far a pass ran past the calibrated peaks ("180%"): measured low
+    ended: bool = False                    # its last step ran: later readings (its baseline's) are not its own
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -178,10 +179,16 @@ class LiveRun:
         language switch ask too). `read`: the latest hardware reading joins the chart first (not when a
         finished Run is drawn again: it ran then)."""
         with self.lock:
-            latest = self._latest_sample() if read else None
+            latest = self._latest_sample() if read and not self.ended else None
             if latest is not None:
                 self.util.add(self.elapsed(), latest.util)
             return self._figures()
+
+    def end(self) -> None:
+        """Its last step ran: the hardware line stops there (the plain baseline that follows it, on the
+        same machine, drew its own readings into this Run's chart for seconds after it)."""
+        with self.lock:
+            self.ended = True
 
     def latest_sample(self) -> Sample | None:
         with self.lock:
@@ -206,9 +213,13 @@ class LiveRun:
         rtl = lessons.direction(self.lang) == "rtl"
         markers = [(x, [_marker(self.lang, c) for c in changes])
                    for x, changes in self.markers[-live_charts.MARKERS_SHOWN:]]
-        return (live_charts.throughput_figure(self.tps, self.per_row, markers,
-                                              shared=self.shared_tps if self.shared else None, labels=labels, rtl=rtl),
-                live_charts.hardware_figure(self.util, self.mbu, self.mfu, util_label, labels=labels, rtl=rtl),
+        shared = self.shared_tps if self.shared else None
+        span = live_charts.time_range([self.tps, *self.per_row.values(), *([shared] if shared else []),
+                                       self.util, self.mbu, self.mfu])
+        return (live_charts.throughput_figure(self.tps, self.per_row, markers, shared=shared, labels=labels, rtl=rtl,
+                                              x_range=span, comparison=self.baseline),
+                live_charts.hardware_figure(self.util, self.mbu, self.mfu, util_label, labels=labels, rtl=rtl,
+                                            x_range=span, comparison=self.baseline),
                 live_charts.acceptance_histogram(self.hist[: max(2, _last_nonzero(self.hist) + 2)], labels=labels,
                                                  rtl=rtl))
 
@@ -236,7 +247,8 @@ class LiveRun:
                 knee = curve.knee
             rtl = lessons.direction(self.lang) == "rtl"
             return live_charts.knee_live_figure(None if curve is None else (list(curve.tokens), list(curve.seconds)),
-                                                name, knee, steps, self._step_label(labels, knee), labels, rtl)
+                                                name, knee, steps, self._step_label(labels, knee), labels, rtl,
+                                                comparison=self.baseline)
 
     def _step_label(self, labels: dict, knee: float | None) -> str:
         """ "this step: 48 tokens per pass (16 rows + 32 verified drafts) · past the knee · compute-bound"."""

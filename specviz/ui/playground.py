@@ -125,6 +125,7 @@ class Playground:
                        spec=getattr(pair, "target_spec", None))    # the roofline's knee until one is measured
         streamer = Streamer(app, live, pair.tokenizer, session, lang, choice, texts)
         packet = yield from self._run(req, choice, live, streamer, session)
+        live.end()
         # a curve timed while a browser opened here is slower than the Run just seen: measured again
         app.runner.recheck_curve(choice, [(p.padded, p.seconds) for p in list(live.passes)])
         during_warmup = during_warmup or self._warming(choice)
@@ -445,9 +446,15 @@ class Playground:
 
     def on_tick(self, pair_label, request: gr.Request):
         session = _session(request)
-        live = self.app.runs.get(session) or self.app.runs.take_ended(session)
+        live = self.app.runs.get(session)
+        charts = live.figures() if live is not None else (gr.skip(),) * 3
+        if live is None:
+            # a Run that ended since the last tick is drawn once more, as it ended: a tick that drew its
+            # plain baseline could reach the page after the Run's last frame and leave the baseline there
+            live = self.app.runs.take_ended(session)
+            charts = live.figures(read=False) if live is not None else charts
         knee = live.knee_figure() if live is not None else gr.skip()
-        return (*self.figures(session), knee, self._batch_now(session, pair_label))
+        return (*charts, knee, self._batch_now(session, pair_label))
 
     def _batch_now(self, session: str, pair_label) -> str:
         """ "Batch now: N rows from M users" for the selected pair, sent only when it changed."""
