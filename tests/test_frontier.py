@@ -86,13 +86,20 @@ def test_no_cliff_inside_the_band():
 
 def test_a_class_where_adaptive_verification_drafted_nothing_says_so_instead_of_0_of_0():
     """Drafting nothing, adaptive verification did no speculation's work: against no speculation that is
-    level whatever the band (two timings of one work), and the line says it drafted nothing."""
+    level (two timings of one work), and the line says it drafted nothing. Outside the band, the gap is the
+    run's own noise, and the line says its other verdicts are less certain than their bands (a Persian run
+    read "level" at 1.17× outside a ±10 % band, which undercut every other verdict beside it)."""
     from specviz.ui.lesson import _named
     rows = [_row("none", 0, 64, 300), _row("fixed", 2, 64, 250, verified=60, drafted=60), _row(C.AV, 8, 64, 345)]
     _, key, keys, vals = V.frontier_conclusions(rows, True)
-    assert keys[0] == "row_same" and vals[0]["verdict"] == "level" and key == "conclusion_frontier_level"
+    assert keys[0] == "row_same_noisy" and vals[0]["verdict"] == "level" and key == "conclusion_frontier_level"
     text = lessons.text("en", f"chapter.frontier.{keys[0]}", **_named("en", vals[0]))
     assert "drafted nothing" in text and "of 0.0" not in text and "1.15× by the medians" in text, text
+    assert "outside the ±5% noise band" in text and "less certain" in text, text
+    rows[2] = _row(C.AV, 8, 64, 310)                                   # 1.03×: inside the band
+    keys, vals = V.frontier_conclusions(rows, True)[2:]
+    text = lessons.text("en", f"chapter.frontier.{keys[0]}", **_named("en", vals[0]))
+    assert keys[0] == "row_same" and "level inside the ±5% noise band" in text, text
     rows[2] = _row(C.AV, 8, 64, 345, verified=0.0, drafted=20.0)      # drafted, verified none: a real verdict
     lines = V.class_lines(rows)
     assert lines[0]["verdict"] == "ahead" and not lines[0]["same_work"]
@@ -115,6 +122,7 @@ def test_every_conclusion_fills_in_both_languages():
     rows = [_row("none", 0, 1, 50), _row("fixed", 8, 1, 100, verified=6), _row(C.AV, 8, 1, 70, verified=2),
             _row("none", 0, 32, 200), _row("fixed", 8, 32, 120), _row(C.AV, 8, 32, 250)]
     same = rows[:2] + [_row(C.AV, 8, 1, 70, verified=6.2)] + rows[3:]
+    noisy_same = [_row("none", 0, 4, 100), _row(C.AV, 8, 4, 130)]
     drafting = [dict(r, drafted_per_step=8.0) if r["arm"] == C.AV else r for r in rows]
     level = [_row("none", 0, 4, 100), _row(C.AV, 8, 4, 100), _row("none", 0, 8, 100),
              _row(C.AV, 8, 8, 100, verified=1, drafted=9)]
@@ -126,7 +134,7 @@ def test_every_conclusion_fills_in_both_languages():
     from specviz.ui.lesson import _named
     seen = set()
     for lang in ("en", "fa"):
-        for case in (rows, same, drafting, level, undrafted, unclear):
+        for case in (rows, same, drafting, level, undrafted, unclear, noisy_same):
             _, _, keys, vals = V.frontier_conclusions(case, True)
             for k, v in zip(keys, vals):
                 text = lessons.text(lang, f"chapter.frontier.{k}", **_named(lang, v))
@@ -134,15 +142,32 @@ def test_every_conclusion_fills_in_both_languages():
                 seen.add(k)
     assert {"conclusion_behind_few", "conclusion_behind_same"} <= seen
     assert {f"row_{v}{d}" for v in ("level", "ahead", "behind", "unclear") for d in ("", "_undrafted")} | \
-        {"row_same", "conclusion_frontier_unclear"} <= seen
+        {"row_same", "row_same_noisy", "conclusion_frontier_unclear"} <= seen
     assert C.arm_name("en", "fixed:4") == "fixed k = 4" and "تطبیقی" in C.arm_name("fa", C.AV + ":8")
 
 
 def test_figure_draws_each_arm_in_both_panels():
     rows = [_row("none", 0, n, 50 * n) for n in (1, 4)] + [_row(C.AV, 8, n, 60 * n) for n in (1, 4)]
     fig = F.figure_frontier({"table": rows}, {"_lang": "fa"})
-    assert len(fig.data) == 4 and fig.data[0].x == (50.0, 50.0) and fig.data[1].x == (1, 4)
+    assert len(fig.data) == 4 and fig.data[2].x == (50.0, 50.0) and fig.data[3].x == (1, 4)
     assert fig.data[0].name.startswith("\u2067")           # a Persian name laid out right-to-left whole
+
+
+def test_the_adaptive_line_lies_under_the_others_and_its_tags_beside_its_segments():
+    """A teacher found no speculation's grey line hidden under adaptive verification's wide green one where
+    the two measured alike, and the "4 u" tag crossed by the green line rising through its point."""
+    rows = [_row("none", 0, n, t) for n, t in ((1, 54.4), (4, 48.4), (16, 40.0))] + \
+        [_row("fixed", 8, n, t) for n, t in ((1, 52.7), (4, 42.6), (16, 30.0))] + \
+        [_row(C.AV, 8, n, t) for n, t in ((1, 54.4), (4, 48.4), (16, 40.0))]
+    fig = F.figure_frontier({"table": rows}, {"_lang": "en"})
+    left = [d for d in fig.data if d.xaxis in (None, "x")]
+    assert left[0].name.startswith("adaptive") and left[0].line.width == 4      # drawn first: underneath
+    legend = sorted(left, key=lambda d: d.legendrank)
+    assert [d.name for d in legend][0] == "no speculation" and legend[-1].name.startswith("adaptive")
+    assert list(left[0].textposition) == ["bottom center", "middle left", "middle right"]
+    # each tag on the side furthest from the segments through its point, never outwards past an edge
+    assert F.tag_positions([0, 10, 20], [0, 10, 0]) == ["middle right", "middle right", "middle left"]
+    assert F.tag_positions([5], [5]) == ["top center"]
 
 
 def _ngram_prop(drafts: list[int], match: int) -> Proposal:

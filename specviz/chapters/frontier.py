@@ -24,6 +24,7 @@ timed apart and never counted in a cell.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -141,6 +142,32 @@ def _colour(code: str, i: int) -> str:
     return PLAIN if code == "none" else "#1a9850" if code.startswith(AV) else POLICY_COLOURS[1 + i % 5]
 
 
+TAG_PLACES = {"top center": (0.0, 1.0), "bottom center": (0.0, -1.0), "middle right": (1.0, 0.0),
+              "middle left": (-1.0, 0.0)}
+
+
+def tag_positions(xs: list[float], ys: list[float]) -> list[str]:
+    """Where each point's class-size tag goes: of the sides that face into the plot, the one furthest (in
+    angle, on axes scaled to the points' spread) from the line's segments into and out of the point ("4 u"
+    above its point sat on a segment that rose through it)."""
+    sx = ((max(xs) - min(xs)) if xs else 0.0) or 1.0
+    sy = ((max(ys) - min(ys)) if ys else 0.0) or 1.0
+    out = []
+    for i, (x, y) in enumerate(zip(xs, ys)):
+        legs = [((xs[j] - x) / sx, (ys[j] - y) / sy) for j in (i - 1, i + 1) if 0 <= j < len(xs)]
+        legs = [(a, b) for a, b in legs if a or b]
+
+        def clearance(place: str) -> float:
+            u = TAG_PLACES[place]
+            return min((math.atan2(u[0] * b - u[1] * a, u[0] * a + u[1] * b) ** 2 for a, b in legs), default=9.0)
+        # never outwards from the plot's edge, where the tag would be cut off
+        inward = [p for p, (u, v) in TAG_PLACES.items()
+                  if not (len(xs) > 1 and ((u > 0 and x == max(xs)) or (u < 0 and x == min(xs))
+                                           or (v > 0 and y == max(ys)) or (v < 0 and y == min(ys))))]
+        out.append(max(inward or list(TAG_PLACES), key=clearance))   # ties keep the first: above the point
+    return out
+
+
 def figure_frontier(result: dict, labels: dict | None = None, dark: bool = False) -> go.Figure:
     """Left: one line per arm through its class sizes, per-user tokens/s across and total tokens/s up (a
     fixed depth that bends back turns down and left). Right: accepted length per arm against users."""
@@ -150,16 +177,20 @@ def figure_frontier(result: dict, labels: dict | None = None, dark: bool = False
     fig = make_subplots(rows=1, cols=2, column_widths=[0.6, 0.4], horizontal_spacing=0.16,
                         subplot_titles=(L["panel_frontier"], L["panel_accepted"]))
     fig.update_annotations(font_size=12)      # the panel titles: two short lines each, readable on a phone
-    for i, (code, pts) in enumerate(_lines(result.get("table", [])).items()):
+    arms_drawn = list(enumerate(_lines(result.get("table", [])).items()))
+    # the adaptive arm's wide line first, underneath: on top it hid no speculation's where the two were one
+    arms_drawn.sort(key=lambda arm: not arm[1][0].startswith(AV))
+    for i, (code, pts) in arms_drawn:
         name = lessons.isolate_rtl(arm_name(lang, code))
         colour, bold = _colour(code, i), code.startswith(AV)
         line = dict(color=colour, width=4 if bold else 2, dash="dot" if code.startswith("fixed") else "solid")
         tags = [L["users_tag"].format(users=p["users"]) for p in pts]
+        xs, ys = [p["per_user_tokens_per_s"] for p in pts], [p["tokens_per_s"] for p in pts]
         # class sizes written on the adaptive arm only (every arm has the same sizes; hover names them all)
-        fig.add_trace(go.Scatter(x=[p["per_user_tokens_per_s"] for p in pts], y=[p["tokens_per_s"] for p in pts],
+        fig.add_trace(go.Scatter(x=xs, y=ys, legendrank=1000 + i,
                                  mode="lines+markers+text" if bold else "lines+markers", name=name,
                                  legendgroup=code, line=line, text=tags,
-                                 textposition="top center", textfont=dict(size=10),
+                                 textposition=tag_positions(xs, ys), textfont=dict(size=10),
                                  hovertemplate=name + ": %{text}" + sep + "%{y:.1f} " + L["axis_total"] + sep
                                  + "%{x:.1f} " + L["axis_per_user"] + "<extra></extra>"), row=1, col=1)
         fig.add_trace(go.Scatter(x=[p["users"] for p in pts], y=[p["accepted_length"] for p in pts],

@@ -122,6 +122,12 @@ def cliff(rows: list[dict]) -> dict | None:
 
 
 
+def _same_key(line: dict) -> str:
+    """The same work timed twice: level inside the band; outside it, the gap measures this run's own noise,
+    which the other verdicts' bands did not catch (a Persian run read 1.17× outside a ±10 % band)."""
+    return "row_same" if abs(line["ratio"] - 1) <= line["band"] else "row_same_noisy"
+
+
 def _why_behind(line: dict) -> str:
     """Why adaptive verification fell behind, from what it verified against the best arm: about as many
     drafts a step (the same work, so the gap is timing: the machine's drift, or the budget's bookkeeping;
@@ -150,7 +156,7 @@ def frontier_conclusions(rows: list[dict], identical: bool, divergence=None) -> 
         key, values = _summary(lines)
     # where adaptive verification drafted nothing, "verified 0.0 of 0.0 drafted slots" says nothing: its line
     # says instead that it decoded as no speculation does, and why
-    keys = ["row_same" if x["same_work"] else f"row_{x['verdict']}" + ("" if x["drafted"] else "_undrafted")
+    keys = [_same_key(x) if x["same_work"] else f"row_{x['verdict']}" + ("" if x["drafted"] else "_undrafted")
             for x in lines] + [key]
     vals = list(lines) + [values]
     fall = cliff(rows)
