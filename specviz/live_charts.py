@@ -44,9 +44,10 @@ class PassPoint:
 
 # The live figures' words, in English; callers pass the same keys in another language (`labels=`), as
 # specviz/lessons' [playground.chart] table has them.
-LIVE_LABELS = dict(throughput_title="Tokens per second", seconds="seconds", tokens_per_s="tokens/s", row="row {n}",
-                   each_row="each row",
-                   your_rows="your rows", all_rows="all rows", whole_batch="whole shared batch (all users)",
+LIVE_LABELS = dict(throughput_title="Tokens per second", seconds="seconds", tokens_per_s="tokens/s",
+                   row="row {n}, each step", each_row="each row, each step",
+                   your_rows="your rows, mean of the last {steps} steps",
+                   all_rows="all rows, mean of the last {steps} steps", whole_batch="whole shared batch (all users)",
                    hardware_title="Hardware: busy ≠ used", mbu="MBU (est. bytes ÷ time ÷ peak)",
                    peak_line="100% = the calibrated peak; above it, calibration read the machine low",
                    mfu="MFU (est. FLOPs ÷ time ÷ peak)", accept_title="Accepted drafts per row-step",
@@ -69,6 +70,7 @@ SPARSE = 60           # the hardware chart marks each step's estimate up to this
 # over the plot's top left corner), each further line, and room under the last before the plot (15 px text)
 TITLE_TOP, TITLE_LINE, TITLE_GAP = 56, 20, 14
 STEP_CHARS, STEP_LINE = 48, 16     # the pass-time chart's step label: a line's characters (12 px), its height
+SMOOTH_STEPS = 6      # the rows' total is the mean over this many latest steps (one step's rate jumps)
 MARKERS_SHOWN = 12    # the latest changes drawn on the throughput chart
 MARKER_CHARS = 16     # a change's short label, written up the plot, in lines that fit its height
 MARKER_GAP = 0.06      # change markers closer than this share of the time axis keep one label (the last)
@@ -165,7 +167,8 @@ def throughput_figure(total: Series, per_row: dict[int, Series] | None = None,
         data.append(_line(s, lab["each_row"] if grouped else name, line=dict(width=1), opacity=0.5,
                           legendgroup="rows" if grouped else None, showlegend=not grouped or i == 0,
                           hovertemplate=f"{name}: %{{y:.1f}}<extra></extra>"))
-    data.append(_line(total, lab["your_rows"] if shared else lab["all_rows"], line=dict(width=3, color=BONUS)))
+    data.append(_line(total, fill(lab["your_rows"] if shared else lab["all_rows"], steps=SMOOTH_STEPS),
+                      line=dict(width=3, color=BONUS)))
     if shared is not None:
         data.append(_line(shared, lab["whole_batch"], line=dict(width=2, color="#762a83", dash="dash")))
     span = max(total.x[-1] - total.x[0], 1e-9) if len(total.x) > 1 else 1.0

@@ -337,3 +337,25 @@ def test_a_rolled_window_starts_the_time_axis_at_its_oldest_reading():
     old = _series(400)                  # a long Run: the first 100 readings were let go
     assert old.rolled and lc.time_range([old]) == [old.x[0], old.x[-1]]
     assert lc.time_range([_series(10)]) == [0.0, 9 * 0.25] and lc.time_range([lc.Series()]) is None
+
+
+def test_the_legend_says_which_line_is_one_step_and_which_a_mean_and_the_whole_batch_only_when_shared():
+    """At batch 1 a teacher saw "row 1" jump between 25 and 195 tokens/s while "your rows" stayed at 30-105,
+    with nothing to say that one is each step's rate and the other a mean; and "whole shared batch (all
+    users)" drawn over a batch nobody shared."""
+    from specviz.engine.request import RowStep, StepEvent
+    from specviz.serve.live import LiveRun
+
+    live = LiveRun(control=None, pair_label="pair", peaks=None, sampler=None, lang="en", shared=True)
+
+    def step(i, users):
+        row = RowStep(0, [1, 2], 1, [1, 3], "correction")
+        return StepEvent(i, 1, 2, "fixed", [row], 0.0, 0.01, 0.0, 0.01, 0.0, 3, 9, 0, 0, 0, 0, 0, users=users)
+    for i in range(3):
+        live.record(step(i, 1))
+    names = [d.name for d in live.figures(read=False)[0].data]
+    assert names == ["row 1, each step", f"all rows, mean of the last {lc.SMOOTH_STEPS} steps"], names
+    live.record(step(3, 2))                     # another user joined the batch
+    names = [d.name for d in live.figures(read=False)[0].data]
+    assert names[1] == f"your rows, mean of the last {lc.SMOOTH_STEPS} steps" and names[2].startswith("whole shared")
+    assert live.recent.maxlen == lc.SMOOTH_STEPS

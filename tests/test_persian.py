@@ -312,7 +312,7 @@ def test_chapter_titles_and_chart_labels_are_isolated_right_to_left():
     note = labels["replay_note"]
     assert "<br>" in note and all(line.startswith(lessons.RLI) and line.endswith(lessons.PDI)
                                   for line in note.split("<br>"))
-    assert live_labels("en")["row"] == "row {n}"
+    assert live_labels("en")["row"] == "row {n}, each step"
 
 
 def test_token_stream_and_rows_take_their_own_direction():

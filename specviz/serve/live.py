@@ -42,7 +42,7 @@ class LiveRun:
     mfu: live_charts.Series = field(default_factory=live_charts.Series)
     markers: list = field(default_factory=list)
     hist: list = field(default_factory=lambda: [0] * 17)
-    recent: deque = field(default_factory=lambda: deque(maxlen=6))
+    recent: deque = field(default_factory=lambda: deque(maxlen=live_charts.SMOOTH_STEPS))
     regime: str = ""
     worker_sample: Sample | None = None    # the GPU worker's latest reading (ZeroGPU)
     worker_source: str | None = None
@@ -51,6 +51,7 @@ class LiveRun:
     path: str = ""                                  # the forward path that ran the latest step
     shared: bool = False                   # the run shares its batch with other users: chart the whole batch too
     shared_tps: live_charts.Series = field(default_factory=live_charts.Series)
+    crowded: bool = False                  # a step shared its batch with another user: the whole batch is charted
     lang: str = lessons.DEFAULT_LANG       # the reader's language, for the charts' words
     curve: PassCurve | None = None         # this machine's pass-time curve (the knee chart), if known yet
     curve_of: Callable[[], PassCurve | None] | None = None   # asks again until a curve measured here arrives
@@ -88,6 +89,7 @@ class LiveRun:
         toks = sum(e.emitted for e in self.recent)
         self.tps.add(now, toks / secs if secs else None)
         if self.shared:
+            self.crowded = self.crowded or ev.users > 1
             all_toks = sum(e.shared_emitted for e in self.recent)
             self.shared_tps.add(now, all_toks / secs if secs else None)
         for r in ev.rows:
@@ -213,7 +215,7 @@ class LiveRun:
         rtl = lessons.direction(self.lang) == "rtl"
         markers = [(x, [_marker(self.lang, c) for c in changes])
                    for x, changes in self.markers[-live_charts.MARKERS_SHOWN:]]
-        shared = self.shared_tps if self.shared else None
+        shared = self.shared_tps if self.shared and self.crowded else None
         span = live_charts.time_range([self.tps, *self.per_row.values(), *([shared] if shared else []),
                                        self.util, self.mbu, self.mfu])
         return (live_charts.throughput_figure(self.tps, self.per_row, markers, shared=shared, labels=labels, rtl=rtl,
