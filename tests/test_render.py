@@ -204,4 +204,6 @@ def test_the_counters_name_kept_over_drafted_drafts_kept_not_acceptance():
     from specviz.ui.counters import counters_md
 
     line = counters_md("en", RunTotals(steps=10, tokens=20, row_steps=10, drafted=100, accepted=44, wall_s=1.0))
-    assert "drafts kept **44%**" in line and "acceptance" not in line, line
+    assert "drafts kept **44%** of all drafted" in line and "acceptance" not in line, line
+    # beside the theory's α (of the guesses the target reached) it says what it divides by
+    assert "a guess after a rejected one counts as not kept" in line, line
