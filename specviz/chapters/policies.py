@@ -38,9 +38,11 @@ def policies_conclusion(clear: dict[int, str], batches: int | None = None, below
 
 
 def row_key(win: dict) -> str:
-    """A batch size's sentence: a winner, a winner that still lost to plain decoding, or level."""
+    """A batch size's sentence: a winner, a winner that still lost to plain decoding, or level (below plain
+    decoding where even the fastest stayed under it outside the band: "level" alone read as no loss)."""
     if not win["clear"]:
-        return "conclusion_row_level"
+        below = win["vs_plain"] < 1 - win.get("band", 0.0)
+        return "conclusion_row_level_below_plain" if below else "conclusion_row_level"
     return "conclusion_row" if win["vs_plain"] >= 1 else "conclusion_row_below_plain"
 
 
@@ -175,6 +177,11 @@ def figure_policies(result: dict, labels: dict | None = None, dark: bool = False
                              customdata=[mine[b]["tokens_per_s"] if b in mine else None for b in batches],
                              hovertemplate=name + ": %{y:.2f}× (%{customdata:.1f} " + L["column_tokens_per_s"]
                              + ")<extra></extra>"))
+    if winners:
+        # the outline is the only mark of a winner: the legend names it (a square drawn as the bars' outline)
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=lessons.isolate_rtl(L["winner_outline"]),
+                                 marker=dict(symbol="square-open", size=14, color=TICK, line=dict(width=3)),
+                                 hoverinfo="skip"))
     if batches:
         fig.add_hline(y=1.0, line=dict(color=PLAIN, dash="dot", width=1))
     return styled(fig, dark, barmode="group", xaxis_title=L["column_batch"], yaxis_title=L["column_vs_plain"],
