@@ -672,3 +672,25 @@ def test_every_chapter_says_the_work_it_ran(runs):
     sweep_line = workload_md("en", runs["sweep"][-1])
     assert "batch sizes 1, 2, 3; depths 0, 1, 2" in sweep_line, sweep_line
     assert workload_md("en", {**runs["race"][-1], "settings": {}}) == ""        # a result without its settings
+
+
+def test_a_switch_between_two_winners_that_lost_to_plain_decoding_says_so():
+    """"At small batch sizes adaptive-verification wins; from batch size 12 on, disable-by-batch-size takes
+    over" where batch 1 was level and both winners ran below plain decoding (0.87x, 0.99x): the summary
+    names where each won and that neither beat not speculating."""
+    rows = [{"policy": p, "batch_size": b, "tokens_per_s": t, "vs_plain": v}
+            for p, b, t, v in [("fixed", 1, 20, 1.5), ("adaptive", 1, 19.8, 1.49),
+                               ("adaptive", 4, 40, 0.87), ("fixed", 4, 30, 0.65),
+                               ("fixed", 12, 60, 0.6), ("disable-by-batch-size", 12, 88.8, 0.99)]]
+    values, key, _ = policies.policies_values(rows, [1, 4, 12])
+    assert key == "conclusion_switch_below_plain"
+    assert (str(values["small_batches"]), values["batch"]) == ("4", 12)
+    text = lessons.text("en", "chapter.policies." + key, **values)
+    assert "adaptive won at B = 4 and disable-by-batch-size from B = 12 on" in text, text
+    assert "neither beat plain decoding" in text and "small batch sizes" not in text, text
+    assert "{" not in lessons.text("fa", "chapter.policies." + key, **values)
+    above = [dict(r, vs_plain=1.3) if r["batch_size"] > 1 else r for r in rows]
+    values, key, _ = policies.policies_values(above, [1, 4, 12])
+    assert key == "conclusion_switch"
+    text = lessons.text("en", "chapter.policies." + key, **values)
+    assert text.startswith("adaptive won at B = 4; from B = 12 on, disable-by-batch-size took over"), text

@@ -207,3 +207,6 @@ def test_the_counters_name_kept_over_drafted_drafts_kept_not_acceptance():
     assert "drafts kept **44%** of all drafted" in line and "acceptance" not in line, line
     # beside the theory's α (of the guesses the target reached) it says what it divides by
     assert "a guess after a rejected one counts as not kept" in line, line
+    # nothing drafted yet (plain decoding, the baseline): said so, not "drafts kept — of all drafted"
+    plain = counters_md("en", RunTotals(steps=10, tokens=10, row_steps=10, wall_s=1.0))
+    assert "no drafts yet" in plain and "drafts kept" not in plain, plain

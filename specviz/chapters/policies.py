@@ -27,14 +27,16 @@ def policies_conclusion(clear: dict[int, str], batches: int | None = None, below
     """`clear`: the batch sizes whose fastest policy beat the next one outside the noise band, of
     `batches` tried; `below_plain`: those where even the fastest stayed under plain decoding. None such:
     the policies were level (any "winner" is noise); one winner: at every batch size, or only at those
-    (the others level; "won" not said where it still lost to plain decoding); else a switch."""
+    (the others level; "won" not said where it still lost to plain decoding); else a switch (between two
+    losses to plain decoding, said so)."""
     if not clear:
         return "conclusion_close"
     if len(set(clear.values())) == 1:
         if batches is None or len(clear) >= batches:
             return "conclusion_same_winner"
         return "conclusion_winner_some_below_plain" if set(clear) <= set(below_plain) else "conclusion_winner_some"
-    return "conclusion_switch"
+    # two winners that each still lost to plain decoding where they won: a switch between two losses
+    return "conclusion_switch_below_plain" if set(clear) <= set(below_plain) else "conclusion_switch"
 
 
 def row_key(win: dict) -> str:
@@ -148,7 +150,8 @@ def policies_values(rows: list[dict], batches: list[int],
     # again (A, B, A): then whoever won just below the large-batch streak
     small = winners[ordered[0]] if winners[ordered[0]] != large else (winners[ordered[i - 1]] if i > 0 else large)
     values = {"policy": overall, "spread": spread, "small_policy": small, "large_policy": large,
-              "batch": ordered[i], "tokens_per_s": next(w["tokens_per_s"] for w in wins if w["policy"] == overall),
+              "batch": ordered[i], "small_batches": lessons.Listed(str(b) for b in ordered[:i] if winners[b] == small),
+              "tokens_per_s": next(w["tokens_per_s"] for w in wins if w["policy"] == overall),
               "vs_plain": next(w["vs_plain"] for w in wins if w["policy"] == overall),
               "band": max(w["band"] for w in wins),
               "clear_batches": lessons.Listed(str(b) for b in batches if b in clear),

@@ -155,9 +155,9 @@ def counters_md(lang: str, totals, regime: str = "", sample=None, pass_md: str =
     """The counters' line; `regime`, `pass_md` and `path_md` are their parts, already said (regime_md…)."""
     # kept ÷ verified drafts (vLLM's ratio) is named "drafts kept", not "acceptance": it reads below the
     # dial's A at depth > 1 (the drafts after a rejection count), and beside the dial looked like it failing
-    acc = "—" if totals.acceptance_rate is None else f"{totals.acceptance_rate:.0%}"
-    parts = [t(lang, "playground.tokens_per_s", value=totals.tokens_per_s),
-             t(lang, "playground.acceptance", value=acc),
+    kept = t(lang, "playground.acceptance_none") if totals.acceptance_rate is None else \
+        t(lang, "playground.acceptance", value=f"{totals.acceptance_rate:.0%}")
+    parts = [t(lang, "playground.tokens_per_s", value=totals.tokens_per_s), kept,
              t(lang, "playground.per_pass", value=totals.mean_accepted_length),
              t(lang, "playground.flops", value=totals.flops_ratio)]
     proposed = getattr(totals, "proposed", 0)
