@@ -550,7 +550,12 @@ def test_the_policies_chart_names_its_winners_outline_in_the_legend():
             for p, b, t in [("fixed", 1, 20), ("adaptive", 1, 12)]]
     winners = [{"batch_size": 1, "policy": "fixed", "clear": True}]
     fig = policies.figure_policies({"table": rows, "winners": winners})
-    assert any("outlined" in (d.name or "") for d in fig.data)
+    outlines = [d for d in fig.data if "outlined" in (d.name or "")]
+    assert len(outlines) == 1 and outlines[0].showlegend and outlines[0].y == (2.0, )
+    # the policies' own bars carry no outline: plotly drew the legend swatch of an outlined one outlined
+    bars = [d for d in fig.data if d not in outlines]
+    assert all(d.marker.line.width in (None, 0) for d in bars)
+    assert outlines[0].offsetgroup == "fixed" == bars[0].offsetgroup          # drawn right over its bar
     assert not any("outlined" in (d.name or "") for d in policies.figure_policies({"table": rows, "winners": []}).data)
     assert policies.policies_conclusion({1: "fixed", 12: "fixed"}, 2) == "conclusion_same_winner"
 

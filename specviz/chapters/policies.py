@@ -170,21 +170,24 @@ def figure_policies(result: dict, labels: dict | None = None, dark: bool = False
     batches = sorted({r["batch_size"] for r in rows})
     winners = {(w["batch_size"], w["policy"]) for w in result.get("winners", []) if w.get("clear", True)}
     fig = go.Figure()
+    outline_named = False
     for i, policy in enumerate(dict.fromkeys(r["policy"] for r in rows)):
         mine = {r["batch_size"]: r for r in rows if r["policy"] == policy}
         name = lessons.isolate_rtl(lessons.policy_label(L.get("_lang", lessons.DEFAULT_LANG), policy))
-        ys = [mine[b]["vs_plain"] if b in mine else None for b in batches]
-        fig.add_trace(go.Bar(x=[str(b) for b in batches], y=ys, name=name, marker=dict(color=POLICY_COLOURS[i % len(POLICY_COLOURS)],
-                                                    line=dict(width=[3 if (b, policy) in winners else 0 for b in batches],
-                                                              color=TICK)),
+        xs, ys = [str(b) for b in batches], [mine[b]["vs_plain"] if b in mine else None for b in batches]
+        fig.add_trace(go.Bar(x=xs, y=ys, name=name, offsetgroup=policy, legendgroup=policy,
+                             marker=dict(color=POLICY_COLOURS[i % len(POLICY_COLOURS)]),
                              customdata=[mine[b]["tokens_per_s"] if b in mine else None for b in batches],
                              hovertemplate=name + ": %{y:.2f}× (%{customdata:.1f} " + L["column_tokens_per_s"]
                              + ")<extra></extra>"))
-    if winners:
-        # the outline is the only mark of a winner: the legend names it (a square drawn as the bars' outline)
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=lessons.isolate_rtl(L["winner_outline"]),
-                                 marker=dict(symbol="square-open", size=14, color=TICK, line=dict(width=3)),
-                                 hoverinfo="skip"))
+        won = [y if (b, policy) in winners else None for b, y in zip(batches, ys)]
+        if any(y is not None for y in won):
+            # the winner's outline as a hollow bar over its own (same offset group): drawn on the policy's
+            # bars, plotly's legend showed that policy's swatch outlined too; named once in the legend
+            fig.add_trace(go.Bar(x=xs, y=won, offsetgroup=policy, name=lessons.isolate_rtl(L["winner_outline"]),
+                                 showlegend=not outline_named, legendgroup="winner", legendrank=1001, hoverinfo="skip",
+                                 marker=dict(color="rgba(0,0,0,0)", line=dict(width=3, color=TICK))))
+            outline_named = True
     if batches:
         fig.add_hline(y=1.0, line=dict(color=PLAIN, dash="dot", width=1))
     return styled(fig, dark, barmode="group", xaxis_title=L["column_batch"], yaxis_title=L["column_vs_plain"],
