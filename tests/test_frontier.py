@@ -155,19 +155,25 @@ def test_figure_draws_each_arm_in_both_panels():
 
 def test_the_adaptive_line_lies_under_the_others_and_its_tags_beside_its_segments():
     """A teacher found no speculation's grey line hidden under adaptive verification's wide green one where
-    the two measured alike, and the "4 u" tag crossed by the green line rising through its point."""
-    rows = [_row("none", 0, n, t) for n, t in ((1, 54.4), (4, 48.4), (16, 40.0))] + \
-        [_row("fixed", 8, n, t) for n, t in ((1, 52.7), (4, 42.6), (16, 30.0))] + \
-        [_row(C.AV, 8, n, t) for n, t in ((1, 54.4), (4, 48.4), (16, 40.0))]
+    the two measured alike, and the "4 u" tag crossed by the green line rising through its point, then by
+    the fixed depth's line beside it (the points of a browser run: 1, 4 and 16 users)."""
+    rows = [_row("none", 0, n, t) for n, t in ((1, 35.0), (4, 52.0), (16, 131.0))] + \
+        [_row("fixed", 8, n, t) for n, t in ((1, 55.0), (4, 44.0), (16, 86.0))] + \
+        [_row(C.AV, 8, n, t) for n, t in ((1, 58.0), (4, 52.0), (16, 131.0))]
     fig = F.figure_frontier({"table": rows}, {"_lang": "en"})
     left = [d for d in fig.data if d.xaxis in (None, "x")]
     assert left[0].name.startswith("adaptive") and left[0].line.width == 4      # drawn first: underneath
     legend = sorted(left, key=lambda d: d.legendrank)
     assert [d.name for d in legend][0] == "no speculation" and legend[-1].name.startswith("adaptive")
-    assert list(left[0].textposition) == ["bottom center", "middle left", "middle right"]
-    # each tag on the side furthest from the segments through its point, never outwards past an edge
+    # 4 u: not above (its own line and no speculation's rise through there), not left or below (the fixed
+    # depth's line), but up and to the right, between the lines; 16 u right of its top point
+    assert list(left[0].textposition) == ["top center", "top right", "middle right"]
+    # alone, each tag on the side furthest from the segments through its point, never outwards past an edge
     assert F.tag_positions([0, 10, 20], [0, 10, 0]) == ["middle right", "middle right", "middle left"]
     assert F.tag_positions([5], [5]) == ["top center"]
+    # a line through the box counts against a side: one just above the middle point moves its tag below
+    assert F.tag_positions([0, 10, 20], [0, 0.5, 1])[1] == "top left"
+    assert F.tag_positions([0, 10, 20], [0, 0.5, 1], [([0, 20], [0.55, 0.55])])[1] == "bottom right"
 
 
 def _ngram_prop(drafts: list[int], match: int) -> Proposal:

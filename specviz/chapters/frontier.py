@@ -142,30 +142,67 @@ def _colour(code: str, i: int) -> str:
     return PLAIN if code == "none" else "#1a9850" if code.startswith(AV) else POLICY_COLOURS[1 + i % 5]
 
 
+D = math.sqrt(0.5)
 TAG_PLACES = {"top center": (0.0, 1.0), "bottom center": (0.0, -1.0), "middle right": (1.0, 0.0),
-              "middle left": (-1.0, 0.0)}
+              "middle left": (-1.0, 0.0), "top right": (D, D), "top left": (-D, D), "bottom right": (D, -D),
+              "bottom left": (-D, -D)}
+# a tag's box on axes scaled to the points' spread: its centre this far from the point, half as wide and
+# half as high as these (a 10 px "16 u" beside a 6 px marker, on a plot about 450 × 250 px)
+TAG_OFFSET, TAG_HALF_W, TAG_HALF_H = 0.07, 0.05, 0.035
+SAME_POINT = 0.01      # another arm's point this close (scaled) is this one: its line leaves from here too
 
 
-def tag_positions(xs: list[float], ys: list[float]) -> list[str]:
-    """Where each point's class-size tag goes: of the sides that face into the plot, the one furthest (in
-    angle, on axes scaled to the points' spread) from the line's segments into and out of the point ("4 u"
-    above its point sat on a segment that rose through it)."""
-    sx = ((max(xs) - min(xs)) if xs else 0.0) or 1.0
-    sy = ((max(ys) - min(ys)) if ys else 0.0) or 1.0
+def tag_positions(xs: list[float], ys: list[float], others: list[tuple[list, list]] = ()) -> list[str]:
+    """Where each point's class-size tag goes: of the sides that face into the plot, the one whose box the
+    fewest other lines (`others`: the other arms' points) cross, and of those the side furthest in angle
+    from the segments that leave the point ("4 u" above its point sat on a segment that rose through it;
+    beside it, on the fixed depth's line)."""
+    every_x = list(xs) + [x for ox, _ in others for x in ox]
+    every_y = list(ys) + [y for _, oy in others for y in oy]
+    x0, y0 = (min(every_x), min(every_y)) if every_x else (0.0, 0.0)
+    sx = ((max(every_x) - x0) if every_x else 0.0) or 1.0
+    sy = ((max(every_y) - y0) if every_y else 0.0) or 1.0
+    mine = [((x - x0) / sx, (y - y0) / sy) for x, y in zip(xs, ys)]
+    scaled = [[((x - x0) / sx, (y - y0) / sy) for x, y in zip(ox, oy)] for ox, oy in others]
     out = []
-    for i, (x, y) in enumerate(zip(xs, ys)):
-        legs = [((xs[j] - x) / sx, (ys[j] - y) / sy) for j in (i - 1, i + 1) if 0 <= j < len(xs)]
-        legs = [(a, b) for a, b in legs if a or b]
+    for i, here in enumerate(mine):
+        legs, crossing = _legs(mine, i, here), []
+        for line in scaled:
+            at = [j for j, q in enumerate(line) if math.dist(q, here) <= SAME_POINT]
+            if at:            # a line through this point: its segments leave from here, like this line's own
+                legs += _legs(line, at[0], here)
+            else:
+                crossing.append(line)
 
-        def clearance(place: str) -> float:
+        def score(place: str) -> tuple[int, float]:
             u = TAG_PLACES[place]
-            return min((math.atan2(u[0] * b - u[1] * a, u[0] * a + u[1] * b) ** 2 for a, b in legs), default=9.0)
+            centre = (here[0] + TAG_OFFSET * u[0], here[1] + TAG_OFFSET * u[1])
+            angle = min((math.atan2(u[0] * b - u[1] * a, u[0] * a + u[1] * b) ** 2 for a, b in legs), default=9.0)
+            return -sum(_crosses(line, centre) for line in crossing), angle
         # never outwards from the plot's edge, where the tag would be cut off
+        x, y = xs[i], ys[i]
         inward = [p for p, (u, v) in TAG_PLACES.items()
                   if not (len(xs) > 1 and ((u > 0 and x == max(xs)) or (u < 0 and x == min(xs))
                                            or (v > 0 and y == max(ys)) or (v < 0 and y == min(ys))))]
-        out.append(max(inward or list(TAG_PLACES), key=clearance))   # ties keep the first: above the point
+        out.append(max(inward or list(TAG_PLACES), key=score))       # ties keep the first: above the point
     return out
+
+
+def _legs(line: list[tuple[float, float]], i: int, here: tuple[float, float]) -> list[tuple[float, float]]:
+    """The directions from `here` to the points before and after point i of a line."""
+    legs = [(line[j][0] - here[0], line[j][1] - here[1]) for j in (i - 1, i + 1) if 0 <= j < len(line)]
+    return [(a, b) for a, b in legs if a or b]
+
+
+def _crosses(line: list[tuple[float, float]], centre: tuple[float, float], samples: int = 24) -> bool:
+    """Some point of the polyline (sampled along each segment) lies inside the tag's box around `centre`."""
+    cx, cy = centre
+    for (ax, ay), (bx, by) in zip(line, line[1:]):
+        for k in range(samples + 1):
+            f = k / samples
+            if abs(ax + f * (bx - ax) - cx) <= TAG_HALF_W and abs(ay + f * (by - ay) - cy) <= TAG_HALF_H:
+                return True
+    return False
 
 
 def figure_frontier(result: dict, labels: dict | None = None, dark: bool = False) -> go.Figure:
@@ -177,7 +214,8 @@ def figure_frontier(result: dict, labels: dict | None = None, dark: bool = False
     fig = make_subplots(rows=1, cols=2, column_widths=[0.6, 0.4], horizontal_spacing=0.16,
                         subplot_titles=(L["panel_frontier"], L["panel_accepted"]))
     fig.update_annotations(font_size=12)      # the panel titles: two short lines each, readable on a phone
-    arms_drawn = list(enumerate(_lines(result.get("table", [])).items()))
+    lines = _lines(result.get("table", []))
+    arms_drawn = list(enumerate(lines.items()))
     # the adaptive arm's wide line first, underneath: on top it hid no speculation's where the two were one
     arms_drawn.sort(key=lambda arm: not arm[1][0].startswith(AV))
     for i, (code, pts) in arms_drawn:
@@ -186,11 +224,14 @@ def figure_frontier(result: dict, labels: dict | None = None, dark: bool = False
         line = dict(color=colour, width=4 if bold else 2, dash="dot" if code.startswith("fixed") else "solid")
         tags = [L["users_tag"].format(users=p["users"]) for p in pts]
         xs, ys = [p["per_user_tokens_per_s"] for p in pts], [p["tokens_per_s"] for p in pts]
+        others = [([p["per_user_tokens_per_s"] for p in q], [p["tokens_per_s"] for p in q])
+                  for c, q in lines.items() if c != code]
         # class sizes written on the adaptive arm only (every arm has the same sizes; hover names them all)
         fig.add_trace(go.Scatter(x=xs, y=ys, legendrank=1000 + i,
                                  mode="lines+markers+text" if bold else "lines+markers", name=name,
                                  legendgroup=code, line=line, text=tags,
-                                 textposition=tag_positions(xs, ys), textfont=dict(size=10),
+                                 textposition=tag_positions(xs, ys, others) if bold else "top center",
+                                 textfont=dict(size=10),
                                  hovertemplate=name + ": %{text}" + sep + "%{y:.1f} " + L["axis_total"] + sep
                                  + "%{x:.1f} " + L["axis_per_user"] + "<extra></extra>"), row=1, col=1)
         fig.add_trace(go.Scatter(x=[p["users"] for p in pts], y=[p["accepted_length"] for p in pts],
