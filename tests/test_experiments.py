@@ -519,7 +519,12 @@ def test_policies_never_say_every_batch_size_for_a_winner_at_some():
     # read "won clearly only where the batch size was 4" over "only 0.99× plain decoding" for batch 4)
     assert key == "conclusion_winner_some_below_plain"
     assert (str(values["clear_batches"]), str(values["level_batches"])) == ("12", "1")
-    assert [policies.row_key(w) for w in per_row] == ["conclusion_row_level", "conclusion_row_below_plain"]
+    # 0.99x is inside the band: level with plain decoding ("yet only 0.99x plain decoding" read as a loss)
+    assert [policies.row_key(w) for w in per_row] == ["conclusion_row_level", "conclusion_row_tied_plain"]
+    level = lessons.text("en", "chapter.policies.conclusion_row_tied_plain", **per_row[1])
+    assert "level with plain decoding (0.99×, inside the ±5% noise band)" in level, level
+    assert policies.row_key(dict(per_row[1], vs_plain=0.9)) == "conclusion_row_below_plain"
+    assert policies.row_key(dict(per_row[1], vs_plain=1.2)) == "conclusion_row"
     text = lessons.text("en", "chapter.policies." + key, **values)
     assert "only at batch size B = 12, and even there it did not beat plain decoding" in text, text
     assert "won" not in text and "every" not in text

@@ -40,12 +40,15 @@ def policies_conclusion(clear: dict[int, str], batches: int | None = None, below
 
 
 def row_key(win: dict) -> str:
-    """A batch size's sentence: a winner, a winner that still lost to plain decoding, or level (below plain
+    """A batch size's sentence: a winner, a winner level with or below plain decoding, or level (below plain
     decoding where even the fastest stayed under it outside the band: "level" alone read as no loss)."""
     if not win["clear"]:
         below = win["vs_plain"] < 1 - win.get("band", 0.0)
         return "conclusion_row_level_below_plain" if below else "conclusion_row_level"
-    return "conclusion_row" if win["vs_plain"] >= 1 else "conclusion_row_below_plain"
+    band = win.get("band", 0.0)
+    if abs(win["vs_plain"] - 1) <= band:      # "yet only 1.00× plain decoding" read as a loss
+        return "conclusion_row_tied_plain"
+    return "conclusion_row" if win["vs_plain"] > 1 else "conclusion_row_below_plain"
 
 
 def noise_band(first: float, second: float) -> float:
@@ -158,7 +161,9 @@ def policies_values(rows: list[dict], batches: list[int],
               "level_batches": lessons.Listed(str(b) for b in batches if b not in clear)}
     row_values = [{"batch": w["batch_size"], "policy": w["policy"], "tokens_per_s": w["tokens_per_s"],
                    "vs_plain": w["vs_plain"], "band": w["band"], "clear": w["clear"]} for w in wins]
-    below = {w["batch_size"] for w, v in zip(wins, row_values) if row_key(v) == "conclusion_row_below_plain"}
+    # where the winner did not beat plain decoding: below it, or level with it
+    below = {w["batch_size"] for w, v in zip(wins, row_values)
+             if row_key(v) in ("conclusion_row_below_plain", "conclusion_row_tied_plain")}
     return values, policies_conclusion(clear, len({w["batch_size"] for w in wins}), below), row_values
 
 
