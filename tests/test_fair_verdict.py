@@ -346,6 +346,16 @@ def test_stop_during_a_pause_ends_the_run_at_once(tiny_paths, monkeypatch, draft
     assert any(result["outputs"]) and all(len(o) < 96 for o in result["outputs"])
 
 
+def _slow_steps(app, monkeypatch):
+    """Each step 20 ms longer: the tiny models' baseline would be over before the page saw it."""
+    step = app.gate.step
+
+    def slow_step(*args, **kwargs):
+        time.sleep(0.02)
+        return step(*args, **kwargs)
+    monkeypatch.setattr(app.gate, "step", slow_step)
+
+
 def test_the_baseline_stops_at_stop_and_keeps_its_depth_when_a_slider_moves(local_app, monkeypatch):
     """The plain baseline after a Run: Stop did nothing (the reader waited for it to end), and it is the
     tab's run meanwhile, so a depth slider moved then must not make it speculate (its figure would no
@@ -354,12 +364,7 @@ def test_the_baseline_stops_at_stop_and_keeps_its_depth_when_a_slider_moves(loca
 
     app = local_app
     _states(app, monkeypatch, ["ready"])
-    step = app.gate.step
-
-    def slow_step(*args, **kwargs):        # the tiny models' baseline would be over before the page saw it
-        time.sleep(0.02)
-        return step(*args, **kwargs)
-    monkeypatch.setattr(app.gate, "step", slow_step)
+    _slow_steps(app, monkeypatch)
     outs, seen = [], []
     for out in app.page.stream("the quick brown", app.choices[0].label, 1, 4, "fixed", 8, 0, 128, "s1"):
         outs.append(dict(zip(OUTPUTS, out)))
@@ -434,12 +439,7 @@ def test_after_the_baseline_the_timer_draws_the_runs_own_charts_again(local_app,
 
     app = local_app
     _states(app, monkeypatch, ["ready"])
-    step = app.gate.step
-
-    def slow_step(*args, **kwargs):        # the tiny models' baseline would be over before the page saw it
-        time.sleep(0.02)
-        return step(*args, **kwargs)
-    monkeypatch.setattr(app.gate, "step", slow_step)
+    _slow_steps(app, monkeypatch)
     tab, during = SimpleNamespace(session_hash="s2"), []
     label = app.choices[0].label
     for out in app.page.stream("the quick brown", label, 1, 4, "fixed", 8, 0, 64, "s2"):
