@@ -87,8 +87,8 @@ def _title(lab: dict, key: str, comparison: bool) -> str:
 
 def time_range(series: list[Series]) -> list[float] | None:
     """One time axis for the charts of a run, from its start (or the oldest reading a rolled window
-    still holds) to its latest reading: each chart alone fitted its own readings, so two charts side by
-    side spanned 0.25–6.6 s and 0.25–11 s."""
+    still holds) to its latest reading: each chart alone fits its own readings, and two charts side by
+    side then disagree about when things happened."""
     held = [s for s in series if s.x]
     if not held:
         return None

@@ -124,7 +124,7 @@ def cliff(rows: list[dict]) -> dict | None:
 
 def _same_key(line: dict) -> str:
     """The same work timed twice: level inside the band; outside it, the gap measures this run's own noise,
-    which the other verdicts' bands did not catch (a Persian run read 1.17× outside a ±10 % band)."""
+    which the other verdicts' bands did not catch."""
     return "row_same" if abs(line["ratio"] - 1) <= line["band"] else "row_same_noisy"
 
 
