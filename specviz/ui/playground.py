@@ -440,19 +440,16 @@ class Playground:
         return ""          # as on_arm: the verdict spoke of what the page showed before
 
     # --- the chart timer --------------------------------------------------------------------------------
-    def figures(self, session: str):
-        live = self.app.runs.get(session)
-        return live.figures() if live is not None else (gr.skip(),) * 3
-
     def on_tick(self, pair_label, request: gr.Request):
         session = _session(request)
         live = self.app.runs.get(session)
-        charts = live.figures() if live is not None else (gr.skip(),) * 3
-        if live is None:
+        if live is not None:
+            charts = live.figures()
+        else:
             # a Run that ended since the last tick is drawn once more, as it ended: a tick that drew its
             # plain baseline could reach the page after the Run's last frame and leave the baseline there
             live = self.app.runs.take_ended(session)
-            charts = live.figures(read=False) if live is not None else charts
+            charts = live.figures(read=False) if live is not None else (gr.skip(),) * 3
         knee = live.knee_figure() if live is not None else gr.skip()
         return (*charts, knee, self._batch_now(session, pair_label))
 
